@@ -1,0 +1,275 @@
+//! Order-preserving key encoding.
+//!
+//! A key is bytes. Composite keys are a one-byte table id followed by components, each encoded
+//! so that byte order equals component order:
+//! - unsigned integers: big-endian, fixed width;
+//! - signed integers: big-endian with the sign bit flipped, so negatives sort first;
+//! - byte strings: every `0x00` becomes `0x00 0xFF`, and the string ends with `0x00 0x01`. A
+//!   prefix then sorts before its extensions, and the terminator never occurs inside.
+//!
+//! Invariant: for two tuples of the same table and component types, `a < b` as tuples exactly
+//! when `encode(a) < encode(b)` as bytes. The tests check it on random tuples.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A key: its bytes.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+pub struct Key(pub Vec<u8>);
+
+/// A value: its bytes. Money and counters are integers encoded by the workload.
+pub type Value = Vec<u8>;
+
+impl Key {
+    /// Starts a key of `table`.
+    pub fn table(table: u8) -> KeyBuilder {
+        KeyBuilder { bytes: vec![table] }
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The table id (first byte), if any.
+    pub fn table_id(&self) -> Option<u8> {
+        self.0.first().copied()
+    }
+
+    /// A reader over the components after the table byte.
+    pub fn reader(&self) -> KeyReader<'_> {
+        KeyReader {
+            rest: self.0.get(1..).unwrap_or(&[]),
+        }
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("k")?;
+        for byte in &self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds a composite key component by component.
+#[derive(Clone, Debug)]
+pub struct KeyBuilder {
+    bytes: Vec<u8>,
+}
+
+impl KeyBuilder {
+    /// Appends an unsigned 64-bit integer.
+    pub fn u64(mut self, value: u64) -> Self {
+        self.bytes.extend_from_slice(&value.to_be_bytes());
+        self
+    }
+
+    /// Appends an unsigned 32-bit integer.
+    pub fn u32(mut self, value: u32) -> Self {
+        self.bytes.extend_from_slice(&value.to_be_bytes());
+        self
+    }
+
+    /// Appends a signed 64-bit integer.
+    pub fn i64(mut self, value: i64) -> Self {
+        let flipped = (value as u64) ^ (1u64 << 63);
+        self.bytes.extend_from_slice(&flipped.to_be_bytes());
+        self
+    }
+
+    /// Appends a byte string (escaped, terminated).
+    pub fn bytes(mut self, value: &[u8]) -> Self {
+        for &byte in value {
+            self.bytes.push(byte);
+            if byte == 0 {
+                self.bytes.push(0xFF);
+            }
+        }
+        self.bytes.extend_from_slice(&[0x00, 0x01]);
+        self
+    }
+
+    /// Appends a UTF-8 string as a byte string.
+    pub fn str(self, value: &str) -> Self {
+        self.bytes(value.as_bytes())
+    }
+
+    /// Finishes the key.
+    pub fn build(self) -> Key {
+        Key(self.bytes)
+    }
+}
+
+/// Why a key could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyDecodeError {
+    /// Fewer bytes left than the component needs.
+    Truncated,
+    /// A byte string with a bad escape or no terminator.
+    BadEscape,
+}
+
+/// Reads components back in the order they were built.
+#[derive(Clone, Debug)]
+pub struct KeyReader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> KeyReader<'a> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], KeyDecodeError> {
+        let (head, tail) = self
+            .rest
+            .split_at_checked(N)
+            .ok_or(KeyDecodeError::Truncated)?;
+        self.rest = tail;
+        let mut out = [0u8; N];
+        out.copy_from_slice(head);
+        Ok(out)
+    }
+
+    /// Reads an unsigned 64-bit integer.
+    pub fn u64(&mut self) -> Result<u64, KeyDecodeError> {
+        Ok(u64::from_be_bytes(self.take::<8>()?))
+    }
+
+    /// Reads an unsigned 32-bit integer.
+    pub fn u32(&mut self) -> Result<u32, KeyDecodeError> {
+        Ok(u32::from_be_bytes(self.take::<4>()?))
+    }
+
+    /// Reads a signed 64-bit integer.
+    pub fn i64(&mut self) -> Result<i64, KeyDecodeError> {
+        Ok((u64::from_be_bytes(self.take::<8>()?) ^ (1u64 << 63)) as i64)
+    }
+
+    /// Reads a byte string.
+    pub fn bytes(&mut self) -> Result<Vec<u8>, KeyDecodeError> {
+        let mut out = Vec::new();
+        let mut index = 0;
+        // Bounded by the key length: each step consumes at least one byte.
+        while index < self.rest.len() {
+            let byte = self.rest[index];
+            if byte != 0 {
+                out.push(byte);
+                index += 1;
+                continue;
+            }
+            match self.rest.get(index + 1) {
+                Some(0xFF) => {
+                    out.push(0);
+                    index += 2;
+                }
+                Some(0x01) => {
+                    self.rest = &self.rest[index + 2..];
+                    return Ok(out);
+                }
+                _ => return Err(KeyDecodeError::BadEscape),
+            }
+        }
+        Err(KeyDecodeError::BadEscape)
+    }
+
+    /// True when every component has been read.
+    pub fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
+}
+
+/// The smallest key strictly greater than every key that starts with `prefix`, or `None` when
+/// no such key exists (prefix of all `0xFF`). Used for prefix scans.
+pub fn prefix_end(prefix: &[u8]) -> Option<Key> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last != 0xFF {
+            end.push(last + 1);
+            return Some(Key(end));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::{child_rng, uniform_u64};
+
+    #[test]
+    fn integers_round_trip_and_keep_order() {
+        let values = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
+        let keys: Vec<Key> = values
+            .iter()
+            .map(|&v| Key::table(3).i64(v).build())
+            .collect();
+        for pair in keys.windows(2) {
+            assert!(pair[0] < pair[1], "{:?} !< {:?}", pair[0], pair[1]);
+        }
+        for (key, &value) in keys.iter().zip(&values) {
+            let mut reader = key.reader();
+            assert_eq!(reader.i64(), Ok(value));
+            assert!(reader.is_empty());
+        }
+        let key = Key::table(1).u64(9).u32(4).build();
+        let mut reader = key.reader();
+        assert_eq!((reader.u64(), reader.u32()), (Ok(9), Ok(4)));
+        assert_eq!(key.table_id(), Some(1));
+    }
+
+    #[test]
+    fn byte_strings_keep_order_with_zeros_and_prefixes() {
+        let strings: [&[u8]; 6] = [b"", b"\x00", b"\x00\x00", b"\x00\x01", b"a", b"ab"];
+        let keys: Vec<Key> = strings
+            .iter()
+            .map(|s| Key::table(0).bytes(s).u64(1).build())
+            .collect();
+        for pair in keys.windows(2) {
+            assert!(pair[0] < pair[1], "{:?} !< {:?}", pair[0], pair[1]);
+        }
+        for (key, s) in keys.iter().zip(strings) {
+            let mut reader = key.reader();
+            assert_eq!(reader.bytes().as_deref(), Ok(s));
+            assert_eq!(reader.u64(), Ok(1));
+        }
+    }
+
+    #[test]
+    fn random_tuples_order_equals_byte_order() {
+        let mut rng = child_rng(42, "key-order", 0);
+        let mut tuples: Vec<(u64, Vec<u8>, i64)> = Vec::new();
+        for _ in 0..2_000 {
+            let len = uniform_u64(&mut rng, 4) as usize;
+            let text: Vec<u8> = (0..len).map(|_| uniform_u64(&mut rng, 3) as u8).collect();
+            let signed = uniform_u64(&mut rng, 7) as i64 - 3;
+            tuples.push((uniform_u64(&mut rng, 3), text, signed));
+        }
+        let encode = |t: &(u64, Vec<u8>, i64)| Key::table(7).u64(t.0).bytes(&t.1).i64(t.2).build();
+        for pair in tuples.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert_eq!(a.cmp(b), encode(a).cmp(&encode(b)), "{a:?} vs {b:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_components_are_errors() {
+        let (short, unterminated, bad) = (
+            Key(vec![1, 0, 0]),
+            Key(vec![1, b'a', 0]),
+            Key(vec![1, 0, 7]),
+        );
+        assert_eq!(short.reader().u64(), Err(KeyDecodeError::Truncated));
+        assert_eq!(
+            unterminated.reader().bytes(),
+            Err(KeyDecodeError::BadEscape)
+        );
+        assert_eq!(bad.reader().bytes(), Err(KeyDecodeError::BadEscape));
+    }
+
+    #[test]
+    fn prefix_end_bounds_the_prefix() {
+        assert_eq!(prefix_end(&[1, 2]), Some(Key(vec![1, 3])));
+        assert_eq!(prefix_end(&[1, 0xFF]), Some(Key(vec![2])));
+        assert_eq!(prefix_end(&[0xFF]), None);
+    }
+}

@@ -1,0 +1,258 @@
+//! The state-machine contract (DESIGN §3.1).
+//!
+//! Every protocol node is a deterministic state machine implementing [`Node`]. It never reads a
+//! clock, draws OS randomness, sleeps, spawns, or touches a file or socket. Everything it needs
+//! from the world is handed in; everything it wants done is appended to an [`Outbox`] as an
+//! [`Effect`]. Two drivers run nodes: the simulator (`meridian-sim`, virtual time) and the runtime
+//! (`meridian-runtime`, tokio). Both obey the rules below, so a node behaves the same under both.
+//!
+//! # What a driver does
+//!
+//! 1. **Construct** the node with its id, the [`crate::topology::Topology`], its configuration
+//!    and a seeded [`crate::rng::Rng`] (the node's only source of randomness).
+//! 2. Call [`Node::on_start`] once, before any other call.
+//! 3. Call exactly one entry point at a time, never concurrently:
+//!    - [`Node::on_message`] when a message from another node arrives. Per directed link,
+//!      messages arrive in the order they were sent unless the link model or a fault says
+//!      otherwise (loss, duplication and reordering are legal; protocols must tolerate them).
+//!    - [`Node::on_timer`] when a timer set with [`Effect::SetTimer`] expires. Timers are never
+//!      cancelled: a node ignores a timer whose purpose has passed. A timer fires at or after its
+//!      deadline by the node's own clock, never before.
+//!    - [`Node::on_persisted`] when the records of an [`Effect::Persist`] are durable to the degree
+//!      it asked for. Completions arrive in the order the persists were issued.
+//!    - [`Node::submit`] when a client hands this node a transaction. A node that cannot
+//!      coordinate answers with a `Rejected` reply.
+//!
+//!    `now` is always the node's own clock reading (true time plus the node's skew from the
+//!    clock model). Readings passed to one node never decrease.
+//! 4. **After every call, drain the outbox in order** and carry out each effect:
+//!    - `Send`: deliver to `to` through the link model (delay, jitter, loss).
+//!    - `SetTimer`: arrange one `on_timer(timer)` no earlier than `after_ns` from now.
+//!    - `Persist`: write the records to the node's log store; call `on_persisted(token)` when
+//!      done. A node that must not send something before its data is durable emits that send
+//!      from `on_persisted`, not before.
+//!    - `Reply`: hand the outcome to the client that submitted `request`.
+//!    - `Record`: append the event to the run's history (if recording).
+//! 5. **Crash** drops the node value and every effect not yet carried out; unsynced persisted
+//!    records are lost. **Restart** constructs a fresh node and hands it what was durable.
+//!
+//! # What a node promises
+//!
+//! - Determinism: the same sequence of calls with the same arguments produces the same effects.
+//!   Protocol state lives in ordered maps (or maps with a fixed hasher), never in collections whose
+//!   iteration order depends on a per-process random seed.
+//! - Boundedness: every queue it keeps has a named maximum; beyond it, it refuses work
+//!   (`Rejected`) rather than growing.
+//! - Input from other nodes or clients that makes no sense is dropped or answered with an error;
+//!   it never panics the node. Assertions guard the node's own invariants only.
+
+use crate::ids::{NodeId, RequestId, TxnId};
+use crate::key::{Key, Value};
+use crate::time::Time;
+use crate::txn::{TxnOutcome, TxnRequest};
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+
+/// A node-chosen timer tag. Its meaning is private to the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TimerId(pub u64);
+
+/// A node-chosen tag for one persist request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PersistToken(pub u64);
+
+/// A record for the node's log store: put `value` under `key`, or delete `key` when `None`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PersistRecord {
+    /// Store key (e.g. `shard ‖ log index`, big-endian).
+    pub key: Vec<u8>,
+    /// New value, or `None` to delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// How durable a persist must be before `on_persisted` is called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Durability {
+    /// Handed to the operating system; lost if the machine (not the process) crashes. The
+    /// simulator treats it as lost on a node crash.
+    Buffered,
+    /// Synced to the device.
+    Synced,
+}
+
+/// A client request as a coordinator receives it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientRequest {
+    /// Unique per run; the reply names it.
+    pub id: RequestId,
+    /// What to run.
+    pub txn: TxnRequest,
+}
+
+/// One entry of a recorded history (DESIGN §9). Written values are unique per
+/// (transaction, key), so a read names its writer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    /// The request.
+    pub request: RequestId,
+    /// The attempt that ended it.
+    pub txn: TxnId,
+    /// True when it committed.
+    pub committed: bool,
+    /// Keys read and the attempt that wrote the version read (`TxnId::LOAD` for loaded data).
+    pub reads: Vec<(Key, Option<TxnId>)>,
+    /// Keys written and their values (`None` for deletes).
+    pub writes: Vec<(Key, Option<Value>)>,
+}
+
+/// Something a node wants its driver to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect<M> {
+    /// Send `msg` to node `to`.
+    Send {
+        /// Destination node.
+        to: NodeId,
+        /// The message.
+        msg: M,
+    },
+    /// Call `on_timer(timer)` after `after_ns` of the node's clock.
+    SetTimer {
+        /// The tag handed back.
+        timer: TimerId,
+        /// Delay in nanoseconds.
+        after_ns: u64,
+    },
+    /// Make `records` durable, then call `on_persisted(token)`.
+    Persist {
+        /// The tag handed back.
+        token: PersistToken,
+        /// What to write, in order.
+        records: Vec<PersistRecord>,
+        /// How durable.
+        durability: Durability,
+    },
+    /// Answer a client.
+    Reply {
+        /// The request being answered.
+        request: RequestId,
+        /// Its outcome.
+        outcome: TxnOutcome,
+    },
+    /// Append to the run's history.
+    Record(HistoryEvent),
+}
+
+/// The effects of one call, in the order the node emitted them.
+#[derive(Debug)]
+pub struct Outbox<M> {
+    effects: Vec<Effect<M>>,
+}
+
+impl<M> Default for Outbox<M> {
+    fn default() -> Self {
+        Self {
+            effects: Vec::new(),
+        }
+    }
+}
+
+impl<M> Outbox<M> {
+    /// An empty outbox.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queues a message.
+    pub fn send(&mut self, to: NodeId, msg: M) {
+        self.effects.push(Effect::Send { to, msg });
+    }
+
+    /// Queues a timer.
+    pub fn set_timer(&mut self, timer: TimerId, after_ns: u64) {
+        self.effects.push(Effect::SetTimer { timer, after_ns });
+    }
+
+    /// Queues a persist request.
+    pub fn persist(
+        &mut self,
+        token: PersistToken,
+        records: Vec<PersistRecord>,
+        durability: Durability,
+    ) {
+        self.effects.push(Effect::Persist {
+            token,
+            records,
+            durability,
+        });
+    }
+
+    /// Queues a client reply.
+    pub fn reply(&mut self, request: RequestId, outcome: TxnOutcome) {
+        self.effects.push(Effect::Reply { request, outcome });
+    }
+
+    /// Queues a history event.
+    pub fn record(&mut self, event: HistoryEvent) {
+        self.effects.push(Effect::Record(event));
+    }
+
+    /// Takes the queued effects in order, leaving the outbox empty (its buffer is kept).
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Effect<M>> {
+        self.effects.drain(..)
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.effects.is_empty()
+    }
+
+    /// How many effects are queued.
+    pub fn len(&self) -> usize {
+        self.effects.len()
+    }
+}
+
+/// The bound on protocol messages: cloneable (the simulator may duplicate them), printable for
+/// traces, and serializable for TCP and for the trace hash.
+pub trait Message: Clone + Debug + Serialize + for<'de> Deserialize<'de> + Send + 'static {}
+impl<T> Message for T where T: Clone + Debug + Serialize + for<'de> Deserialize<'de> + Send + 'static
+{}
+
+/// A protocol node. See the module documentation for the contract.
+pub trait Node: Send + 'static {
+    /// The protocol's message type.
+    type Msg: Message;
+
+    /// Called once before anything else.
+    fn on_start(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
+    /// A message from `from` arrived.
+    fn on_message(&mut self, now: Time, from: NodeId, msg: Self::Msg, out: &mut Outbox<Self::Msg>);
+    /// A timer set earlier expired.
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<Self::Msg>);
+    /// A persist request completed.
+    fn on_persisted(&mut self, now: Time, token: PersistToken, out: &mut Outbox<Self::Msg>);
+    /// A client submitted a transaction.
+    fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<Self::Msg>);
+}
+
+/// Supplies client requests to coordinators and consumes their replies. Both drivers use the same
+/// implementation (a closed-loop client pool), so clients behave the same in simulation and in
+/// real runs. Sans-IO like nodes: times are handed in.
+pub trait ClientDriver {
+    /// Requests to submit at the start: `(coordinator, request)`.
+    fn start(&mut self, now: Time) -> Vec<(NodeId, ClientRequest)>;
+    /// A reply arrived from coordinator `node`; returns requests to submit now.
+    fn on_reply(
+        &mut self,
+        now: Time,
+        node: NodeId,
+        request: RequestId,
+        outcome: &TxnOutcome,
+    ) -> Vec<(NodeId, ClientRequest)>;
+    /// Coordinator `node` crashed: its outstanding requests will never be answered.
+    fn on_crash(&mut self, node: NodeId);
+    /// Coordinator `node` restarted; returns requests to submit now.
+    fn on_restart(&mut self, now: Time, node: NodeId) -> Vec<(NodeId, ClientRequest)>;
+    /// True when the clients submit no more and nothing is outstanding.
+    fn finished(&self) -> bool;
+}

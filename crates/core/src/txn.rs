@@ -1,0 +1,461 @@
+//! The transaction model shared by every protocol (DESIGN §4).
+//!
+//! A [`Procedure`] is registered, deterministic code known to every node by its [`ProcId`]. For
+//! given arguments it has a [`Plan`]: a list of pieces, each bound to one shard (or to any shard,
+//! for tables replicated on every shard) and each naming the earlier pieces whose outputs it
+//! needs. A piece declares the keys it reads, writes and scans ([`KeySet`]) from the arguments
+//! and those outputs, then turns the values read into writes and an output, or asks for a user
+//! abort. Protocols run the same pieces in their own way; a protocol that cannot run a plan says
+//! why with [`ProcError::Unsupported`].
+//!
+//! Contract for procedure authors (checked by protocols, which fail the transaction otherwise):
+//! - `plan` lists pieces in dependency order: a piece depends only on pieces before it.
+//! - Every key of a piece belongs to the piece's shard under the run's [`Partitioner`], or to a
+//!   replicated table (reads only: replicated tables are read-only while transactions run).
+//! - `execute` writes only keys its `keys` declared as writes, and is a pure function of its
+//!   inputs.
+
+use crate::error::ConfigError;
+use crate::ids::ShardId;
+use crate::key::{Key, Value};
+use crate::rng::{fnv1a, FNV_OFFSET};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+/// Most pieces one plan may have.
+pub const PIECES_MAX: usize = 64;
+/// Most keys one piece may read plus write.
+pub const PIECE_KEYS_MAX: usize = 4_096;
+/// Most rows one scan may return.
+pub const SCAN_ROWS_MAX: u32 = 10_000;
+
+/// An argument or output value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Datum {
+    /// A signed integer (money in cents, counts).
+    Int(i64),
+    /// An unsigned integer (ids).
+    Uint(u64),
+    /// Raw bytes (keys, strings, values).
+    Bytes(Vec<u8>),
+    /// A list of data.
+    List(Vec<Datum>),
+}
+
+impl Datum {
+    /// The unsigned integer, if this is one.
+    pub fn as_uint(&self) -> Option<u64> {
+        match self {
+            Self::Uint(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The signed integer, if this is one.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Self::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The bytes, if this is a byte string.
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Self::Bytes(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The list, if this is one.
+    pub fn as_list(&self) -> Option<&[Datum]> {
+        match self {
+            Self::List(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The arguments of one transaction.
+pub type Args = Vec<Datum>;
+/// The output of one piece.
+pub type PieceOutput = Vec<Datum>;
+
+/// Registered procedure number: its index in the [`Registry`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProcId(pub u32);
+
+/// What a client asks a coordinator to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRequest {
+    /// The procedure.
+    pub proc: ProcId,
+    /// Its arguments.
+    pub args: Args,
+}
+
+/// Where a piece runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ShardTarget {
+    /// On this shard.
+    Shard(ShardId),
+    /// On any shard: the piece only reads tables replicated on every shard.
+    Any,
+}
+
+/// One piece of a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceSpec {
+    /// Where it runs.
+    pub target: ShardTarget,
+    /// Earlier pieces whose outputs it needs, in the order `keys` and `execute` receive them.
+    pub deps: Vec<u32>,
+}
+
+/// The pieces of one transaction, in dependency order.
+pub type Plan = Vec<PieceSpec>;
+
+/// True when no piece needs another piece's output: every key is known from the arguments.
+pub fn is_one_shot(plan: &Plan) -> bool {
+    plan.iter().all(|piece| piece.deps.is_empty())
+}
+
+/// A half-open key range `[start, end)` read in key order, at most `limit` rows.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ScanRange {
+    /// First key included.
+    pub start: Key,
+    /// First key excluded.
+    pub end: Key,
+    /// Most rows returned.
+    pub limit: u32,
+    /// Newest first when true.
+    pub reverse: bool,
+}
+
+/// The keys a piece touches.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySet {
+    /// Keys read; their values reach `execute` in this order.
+    pub reads: Vec<Key>,
+    /// Keys the piece may write.
+    pub writes: Vec<Key>,
+    /// Ranges scanned; their rows reach `execute` in this order.
+    pub scans: Vec<ScanRange>,
+}
+
+/// What a piece read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reads {
+    /// One entry per `KeySet::reads` key; `None` when absent.
+    pub values: Vec<Option<Value>>,
+    /// One entry per `KeySet::scans` range: the rows found.
+    pub scans: Vec<Vec<(Key, Value)>>,
+}
+
+/// One write: a new value, or a delete when `value` is `None`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Write {
+    /// The key.
+    pub key: Key,
+    /// The new value; `None` deletes.
+    pub value: Option<Value>,
+}
+
+/// What a piece produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceEffects {
+    /// Writes, each to a declared write key.
+    pub writes: Vec<Write>,
+    /// Output for later pieces and for the client.
+    pub output: PieceOutput,
+}
+
+/// A piece asked to abort the transaction. An outcome, never retried.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserAbort(pub String);
+
+/// Why a procedure could not be planned or run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcError {
+    /// The arguments do not fit the procedure.
+    BadArgs(String),
+    /// This protocol cannot run this procedure; the text says why and what to do instead.
+    Unsupported(String),
+    /// The procedure broke its contract (a key on the wrong shard, an undeclared write).
+    Contract(String),
+}
+
+impl fmt::Display for ProcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadArgs(m) => write!(f, "bad arguments: {m}"),
+            Self::Unsupported(m) => write!(f, "unsupported: {m}"),
+            Self::Contract(m) => write!(f, "procedure contract broken: {m}"),
+        }
+    }
+}
+
+/// Context for planning: how many shards and how keys map to them.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanContext<'a> {
+    /// The run's partitioner.
+    pub partitioner: &'a Partitioner,
+}
+
+/// Registered transaction code. Implementations must be deterministic.
+pub trait Procedure: Send + Sync + fmt::Debug {
+    /// The registered name.
+    fn name(&self) -> &'static str;
+    /// The pieces for these arguments.
+    fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError>;
+    /// The keys piece `piece` touches, given the outputs of its `deps` in order.
+    fn keys(&self, piece: u32, args: &Args, inputs: &[&PieceOutput]) -> Result<KeySet, ProcError>;
+    /// Runs piece `piece` over what it read.
+    fn execute(
+        &self,
+        piece: u32,
+        args: &Args,
+        inputs: &[&PieceOutput],
+        reads: &Reads,
+    ) -> Result<PieceEffects, UserAbort>;
+}
+
+/// The procedures of a run, identical on every node. Its fingerprint lets two processes check
+/// that they agree before exchanging transactions.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    procs: Vec<Arc<dyn Procedure>>,
+}
+
+impl Registry {
+    /// Registers a procedure and returns its id.
+    pub fn register(&mut self, procedure: Arc<dyn Procedure>) -> ProcId {
+        let id = ProcId(u32::try_from(self.procs.len()).expect("fewer than 2^32 procedures"));
+        self.procs.push(procedure);
+        id
+    }
+
+    /// The procedure with this id.
+    pub fn get(&self, id: ProcId) -> Option<&Arc<dyn Procedure>> {
+        self.procs.get(id.0 as usize)
+    }
+
+    /// The id of the procedure with this name.
+    pub fn find(&self, name: &str) -> Option<ProcId> {
+        self.procs
+            .iter()
+            .position(|p| p.name() == name)
+            .map(|i| ProcId(i as u32))
+    }
+
+    /// How many procedures are registered.
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// True when none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    /// A hash of the registered names in order.
+    pub fn fingerprint(&self) -> u64 {
+        self.procs.iter().fold(FNV_OFFSET, |hash, p| {
+            fnv1a(fnv1a(hash, p.name().as_bytes()), &[0])
+        })
+    }
+}
+
+/// How keys map to shards.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionRule {
+    /// FNV-1a of the whole key, modulo the shard count.
+    Hash,
+    /// By the first component after the table byte, read as a big-endian `u64`:
+    /// `shard = (value - base) / per_shard`, clamped to the last shard. TPC-C's by-warehouse
+    /// placement is `base = 1, per_shard = warehouses per shard`.
+    LeadingInt {
+        /// The value that maps to the start of shard 0.
+        base: u64,
+        /// How many consecutive values each shard holds.
+        per_shard: u64,
+    },
+}
+
+/// Maps keys to shards; tables listed as replicated are present on every shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partitioner {
+    shards: u32,
+    rule: PartitionRule,
+    replicated_tables: BTreeSet<u8>,
+}
+
+impl Partitioner {
+    /// A partitioner over `shards` shards.
+    pub fn new(shards: u32, rule: PartitionRule) -> Result<Self, ConfigError> {
+        if shards == 0 {
+            return Err(ConfigError::new("shards must be at least 1"));
+        }
+        if let PartitionRule::LeadingInt { per_shard: 0, .. } = rule {
+            return Err(ConfigError::new("per_shard must be at least 1"));
+        }
+        Ok(Self {
+            shards,
+            rule,
+            replicated_tables: BTreeSet::new(),
+        })
+    }
+
+    /// Marks `table` as replicated on every shard.
+    pub fn with_replicated_table(mut self, table: u8) -> Self {
+        self.replicated_tables.insert(table);
+        self
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    /// Where `key` lives.
+    pub fn target_of(&self, key: &Key) -> ShardTarget {
+        match key.table_id() {
+            Some(table) if self.replicated_tables.contains(&table) => ShardTarget::Any,
+            _ => ShardTarget::Shard(self.shard_of(key)),
+        }
+    }
+
+    /// The shard holding `key`, ignoring replication of its table.
+    pub fn shard_of(&self, key: &Key) -> ShardId {
+        let shard = match self.rule {
+            PartitionRule::Hash => fnv1a(FNV_OFFSET, key.as_bytes()) % u64::from(self.shards),
+            PartitionRule::LeadingInt { base, per_shard } => match key.reader().u64() {
+                Ok(value) => {
+                    (value.saturating_sub(base) / per_shard).min(u64::from(self.shards) - 1)
+                }
+                // Keys too short for the rule fall back to hashing, so every key has a home.
+                Err(_) => fnv1a(FNV_OFFSET, key.as_bytes()) % u64::from(self.shards),
+            },
+        };
+        ShardId(shard as u32)
+    }
+
+    /// True when `key` may be touched by a piece on `shard`.
+    pub fn allows(&self, shard: ShardId, key: &Key) -> bool {
+        match self.target_of(key) {
+            ShardTarget::Any => true,
+            ShardTarget::Shard(home) => home == shard,
+        }
+    }
+}
+
+/// How one client request ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnResult {
+    /// Committed durably (as durably as the protocol and mode promise).
+    Committed,
+    /// A piece asked to abort. Not retried.
+    UserAborted(String),
+    /// Did not commit and will not: the reason says why.
+    Failed(TxnFailure),
+}
+
+/// Why a request failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnFailure {
+    /// The procedure cannot run under this protocol, or broke its contract.
+    Procedure(ProcError),
+    /// Aborted by conflicts more often than the retry limit allows.
+    RetriesExhausted,
+    /// The node is not a coordinator, or has too many transactions in flight.
+    Rejected(String),
+}
+
+/// The reply to one client request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnOutcome {
+    /// How it ended.
+    pub result: TxnResult,
+    /// Outputs of the pieces, in plan order (empty unless committed).
+    pub outputs: Vec<PieceOutput>,
+    /// The commit timestamp, when committed.
+    pub commit_ts: Option<crate::time::Timestamp>,
+    /// Attempts aborted by conflicts (or timeouts) before the last one.
+    pub retries: u32,
+    /// Shards the final attempt touched.
+    pub shards_touched: u32,
+}
+
+impl TxnOutcome {
+    /// A failure before any attempt ran.
+    pub fn failed(failure: TxnFailure) -> Self {
+        Self {
+            result: TxnResult::Failed(failure),
+            outputs: Vec::new(),
+            commit_ts: None,
+            retries: 0,
+            shards_touched: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leading_int_partitioner_places_ranges() {
+        let p = Partitioner::new(
+            2,
+            PartitionRule::LeadingInt {
+                base: 1,
+                per_shard: 10,
+            },
+        )
+        .unwrap();
+        let key = |w: u64| Key::table(5).u64(w).u64(3).build();
+        assert_eq!(p.shard_of(&key(1)), ShardId(0));
+        assert_eq!(p.shard_of(&key(10)), ShardId(0));
+        assert_eq!(p.shard_of(&key(11)), ShardId(1));
+        assert_eq!(
+            p.shard_of(&key(500)),
+            ShardId(1),
+            "clamped to the last shard"
+        );
+        let p = p.with_replicated_table(9);
+        assert_eq!(
+            p.target_of(&Key::table(9).u64(11).build()),
+            ShardTarget::Any
+        );
+        assert!(p.allows(ShardId(0), &Key::table(9).u64(11).build()));
+        assert!(!p.allows(ShardId(0), &key(11)));
+    }
+
+    #[test]
+    fn hash_partitioner_spreads_keys() {
+        let p = Partitioner::new(4, PartitionRule::Hash).unwrap();
+        let mut counts = [0u32; 4];
+        for i in 0..4_000u64 {
+            counts[p.shard_of(&Key::table(1).u64(i).build()).0 as usize] += 1;
+        }
+        for count in counts {
+            assert!((800..1_200).contains(&count), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn zero_shards_is_rejected() {
+        assert!(Partitioner::new(0, PartitionRule::Hash).is_err());
+        assert!(Partitioner::new(
+            1,
+            PartitionRule::LeadingInt {
+                base: 0,
+                per_shard: 0
+            }
+        )
+        .is_err());
+    }
+}
