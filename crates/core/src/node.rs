@@ -253,6 +253,8 @@ pub trait ClientDriver {
     fn on_crash(&mut self, node: NodeId);
     /// Coordinator `node` restarted; returns requests to submit now.
     fn on_restart(&mut self, now: Time, node: NodeId) -> Vec<(NodeId, ClientRequest)>;
+    /// Submit nothing more; outstanding requests still complete.
+    fn stop(&mut self);
     /// True when the clients submit no more and nothing is outstanding.
     fn finished(&self) -> bool;
 }

@@ -1,1 +1,357 @@
+//! Meridian storage: the in-memory MVCC store every replica owns (DESIGN §3.3).
+//!
+//! The store is an ordered map from key to a short version chain, sorted by timestamp. A
+//! version is `Committed` (visible to reads) or `Pending` (written but revocable: Tiga's
+//! detective mode and MVTO write before they know the outcome). Reads at a timestamp see the
+//! newest committed version at or below it; a version whose value is `None` is a delete.
+//!
+//! Invariants (asserted):
+//! - per key, timestamps are strictly increasing along the chain;
+//! - garbage collection below watermark `w` keeps, per key, the newest committed version at or
+//!   below `w` and everything above `w`, so every read at `ts >= w` returns what it did before.
+//!
+//! The store is sans-IO and deterministic (a `BTreeMap`); durability is the log store's job.
+#![deny(unsafe_code)]
 
+use meridian_core::key::{Key, Value};
+use meridian_core::txn::ScanRange;
+use meridian_core::{Timestamp, TxnId};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Bound;
+
+/// Whether a version is visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VersionState {
+    /// Visible to reads.
+    Committed,
+    /// Written by a transaction whose outcome is unknown; revocable.
+    Pending,
+}
+
+/// One version of one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Its position in the key's history.
+    pub ts: Timestamp,
+    /// The value; `None` is a delete.
+    pub value: Option<Value>,
+    /// The transaction attempt that wrote it.
+    pub writer: TxnId,
+    /// Committed or pending.
+    pub state: VersionState,
+}
+
+/// Why a write was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// A version with this timestamp already exists for the key.
+    DuplicateTimestamp {
+        /// The key.
+        key: Key,
+        /// The timestamp.
+        ts: Timestamp,
+    },
+    /// The write is at or below the garbage-collection watermark, where history is gone.
+    BelowWatermark {
+        /// The key.
+        key: Key,
+        /// The timestamp.
+        ts: Timestamp,
+    },
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DuplicateTimestamp { key, ts } => write!(f, "{key:?} already has a version at {}", ts.0),
+            Self::BelowWatermark { key, ts } => write!(f, "write to {key:?} at {} is below the GC watermark", ts.0),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// The multi-version store of one replica.
+#[derive(Clone, Debug, Default)]
+pub struct MvccStore {
+    map: BTreeMap<Key, Vec<Version>>,
+    gc_watermark: Timestamp,
+    versions: u64,
+}
+
+impl MvccStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Loads an initial value (committed at `Timestamp::ZERO` by `TxnId::LOAD`), replacing any
+    /// history of the key. For bulk loading before transactions run.
+    pub fn load(&mut self, key: Key, value: Value) {
+        let version = Version { ts: Timestamp::ZERO, value: Some(value), writer: TxnId::LOAD, state: VersionState::Committed };
+        if let Some(old) = self.map.insert(key, vec![version]) {
+            self.versions -= old.len() as u64;
+        }
+        self.versions += 1;
+    }
+
+    /// Every version of `key`, oldest first.
+    pub fn versions(&self, key: &Key) -> &[Version] {
+        self.map.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// The newest committed version at or below `ts` (a delete included).
+    pub fn read_at(&self, key: &Key, ts: Timestamp) -> Option<&Version> {
+        Self::visible(self.versions(key), ts)
+    }
+
+    /// The newest committed version (a delete included).
+    pub fn read_latest(&self, key: &Key) -> Option<&Version> {
+        self.read_at(key, Timestamp::MAX)
+    }
+
+    /// The value visible at `ts`, `None` when absent or deleted.
+    pub fn get_at(&self, key: &Key, ts: Timestamp) -> Option<&Value> {
+        self.read_at(key, ts).and_then(|v| v.value.as_ref())
+    }
+
+    fn visible(chain: &[Version], ts: Timestamp) -> Option<&Version> {
+        chain.iter().rev().find(|v| v.ts <= ts && v.state == VersionState::Committed)
+    }
+
+    /// Adds a version. Fails if the key already has a version at `ts` or `ts` is at or below the
+    /// GC watermark (its history there is gone). Prunes the key's old versions below the
+    /// watermark as it goes, so chains stay short without a full sweep.
+    pub fn write(&mut self, key: Key, ts: Timestamp, value: Option<Value>, writer: TxnId, state: VersionState) -> Result<(), StoreError> {
+        if ts <= self.gc_watermark && self.gc_watermark > Timestamp::ZERO {
+            return Err(StoreError::BelowWatermark { key, ts });
+        }
+        if self.versions(&key).binary_search_by(|v| v.ts.cmp(&ts)).is_ok() {
+            return Err(StoreError::DuplicateTimestamp { key, ts });
+        }
+        let watermark = self.gc_watermark;
+        let chain = self.map.entry(key).or_default();
+        let position = chain.partition_point(|v| v.ts < ts);
+        chain.insert(position, Version { ts, value, writer, state });
+        self.versions += 1;
+        let removed = Self::prune_chain(chain, watermark);
+        self.versions -= removed;
+        debug_assert!(chain.windows(2).all(|w| w[0].ts < w[1].ts));
+        Ok(())
+    }
+
+    /// Marks `writer`'s pending version of `key` committed. False when there is none.
+    pub fn commit(&mut self, key: &Key, writer: TxnId) -> bool {
+        let Some(chain) = self.map.get_mut(key) else { return false };
+        match chain.iter_mut().find(|v| v.writer == writer && v.state == VersionState::Pending) {
+            Some(version) => {
+                version.state = VersionState::Committed;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes `writer`'s pending version of `key`. False when there is none.
+    pub fn revoke(&mut self, key: &Key, writer: TxnId) -> bool {
+        let Some(chain) = self.map.get_mut(key) else { return false };
+        let Some(index) = chain.iter().position(|v| v.writer == writer && v.state == VersionState::Pending) else {
+            return false;
+        };
+        chain.remove(index);
+        self.versions -= 1;
+        if chain.is_empty() {
+            self.map.remove(key);
+        }
+        true
+    }
+
+    /// Committed rows visible at `ts` in `range`, skipping deletes, at most `range.limit`.
+    pub fn scan(&self, range: &ScanRange, ts: Timestamp) -> Vec<(Key, Version)> {
+        let bounds = (Bound::Included(&range.start), Bound::Excluded(&range.end));
+        if range.start >= range.end {
+            return Vec::new();
+        }
+        let limit = range.limit as usize;
+        let visible = |(key, chain): (&Key, &Vec<Version>)| {
+            Self::visible(chain, ts).filter(|v| v.value.is_some()).map(|v| (key.clone(), v.clone()))
+        };
+        if range.reverse {
+            self.map.range::<Key, _>(bounds).rev().filter_map(visible).take(limit).collect()
+        } else {
+            self.map.range::<Key, _>(bounds).filter_map(visible).take(limit).collect()
+        }
+    }
+
+    /// Raises the GC watermark (never lowers it). Chains are pruned as keys are written; call
+    /// [`MvccStore::gc`] to sweep everything now.
+    pub fn set_gc_watermark(&mut self, watermark: Timestamp) {
+        self.gc_watermark = self.gc_watermark.max(watermark);
+    }
+
+    /// The current GC watermark.
+    pub fn gc_watermark(&self) -> Timestamp {
+        self.gc_watermark
+    }
+
+    /// Raises the watermark to `watermark` and prunes every key. Returns versions removed.
+    pub fn gc(&mut self, watermark: Timestamp) -> u64 {
+        self.set_gc_watermark(watermark);
+        let watermark = self.gc_watermark;
+        let mut removed = 0;
+        self.map.retain(|_, chain| {
+            removed += Self::prune_chain(chain, watermark);
+            // A key whose only version is an old delete is gone for every reader.
+            let dead = chain.len() == 1 && chain[0].value.is_none() && chain[0].ts <= watermark && chain[0].state == VersionState::Committed;
+            if dead {
+                removed += 1;
+            }
+            !dead && !chain.is_empty()
+        });
+        self.versions -= removed;
+        removed
+    }
+
+    /// Drops committed versions older than the newest committed one at or below `watermark`.
+    fn prune_chain(chain: &mut Vec<Version>, watermark: Timestamp) -> u64 {
+        let Some(keep_from) = chain.iter().rposition(|v| v.ts <= watermark && v.state == VersionState::Committed) else {
+            return 0;
+        };
+        let before = chain.len();
+        let mut index = 0;
+        chain.retain(|v| {
+            let keep = index >= keep_from || v.state == VersionState::Pending;
+            index += 1;
+            keep
+        });
+        (before - chain.len()) as u64
+    }
+
+    /// Number of keys with at least one version.
+    pub fn key_count(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Number of versions held.
+    pub fn version_count(&self) -> u64 {
+        self.versions
+    }
+
+    /// Every key with its newest committed value (deletes skipped), in key order.
+    pub fn latest_values(&self) -> impl Iterator<Item = (&Key, &Version)> {
+        self.map.iter().filter_map(|(k, c)| Self::visible(c, Timestamp::MAX).filter(|v| v.value.is_some()).map(|v| (k, v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::NodeId;
+
+    fn txn(seq: u64) -> TxnId {
+        TxnId { origin: NodeId(0), seq }
+    }
+
+    fn key(i: u64) -> Key {
+        Key::table(1).u64(i).build()
+    }
+
+    fn put(store: &mut MvccStore, k: u64, ts: u64, value: &str, seq: u64) {
+        store.write(key(k), Timestamp(ts), Some(value.as_bytes().to_vec()), txn(seq), VersionState::Committed).unwrap();
+    }
+
+    #[test]
+    fn reads_see_the_newest_committed_version_at_or_below_ts() {
+        let mut store = MvccStore::new();
+        store.load(key(1), b"v0".to_vec());
+        put(&mut store, 1, 10, "v10", 1);
+        put(&mut store, 1, 20, "v20", 2);
+        assert_eq!(store.get_at(&key(1), Timestamp(5)), Some(&b"v0".to_vec()));
+        assert_eq!(store.get_at(&key(1), Timestamp(10)), Some(&b"v10".to_vec()));
+        assert_eq!(store.get_at(&key(1), Timestamp(19)), Some(&b"v10".to_vec()));
+        assert_eq!(store.read_latest(&key(1)).unwrap().writer, txn(2));
+        assert_eq!(store.get_at(&key(2), Timestamp::MAX), None);
+        // Out-of-order insertion keeps the chain sorted.
+        put(&mut store, 1, 15, "v15", 3);
+        assert_eq!(store.get_at(&key(1), Timestamp(16)), Some(&b"v15".to_vec()));
+        let err = store.write(key(1), Timestamp(15), None, txn(4), VersionState::Committed).unwrap_err();
+        assert!(matches!(err, StoreError::DuplicateTimestamp { .. }));
+    }
+
+    #[test]
+    fn deletes_hide_values() {
+        let mut store = MvccStore::new();
+        put(&mut store, 1, 10, "a", 1);
+        store.write(key(1), Timestamp(20), None, txn(2), VersionState::Committed).unwrap();
+        assert_eq!(store.get_at(&key(1), Timestamp(15)), Some(&b"a".to_vec()));
+        assert_eq!(store.get_at(&key(1), Timestamp(25)), None);
+        assert!(store.read_at(&key(1), Timestamp(25)).unwrap().value.is_none());
+    }
+
+    #[test]
+    fn pending_versions_are_invisible_until_committed_and_revocable() {
+        let mut store = MvccStore::new();
+        put(&mut store, 1, 10, "a", 1);
+        store.write(key(1), Timestamp(20), Some(b"b".to_vec()), txn(2), VersionState::Pending).unwrap();
+        assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"a".to_vec()));
+        assert!(store.commit(&key(1), txn(2)));
+        assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"b".to_vec()));
+        store.write(key(1), Timestamp(30), Some(b"c".to_vec()), txn(3), VersionState::Pending).unwrap();
+        assert!(store.revoke(&key(1), txn(3)));
+        assert!(!store.revoke(&key(1), txn(3)), "revoking twice finds nothing");
+        assert!(!store.commit(&key(1), txn(3)));
+        assert_eq!(store.versions(&key(1)).len(), 2);
+        assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"b".to_vec()));
+    }
+
+    #[test]
+    fn scans_respect_range_limit_direction_and_snapshot() {
+        let mut store = MvccStore::new();
+        for i in 0..10 {
+            put(&mut store, i, 10 + i, "x", i);
+        }
+        store.write(key(3), Timestamp(100), None, txn(99), VersionState::Committed).unwrap();
+        let range = |limit, reverse| ScanRange { start: key(2), end: key(8), limit, reverse };
+        let rows = |r: &ScanRange, ts| store.scan(r, Timestamp(ts)).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(rows(&range(100, false), 200), vec![key(2), key(4), key(5), key(6), key(7)]);
+        assert_eq!(rows(&range(100, false), 14), vec![key(2), key(3), key(4)], "snapshot at 14");
+        assert_eq!(rows(&range(2, true), 200), vec![key(7), key(6)]);
+        let empty = ScanRange { start: key(5), end: key(5), limit: 10, reverse: false };
+        assert!(store.scan(&empty, Timestamp::MAX).is_empty());
+    }
+
+    #[test]
+    fn gc_keeps_every_read_at_or_above_the_watermark() {
+        let mut store = MvccStore::new();
+        for ts in 1..=10 {
+            put(&mut store, 1, ts * 10, &format!("v{ts}"), ts);
+        }
+        store.write(key(2), Timestamp(5), None, txn(50), VersionState::Committed).unwrap();
+        store.write(key(1), Timestamp(200), Some(b"p".to_vec()), txn(60), VersionState::Pending).unwrap();
+        let before: Vec<_> = (55..=120).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
+        let removed = store.gc(Timestamp(55));
+        assert_eq!(removed, 4 + 1, "v1..v4 of key 1 and the dead delete of key 2");
+        let after: Vec<_> = (55..=120).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
+        assert_eq!(before, after);
+        assert_eq!(store.key_count(), 1);
+        assert_eq!(store.version_count(), 7, "v5..v10 and the pending version");
+        assert!(matches!(
+            store.write(key(1), Timestamp(50), None, txn(70), VersionState::Committed),
+            Err(StoreError::BelowWatermark { .. })
+        ));
+    }
+
+    #[test]
+    fn writes_prune_old_versions_incrementally() {
+        let mut store = MvccStore::new();
+        store.set_gc_watermark(Timestamp(1_000));
+        for ts in 1..=100 {
+            put(&mut store, 1, 1_000 + ts, "v", ts);
+        }
+        store.set_gc_watermark(Timestamp(1_090));
+        put(&mut store, 1, 1_101, "v", 101);
+        assert_eq!(store.versions(&key(1)).len(), 12, "1090..=1101");
+        assert_eq!(store.version_count(), 12);
+    }
+}

@@ -1,1 +1,81 @@
+//! Meridian workloads: registered procedures, transaction generators, bulk loaders, invariant
+//! checks, and the closed-loop client pool both drivers use.
+//!
+//! A [`Workload`] bundles everything a run needs to know about one workload. Generators and the
+//! client pool are sans-IO and seeded: the same seed gives the same transactions.
+#![deny(unsafe_code)]
 
+pub mod clients;
+pub mod dist;
+pub mod micro;
+
+use meridian_core::error::unknown_name;
+use meridian_core::txn::{Partitioner, Registry, TxnOutcome, TxnRequest};
+use meridian_core::{ConfigError, RequestId, ShardId};
+use meridian_storage::MvccStore;
+use serde::Serialize;
+
+/// The workload names `--workload` accepts.
+pub const WORKLOADS: [&str; 1] = ["micro-luigi"];
+
+/// Produces one client's transactions.
+pub trait TxnGenerator: Send {
+    /// The next transaction; `request` is unique per run (writes may embed it to be unique).
+    fn next(&mut self, request: RequestId) -> TxnRequest;
+}
+
+/// One invariant's verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckResult {
+    /// The invariant's name.
+    pub name: String,
+    /// True when it holds.
+    pub passed: bool,
+    /// What was found (counts when it holds; the first violations when it does not).
+    pub detail: String,
+}
+
+/// Checks a workload's invariants: sees every completed request, then the final stores.
+pub trait InvariantCheck: Send {
+    /// A request completed.
+    fn observe(&mut self, txn: &TxnRequest, outcome: &TxnOutcome);
+    /// Checks the final state of every shard (one store per shard, e.g. its leader's).
+    fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult>;
+}
+
+/// Everything a run needs to know about a workload.
+pub trait Workload: Send + Sync {
+    /// Its name.
+    fn name(&self) -> &'static str;
+    /// Its parameters, for reports.
+    fn describe(&self) -> serde_json::Value;
+    /// Its procedures (identical on every node).
+    fn registry(&self) -> Registry;
+    /// How its keys map to shards.
+    fn partitioner(&self) -> Partitioner;
+    /// Bulk-loads the initial data of `shard` straight into a store.
+    fn load(&self, shard: ShardId, store: &mut MvccStore);
+    /// A generator for client number `client`, seeded from the run seed.
+    fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator>;
+    /// A fresh invariant checker.
+    fn checker(&self) -> Box<dyn InvariantCheck>;
+}
+
+/// Options shared by the workloads (unused ones are ignored by a workload).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadOptions {
+    /// Number of shards.
+    pub shards: u32,
+    /// Keys per shard (micro).
+    pub keys_per_shard: u64,
+    /// Zipf skew; `None` for uniform key choice.
+    pub zipf_theta: Option<f64>,
+}
+
+/// Builds a workload by name.
+pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>, ConfigError> {
+    match name {
+        "micro-luigi" => Ok(Box::new(micro::MicroLuigi::new(options)?)),
+        other => Err(unknown_name("workload", other, &WORKLOADS)),
+    }
+}

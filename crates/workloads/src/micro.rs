@@ -1,0 +1,376 @@
+//! `micro-luigi`: the Luigi study's microbenchmark. Each transaction has 10 operations, half of
+//! them reads and half blind writes, on distinct keys spread over every shard: operation `i`
+//! goes to shard `i mod shards`, so with 2 shards every transaction is cross-shard. Keys within
+//! a shard are chosen uniformly or with Zipf skew.
+//!
+//! Keys are `table 1 ‖ id:u64`, shard `id / keys_per_shard`. A written value is
+//! `request:u64le ‖ id:u64le`, unique per (request, key), so a read names its writer.
+//!
+//! Invariant (`micro-last-writer`): after the run, every key holds the value of the committed
+//! transaction with the highest commit timestamp among those that wrote it, and keys nobody
+//! committed a write to are absent. It catches lost writes, writes of aborted transactions and
+//! commit timestamps out of order with the installed versions.
+
+use crate::dist::KeyDist;
+use crate::{CheckResult, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
+use meridian_core::key::Key;
+use meridian_core::rng::{child_rng, Rng};
+use meridian_core::txn::{
+    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan, PlanContext,
+    ProcError, Procedure, Reads, Registry, ShardTarget, TxnOutcome, TxnRequest, TxnResult, UserAbort, Write,
+};
+use meridian_core::{ConfigError, RequestId, ShardId, Timestamp};
+use meridian_storage::MvccStore;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The table byte of micro keys.
+pub const MICRO_TABLE: u8 = 1;
+/// Operations per transaction.
+pub const MICRO_OPS: usize = 10;
+/// Reads per transaction (the rest are writes).
+pub const MICRO_READS: usize = 5;
+/// Most draws spent looking for a key not yet in the transaction.
+const DISTINCT_DRAWS_MAX: u32 = 1_000;
+
+const _: () = assert!(MICRO_READS <= MICRO_OPS);
+
+/// The key of micro item `id`.
+pub fn micro_key(id: u64) -> Key {
+    Key::table(MICRO_TABLE).u64(id).build()
+}
+
+/// The value request `request` writes to item `id`.
+pub fn micro_value(request: u64, id: u64) -> Vec<u8> {
+    let mut value = Vec::with_capacity(16);
+    value.extend_from_slice(&request.to_le_bytes());
+    value.extend_from_slice(&id.to_le_bytes());
+    value
+}
+
+/// The workload.
+#[derive(Debug)]
+pub struct MicroLuigi {
+    shards: u32,
+    keys_per_shard: u64,
+    dist: KeyDist,
+}
+
+impl MicroLuigi {
+    /// Checks the options and builds the workload.
+    pub fn new(options: &WorkloadOptions) -> Result<Self, ConfigError> {
+        if options.shards == 0 {
+            return Err(ConfigError::new("micro-luigi needs at least one shard"));
+        }
+        if options.keys_per_shard < MICRO_OPS as u64 {
+            return Err(ConfigError::new(format!(
+                "micro-luigi needs at least {MICRO_OPS} keys per shard, got {}",
+                options.keys_per_shard
+            )));
+        }
+        let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
+        Ok(Self { shards: options.shards, keys_per_shard: options.keys_per_shard, dist })
+    }
+}
+
+impl Workload for MicroLuigi {
+    fn name(&self) -> &'static str {
+        "micro-luigi"
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": "micro-luigi",
+            "ops_per_txn": MICRO_OPS,
+            "reads_per_txn": MICRO_READS,
+            "keys_per_shard": self.keys_per_shard,
+            "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform".to_string(), KeyDist::Zipf(_) => "zipf".to_string() },
+        })
+    }
+
+    fn registry(&self) -> Registry {
+        let mut registry = Registry::default();
+        registry.register(Arc::new(MicroTxn { keys_per_shard: self.keys_per_shard }));
+        registry
+    }
+
+    fn partitioner(&self) -> Partitioner {
+        Partitioner::new(self.shards, PartitionRule::LeadingInt { base: 0, per_shard: self.keys_per_shard })
+            .expect("validated in new")
+    }
+
+    fn load(&self, _shard: ShardId, _store: &mut MvccStore) {
+        // Keys start absent: a read of an absent key is a valid read of the initial state.
+    }
+
+    fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
+        Box::new(MicroGenerator {
+            rng: child_rng(seed, "micro-client", u64::from(client)),
+            shards: self.shards,
+            keys_per_shard: self.keys_per_shard,
+            dist: self.dist.clone(),
+        })
+    }
+
+    fn checker(&self) -> Box<dyn InvariantCheck> {
+        Box::new(MicroCheck::default())
+    }
+}
+
+/// Generates micro transactions for one client.
+struct MicroGenerator {
+    rng: Rng,
+    shards: u32,
+    keys_per_shard: u64,
+    dist: KeyDist,
+}
+
+impl TxnGenerator for MicroGenerator {
+    fn next(&mut self, request: RequestId) -> TxnRequest {
+        let mut ids: Vec<u64> = Vec::with_capacity(MICRO_OPS);
+        for op in 0..MICRO_OPS {
+            let shard = (op as u64) % u64::from(self.shards);
+            let mut id = shard * self.keys_per_shard + self.dist.sample(&mut self.rng);
+            // Distinct keys: redraw, then fall back to the next free id (bounded: ops < keys).
+            let mut draws = 0;
+            while ids.contains(&id) {
+                draws += 1;
+                id = if draws < DISTINCT_DRAWS_MAX {
+                    shard * self.keys_per_shard + self.dist.sample(&mut self.rng)
+                } else {
+                    shard * self.keys_per_shard + (id + 1 - shard * self.keys_per_shard) % self.keys_per_shard
+                };
+            }
+            ids.push(id);
+        }
+        let (reads, writes) = ids.split_at(MICRO_READS);
+        TxnRequest {
+            proc: meridian_core::txn::ProcId(0),
+            args: vec![
+                Datum::List(reads.iter().map(|&id| Datum::Uint(id)).collect()),
+                Datum::List(writes.iter().map(|&id| Datum::Uint(id)).collect()),
+                Datum::Uint(request.0),
+            ],
+        }
+    }
+}
+
+/// The one micro procedure: a piece per shard touched.
+#[derive(Debug)]
+struct MicroTxn {
+    keys_per_shard: u64,
+}
+
+struct MicroArgs<'a> {
+    reads: &'a [Datum],
+    writes: &'a [Datum],
+    request: u64,
+}
+
+fn parse(args: &Args) -> Result<MicroArgs<'_>, ProcError> {
+    match args.as_slice() {
+        [Datum::List(reads), Datum::List(writes), Datum::Uint(request)] => {
+            if reads.iter().chain(writes).any(|d| d.as_uint().is_none()) {
+                return Err(ProcError::BadArgs("micro ids must be unsigned integers".into()));
+            }
+            Ok(MicroArgs { reads, writes, request: *request })
+        }
+        _ => Err(ProcError::BadArgs("micro takes [reads list, writes list, request]".into())),
+    }
+}
+
+impl MicroTxn {
+    fn shard_of(&self, id: u64) -> u32 {
+        (id / self.keys_per_shard) as u32
+    }
+
+    /// The shards touched, in order: piece `i` is the `i`-th of them.
+    fn shards(&self, args: &MicroArgs<'_>) -> Vec<u32> {
+        let mut shards: Vec<u32> =
+            args.reads.iter().chain(args.writes).filter_map(Datum::as_uint).map(|id| self.shard_of(id)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+    }
+
+    fn ids_on<'a>(&self, list: &'a [Datum], shard: u32) -> impl Iterator<Item = u64> + 'a {
+        let keys_per_shard = self.keys_per_shard;
+        list.iter().filter_map(Datum::as_uint).filter(move |&id| (id / keys_per_shard) as u32 == shard)
+    }
+
+    fn piece_shard(&self, piece: u32, args: &MicroArgs<'_>) -> Result<u32, ProcError> {
+        self.shards(args).get(piece as usize).copied().ok_or_else(|| ProcError::BadArgs(format!("no piece {piece}")))
+    }
+}
+
+impl Procedure for MicroTxn {
+    fn name(&self) -> &'static str {
+        "micro"
+    }
+
+    fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
+        let args = parse(args)?;
+        let shards = self.shards(&args);
+        if let Some(&bad) = shards.iter().find(|&&s| s >= context.partitioner.shards()) {
+            return Err(ProcError::BadArgs(format!("micro id on shard {bad}, beyond the cluster")));
+        }
+        Ok(shards.into_iter().map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s)), deps: Vec::new() }).collect())
+    }
+
+    fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
+        let args = parse(args)?;
+        let shard = self.piece_shard(piece, &args)?;
+        Ok(KeySet {
+            reads: self.ids_on(args.reads, shard).map(micro_key).collect(),
+            writes: self.ids_on(args.writes, shard).map(micro_key).collect(),
+            scans: Vec::new(),
+        })
+    }
+
+    fn execute(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput], reads: &Reads) -> Result<PieceEffects, UserAbort> {
+        let args = parse(args).map_err(|e| UserAbort(e.to_string()))?;
+        let shard = self.piece_shard(piece, &args).map_err(|e| UserAbort(e.to_string()))?;
+        let writes = self
+            .ids_on(args.writes, shard)
+            .map(|id| Write { key: micro_key(id), value: Some(micro_value(args.request, id)) })
+            .collect();
+        let found = reads.values.iter().filter(|v| v.is_some()).count() as u64;
+        Ok(PieceEffects { writes, output: vec![Datum::Uint(found)] })
+    }
+}
+
+/// The last-writer invariant (see the module documentation).
+#[derive(Debug, Default)]
+pub struct MicroCheck {
+    last: BTreeMap<u64, (Timestamp, u64)>,
+    committed: u64,
+    duplicate_ts: Vec<String>,
+}
+
+impl InvariantCheck for MicroCheck {
+    fn observe(&mut self, txn: &TxnRequest, outcome: &TxnOutcome) {
+        let (TxnResult::Committed, Some(ts)) = (&outcome.result, outcome.commit_ts) else { return };
+        let Ok(args) = parse(&txn.args) else { return };
+        self.committed += 1;
+        for id in args.writes.iter().filter_map(Datum::as_uint) {
+            let entry = self.last.entry(id).or_insert((Timestamp::ZERO, u64::MAX));
+            if ts == entry.0 && self.duplicate_ts.len() < 5 {
+                self.duplicate_ts.push(format!("item {id}: requests {} and {} both committed at {}", entry.1, args.request, ts.0));
+            }
+            if ts > entry.0 {
+                *entry = (ts, args.request);
+            }
+        }
+    }
+
+    fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {
+        let mut problems: Vec<String> = self.duplicate_ts.clone();
+        let mut keys_checked = 0u64;
+        let mut expected_keys = self.last.clone();
+        for (shard, store) in stores {
+            for (key, version) in store.latest_values() {
+                let mut reader = key.reader();
+                let Ok(id) = reader.u64() else {
+                    problems.push(format!("shard {}: undecodable key {key:?}", shard.0));
+                    continue;
+                };
+                keys_checked += 1;
+                let value = version.value.as_deref().unwrap_or_default();
+                match expected_keys.remove(&id) {
+                    Some((_, request)) if value == micro_value(request, id).as_slice() => {}
+                    Some((ts, request)) => problems.push(format!(
+                        "item {id}: holds {value:?}, expected the write of request {request} (commit ts {})",
+                        ts.0
+                    )),
+                    None => problems.push(format!("item {id}: holds {value:?} but no committed transaction wrote it")),
+                }
+            }
+        }
+        for (id, (_, request)) in expected_keys.iter().take(5) {
+            problems.push(format!("item {id}: committed write of request {request} is missing"));
+        }
+        let missing = expected_keys.len();
+        let passed = problems.is_empty();
+        let detail = if passed {
+            format!("{keys_checked} keys hold the last committed write of {} commits", self.committed)
+        } else {
+            format!("{} problems ({missing} writes missing); first: {}", problems.len() + missing.saturating_sub(5), problems[..problems.len().min(5)].join("; "))
+        };
+        vec![CheckResult { name: "micro-last-writer".into(), passed, detail }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::{NodeId, TxnId};
+    use meridian_storage::VersionState;
+
+    fn workload(shards: u32) -> MicroLuigi {
+        MicroLuigi::new(&WorkloadOptions { shards, keys_per_shard: 1_000, zipf_theta: Some(0.9) }).unwrap()
+    }
+
+    #[test]
+    fn transactions_touch_every_shard_with_distinct_keys() {
+        let w = workload(2);
+        let mut generator = w.generator(0, 7);
+        let registry = w.registry();
+        let partitioner = w.partitioner();
+        for request in 0..500 {
+            let txn = generator.next(RequestId(request));
+            let args = parse(&txn.args).unwrap();
+            assert_eq!((args.reads.len(), args.writes.len()), (MICRO_READS, MICRO_OPS - MICRO_READS));
+            let mut ids: Vec<u64> = args.reads.iter().chain(args.writes).filter_map(Datum::as_uint).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), MICRO_OPS, "distinct keys");
+            let procedure = registry.get(txn.proc).unwrap();
+            let plan = procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
+            assert_eq!(plan.len(), 2, "every transaction touches both shards");
+            for (piece, spec) in plan.iter().enumerate() {
+                let keys = procedure.keys(piece as u32, &txn.args, &[]).unwrap();
+                let ShardTarget::Shard(shard) = spec.target else { panic!("micro pieces are bound") };
+                assert!(keys.reads.iter().chain(&keys.writes).all(|k| partitioner.allows(shard, k)));
+            }
+        }
+    }
+
+    #[test]
+    fn generators_are_deterministic_per_seed_and_client() {
+        let w = workload(2);
+        let draw = |client, seed| (0..20).map(|r| w.generator(client, seed).next(RequestId(r))).collect::<Vec<_>>();
+        assert_eq!(draw(1, 5), draw(1, 5));
+        assert_ne!(draw(1, 5), draw(2, 5));
+    }
+
+    #[test]
+    fn last_writer_check_passes_on_a_correct_store_and_fails_on_corruption() {
+        let w = workload(1);
+        let mut check = w.checker();
+        let mut store = MvccStore::new();
+        let txn = |request: u64, writes: &[u64]| TxnRequest {
+            proc: meridian_core::txn::ProcId(0),
+            args: vec![Datum::List(vec![]), Datum::List(writes.iter().map(|&i| Datum::Uint(i)).collect()), Datum::Uint(request)],
+        };
+        let commit = |ts| TxnOutcome { result: TxnResult::Committed, outputs: vec![], commit_ts: Some(Timestamp(ts)), retries: 0, shards_touched: 1 };
+        // Request 2 commits after request 1 in timestamp order although it completes first.
+        check.observe(&txn(2, &[5, 6]), &commit(20));
+        check.observe(&txn(1, &[5]), &commit(10));
+        check.observe(&txn(3, &[7]), &TxnOutcome::failed(meridian_core::txn::TxnFailure::RetriesExhausted));
+        let writer = TxnId { origin: NodeId(0), seq: 1 };
+        for (id, request, ts) in [(5, 1, 10), (5, 2, 20), (6, 2, 20)] {
+            store.write(micro_key(id), Timestamp(ts), Some(micro_value(request, id)), writer, VersionState::Committed).unwrap();
+        }
+        let results = check.check(&[(ShardId(0), &store)]);
+        assert!(results[0].passed, "{:?}", results);
+        // A lost write: the newest version of item 6 disappears.
+        let mut lost = MvccStore::new();
+        lost.write(micro_key(5), Timestamp(20), Some(micro_value(2, 5)), writer, VersionState::Committed).unwrap();
+        let results = check.check(&[(ShardId(0), &lost)]);
+        assert!(!results[0].passed && results[0].detail.contains("item 6"), "{:?}", results);
+        // An aborted write visible: item 7 was written by a failed request.
+        store.write(micro_key(7), Timestamp(30), Some(micro_value(3, 7)), writer, VersionState::Committed).unwrap();
+        let results = check.check(&[(ShardId(0), &store)]);
+        assert!(!results[0].passed && results[0].detail.contains("item 7"), "{:?}", results);
+    }
+}
