@@ -30,7 +30,9 @@ pub fn ns_to_ms(ns: u64) -> f64 {
 
 /// The position of a version in a key's history. Larger is newer. Protocols choose how they
 /// assign them (OCC: a commit timestamp above every version it read or overwrote).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Timestamp(pub u64);
 
 impl Timestamp {

@@ -64,8 +64,12 @@ pub enum StoreError {
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::DuplicateTimestamp { key, ts } => write!(f, "{key:?} already has a version at {}", ts.0),
-            Self::BelowWatermark { key, ts } => write!(f, "write to {key:?} at {} is below the GC watermark", ts.0),
+            Self::DuplicateTimestamp { key, ts } => {
+                write!(f, "{key:?} already has a version at {}", ts.0)
+            }
+            Self::BelowWatermark { key, ts } => {
+                write!(f, "write to {key:?} at {} is below the GC watermark", ts.0)
+            }
         }
     }
 }
@@ -89,7 +93,12 @@ impl MvccStore {
     /// Loads an initial value (committed at `Timestamp::ZERO` by `TxnId::LOAD`), replacing any
     /// history of the key. For bulk loading before transactions run.
     pub fn load(&mut self, key: Key, value: Value) {
-        let version = Version { ts: Timestamp::ZERO, value: Some(value), writer: TxnId::LOAD, state: VersionState::Committed };
+        let version = Version {
+            ts: Timestamp::ZERO,
+            value: Some(value),
+            writer: TxnId::LOAD,
+            state: VersionState::Committed,
+        };
         if let Some(old) = self.map.insert(key, vec![version]) {
             self.versions -= old.len() as u64;
         }
@@ -117,23 +126,45 @@ impl MvccStore {
     }
 
     fn visible(chain: &[Version], ts: Timestamp) -> Option<&Version> {
-        chain.iter().rev().find(|v| v.ts <= ts && v.state == VersionState::Committed)
+        chain
+            .iter()
+            .rev()
+            .find(|v| v.ts <= ts && v.state == VersionState::Committed)
     }
 
     /// Adds a version. Fails if the key already has a version at `ts` or `ts` is at or below the
     /// GC watermark (its history there is gone). Prunes the key's old versions below the
     /// watermark as it goes, so chains stay short without a full sweep.
-    pub fn write(&mut self, key: Key, ts: Timestamp, value: Option<Value>, writer: TxnId, state: VersionState) -> Result<(), StoreError> {
+    pub fn write(
+        &mut self,
+        key: Key,
+        ts: Timestamp,
+        value: Option<Value>,
+        writer: TxnId,
+        state: VersionState,
+    ) -> Result<(), StoreError> {
         if ts <= self.gc_watermark && self.gc_watermark > Timestamp::ZERO {
             return Err(StoreError::BelowWatermark { key, ts });
         }
-        if self.versions(&key).binary_search_by(|v| v.ts.cmp(&ts)).is_ok() {
+        if self
+            .versions(&key)
+            .binary_search_by(|v| v.ts.cmp(&ts))
+            .is_ok()
+        {
             return Err(StoreError::DuplicateTimestamp { key, ts });
         }
         let watermark = self.gc_watermark;
         let chain = self.map.entry(key).or_default();
         let position = chain.partition_point(|v| v.ts < ts);
-        chain.insert(position, Version { ts, value, writer, state });
+        chain.insert(
+            position,
+            Version {
+                ts,
+                value,
+                writer,
+                state,
+            },
+        );
         self.versions += 1;
         let removed = Self::prune_chain(chain, watermark);
         self.versions -= removed;
@@ -143,8 +174,13 @@ impl MvccStore {
 
     /// Marks `writer`'s pending version of `key` committed. False when there is none.
     pub fn commit(&mut self, key: &Key, writer: TxnId) -> bool {
-        let Some(chain) = self.map.get_mut(key) else { return false };
-        match chain.iter_mut().find(|v| v.writer == writer && v.state == VersionState::Pending) {
+        let Some(chain) = self.map.get_mut(key) else {
+            return false;
+        };
+        match chain
+            .iter_mut()
+            .find(|v| v.writer == writer && v.state == VersionState::Pending)
+        {
             Some(version) => {
                 version.state = VersionState::Committed;
                 true
@@ -155,8 +191,13 @@ impl MvccStore {
 
     /// Removes `writer`'s pending version of `key`. False when there is none.
     pub fn revoke(&mut self, key: &Key, writer: TxnId) -> bool {
-        let Some(chain) = self.map.get_mut(key) else { return false };
-        let Some(index) = chain.iter().position(|v| v.writer == writer && v.state == VersionState::Pending) else {
+        let Some(chain) = self.map.get_mut(key) else {
+            return false;
+        };
+        let Some(index) = chain
+            .iter()
+            .position(|v| v.writer == writer && v.state == VersionState::Pending)
+        else {
             return false;
         };
         chain.remove(index);
@@ -175,12 +216,23 @@ impl MvccStore {
         }
         let limit = range.limit as usize;
         let visible = |(key, chain): (&Key, &Vec<Version>)| {
-            Self::visible(chain, ts).filter(|v| v.value.is_some()).map(|v| (key.clone(), v.clone()))
+            Self::visible(chain, ts)
+                .filter(|v| v.value.is_some())
+                .map(|v| (key.clone(), v.clone()))
         };
         if range.reverse {
-            self.map.range::<Key, _>(bounds).rev().filter_map(visible).take(limit).collect()
+            self.map
+                .range::<Key, _>(bounds)
+                .rev()
+                .filter_map(visible)
+                .take(limit)
+                .collect()
         } else {
-            self.map.range::<Key, _>(bounds).filter_map(visible).take(limit).collect()
+            self.map
+                .range::<Key, _>(bounds)
+                .filter_map(visible)
+                .take(limit)
+                .collect()
         }
     }
 
@@ -203,7 +255,10 @@ impl MvccStore {
         self.map.retain(|_, chain| {
             removed += Self::prune_chain(chain, watermark);
             // A key whose only version is an old delete is gone for every reader.
-            let dead = chain.len() == 1 && chain[0].value.is_none() && chain[0].ts <= watermark && chain[0].state == VersionState::Committed;
+            let dead = chain.len() == 1
+                && chain[0].value.is_none()
+                && chain[0].ts <= watermark
+                && chain[0].state == VersionState::Committed;
             if dead {
                 removed += 1;
             }
@@ -215,7 +270,10 @@ impl MvccStore {
 
     /// Drops committed versions older than the newest committed one at or below `watermark`.
     fn prune_chain(chain: &mut Vec<Version>, watermark: Timestamp) -> u64 {
-        let Some(keep_from) = chain.iter().rposition(|v| v.ts <= watermark && v.state == VersionState::Committed) else {
+        let Some(keep_from) = chain
+            .iter()
+            .rposition(|v| v.ts <= watermark && v.state == VersionState::Committed)
+        else {
             return 0;
         };
         let before = chain.len();
@@ -240,7 +298,11 @@ impl MvccStore {
 
     /// Every key with its newest committed value (deletes skipped), in key order.
     pub fn latest_values(&self) -> impl Iterator<Item = (&Key, &Version)> {
-        self.map.iter().filter_map(|(k, c)| Self::visible(c, Timestamp::MAX).filter(|v| v.value.is_some()).map(|v| (k, v)))
+        self.map.iter().filter_map(|(k, c)| {
+            Self::visible(c, Timestamp::MAX)
+                .filter(|v| v.value.is_some())
+                .map(|v| (k, v))
+        })
     }
 }
 
@@ -250,7 +312,10 @@ mod tests {
     use meridian_core::NodeId;
 
     fn txn(seq: u64) -> TxnId {
-        TxnId { origin: NodeId(0), seq }
+        TxnId {
+            origin: NodeId(0),
+            seq,
+        }
     }
 
     fn key(i: u64) -> Key {
@@ -258,7 +323,15 @@ mod tests {
     }
 
     fn put(store: &mut MvccStore, k: u64, ts: u64, value: &str, seq: u64) {
-        store.write(key(k), Timestamp(ts), Some(value.as_bytes().to_vec()), txn(seq), VersionState::Committed).unwrap();
+        store
+            .write(
+                key(k),
+                Timestamp(ts),
+                Some(value.as_bytes().to_vec()),
+                txn(seq),
+                VersionState::Committed,
+            )
+            .unwrap();
     }
 
     #[test]
@@ -275,7 +348,9 @@ mod tests {
         // Out-of-order insertion keeps the chain sorted.
         put(&mut store, 1, 15, "v15", 3);
         assert_eq!(store.get_at(&key(1), Timestamp(16)), Some(&b"v15".to_vec()));
-        let err = store.write(key(1), Timestamp(15), None, txn(4), VersionState::Committed).unwrap_err();
+        let err = store
+            .write(key(1), Timestamp(15), None, txn(4), VersionState::Committed)
+            .unwrap_err();
         assert!(matches!(err, StoreError::DuplicateTimestamp { .. }));
     }
 
@@ -283,23 +358,48 @@ mod tests {
     fn deletes_hide_values() {
         let mut store = MvccStore::new();
         put(&mut store, 1, 10, "a", 1);
-        store.write(key(1), Timestamp(20), None, txn(2), VersionState::Committed).unwrap();
+        store
+            .write(key(1), Timestamp(20), None, txn(2), VersionState::Committed)
+            .unwrap();
         assert_eq!(store.get_at(&key(1), Timestamp(15)), Some(&b"a".to_vec()));
         assert_eq!(store.get_at(&key(1), Timestamp(25)), None);
-        assert!(store.read_at(&key(1), Timestamp(25)).unwrap().value.is_none());
+        assert!(store
+            .read_at(&key(1), Timestamp(25))
+            .unwrap()
+            .value
+            .is_none());
     }
 
     #[test]
     fn pending_versions_are_invisible_until_committed_and_revocable() {
         let mut store = MvccStore::new();
         put(&mut store, 1, 10, "a", 1);
-        store.write(key(1), Timestamp(20), Some(b"b".to_vec()), txn(2), VersionState::Pending).unwrap();
+        store
+            .write(
+                key(1),
+                Timestamp(20),
+                Some(b"b".to_vec()),
+                txn(2),
+                VersionState::Pending,
+            )
+            .unwrap();
         assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"a".to_vec()));
         assert!(store.commit(&key(1), txn(2)));
         assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"b".to_vec()));
-        store.write(key(1), Timestamp(30), Some(b"c".to_vec()), txn(3), VersionState::Pending).unwrap();
+        store
+            .write(
+                key(1),
+                Timestamp(30),
+                Some(b"c".to_vec()),
+                txn(3),
+                VersionState::Pending,
+            )
+            .unwrap();
         assert!(store.revoke(&key(1), txn(3)));
-        assert!(!store.revoke(&key(1), txn(3)), "revoking twice finds nothing");
+        assert!(
+            !store.revoke(&key(1), txn(3)),
+            "revoking twice finds nothing"
+        );
         assert!(!store.commit(&key(1), txn(3)));
         assert_eq!(store.versions(&key(1)).len(), 2);
         assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"b".to_vec()));
@@ -311,13 +411,44 @@ mod tests {
         for i in 0..10 {
             put(&mut store, i, 10 + i, "x", i);
         }
-        store.write(key(3), Timestamp(100), None, txn(99), VersionState::Committed).unwrap();
-        let range = |limit, reverse| ScanRange { start: key(2), end: key(8), limit, reverse };
-        let rows = |r: &ScanRange, ts| store.scan(r, Timestamp(ts)).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
-        assert_eq!(rows(&range(100, false), 200), vec![key(2), key(4), key(5), key(6), key(7)]);
-        assert_eq!(rows(&range(100, false), 14), vec![key(2), key(3), key(4)], "snapshot at 14");
+        store
+            .write(
+                key(3),
+                Timestamp(100),
+                None,
+                txn(99),
+                VersionState::Committed,
+            )
+            .unwrap();
+        let range = |limit, reverse| ScanRange {
+            start: key(2),
+            end: key(8),
+            limit,
+            reverse,
+        };
+        let rows = |r: &ScanRange, ts| {
+            store
+                .scan(r, Timestamp(ts))
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            rows(&range(100, false), 200),
+            vec![key(2), key(4), key(5), key(6), key(7)]
+        );
+        assert_eq!(
+            rows(&range(100, false), 14),
+            vec![key(2), key(3), key(4)],
+            "snapshot at 14"
+        );
         assert_eq!(rows(&range(2, true), 200), vec![key(7), key(6)]);
-        let empty = ScanRange { start: key(5), end: key(5), limit: 10, reverse: false };
+        let empty = ScanRange {
+            start: key(5),
+            end: key(5),
+            limit: 10,
+            reverse: false,
+        };
         assert!(store.scan(&empty, Timestamp::MAX).is_empty());
     }
 
@@ -327,17 +458,41 @@ mod tests {
         for ts in 1..=10 {
             put(&mut store, 1, ts * 10, &format!("v{ts}"), ts);
         }
-        store.write(key(2), Timestamp(5), None, txn(50), VersionState::Committed).unwrap();
-        store.write(key(1), Timestamp(200), Some(b"p".to_vec()), txn(60), VersionState::Pending).unwrap();
-        let before: Vec<_> = (55..=120).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
+        store
+            .write(key(2), Timestamp(5), None, txn(50), VersionState::Committed)
+            .unwrap();
+        store
+            .write(
+                key(1),
+                Timestamp(200),
+                Some(b"p".to_vec()),
+                txn(60),
+                VersionState::Pending,
+            )
+            .unwrap();
+        let before: Vec<_> = (55..=120)
+            .map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned())
+            .collect();
         let removed = store.gc(Timestamp(55));
-        assert_eq!(removed, 4 + 1, "v1..v4 of key 1 and the dead delete of key 2");
-        let after: Vec<_> = (55..=120).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
+        assert_eq!(
+            removed,
+            4 + 1,
+            "v1..v4 of key 1 and the dead delete of key 2"
+        );
+        let after: Vec<_> = (55..=120)
+            .map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned())
+            .collect();
         assert_eq!(before, after);
         assert_eq!(store.key_count(), 1);
         assert_eq!(store.version_count(), 7, "v5..v10 and the pending version");
         assert!(matches!(
-            store.write(key(1), Timestamp(50), None, txn(70), VersionState::Committed),
+            store.write(
+                key(1),
+                Timestamp(50),
+                None,
+                txn(70),
+                VersionState::Committed
+            ),
             Err(StoreError::BelowWatermark { .. })
         ));
     }

@@ -63,7 +63,10 @@ impl ClosedLoopClients {
     /// A pool of clients numbered `first_client..`, each bound to a coordinator with its own
     /// generator.
     pub fn new(first_client: u32, clients: Vec<(NodeId, Box<dyn TxnGenerator>)>) -> Self {
-        assert!(first_client as usize + clients.len() <= CLIENTS_MAX as usize, "too many clients");
+        assert!(
+            first_client as usize + clients.len() <= CLIENTS_MAX as usize,
+            "too many clients"
+        );
         let clients = clients
             .into_iter()
             .enumerate()
@@ -75,7 +78,14 @@ impl ClosedLoopClients {
                 outstanding: None,
             })
             .collect();
-        Self { clients, first_client, stopped: false, completions: VecDeque::new(), completions_dropped: 0, lost: 0 }
+        Self {
+            clients,
+            first_client,
+            stopped: false,
+            completions: VecDeque::new(),
+            completions_dropped: 0,
+            lost: 0,
+        }
     }
 
     /// Stops submitting; outstanding requests still complete.
@@ -95,7 +105,10 @@ impl ClosedLoopClients {
 
     /// Requests now outstanding.
     pub fn outstanding(&self) -> usize {
-        self.clients.iter().filter(|c| c.outstanding.is_some()).count()
+        self.clients
+            .iter()
+            .filter(|c| c.outstanding.is_some())
+            .count()
     }
 
     fn next_request(&mut self, index: usize, now: Time) -> Option<(NodeId, ClientRequest)> {
@@ -120,14 +133,26 @@ impl ClosedLoopClients {
 
 impl ClientDriver for ClosedLoopClients {
     fn start(&mut self, now: Time) -> Vec<(NodeId, ClientRequest)> {
-        (0..self.clients.len()).filter_map(|i| self.next_request(i, now)).collect()
+        (0..self.clients.len())
+            .filter_map(|i| self.next_request(i, now))
+            .collect()
     }
 
-    fn on_reply(&mut self, now: Time, node: NodeId, request: RequestId, outcome: &TxnOutcome) -> Vec<(NodeId, ClientRequest)> {
-        let Some(index) = self.client_index(request) else { return Vec::new() };
+    fn on_reply(
+        &mut self,
+        now: Time,
+        node: NodeId,
+        request: RequestId,
+        outcome: &TxnOutcome,
+    ) -> Vec<(NodeId, ClientRequest)> {
+        let Some(index) = self.client_index(request) else {
+            return Vec::new();
+        };
         let client = &mut self.clients[index];
         // A reply for anything but the outstanding request (a duplicate) is ignored.
-        let Some((id, submitted_at, _)) = &client.outstanding else { return Vec::new() };
+        let Some((id, submitted_at, _)) = &client.outstanding else {
+            return Vec::new();
+        };
         if *id != request || client.coordinator != node {
             return Vec::new();
         }
@@ -159,9 +184,13 @@ impl ClientDriver for ClosedLoopClients {
 
     fn on_restart(&mut self, now: Time, node: NodeId) -> Vec<(NodeId, ClientRequest)> {
         let idle: Vec<usize> = (0..self.clients.len())
-            .filter(|&i| self.clients[i].coordinator == node && self.clients[i].outstanding.is_none())
+            .filter(|&i| {
+                self.clients[i].coordinator == node && self.clients[i].outstanding.is_none()
+            })
             .collect();
-        idle.into_iter().filter_map(|i| self.next_request(i, now)).collect()
+        idle.into_iter()
+            .filter_map(|i| self.next_request(i, now))
+            .collect()
     }
 
     fn stop(&mut self) {
@@ -181,35 +210,61 @@ mod tests {
     struct Counter;
     impl TxnGenerator for Counter {
         fn next(&mut self, request: RequestId) -> TxnRequest {
-            TxnRequest { proc: ProcId(0), args: vec![meridian_core::txn::Datum::Uint(request.0)] }
+            TxnRequest {
+                proc: ProcId(0),
+                args: vec![meridian_core::txn::Datum::Uint(request.0)],
+            }
         }
     }
 
     fn committed() -> TxnOutcome {
-        TxnOutcome { result: TxnResult::Committed, outputs: vec![], commit_ts: None, retries: 0, shards_touched: 1 }
+        TxnOutcome {
+            result: TxnResult::Committed,
+            outputs: vec![],
+            commit_ts: None,
+            retries: 0,
+            shards_touched: 1,
+        }
     }
 
     #[test]
     fn each_client_keeps_one_request_outstanding() {
-        let mut pool = ClosedLoopClients::new(3, vec![(NodeId(0), Box::new(Counter)), (NodeId(1), Box::new(Counter))]);
+        let mut pool = ClosedLoopClients::new(
+            3,
+            vec![
+                (NodeId(0), Box::new(Counter)),
+                (NodeId(1), Box::new(Counter)),
+            ],
+        );
         let first = pool.start(100);
         assert_eq!(first.len(), 2);
         assert_eq!(pool.outstanding(), 2);
         let (node, request) = &first[1];
         assert_eq!(*node, NodeId(1));
         // A reply from the wrong node or for an unknown request changes nothing.
-        assert!(pool.on_reply(150, NodeId(0), request.id, &committed()).is_empty());
-        assert!(pool.on_reply(150, NodeId(1), RequestId(12345), &committed()).is_empty());
+        assert!(pool
+            .on_reply(150, NodeId(0), request.id, &committed())
+            .is_empty());
+        assert!(pool
+            .on_reply(150, NodeId(1), RequestId(12345), &committed())
+            .is_empty());
         let next = pool.on_reply(200, NodeId(1), request.id, &committed());
         assert_eq!(next.len(), 1);
         assert_ne!(next[0].1.id, request.id);
         // The duplicate reply is ignored.
-        assert!(pool.on_reply(210, NodeId(1), request.id, &committed()).is_empty());
+        assert!(pool
+            .on_reply(210, NodeId(1), request.id, &committed())
+            .is_empty());
         let done = pool.drain_completions();
         assert_eq!(done.len(), 1);
-        assert_eq!((done[0].client, done[0].submitted_at, done[0].completed_at), (4, 100, 200));
+        assert_eq!(
+            (done[0].client, done[0].submitted_at, done[0].completed_at),
+            (4, 100, 200)
+        );
         pool.stop();
-        assert!(pool.on_reply(300, NodeId(1), next[0].1.id, &committed()).is_empty());
+        assert!(pool
+            .on_reply(300, NodeId(1), next[0].1.id, &committed())
+            .is_empty());
         assert!(!pool.finished());
         pool.on_crash(NodeId(0));
         assert!(pool.finished());

@@ -23,7 +23,9 @@ impl KeyDist {
     /// Uniform when `theta` is `None`, Zipfian otherwise.
     pub fn new(items: u64, theta: Option<f64>) -> Result<Self, ConfigError> {
         if items == 0 {
-            return Err(ConfigError::new("a key distribution needs at least one item"));
+            return Err(ConfigError::new(
+                "a key distribution needs at least one item",
+            ));
         }
         match theta {
             None => Ok(Self::Uniform { items }),
@@ -54,16 +56,26 @@ impl Zipf {
     /// A distribution with skew `theta` in (0, 1).
     pub fn new(items: u64, theta: f64) -> Result<Self, ConfigError> {
         if !(theta > 0.0 && theta < 1.0) {
-            return Err(ConfigError::new(format!("zipf theta must be in (0, 1), got {theta}")));
+            return Err(ConfigError::new(format!(
+                "zipf theta must be in (0, 1), got {theta}"
+            )));
         }
         if items == 0 || items > ZIPF_ITEMS_MAX {
-            return Err(ConfigError::new(format!("zipf needs 1..={ZIPF_ITEMS_MAX} items, got {items}")));
+            return Err(ConfigError::new(format!(
+                "zipf needs 1..={ZIPF_ITEMS_MAX} items, got {items}"
+            )));
         }
         let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
         let zeta_n = zeta(items);
         let zeta_2 = zeta(2.min(items));
         let eta = (1.0 - (2.0 / items as f64).powf(1.0 - theta)) / (1.0 - zeta_2 / zeta_n);
-        Ok(Self { items, theta, alpha: 1.0 / (1.0 - theta), zeta_n, eta })
+        Ok(Self {
+            items,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zeta_n,
+            eta,
+        })
     }
 
     /// Draws an item; 0 is the most popular.
@@ -102,7 +114,10 @@ mod tests {
         for (item, tolerance) in [(0usize, 0.03), (1, 0.03), (9, 0.15), (99, 0.25)] {
             let expected = draws as f64 / ((item as f64 + 1.0).powf(theta) * zipf.zeta_n);
             let found = counts[item] as f64;
-            assert!((found - expected).abs() / expected < tolerance, "item {item}: {found} vs {expected}");
+            assert!(
+                (found - expected).abs() / expected < tolerance,
+                "item {item}: {found} vs {expected}"
+            );
         }
         assert!(counts.iter().all(|&c| c < counts[0] + 1));
     }

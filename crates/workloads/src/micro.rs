@@ -16,8 +16,9 @@ use crate::{CheckResult, InvariantCheck, TxnGenerator, Workload, WorkloadOptions
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan, PlanContext,
-    ProcError, Procedure, Reads, Registry, ShardTarget, TxnOutcome, TxnRequest, TxnResult, UserAbort, Write,
+    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
+    PlanContext, ProcError, Procedure, Reads, Registry, ShardTarget, TxnOutcome, TxnRequest,
+    TxnResult, UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId, Timestamp};
 use meridian_storage::MvccStore;
@@ -69,7 +70,11 @@ impl MicroLuigi {
             )));
         }
         let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
-        Ok(Self { shards: options.shards, keys_per_shard: options.keys_per_shard, dist })
+        Ok(Self {
+            shards: options.shards,
+            keys_per_shard: options.keys_per_shard,
+            dist,
+        })
     }
 }
 
@@ -90,13 +95,21 @@ impl Workload for MicroLuigi {
 
     fn registry(&self) -> Registry {
         let mut registry = Registry::default();
-        registry.register(Arc::new(MicroTxn { keys_per_shard: self.keys_per_shard }));
+        registry.register(Arc::new(MicroTxn {
+            keys_per_shard: self.keys_per_shard,
+        }));
         registry
     }
 
     fn partitioner(&self) -> Partitioner {
-        Partitioner::new(self.shards, PartitionRule::LeadingInt { base: 0, per_shard: self.keys_per_shard })
-            .expect("validated in new")
+        Partitioner::new(
+            self.shards,
+            PartitionRule::LeadingInt {
+                base: 0,
+                per_shard: self.keys_per_shard,
+            },
+        )
+        .expect("validated in new")
     }
 
     fn load(&self, _shard: ShardId, _store: &mut MvccStore) {
@@ -138,7 +151,8 @@ impl TxnGenerator for MicroGenerator {
                 id = if draws < DISTINCT_DRAWS_MAX {
                     shard * self.keys_per_shard + self.dist.sample(&mut self.rng)
                 } else {
-                    shard * self.keys_per_shard + (id + 1 - shard * self.keys_per_shard) % self.keys_per_shard
+                    shard * self.keys_per_shard
+                        + (id + 1 - shard * self.keys_per_shard) % self.keys_per_shard
                 };
             }
             ids.push(id);
@@ -171,11 +185,19 @@ fn parse(args: &Args) -> Result<MicroArgs<'_>, ProcError> {
     match args.as_slice() {
         [Datum::List(reads), Datum::List(writes), Datum::Uint(request)] => {
             if reads.iter().chain(writes).any(|d| d.as_uint().is_none()) {
-                return Err(ProcError::BadArgs("micro ids must be unsigned integers".into()));
+                return Err(ProcError::BadArgs(
+                    "micro ids must be unsigned integers".into(),
+                ));
             }
-            Ok(MicroArgs { reads, writes, request: *request })
+            Ok(MicroArgs {
+                reads,
+                writes,
+                request: *request,
+            })
         }
-        _ => Err(ProcError::BadArgs("micro takes [reads list, writes list, request]".into())),
+        _ => Err(ProcError::BadArgs(
+            "micro takes [reads list, writes list, request]".into(),
+        )),
     }
 }
 
@@ -186,8 +208,13 @@ impl MicroTxn {
 
     /// The shards touched, in order: piece `i` is the `i`-th of them.
     fn shards(&self, args: &MicroArgs<'_>) -> Vec<u32> {
-        let mut shards: Vec<u32> =
-            args.reads.iter().chain(args.writes).filter_map(Datum::as_uint).map(|id| self.shard_of(id)).collect();
+        let mut shards: Vec<u32> = args
+            .reads
+            .iter()
+            .chain(args.writes)
+            .filter_map(Datum::as_uint)
+            .map(|id| self.shard_of(id))
+            .collect();
         shards.sort_unstable();
         shards.dedup();
         shards
@@ -195,11 +222,16 @@ impl MicroTxn {
 
     fn ids_on<'a>(&self, list: &'a [Datum], shard: u32) -> impl Iterator<Item = u64> + 'a {
         let keys_per_shard = self.keys_per_shard;
-        list.iter().filter_map(Datum::as_uint).filter(move |&id| (id / keys_per_shard) as u32 == shard)
+        list.iter()
+            .filter_map(Datum::as_uint)
+            .filter(move |&id| (id / keys_per_shard) as u32 == shard)
     }
 
     fn piece_shard(&self, piece: u32, args: &MicroArgs<'_>) -> Result<u32, ProcError> {
-        self.shards(args).get(piece as usize).copied().ok_or_else(|| ProcError::BadArgs(format!("no piece {piece}")))
+        self.shards(args)
+            .get(piece as usize)
+            .copied()
+            .ok_or_else(|| ProcError::BadArgs(format!("no piece {piece}")))
     }
 }
 
@@ -212,9 +244,17 @@ impl Procedure for MicroTxn {
         let args = parse(args)?;
         let shards = self.shards(&args);
         if let Some(&bad) = shards.iter().find(|&&s| s >= context.partitioner.shards()) {
-            return Err(ProcError::BadArgs(format!("micro id on shard {bad}, beyond the cluster")));
+            return Err(ProcError::BadArgs(format!(
+                "micro id on shard {bad}, beyond the cluster"
+            )));
         }
-        Ok(shards.into_iter().map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s)), deps: Vec::new() }).collect())
+        Ok(shards
+            .into_iter()
+            .map(|s| PieceSpec {
+                target: ShardTarget::Shard(ShardId(s)),
+                deps: Vec::new(),
+            })
+            .collect())
     }
 
     fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
@@ -227,15 +267,29 @@ impl Procedure for MicroTxn {
         })
     }
 
-    fn execute(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput], reads: &Reads) -> Result<PieceEffects, UserAbort> {
+    fn execute(
+        &self,
+        piece: u32,
+        args: &Args,
+        _inputs: &[&PieceOutput],
+        reads: &Reads,
+    ) -> Result<PieceEffects, UserAbort> {
         let args = parse(args).map_err(|e| UserAbort(e.to_string()))?;
-        let shard = self.piece_shard(piece, &args).map_err(|e| UserAbort(e.to_string()))?;
+        let shard = self
+            .piece_shard(piece, &args)
+            .map_err(|e| UserAbort(e.to_string()))?;
         let writes = self
             .ids_on(args.writes, shard)
-            .map(|id| Write { key: micro_key(id), value: Some(micro_value(args.request, id)) })
+            .map(|id| Write {
+                key: micro_key(id),
+                value: Some(micro_value(args.request, id)),
+            })
             .collect();
         let found = reads.values.iter().filter(|v| v.is_some()).count() as u64;
-        Ok(PieceEffects { writes, output: vec![Datum::Uint(found)] })
+        Ok(PieceEffects {
+            writes,
+            output: vec![Datum::Uint(found)],
+        })
     }
 }
 
@@ -249,13 +303,18 @@ pub struct MicroCheck {
 
 impl InvariantCheck for MicroCheck {
     fn observe(&mut self, txn: &TxnRequest, outcome: &TxnOutcome) {
-        let (TxnResult::Committed, Some(ts)) = (&outcome.result, outcome.commit_ts) else { return };
+        let (TxnResult::Committed, Some(ts)) = (&outcome.result, outcome.commit_ts) else {
+            return;
+        };
         let Ok(args) = parse(&txn.args) else { return };
         self.committed += 1;
         for id in args.writes.iter().filter_map(Datum::as_uint) {
             let entry = self.last.entry(id).or_insert((Timestamp::ZERO, u64::MAX));
             if ts == entry.0 && self.duplicate_ts.len() < 5 {
-                self.duplicate_ts.push(format!("item {id}: requests {} and {} both committed at {}", entry.1, args.request, ts.0));
+                self.duplicate_ts.push(format!(
+                    "item {id}: requests {} and {} both committed at {}",
+                    entry.1, args.request, ts.0
+                ));
             }
             if ts > entry.0 {
                 *entry = (ts, args.request);
@@ -287,16 +346,29 @@ impl InvariantCheck for MicroCheck {
             }
         }
         for (id, (_, request)) in expected_keys.iter().take(5) {
-            problems.push(format!("item {id}: committed write of request {request} is missing"));
+            problems.push(format!(
+                "item {id}: committed write of request {request} is missing"
+            ));
         }
         let missing = expected_keys.len();
         let passed = problems.is_empty();
         let detail = if passed {
-            format!("{keys_checked} keys hold the last committed write of {} commits", self.committed)
+            format!(
+                "{keys_checked} keys hold the last committed write of {} commits",
+                self.committed
+            )
         } else {
-            format!("{} problems ({missing} writes missing); first: {}", problems.len() + missing.saturating_sub(5), problems[..problems.len().min(5)].join("; "))
+            format!(
+                "{} problems ({missing} writes missing); first: {}",
+                problems.len() + missing.saturating_sub(5),
+                problems[..problems.len().min(5)].join("; ")
+            )
         };
-        vec![CheckResult { name: "micro-last-writer".into(), passed, detail }]
+        vec![CheckResult {
+            name: "micro-last-writer".into(),
+            passed,
+            detail,
+        }]
     }
 }
 
@@ -307,7 +379,12 @@ mod tests {
     use meridian_storage::VersionState;
 
     fn workload(shards: u32) -> MicroLuigi {
-        MicroLuigi::new(&WorkloadOptions { shards, keys_per_shard: 1_000, zipf_theta: Some(0.9) }).unwrap()
+        MicroLuigi::new(&WorkloadOptions {
+            shards,
+            keys_per_shard: 1_000,
+            zipf_theta: Some(0.9),
+        })
+        .unwrap()
     }
 
     #[test]
@@ -319,18 +396,39 @@ mod tests {
         for request in 0..500 {
             let txn = generator.next(RequestId(request));
             let args = parse(&txn.args).unwrap();
-            assert_eq!((args.reads.len(), args.writes.len()), (MICRO_READS, MICRO_OPS - MICRO_READS));
-            let mut ids: Vec<u64> = args.reads.iter().chain(args.writes).filter_map(Datum::as_uint).collect();
+            assert_eq!(
+                (args.reads.len(), args.writes.len()),
+                (MICRO_READS, MICRO_OPS - MICRO_READS)
+            );
+            let mut ids: Vec<u64> = args
+                .reads
+                .iter()
+                .chain(args.writes)
+                .filter_map(Datum::as_uint)
+                .collect();
             ids.sort_unstable();
             ids.dedup();
             assert_eq!(ids.len(), MICRO_OPS, "distinct keys");
             let procedure = registry.get(txn.proc).unwrap();
-            let plan = procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
+            let plan = procedure
+                .plan(
+                    &txn.args,
+                    PlanContext {
+                        partitioner: &partitioner,
+                    },
+                )
+                .unwrap();
             assert_eq!(plan.len(), 2, "every transaction touches both shards");
             for (piece, spec) in plan.iter().enumerate() {
                 let keys = procedure.keys(piece as u32, &txn.args, &[]).unwrap();
-                let ShardTarget::Shard(shard) = spec.target else { panic!("micro pieces are bound") };
-                assert!(keys.reads.iter().chain(&keys.writes).all(|k| partitioner.allows(shard, k)));
+                let ShardTarget::Shard(shard) = spec.target else {
+                    panic!("micro pieces are bound")
+                };
+                assert!(keys
+                    .reads
+                    .iter()
+                    .chain(&keys.writes)
+                    .all(|k| partitioner.allows(shard, k)));
             }
         }
     }
@@ -338,7 +436,11 @@ mod tests {
     #[test]
     fn generators_are_deterministic_per_seed_and_client() {
         let w = workload(2);
-        let draw = |client, seed| (0..20).map(|r| w.generator(client, seed).next(RequestId(r))).collect::<Vec<_>>();
+        let draw = |client, seed| {
+            (0..20)
+                .map(|r| w.generator(client, seed).next(RequestId(r)))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(draw(1, 5), draw(1, 5));
         assert_ne!(draw(1, 5), draw(2, 5));
     }
@@ -350,27 +452,74 @@ mod tests {
         let mut store = MvccStore::new();
         let txn = |request: u64, writes: &[u64]| TxnRequest {
             proc: meridian_core::txn::ProcId(0),
-            args: vec![Datum::List(vec![]), Datum::List(writes.iter().map(|&i| Datum::Uint(i)).collect()), Datum::Uint(request)],
+            args: vec![
+                Datum::List(vec![]),
+                Datum::List(writes.iter().map(|&i| Datum::Uint(i)).collect()),
+                Datum::Uint(request),
+            ],
         };
-        let commit = |ts| TxnOutcome { result: TxnResult::Committed, outputs: vec![], commit_ts: Some(Timestamp(ts)), retries: 0, shards_touched: 1 };
+        let commit = |ts| TxnOutcome {
+            result: TxnResult::Committed,
+            outputs: vec![],
+            commit_ts: Some(Timestamp(ts)),
+            retries: 0,
+            shards_touched: 1,
+        };
         // Request 2 commits after request 1 in timestamp order although it completes first.
         check.observe(&txn(2, &[5, 6]), &commit(20));
         check.observe(&txn(1, &[5]), &commit(10));
-        check.observe(&txn(3, &[7]), &TxnOutcome::failed(meridian_core::txn::TxnFailure::RetriesExhausted));
-        let writer = TxnId { origin: NodeId(0), seq: 1 };
+        check.observe(
+            &txn(3, &[7]),
+            &TxnOutcome::failed(meridian_core::txn::TxnFailure::RetriesExhausted),
+        );
+        let writer = TxnId {
+            origin: NodeId(0),
+            seq: 1,
+        };
         for (id, request, ts) in [(5, 1, 10), (5, 2, 20), (6, 2, 20)] {
-            store.write(micro_key(id), Timestamp(ts), Some(micro_value(request, id)), writer, VersionState::Committed).unwrap();
+            store
+                .write(
+                    micro_key(id),
+                    Timestamp(ts),
+                    Some(micro_value(request, id)),
+                    writer,
+                    VersionState::Committed,
+                )
+                .unwrap();
         }
         let results = check.check(&[(ShardId(0), &store)]);
         assert!(results[0].passed, "{:?}", results);
         // A lost write: the newest version of item 6 disappears.
         let mut lost = MvccStore::new();
-        lost.write(micro_key(5), Timestamp(20), Some(micro_value(2, 5)), writer, VersionState::Committed).unwrap();
+        lost.write(
+            micro_key(5),
+            Timestamp(20),
+            Some(micro_value(2, 5)),
+            writer,
+            VersionState::Committed,
+        )
+        .unwrap();
         let results = check.check(&[(ShardId(0), &lost)]);
-        assert!(!results[0].passed && results[0].detail.contains("item 6"), "{:?}", results);
+        assert!(
+            !results[0].passed && results[0].detail.contains("item 6"),
+            "{:?}",
+            results
+        );
         // An aborted write visible: item 7 was written by a failed request.
-        store.write(micro_key(7), Timestamp(30), Some(micro_value(3, 7)), writer, VersionState::Committed).unwrap();
+        store
+            .write(
+                micro_key(7),
+                Timestamp(30),
+                Some(micro_value(3, 7)),
+                writer,
+                VersionState::Committed,
+            )
+            .unwrap();
         let results = check.check(&[(ShardId(0), &store)]);
-        assert!(!results[0].passed && results[0].detail.contains("item 7"), "{:?}", results);
+        assert!(
+            !results[0].passed && results[0].detail.contains("item 7"),
+            "{:?}",
+            results
+        );
     }
 }
