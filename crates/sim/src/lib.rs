@@ -1,1 +1,512 @@
+//! Meridian's deterministic discrete-event simulator (DESIGN §3).
+//!
+//! [`Sim`] drives sans-IO nodes in virtual time. Events sit in one queue ordered by
+//! `(time, sequence)`; the sequence number breaks ties in insertion order, so nothing depends on
+//! heap internals. All randomness comes from one master seed: each directed link and each node
+//! clock has its own child stream. Messages travel through the link model (delay, jitter, loss,
+//! FIFO per link), node clocks follow the clock model, persists go through a disk model that loses
+//! unsynced writes on a crash, and scheduled faults crash, restart and partition nodes.
+//!
+//! Every processed event is folded into a trace hash (time, kind, nodes, and the message bytes),
+//! so one seed run twice must give the same hash: the determinism test checks it.
+//!
+//! Clients (a [`ClientDriver`]) sit beside their coordinator with no delay and see true
+//! (virtual) time; nodes see their own skewed clock.
+#![deny(unsafe_code)]
 
+pub mod disk;
+pub mod runner;
+
+use disk::SimDisk;
+use meridian_core::clock::{ClockModel, NodeClock};
+use meridian_core::netmodel::{LinkState, NetworkModel};
+use meridian_core::node::{
+    ClientDriver, ClientRequest, Effect, HistoryEvent, Node, Outbox, PersistToken, TimerId,
+};
+use meridian_core::rng::{child_rng, fnv1a, FNV_OFFSET};
+use meridian_core::time::{NS_PER_MS, NS_PER_S};
+use meridian_core::topology::Topology;
+use meridian_core::{NodeId, Time};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+/// Virtual time at which a simulation starts. Far from zero so that clocks with negative offsets
+/// never read below zero.
+pub const SIM_EPOCH_NS: Time = 1_000 * NS_PER_S;
+/// Most events queued at once; a run that exceeds it is a bug (a message storm).
+pub const EVENTS_QUEUED_MAX: usize = 1 << 24;
+
+/// A fault the simulator applies at a scheduled time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The node stops; its unsynced writes are lost.
+    Crash(NodeId),
+    /// The node starts again from what its disk holds.
+    Restart(NodeId),
+    /// Messages from the first node to the second are dropped (one direction).
+    Block(NodeId, NodeId),
+    /// Every block is lifted.
+    Heal,
+}
+
+/// Simulator settings.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Master seed.
+    pub seed: u64,
+    /// The link model.
+    pub network: NetworkModel,
+    /// The clock model.
+    pub clock: ClockModel,
+    /// Latency of a synced persist.
+    pub disk_sync_ns: u64,
+    /// Latency of a buffered persist.
+    pub disk_buffered_ns: u64,
+    /// Faults and when (relative to the start) they happen.
+    pub faults: Vec<(Time, Fault)>,
+    /// Keep `Record` effects.
+    pub record_history: bool,
+}
+
+impl SimConfig {
+    /// Defaults for `network` and `clock`: 1 ms synced persists, 20 µs buffered, no faults.
+    pub fn new(seed: u64, network: NetworkModel, clock: ClockModel) -> Self {
+        Self {
+            seed,
+            network,
+            clock,
+            disk_sync_ns: NS_PER_MS,
+            disk_buffered_ns: 20_000,
+            faults: Vec::new(),
+            record_history: false,
+        }
+    }
+}
+
+/// Counters of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Events processed.
+    pub events: u64,
+    /// Messages delivered to a live node.
+    pub deliveries: u64,
+    /// Messages the link model lost.
+    pub lost: u64,
+    /// Messages dropped by a partition.
+    pub blocked: u64,
+    /// Messages or timers dropped because their node had crashed.
+    pub dropped_crashed: u64,
+    /// Timers fired.
+    pub timers: u64,
+    /// Persists completed.
+    pub persists: u64,
+}
+
+enum EventKind<M> {
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        msg: M,
+    },
+    Timer {
+        node: NodeId,
+        timer: TimerId,
+        incarnation: u32,
+    },
+    Persisted {
+        node: NodeId,
+        token: PersistToken,
+        incarnation: u32,
+        sync: bool,
+    },
+    Submit {
+        node: NodeId,
+        request: ClientRequest,
+    },
+    Fault(Fault),
+}
+
+struct Event<M> {
+    at: Time,
+    seq: u64,
+    kind: EventKind<M>,
+}
+
+impl<M> PartialEq for Event<M> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl<M> Eq for Event<M> {}
+impl<M> PartialOrd for Event<M> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<M> Ord for Event<M> {
+    /// Reversed so the max-heap pops the earliest event.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Builds a node at start or restart from its id and what its disk holds.
+pub type NodeFactory<N> = Box<dyn FnMut(NodeId, &BTreeMap<Vec<u8>, Vec<u8>>) -> N>;
+
+/// The simulator.
+pub struct Sim<N: Node, C: ClientDriver> {
+    now: Time,
+    seq: u64,
+    queue: BinaryHeap<Event<N::Msg>>,
+    nodes: Vec<Option<N>>,
+    incarnations: Vec<u32>,
+    clocks: Vec<NodeClock>,
+    regions: Vec<usize>,
+    network: NetworkModel,
+    links: BTreeMap<(u32, u32), LinkState>,
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    disks: Vec<SimDisk>,
+    factory: NodeFactory<N>,
+    clients: C,
+    config: SimConfig,
+    trace_hash: u64,
+    stats: SimStats,
+    history: Vec<HistoryEvent>,
+    outbox: Outbox<N::Msg>,
+    scratch: Vec<u8>,
+}
+
+impl<N: Node, C: ClientDriver> Sim<N, C> {
+    /// Builds every node of `topology` with `factory`, starts them and the clients.
+    pub fn new(
+        config: SimConfig,
+        topology: &Topology,
+        mut factory: NodeFactory<N>,
+        clients: C,
+    ) -> Self {
+        let node_count = topology.nodes.len();
+        let mut clock_rng = child_rng(config.seed, "sim-clocks", 0);
+        let clocks = (0..node_count)
+            .map(|_| config.clock.draw(&mut clock_rng))
+            .collect();
+        let regions = topology.nodes.iter().map(|n| n.region.0 as usize).collect();
+        let disks: Vec<SimDisk> = (0..node_count).map(|_| SimDisk::default()).collect();
+        let nodes = (0..node_count)
+            .map(|i| Some(factory(NodeId(i as u32), disks[i].durable())))
+            .collect();
+        let mut sim = Self {
+            now: SIM_EPOCH_NS,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes,
+            incarnations: vec![0; node_count],
+            clocks,
+            regions,
+            network: config.network.clone(),
+            links: BTreeMap::new(),
+            blocked: BTreeSet::new(),
+            disks,
+            factory,
+            clients,
+            trace_hash: FNV_OFFSET,
+            stats: SimStats::default(),
+            history: Vec::new(),
+            outbox: Outbox::new(),
+            scratch: Vec::new(),
+            config,
+        };
+        for (at, fault) in sim.config.faults.clone() {
+            sim.schedule(SIM_EPOCH_NS + at, EventKind::Fault(fault));
+        }
+        for id in 0..node_count {
+            let node = NodeId(id as u32);
+            let now = sim.node_now(node);
+            if let Some(n) = sim.nodes[id].as_mut() {
+                n.on_start(now, &mut sim.outbox);
+            }
+            sim.carry_out(node);
+        }
+        let start = sim.clients.start(sim.now);
+        sim.submit_all(start);
+        sim
+    }
+
+    fn schedule(&mut self, at: Time, kind: EventKind<N::Msg>) {
+        assert!(
+            self.queue.len() < EVENTS_QUEUED_MAX,
+            "event queue overflow at {} events",
+            self.queue.len()
+        );
+        self.seq += 1;
+        self.queue.push(Event {
+            at,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    fn node_now(&self, node: NodeId) -> Time {
+        self.clocks[node.0 as usize].read(self.now)
+    }
+
+    fn submit_all(&mut self, requests: Vec<(NodeId, ClientRequest)>) {
+        for (node, request) in requests {
+            self.schedule(self.now, EventKind::Submit { node, request });
+        }
+    }
+
+    /// Virtual time now.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Virtual time elapsed since the start.
+    pub fn elapsed_ns(&self) -> Time {
+        self.now - SIM_EPOCH_NS
+    }
+
+    /// The trace hash so far.
+    pub fn trace_hash(&self) -> u64 {
+        self.trace_hash
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &SimStats {
+        &self.stats
+    }
+
+    /// The clients.
+    pub fn clients_mut(&mut self) -> &mut C {
+        &mut self.clients
+    }
+
+    /// The nodes (`None` for a crashed one).
+    pub fn nodes(&self) -> &[Option<N>] {
+        &self.nodes
+    }
+
+    /// The recorded history (empty unless recording).
+    pub fn history(&self) -> &[HistoryEvent] {
+        &self.history
+    }
+
+    /// True when no event is queued.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Processes every event due at or before `deadline` (elapsed virtual ns); returns false
+    /// when the queue ran dry first.
+    pub fn run_until(&mut self, deadline: Time) -> bool {
+        let deadline = SIM_EPOCH_NS + deadline;
+        loop {
+            match self.queue.peek() {
+                Some(event) if event.at <= deadline => {}
+                Some(_) => {
+                    self.now = deadline;
+                    return true;
+                }
+                None => return false,
+            }
+            let event = self.queue.pop().expect("peeked");
+            debug_assert!(event.at >= self.now, "time never goes back");
+            self.now = event.at;
+            self.stats.events += 1;
+            self.process(event.kind);
+        }
+    }
+
+    fn hash(&mut self, tag: u8, a: u32, b: u64) {
+        let mut h = fnv1a(self.trace_hash, &self.now.to_le_bytes());
+        h = fnv1a(h, &[tag]);
+        h = fnv1a(h, &a.to_le_bytes());
+        self.trace_hash = fnv1a(h, &b.to_le_bytes());
+    }
+
+    fn process(&mut self, kind: EventKind<N::Msg>) {
+        match kind {
+            EventKind::Deliver { from, to, msg } => {
+                self.scratch.clear();
+                let bytes = postcard::to_extend(&msg, std::mem::take(&mut self.scratch))
+                    .unwrap_or_default();
+                let digest = fnv1a(FNV_OFFSET, &bytes);
+                self.scratch = bytes;
+                self.hash(1, (from.0 << 16) | to.0, digest);
+                let now = self.node_now(to);
+                match self.nodes[to.0 as usize].as_mut() {
+                    Some(node) => {
+                        self.stats.deliveries += 1;
+                        node.on_message(now, from, msg, &mut self.outbox);
+                        self.carry_out(to);
+                    }
+                    None => self.stats.dropped_crashed += 1,
+                }
+            }
+            EventKind::Timer {
+                node,
+                timer,
+                incarnation,
+            } => {
+                self.hash(2, node.0, timer.0);
+                let now = self.node_now(node);
+                match self.nodes[node.0 as usize].as_mut() {
+                    Some(n) if self.incarnations[node.0 as usize] == incarnation => {
+                        self.stats.timers += 1;
+                        n.on_timer(now, timer, &mut self.outbox);
+                        self.carry_out(node);
+                    }
+                    _ => self.stats.dropped_crashed += 1,
+                }
+            }
+            EventKind::Persisted {
+                node,
+                token,
+                incarnation,
+                sync,
+            } => {
+                self.hash(3, node.0, token.0);
+                if self.incarnations[node.0 as usize] != incarnation {
+                    return; // The write died with the crash.
+                }
+                if sync {
+                    self.disks[node.0 as usize].sync();
+                }
+                let now = self.node_now(node);
+                if let Some(n) = self.nodes[node.0 as usize].as_mut() {
+                    self.stats.persists += 1;
+                    n.on_persisted(now, token, &mut self.outbox);
+                    self.carry_out(node);
+                }
+            }
+            EventKind::Submit { node, request } => {
+                self.hash(4, node.0, request.id.0);
+                let now = self.node_now(node);
+                match self.nodes[node.0 as usize].as_mut() {
+                    Some(n) => {
+                        n.submit(now, request, &mut self.outbox);
+                        self.carry_out(node);
+                    }
+                    None => self.clients.on_crash(node),
+                }
+            }
+            EventKind::Fault(fault) => self.apply(fault),
+        }
+    }
+
+    fn apply(&mut self, fault: Fault) {
+        match fault {
+            Fault::Crash(node) => {
+                self.hash(5, node.0, 0);
+                let index = node.0 as usize;
+                if self.nodes[index].take().is_some() {
+                    self.incarnations[index] += 1;
+                    self.disks[index].crash();
+                    self.clients.on_crash(node);
+                }
+            }
+            Fault::Restart(node) => {
+                self.hash(6, node.0, 0);
+                let index = node.0 as usize;
+                if self.nodes[index].is_none() {
+                    let mut fresh = (self.factory)(node, self.disks[index].durable());
+                    let now = self.node_now(node);
+                    fresh.on_start(now, &mut self.outbox);
+                    self.nodes[index] = Some(fresh);
+                    self.carry_out(node);
+                    let requests = self.clients.on_restart(self.now, node);
+                    self.submit_all(requests);
+                }
+            }
+            Fault::Block(from, to) => {
+                self.hash(7, from.0, u64::from(to.0));
+                self.blocked.insert((from, to));
+            }
+            Fault::Heal => {
+                self.hash(8, 0, 0);
+                self.blocked.clear();
+            }
+        }
+    }
+
+    /// Carries out the effects `node` just emitted, in order.
+    fn carry_out(&mut self, node: NodeId) {
+        // The outbox is swapped out so effects can be carried out while `self` is borrowed; its
+        // buffer is reused across calls.
+        let mut outbox = std::mem::take(&mut self.outbox);
+        for effect in outbox.drain() {
+            match effect {
+                Effect::Send { to, msg } => self.send(node, to, msg),
+                Effect::SetTimer { timer, after_ns } => {
+                    let after = self.clocks[node.0 as usize].true_duration(after_ns);
+                    let incarnation = self.incarnations[node.0 as usize];
+                    self.schedule(
+                        self.now + after,
+                        EventKind::Timer {
+                            node,
+                            timer,
+                            incarnation,
+                        },
+                    );
+                }
+                Effect::Persist {
+                    token,
+                    records,
+                    durability,
+                } => {
+                    let sync = durability == meridian_core::node::Durability::Synced;
+                    let latency = if sync {
+                        self.config.disk_sync_ns
+                    } else {
+                        self.config.disk_buffered_ns
+                    };
+                    let at = self.disks[node.0 as usize].write(records, self.now + latency);
+                    let incarnation = self.incarnations[node.0 as usize];
+                    self.schedule(
+                        at,
+                        EventKind::Persisted {
+                            node,
+                            token,
+                            incarnation,
+                            sync,
+                        },
+                    );
+                }
+                Effect::Reply { request, outcome } => {
+                    let next = self.clients.on_reply(self.now, node, request, &outcome);
+                    self.submit_all(next);
+                }
+                Effect::Record(event) => {
+                    if self.config.record_history {
+                        self.history.push(event);
+                    }
+                }
+            }
+        }
+        self.outbox = outbox;
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, msg: N::Msg) {
+        if self.blocked.contains(&(from, to)) {
+            self.stats.blocked += 1;
+            return;
+        }
+        let model = self
+            .network
+            .link(self.regions[from.0 as usize], self.regions[to.0 as usize]);
+        let seed = self.config.seed;
+        let link = self.links.entry((from.0, to.0)).or_insert_with(|| {
+            LinkState::new(child_rng(
+                seed,
+                "sim-link",
+                (u64::from(from.0) << 32) | u64::from(to.0),
+            ))
+        });
+        match link.sample(&model, self.now) {
+            Some(at) => self.schedule(at, EventKind::Deliver { from, to, msg }),
+            None => self.stats.lost += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

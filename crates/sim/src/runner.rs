@@ -1,0 +1,243 @@
+//! Runs one seed of one protocol and workload in the simulator and reports the outcome: what
+//! committed, the invariant checks, liveness, and the trace hash that identifies the schedule.
+//! `meridian sim` and the scenario tests use it.
+
+use crate::{Fault, Sim, SimConfig, SimStats};
+use meridian_core::clock::ClockModel;
+use meridian_core::netmodel::NetworkModel;
+use meridian_core::node::ClientDriver;
+use meridian_core::time::NS_PER_MS;
+use meridian_core::topology::Topology;
+use meridian_core::txn::TxnResult;
+use meridian_core::{ConfigError, NodeId, ShardId, Time};
+use meridian_protocols::occ::OccNode;
+use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
+use meridian_storage::MvccStore;
+use meridian_workloads::clients::ClosedLoopClients;
+use meridian_workloads::{CheckResult, Workload};
+use std::sync::Arc;
+
+/// RPC timeouts of virtual time given to in-flight decisions after the last client is answered.
+const DRAIN_TIMEOUTS: u64 = 3;
+/// Virtual time between checks of the clients' progress.
+const STEP_NS: Time = 50 * NS_PER_MS;
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct SimRunOptions {
+    /// The protocol.
+    pub protocol: ProtocolKind,
+    /// The cluster layout.
+    pub topology: Topology,
+    /// The link model.
+    pub network: NetworkModel,
+    /// The clock model.
+    pub clock: ClockModel,
+    /// Closed-loop clients, spread over the coordinators.
+    pub clients: u32,
+    /// Requests to complete before the clients stop.
+    pub txns: u64,
+    /// Master seed.
+    pub seed: u64,
+    /// Scheduled faults.
+    pub faults: Vec<(Time, Fault)>,
+    /// Virtual time by which every request must be answered.
+    pub time_limit_ns: Time,
+}
+
+/// What happened.
+#[derive(Clone, Debug)]
+pub struct SimRunReport {
+    /// The seed.
+    pub seed: u64,
+    /// Hash of the whole event trace.
+    pub trace_hash: u64,
+    /// Requests committed.
+    pub committed: u64,
+    /// Requests ended by a user abort.
+    pub user_aborted: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// Conflict aborts retried.
+    pub retries: u64,
+    /// Committed requests that touched more than one shard.
+    pub cross_shard: u64,
+    /// Median and 99th-percentile latency in virtual ns.
+    pub latency_ns_p50: u64,
+    /// 99th percentile.
+    pub latency_ns_p99: u64,
+    /// Virtual time the run took.
+    pub virtual_ns: Time,
+    /// Every request was answered within the time limit.
+    pub live: bool,
+    /// Simulator counters.
+    pub stats: SimStats,
+    /// Invariant verdicts.
+    pub checks: Vec<CheckResult>,
+}
+
+impl SimRunReport {
+    /// True when the run was live and every check passed.
+    pub fn passed(&self) -> bool {
+        self.live && self.checks.iter().all(|c| c.passed)
+    }
+}
+
+/// Runs one seed.
+pub fn run(
+    options: &SimRunOptions,
+    workload: Arc<dyn Workload>,
+) -> Result<SimRunReport, ConfigError> {
+    options.topology.validate()?;
+    options.protocol.check_topology(&options.topology)?;
+    if options.clients == 0 {
+        return Err(ConfigError::new("clients must be at least 1"));
+    }
+    if options.network.regions.len() < options.topology.regions.len() {
+        return Err(ConfigError::new(
+            "the network model has fewer regions than the topology",
+        ));
+    }
+    match options.protocol {
+        ProtocolKind::Occ => Ok(run_with(options, workload, OccNode::new)),
+    }
+}
+
+fn run_with<N: ProtocolNode>(
+    options: &SimRunOptions,
+    workload: Arc<dyn Workload>,
+    build: fn(NodeContext) -> N,
+) -> SimRunReport {
+    let topology = Arc::new(options.topology.clone());
+    let registry = Arc::new(workload.registry());
+    let partitioner = Arc::new(workload.partitioner());
+    let timing = Timing::for_network(options.network.owd_ns_max());
+    let timing_for_drain = timing.clone();
+    let seed = options.seed;
+    let factory_workload = workload.clone();
+    let factory_topology = topology.clone();
+    let factory = Box::new(move |id: NodeId, _disk: &_| {
+        let mut node = build(NodeContext {
+            id,
+            topology: factory_topology.clone(),
+            registry: registry.clone(),
+            partitioner: partitioner.clone(),
+            seed,
+            timing: timing.clone(),
+            record_history: false,
+        });
+        for (shard, store) in node.stores_mut() {
+            factory_workload.load(shard, store);
+        }
+        node
+    });
+    let coordinators = topology.coordinators();
+    let clients = ClosedLoopClients::new(
+        0,
+        (0..options.clients)
+            .map(|c| {
+                (
+                    coordinators[c as usize % coordinators.len()],
+                    workload.generator(c, seed),
+                )
+            })
+            .collect(),
+    );
+    let mut config = SimConfig::new(seed, options.network.clone(), options.clock);
+    config.faults = options.faults.clone();
+    let mut sim = Sim::new(config, &topology, factory, clients);
+    let mut checker = workload.checker();
+    let mut report = SimRunReport {
+        seed,
+        trace_hash: 0,
+        committed: 0,
+        user_aborted: 0,
+        failed: 0,
+        retries: 0,
+        cross_shard: 0,
+        latency_ns_p50: 0,
+        latency_ns_p99: 0,
+        virtual_ns: 0,
+        live: false,
+        stats: SimStats::default(),
+        checks: Vec::new(),
+    };
+    let mut latencies = Vec::new();
+    let mut completed = 0u64;
+    let mut stopped = false;
+    loop {
+        let deadline = sim.elapsed_ns() + STEP_NS;
+        let events_left = sim.run_until(deadline);
+        for completion in sim.clients_mut().drain_completions() {
+            completed += 1;
+            latencies.push(completion.completed_at - completion.submitted_at);
+            report.retries += u64::from(completion.outcome.retries);
+            match &completion.outcome.result {
+                TxnResult::Committed => {
+                    report.committed += 1;
+                    if completion.outcome.shards_touched > 1 {
+                        report.cross_shard += 1;
+                    }
+                }
+                TxnResult::UserAborted(_) => report.user_aborted += 1,
+                TxnResult::Failed(_) => report.failed += 1,
+            }
+            checker.observe(&completion.txn, &completion.outcome);
+        }
+        if !stopped && completed >= options.txns {
+            sim.clients_mut().stop();
+            stopped = true;
+        }
+        if sim.clients_mut().finished() {
+            report.live = true;
+            // Clients hear a commit as soon as it is decided; let the decisions reach every
+            // participant before the stores are checked.
+            let drain_until = sim.elapsed_ns() + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns;
+            sim.run_until(drain_until);
+            break;
+        }
+        if !events_left || sim.elapsed_ns() >= options.time_limit_ns {
+            break;
+        }
+    }
+    latencies.sort_unstable();
+    let quantile = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    report.latency_ns_p50 = quantile(0.5);
+    report.latency_ns_p99 = quantile(0.99);
+    report.virtual_ns = sim.elapsed_ns();
+    report.trace_hash = sim.trace_hash();
+    report.stats = sim.stats().clone();
+    if !report.live {
+        report.checks.push(CheckResult {
+            name: "liveness".into(),
+            passed: false,
+            detail: format!(
+                "{} requests still outstanding after {} ms of virtual time",
+                sim.clients_mut().outstanding(),
+                report.virtual_ns / NS_PER_MS
+            ),
+        });
+    }
+    let stores = leader_stores(&topology, sim.nodes());
+    report.checks.extend(checker.check(&stores));
+    report
+}
+
+/// One store per shard: replica 0's, when its node is up.
+fn leader_stores<'a, N: ProtocolNode>(
+    topology: &Topology,
+    nodes: &'a [Option<N>],
+) -> Vec<(ShardId, &'a MvccStore)> {
+    (0..topology.shards)
+        .filter_map(|s| {
+            let node = topology.replica_node(ShardId(s), 0)?;
+            let hosted = nodes[node.0 as usize].as_ref()?.stores();
+            hosted.into_iter().find(|(shard, _)| shard.0 == s)
+        })
+        .collect()
+}
