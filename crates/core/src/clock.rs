@@ -33,21 +33,14 @@ impl ClockModel {
             "bad" => ("bad", 60, 50.0),
             other => return Err(unknown_name("clock preset", other, &CLOCK_PRESETS)),
         };
-        Ok(Self {
-            name,
-            error_ns: error_ms * NS_PER_MS,
-            drift_ppm,
-        })
+        Ok(Self { name, error_ns: error_ms * NS_PER_MS, drift_ppm })
     }
 
     /// Draws one node's clock.
     pub fn draw(&self, rng: &mut Rng) -> NodeClock {
         let offset_ns = ((uniform_f64(rng) * 2.0 - 1.0) * self.error_ns as f64) as i64;
         let drift_ppm = (uniform_f64(rng) * 2.0 - 1.0) * self.drift_ppm;
-        NodeClock {
-            offset_ns,
-            drift_ppm,
-        }
+        NodeClock { offset_ns, drift_ppm }
     }
 }
 
@@ -64,10 +57,7 @@ impl NodeClock {
     /// The node's reading at true time `true_ns`. Monotonic in `true_ns`.
     pub fn read(&self, true_ns: Time) -> Time {
         let drift = (true_ns as f64 * self.drift_ppm / 1e6) as i64;
-        (true_ns as i64)
-            .saturating_add(self.offset_ns)
-            .saturating_add(drift)
-            .max(0) as Time
+        (true_ns as i64).saturating_add(self.offset_ns).saturating_add(drift).max(0) as Time
     }
 
     /// True time that passes while this clock advances by `clock_ns` (rounded up, so a timer
@@ -93,18 +83,12 @@ mod tests {
                 assert!(clock.drift_ppm.abs() <= model.drift_ppm);
             }
         }
-        assert!(ClockModel::preset("atomic")
-            .unwrap_err()
-            .0
-            .contains("accepted: perfect"));
+        assert!(ClockModel::preset("atomic").unwrap_err().0.contains("accepted: perfect"));
     }
 
     #[test]
     fn readings_are_monotonic_and_timers_never_fire_early() {
-        let clock = NodeClock {
-            offset_ns: -3 * NS_PER_MS as i64,
-            drift_ppm: -50.0,
-        };
+        let clock = NodeClock { offset_ns: -3 * NS_PER_MS as i64, drift_ppm: -50.0 };
         let base = 1_000_000 * NS_PER_MS;
         let mut last = 0;
         for step in 0..1_000 {

@@ -24,8 +24,5 @@ impl std::error::Error for ConfigError {}
 
 /// Returns an error naming `what`, the bad `value` and the accepted names.
 pub fn unknown_name(what: &str, value: &str, accepted: &[&str]) -> ConfigError {
-    ConfigError(format!(
-        "unknown {what} '{value}'; accepted: {}",
-        accepted.join(", ")
-    ))
+    ConfigError(format!("unknown {what} '{value}'; accepted: {}", accepted.join(", ")))
 }

@@ -32,10 +32,7 @@ pub struct TxnId {
 
 impl TxnId {
     /// The id used for data that no transaction wrote (initial load).
-    pub const LOAD: Self = Self {
-        origin: NodeId(u32::MAX),
-        seq: 0,
-    };
+    pub const LOAD: Self = Self { origin: NodeId(u32::MAX), seq: 0 };
 }
 
 impl fmt::Display for NodeId {

@@ -38,9 +38,7 @@ impl Key {
 
     /// A reader over the components after the table byte.
     pub fn reader(&self) -> KeyReader<'_> {
-        KeyReader {
-            rest: self.0.get(1..).unwrap_or(&[]),
-        }
+        KeyReader { rest: self.0.get(1..).unwrap_or(&[]) }
     }
 }
 
@@ -120,10 +118,7 @@ pub struct KeyReader<'a> {
 
 impl<'a> KeyReader<'a> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], KeyDecodeError> {
-        let (head, tail) = self
-            .rest
-            .split_at_checked(N)
-            .ok_or(KeyDecodeError::Truncated)?;
+        let (head, tail) = self.rest.split_at_checked(N).ok_or(KeyDecodeError::Truncated)?;
         self.rest = tail;
         let mut out = [0u8; N];
         out.copy_from_slice(head);
@@ -199,10 +194,7 @@ mod tests {
     #[test]
     fn integers_round_trip_and_keep_order() {
         let values = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
-        let keys: Vec<Key> = values
-            .iter()
-            .map(|&v| Key::table(3).i64(v).build())
-            .collect();
+        let keys: Vec<Key> = values.iter().map(|&v| Key::table(3).i64(v).build()).collect();
         for pair in keys.windows(2) {
             assert!(pair[0] < pair[1], "{:?} !< {:?}", pair[0], pair[1]);
         }
@@ -220,10 +212,8 @@ mod tests {
     #[test]
     fn byte_strings_keep_order_with_zeros_and_prefixes() {
         let strings: [&[u8]; 6] = [b"", b"\x00", b"\x00\x00", b"\x00\x01", b"a", b"ab"];
-        let keys: Vec<Key> = strings
-            .iter()
-            .map(|s| Key::table(0).bytes(s).u64(1).build())
-            .collect();
+        let keys: Vec<Key> =
+            strings.iter().map(|s| Key::table(0).bytes(s).u64(1).build()).collect();
         for pair in keys.windows(2) {
             assert!(pair[0] < pair[1], "{:?} !< {:?}", pair[0], pair[1]);
         }
@@ -253,16 +243,10 @@ mod tests {
 
     #[test]
     fn malformed_components_are_errors() {
-        let (short, unterminated, bad) = (
-            Key(vec![1, 0, 0]),
-            Key(vec![1, b'a', 0]),
-            Key(vec![1, 0, 7]),
-        );
+        let (short, unterminated, bad) =
+            (Key(vec![1, 0, 0]), Key(vec![1, b'a', 0]), Key(vec![1, 0, 7]));
         assert_eq!(short.reader().u64(), Err(KeyDecodeError::Truncated));
-        assert_eq!(
-            unterminated.reader().bytes(),
-            Err(KeyDecodeError::BadEscape)
-        );
+        assert_eq!(unterminated.reader().bytes(), Err(KeyDecodeError::BadEscape));
         assert_eq!(bad.reader().bytes(), Err(KeyDecodeError::BadEscape));
     }
 

@@ -19,6 +19,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod hash;
 pub mod ids;
 pub mod key;
 pub mod netmodel;

@@ -86,11 +86,7 @@ pub struct LinkModel {
 impl LinkModel {
     /// A constant-delay, lossless link.
     pub const fn fixed(delay_ns: u64) -> Self {
-        Self {
-            delay_ns,
-            jitter: Jitter::None,
-            loss: 0.0,
-        }
+        Self { delay_ns, jitter: Jitter::None, loss: 0.0 }
     }
 
     /// The median one-way delay this link is configured for.
@@ -111,10 +107,7 @@ impl LinkModel {
             )));
         }
         if !(0.0..=1.0).contains(&self.loss) {
-            return Err(ConfigError::new(format!(
-                "loss must be in [0, 1], got {}",
-                self.loss
-            )));
+            return Err(ConfigError::new(format!("loss must be in [0, 1], got {}", self.loss)));
         }
         if let Jitter::Pareto { shape, .. } = self.jitter {
             if !(shape.is_finite() && shape > 0.0) {
@@ -142,14 +135,8 @@ impl NetworkModel {
     /// A model where every inter-region link is `inter` and every intra-region link is `intra`.
     pub fn uniform(name: &str, regions: Vec<String>, inter: LinkModel, intra: LinkModel) -> Self {
         let n = regions.len();
-        let links = (0..n * n)
-            .map(|i| if i / n == i % n { intra } else { inter })
-            .collect();
-        Self {
-            name: name.to_string(),
-            regions,
-            links,
-        }
+        let links = (0..n * n).map(|i| if i / n == i % n { intra } else { inter }).collect();
+        Self { name: name.to_string(), regions, links }
     }
 
     /// A model from symmetric round-trip times in ms: `rtt_ms[i][j]` for `i < j`.
@@ -168,9 +155,7 @@ impl NetworkModel {
         for &(a, b, rtt) in rtt_ms {
             let link = LinkModel {
                 delay_ns: ms_to_ns(rtt / 2.0),
-                jitter: Jitter::Walk {
-                    sigma_ns: ms_to_ns(sigma_ms),
-                },
+                jitter: Jitter::Walk { sigma_ns: ms_to_ns(sigma_ms) },
                 loss: 0.0,
             };
             model.set(a, b, link);
@@ -192,16 +177,10 @@ impl NetworkModel {
                 "regions must be in 1..={REGIONS_MAX}, got {region_count}"
             )));
         }
-        let names = || {
-            (0..region_count)
-                .map(|i| format!("r{i}"))
-                .collect::<Vec<_>>()
-        };
+        let names = || (0..region_count).map(|i| format!("r{i}")).collect::<Vec<_>>();
         let walk = |delay_ms: f64, sigma_ms: f64| LinkModel {
             delay_ns: ms_to_ns(delay_ms),
-            jitter: Jitter::Walk {
-                sigma_ns: ms_to_ns(sigma_ms),
-            },
+            jitter: Jitter::Walk { sigma_ns: ms_to_ns(sigma_ms) },
             loss: 0.0,
         };
         let intra = LinkModel::fixed(INTRA_REGION_DELAY_NS);
@@ -263,9 +242,7 @@ impl NetworkModel {
         }
         for (i, region) in file.regions.iter().enumerate() {
             if file.regions[..i].contains(region) {
-                return Err(ConfigError::new(format!(
-                    "{name}: region '{region}' is listed twice"
-                )));
+                return Err(ConfigError::new(format!("{name}: region '{region}' is listed twice")));
             }
         }
         let n = file.regions.len();
@@ -273,15 +250,12 @@ impl NetworkModel {
         let mut model = Self::uniform(name, file.regions.clone(), LinkModel::fixed(0), intra);
         let mut covered = vec![false; n * n];
         let index_of = |region: &str| {
-            file.regions
-                .iter()
-                .position(|r| r == region)
-                .ok_or_else(|| {
-                    ConfigError::new(format!(
-                        "{name}: link names unknown region '{region}'; regions: {}",
-                        file.regions.join(", ")
-                    ))
-                })
+            file.regions.iter().position(|r| r == region).ok_or_else(|| {
+                ConfigError::new(format!(
+                    "{name}: link names unknown region '{region}'; regions: {}",
+                    file.regions.join(", ")
+                ))
+            })
         };
         for link in &file.link {
             let (from, to) = (index_of(&link.from)?, index_of(&link.to)?);
@@ -359,15 +333,12 @@ impl MatrixLink {
         let width_ns = ms_to_ns(width);
         let jitter = match self.jitter.as_deref().unwrap_or("none") {
             "none" => Jitter::None,
-            "uniform" => Jitter::Uniform {
-                half_width_ns: width_ns,
-            },
+            "uniform" => Jitter::Uniform { half_width_ns: width_ns },
             "normal" => Jitter::Normal { sigma_ns: width_ns },
             "walk" => Jitter::Walk { sigma_ns: width_ns },
-            "pareto" => Jitter::Pareto {
-                scale_ns: width_ns,
-                shape: self.pareto_shape.unwrap_or(2.0),
-            },
+            "pareto" => {
+                Jitter::Pareto { scale_ns: width_ns, shape: self.pareto_shape.unwrap_or(2.0) }
+            }
             other => {
                 return Err(unknown_name(
                     "jitter",
@@ -376,11 +347,8 @@ impl MatrixLink {
                 ))
             }
         };
-        let link = LinkModel {
-            delay_ns: ms_to_ns(self.delay_ms),
-            jitter,
-            loss: self.loss.unwrap_or(0.0),
-        };
+        let link =
+            LinkModel { delay_ns: ms_to_ns(self.delay_ms), jitter, loss: self.loss.unwrap_or(0.0) };
         link.validate()?;
         Ok(link)
     }
@@ -398,12 +366,7 @@ pub struct LinkState {
 impl LinkState {
     /// A fresh link drawing from `rng`.
     pub fn new(rng: Rng) -> Self {
-        Self {
-            rng,
-            deliver_at_last: 0,
-            walk_offset_ns: 0.0,
-            walk_updated_at: None,
-        }
+        Self { rng, deliver_at_last: 0, walk_offset_ns: 0.0, walk_updated_at: None }
     }
 
     /// When a message sent at `now` arrives, or `None` when the model loses it. Never earlier
@@ -499,10 +462,7 @@ mod tests {
     fn pareto_median_matches_formula() {
         let link = LinkModel {
             delay_ns: 10 * NS_PER_MS,
-            jitter: Jitter::Pareto {
-                scale_ns: 4 * NS_PER_MS,
-                shape: 2.0,
-            },
+            jitter: Jitter::Pareto { scale_ns: 4 * NS_PER_MS, shape: 2.0 },
             loss: 0.0,
         };
         let median = median_of(&link, 50 * NS_PER_MS, 20_001);
@@ -517,9 +477,7 @@ mod tests {
     fn links_are_fifo_and_lossy_links_lose() {
         let link = LinkModel {
             delay_ns: 5 * NS_PER_MS,
-            jitter: Jitter::Uniform {
-                half_width_ns: 4 * NS_PER_MS,
-            },
+            jitter: Jitter::Uniform { half_width_ns: 4 * NS_PER_MS },
             loss: 0.25,
         };
         let mut state = LinkState::new(child_rng(1, "l", 0));
@@ -580,9 +538,6 @@ mod tests {
             let err = NetworkModel::from_toml("m.toml", text).unwrap_err();
             assert!(err.0.contains(expected), "{text:?}: {err}");
         }
-        assert!(NetworkModel::preset("moon", 3)
-            .unwrap_err()
-            .0
-            .contains("accepted: lan"));
+        assert!(NetworkModel::preset("moon", 3).unwrap_err().0.contains("accepted: lan"));
     }
 }

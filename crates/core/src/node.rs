@@ -150,9 +150,7 @@ pub struct Outbox<M> {
 
 impl<M> Default for Outbox<M> {
     fn default() -> Self {
-        Self {
-            effects: Vec::new(),
-        }
+        Self { effects: Vec::new() }
     }
 }
 
@@ -179,11 +177,7 @@ impl<M> Outbox<M> {
         records: Vec<PersistRecord>,
         durability: Durability,
     ) {
-        self.effects.push(Effect::Persist {
-            token,
-            records,
-            durability,
-        });
+        self.effects.push(Effect::Persist { token, records, durability });
     }
 
     /// Queues a client reply.

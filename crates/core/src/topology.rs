@@ -103,26 +103,18 @@ impl Topology {
     pub fn replica_node(&self, shard: ShardId, replica: u32) -> Option<NodeId> {
         self.nodes
             .iter()
-            .position(|n| {
-                n.replicas
-                    .iter()
-                    .any(|s| s.shard == shard && s.replica == replica)
-            })
+            .position(|n| n.replicas.iter().any(|s| s.shard == shard && s.replica == replica))
             .map(|i| NodeId(i as u32))
     }
 
     /// The nodes hosting `shard`, by replica index.
     pub fn shard_nodes(&self, shard: ShardId) -> Vec<NodeId> {
-        (0..self.replicas)
-            .filter_map(|r| self.replica_node(shard, r))
-            .collect()
+        (0..self.replicas).filter_map(|r| self.replica_node(shard, r)).collect()
     }
 
     /// The coordinator nodes.
     pub fn coordinators(&self) -> Vec<NodeId> {
-        self.node_ids()
-            .filter(|id| self.nodes[id.0 as usize].coordinator)
-            .collect()
+        self.node_ids().filter(|id| self.nodes[id.0 as usize].coordinator).collect()
     }
 
     /// All node ids in order.
@@ -147,10 +139,7 @@ impl Topology {
             for replica in 0..replicas {
                 nodes.push(NodeInfo {
                     region: RegionId((shard + replica) % region_count),
-                    replicas: vec![ReplicaSlot {
-                        shard: ShardId(shard),
-                        replica,
-                    }],
+                    replicas: vec![ReplicaSlot { shard: ShardId(shard), replica }],
                     coordinator: false,
                 });
             }
@@ -162,12 +151,7 @@ impl Topology {
                 coordinator: true,
             });
         }
-        let topology = Self {
-            regions,
-            nodes,
-            shards,
-            replicas,
-        };
+        let topology = Self { regions, nodes, shards, replicas };
         topology.validate()?;
         Ok(topology)
     }
@@ -188,11 +172,8 @@ mod tests {
         assert_eq!(t.shard_nodes(ShardId(1)).len(), 3);
         assert_eq!(t.coordinators().len(), 3);
         // Replicas of one shard sit in different regions.
-        let regions: Vec<RegionId> = t
-            .shard_nodes(ShardId(0))
-            .iter()
-            .map(|&n| t.region_of(n))
-            .collect();
+        let regions: Vec<RegionId> =
+            t.shard_nodes(ShardId(0)).iter().map(|&n| t.region_of(n)).collect();
         assert_eq!(regions, vec![RegionId(0), RegionId(1), RegionId(2)]);
     }
 

@@ -245,10 +245,7 @@ impl Registry {
 
     /// The id of the procedure with this name.
     pub fn find(&self, name: &str) -> Option<ProcId> {
-        self.procs
-            .iter()
-            .position(|p| p.name() == name)
-            .map(|i| ProcId(i as u32))
+        self.procs.iter().position(|p| p.name() == name).map(|i| ProcId(i as u32))
     }
 
     /// How many procedures are registered.
@@ -263,9 +260,7 @@ impl Registry {
 
     /// A hash of the registered names in order.
     pub fn fingerprint(&self) -> u64 {
-        self.procs.iter().fold(FNV_OFFSET, |hash, p| {
-            fnv1a(fnv1a(hash, p.name().as_bytes()), &[0])
-        })
+        self.procs.iter().fold(FNV_OFFSET, |hash, p| fnv1a(fnv1a(hash, p.name().as_bytes()), &[0]))
     }
 }
 
@@ -302,11 +297,7 @@ impl Partitioner {
         if let PartitionRule::LeadingInt { per_shard: 0, .. } = rule {
             return Err(ConfigError::new("per_shard must be at least 1"));
         }
-        Ok(Self {
-            shards,
-            rule,
-            replicated_tables: BTreeSet::new(),
-        })
+        Ok(Self { shards, rule, replicated_tables: BTreeSet::new() })
     }
 
     /// Marks `table` as replicated on every shard.
@@ -408,28 +399,14 @@ mod tests {
 
     #[test]
     fn leading_int_partitioner_places_ranges() {
-        let p = Partitioner::new(
-            2,
-            PartitionRule::LeadingInt {
-                base: 1,
-                per_shard: 10,
-            },
-        )
-        .unwrap();
+        let p = Partitioner::new(2, PartitionRule::LeadingInt { base: 1, per_shard: 10 }).unwrap();
         let key = |w: u64| Key::table(5).u64(w).u64(3).build();
         assert_eq!(p.shard_of(&key(1)), ShardId(0));
         assert_eq!(p.shard_of(&key(10)), ShardId(0));
         assert_eq!(p.shard_of(&key(11)), ShardId(1));
-        assert_eq!(
-            p.shard_of(&key(500)),
-            ShardId(1),
-            "clamped to the last shard"
-        );
+        assert_eq!(p.shard_of(&key(500)), ShardId(1), "clamped to the last shard");
         let p = p.with_replicated_table(9);
-        assert_eq!(
-            p.target_of(&Key::table(9).u64(11).build()),
-            ShardTarget::Any
-        );
+        assert_eq!(p.target_of(&Key::table(9).u64(11).build()), ShardTarget::Any);
         assert!(p.allows(ShardId(0), &Key::table(9).u64(11).build()));
         assert!(!p.allows(ShardId(0), &key(11)));
     }
@@ -449,13 +426,6 @@ mod tests {
     #[test]
     fn zero_shards_is_rejected() {
         assert!(Partitioner::new(0, PartitionRule::Hash).is_err());
-        assert!(Partitioner::new(
-            1,
-            PartitionRule::LeadingInt {
-                base: 0,
-                per_shard: 0
-            }
-        )
-        .is_err());
+        assert!(Partitioner::new(1, PartitionRule::LeadingInt { base: 0, per_shard: 0 }).is_err());
     }
 }

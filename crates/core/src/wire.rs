@@ -64,10 +64,9 @@ pub enum FrameError {
 impl fmt::Display for FrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::TooLarge { bytes, bytes_max } => write!(
-                f,
-                "frame of {bytes} bytes exceeds the {bytes_max}-byte maximum"
-            ),
+            Self::TooLarge { bytes, bytes_max } => {
+                write!(f, "frame of {bytes} bytes exceeds the {bytes_max}-byte maximum")
+            }
             Self::Malformed(why) => write!(f, "malformed frame: {why}"),
         }
     }
@@ -88,10 +87,7 @@ pub fn encode_frame<M: Serialize>(
     let len = out.len() - start - FRAME_HEADER_BYTES;
     if len > FRAME_BYTES_MAX {
         out.truncate(start);
-        return Err(FrameError::TooLarge {
-            bytes: len,
-            bytes_max: FRAME_BYTES_MAX,
-        });
+        return Err(FrameError::TooLarge { bytes: len, bytes_max: FRAME_BYTES_MAX });
     }
     out[start..start + FRAME_HEADER_BYTES].copy_from_slice(&(len as u32).to_be_bytes());
     Ok(())
@@ -115,11 +111,7 @@ pub struct FrameDecoder {
 impl FrameDecoder {
     /// A decoder accepting payloads up to `bytes_max`.
     pub fn new(bytes_max: usize) -> Self {
-        Self {
-            buffer: Vec::new(),
-            consumed: 0,
-            bytes_max,
-        }
+        Self { buffer: Vec::new(), consumed: 0, bytes_max }
     }
 
     /// Adds received bytes.
@@ -141,10 +133,7 @@ impl FrameDecoder {
         };
         let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
         if len > self.bytes_max {
-            return Err(FrameError::TooLarge {
-                bytes: len,
-                bytes_max: self.bytes_max,
-            });
+            return Err(FrameError::TooLarge { bytes: len, bytes_max: self.bytes_max });
         }
         if available.len() < FRAME_HEADER_BYTES + len {
             self.compact();
@@ -174,12 +163,7 @@ mod tests {
     use super::*;
 
     fn batch(values: &[u32]) -> WireFrame<u32> {
-        WireFrame::Batch(
-            values
-                .iter()
-                .map(|&msg| Envelope { sent_at_ns: 7, msg })
-                .collect(),
-        )
+        WireFrame::Batch(values.iter().map(|&msg| Envelope { sent_at_ns: 7, msg }).collect())
     }
 
     #[test]
@@ -212,19 +196,10 @@ mod tests {
     fn oversized_and_malformed_frames_are_errors() {
         let mut decoder = FrameDecoder::new(16);
         decoder.push(&100u32.to_be_bytes());
-        assert_eq!(
-            decoder.next_payload(),
-            Err(FrameError::TooLarge {
-                bytes: 100,
-                bytes_max: 16
-            })
-        );
+        assert_eq!(decoder.next_payload(), Err(FrameError::TooLarge { bytes: 100, bytes_max: 16 }));
         let mut decoder = FrameDecoder::new(16);
         decoder.push(&[0, 0, 0, 3, 0xFF, 0xFF, 0xFF]);
         let payload = decoder.next_payload().unwrap().unwrap().to_vec();
-        assert!(matches!(
-            decode_payload::<u32>(&payload),
-            Err(FrameError::Malformed(_))
-        ));
+        assert!(matches!(decode_payload::<u32>(&payload), Err(FrameError::Malformed(_))));
     }
 }

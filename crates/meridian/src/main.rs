@@ -1,1 +1,400 @@
-fn main() {}
+//! `meridian`: compare distributed-transaction protocols (`bench`), hunt for bugs in the
+//! deterministic simulator (`sim`), and run nodes of a real cluster (`server`).
+//!
+//! Exit codes: 0 success; 1 a run finished but an invariant check failed; 2 bad input (nothing
+//! was started).
+
+use clap::{Args, Parser, Subcommand};
+use meridian_bench::cluster_file::{load_network, ClusterFile};
+use meridian_bench::report;
+use meridian_bench::run::{run_cluster, run_embedded, run_server};
+use meridian_bench::Experiment;
+use meridian_core::clock::ClockModel;
+use meridian_core::netmodel::NetworkModel;
+use meridian_core::time::NS_PER_S;
+use meridian_core::ConfigError;
+use meridian_protocols::ProtocolKind;
+use meridian_sim::runner::{run as run_sim, SimRunOptions};
+use meridian_workloads::WorkloadOptions;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// mimalloc instead of the system allocator: messages are allocated on one worker thread and
+/// freed on another, which glibc malloc handles poorly (about a quarter of the embedded
+/// benchmark's time went to it).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "meridian",
+    version,
+    about = "Geo-distributed transactional KV store and protocol testbed"
+)]
+struct Cli {
+    /// Log level for servers and diagnostics (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a benchmark: an embedded in-process cluster by default, or `--cluster FILE`.
+    Bench(BenchArgs),
+    /// Run one seed in the deterministic simulator and print the outcome and trace hash.
+    Sim(SimArgs),
+    /// Run one node of the cluster described by a cluster file until interrupted.
+    Server(ServerArgs),
+}
+
+/// Flags shared by `bench` and `sim` that describe the cluster and workload.
+#[derive(Args, Clone)]
+struct ClusterArgs {
+    /// Protocol: occ.
+    #[arg(long)]
+    protocol: Option<String>,
+    /// Workload: micro-luigi.
+    #[arg(long)]
+    workload: Option<String>,
+    /// Number of shards.
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Replicas per shard.
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// Regions for the uniform network presets (lan, metro, continent, cross-continent, geo).
+    #[arg(long)]
+    regions: Option<usize>,
+    /// Network preset (lan, metro, continent, cross-continent, geo, tiga-wan, crossstitch-1/2/3)
+    /// or a matrix file (path ending in .toml).
+    #[arg(long)]
+    network: Option<String>,
+    /// Clock preset: perfect, chrony, ntp, bad.
+    #[arg(long)]
+    clock: Option<String>,
+    /// Keys per shard (micro workloads).
+    #[arg(long)]
+    keys_per_shard: Option<u64>,
+    /// Zipf skew in (0, 1); uniform key choice when absent.
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Closed-loop clients, spread over the coordinators.
+    #[arg(long)]
+    clients: Option<u32>,
+    /// Master seed.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 50.0)]
+    duration: f64,
+    /// Warm-up seconds, discarded.
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Folder for results/<timestamp>/stats.json.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Drive the servers of this cluster file (started with `meridian server`) instead of an
+    /// embedded cluster. The layout, protocol and workload come from the file.
+    #[arg(long = "cluster")]
+    cluster_file: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct SimArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Requests to complete before the clients stop.
+    #[arg(long, default_value_t = 2_000)]
+    txns: u64,
+    /// Virtual seconds by which every request must be answered.
+    #[arg(long, default_value_t = 3_600)]
+    time_limit_s: u64,
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// The cluster file.
+    #[arg(long)]
+    config: PathBuf,
+    /// This node's id in the file.
+    #[arg(long)]
+    node: u32,
+}
+
+/// Resolved cluster settings with the defaults applied.
+struct Resolved {
+    protocol: ProtocolKind,
+    workload: String,
+    workload_options: WorkloadOptions,
+    shards: u32,
+    replicas: u32,
+    network: NetworkModel,
+    clock: ClockModel,
+    clients: u32,
+    seed: u64,
+}
+
+impl ClusterArgs {
+    fn resolve(&self, default_clients: u32) -> Result<Resolved, ConfigError> {
+        let protocol = ProtocolKind::parse(self.protocol.as_deref().unwrap_or("occ"))?;
+        let network_spec = self.network.as_deref().unwrap_or("geo");
+        let named = NetworkModel::preset_has_named_regions(network_spec)
+            || network_spec.ends_with(".toml")
+            || network_spec.contains('/');
+        if named && self.regions.is_some() {
+            return Err(ConfigError::new(format!("--regions applies to the uniform presets only; '{network_spec}' names its own regions")));
+        }
+        let network = load_network(network_spec, self.regions.unwrap_or(3), None)?;
+        let clock = ClockModel::preset(self.clock.as_deref().unwrap_or("perfect"))?;
+        let shards = self.shards.unwrap_or(2);
+        if shards == 0 {
+            return Err(ConfigError::new("--shards must be at least 1"));
+        }
+        if let Some(theta) = self.zipf {
+            if !(theta > 0.0 && theta < 1.0) {
+                return Err(ConfigError::new(format!("--zipf must be in (0, 1), got {theta}")));
+            }
+        }
+        let workload_options = WorkloadOptions {
+            shards,
+            keys_per_shard: self.keys_per_shard.unwrap_or(100_000),
+            zipf_theta: self.zipf,
+        };
+        Ok(Resolved {
+            protocol,
+            workload: self.workload.clone().unwrap_or_else(|| "micro-luigi".into()),
+            workload_options,
+            shards,
+            replicas: self.replicas.unwrap_or(1),
+            network,
+            clock,
+            clients: self.clients.unwrap_or(default_clients),
+            seed: self.seed.unwrap_or(1),
+        })
+    }
+
+    /// Flags that a cluster file fixes and so must not be given with `--cluster`.
+    fn fixed_by_file(&self) -> Option<&'static str> {
+        [
+            (self.protocol.is_some(), "--protocol"),
+            (self.workload.is_some(), "--workload"),
+            (self.shards.is_some(), "--shards"),
+            (self.replicas.is_some(), "--replicas"),
+            (self.regions.is_some(), "--regions"),
+            (self.network.is_some(), "--network"),
+            (self.clock.is_some(), "--clock"),
+            (self.keys_per_shard.is_some(), "--keys-per-shard"),
+            (self.zipf.is_some(), "--zipf"),
+            (self.seed.is_some(), "--seed"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+}
+
+/// Why the command stopped.
+enum Failure {
+    /// Bad input; nothing started.
+    Input(ConfigError),
+    /// A run finished but something failed.
+    Run(String),
+}
+
+impl From<ConfigError> for Failure {
+    fn from(error: ConfigError) -> Self {
+        Self::Input(error)
+    }
+}
+
+fn bench(args: &BenchArgs) -> Result<(), Failure> {
+    let default_clients = 96;
+    let output = match &args.cluster_file {
+        Some(path) => {
+            if let Some(flag) = args.cluster.fixed_by_file() {
+                return Err(ConfigError::new(format!(
+                    "{flag} contradicts --cluster: the cluster file sets it"
+                ))
+                .into());
+            }
+            let file = ClusterFile::load(path)?;
+            let experiment = Experiment {
+                protocol: file.protocol,
+                workload: file.workload.clone(),
+                workload_options: file.workload_options.clone(),
+                shards: file.topology.shards,
+                replicas: file.topology.replicas,
+                network: file.network.clone(),
+                clock: file.clock,
+                clients: args.cluster.clients.unwrap_or(default_clients),
+                duration_s: args.duration,
+                warmup_s: args.warmup,
+                seed: file.seed,
+                out_dir: args.out.clone(),
+                progress: !args.quiet,
+            };
+            validate_times(&experiment)?;
+            run_cluster(&file, &experiment)?
+        }
+        None => {
+            let r = args.cluster.resolve(default_clients)?;
+            let experiment = Experiment {
+                protocol: r.protocol,
+                workload: r.workload,
+                workload_options: r.workload_options,
+                shards: r.shards,
+                replicas: r.replicas,
+                network: r.network,
+                clock: r.clock,
+                clients: r.clients,
+                duration_s: args.duration,
+                warmup_s: args.warmup,
+                seed: r.seed,
+                out_dir: args.out.clone(),
+                progress: !args.quiet,
+            };
+            experiment.validate()?;
+            run_embedded(&experiment)?
+        }
+    };
+    print!("{}", report::table(&output));
+    let folder = report::write_results(&args.out, &output)
+        .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
+    println!("results: {}", folder.join("stats.json").display());
+    if !output.checks_passed() {
+        let failed: Vec<&str> =
+            output.checks.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();
+        return Err(Failure::Run(format!("invariant check failed: {}", failed.join(", "))));
+    }
+    Ok(())
+}
+
+fn validate_times(experiment: &Experiment) -> Result<(), ConfigError> {
+    if !(experiment.duration_s.is_finite() && experiment.duration_s > 0.0) {
+        return Err(ConfigError::new(format!(
+            "--duration must be positive, got {}",
+            experiment.duration_s
+        )));
+    }
+    if !(experiment.warmup_s.is_finite() && experiment.warmup_s >= 0.0) {
+        return Err(ConfigError::new(format!(
+            "--warmup must be zero or more, got {}",
+            experiment.warmup_s
+        )));
+    }
+    if experiment.clients == 0 {
+        return Err(ConfigError::new("--clients must be at least 1"));
+    }
+    Ok(())
+}
+
+fn sim(args: &SimArgs) -> Result<(), Failure> {
+    let r = args.cluster.resolve(24)?;
+    if args.txns == 0 {
+        return Err(ConfigError::new("--txns must be at least 1").into());
+    }
+    let topology = meridian_core::topology::Topology::standard(
+        r.network.regions.clone(),
+        r.shards,
+        r.replicas,
+    )?;
+    let workload = Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
+    let options = SimRunOptions {
+        protocol: r.protocol,
+        topology,
+        network: r.network,
+        clock: r.clock,
+        clients: r.clients,
+        txns: args.txns,
+        seed: r.seed,
+        faults: Vec::new(),
+        time_limit_ns: args.time_limit_s.saturating_mul(NS_PER_S),
+    };
+    let started = Instant::now();
+    let report = run_sim(&options, workload)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    println!(
+        "seed {}: {} committed, {} user aborts, {} failed, {} retries, {} cross-shard; latency p50 {:.1} ms p99 {:.1} ms (virtual)",
+        report.seed,
+        report.committed,
+        report.user_aborted,
+        report.failed,
+        report.retries,
+        report.cross_shard,
+        report.latency_ns_p50 as f64 / 1e6,
+        report.latency_ns_p99 as f64 / 1e6,
+    );
+    println!(
+        "virtual {:.2} s, wall {:.2} s, {} deliveries ({:.0} per wall second), {} lost, {} events",
+        report.virtual_ns as f64 / 1e9,
+        wall_s,
+        report.stats.deliveries,
+        report.stats.deliveries as f64 / wall_s.max(1e-9),
+        report.stats.lost,
+        report.stats.events,
+    );
+    for check in &report.checks {
+        println!(
+            "check {:<20} {}  {}",
+            check.name,
+            if check.passed { "PASS" } else { "FAIL" },
+            check.detail
+        );
+    }
+    println!("trace hash {:016x}", report.trace_hash);
+    if !report.passed() {
+        let protocol = r.protocol.name();
+        println!("REPRODUCE: meridian sim --protocol {protocol} --seed {}", report.seed);
+        return Err(Failure::Run("the run failed a check".into()));
+    }
+    Ok(())
+}
+
+fn server(args: &ServerArgs) -> Result<(), Failure> {
+    let file = ClusterFile::load(&args.config)?;
+    run_server(&file, args.node)?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.log_level.parse::<tracing::Level>() {
+        Ok(level) => level,
+        Err(_) => {
+            eprintln!(
+                "error: unknown --log-level '{}'; accepted: error, warn, info, debug, trace",
+                cli.log_level
+            );
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
+    let result = match &cli.command {
+        Command::Bench(args) => bench(args),
+        Command::Sim(args) => sim(args),
+        Command::Server(args) => server(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Input(error)) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -48,10 +48,7 @@ mod tests {
     use super::*;
 
     fn record(key: u8, value: Option<u8>) -> PersistRecord {
-        PersistRecord {
-            key: vec![key],
-            value: value.map(|v| vec![v]),
-        }
+        PersistRecord { key: vec![key], value: value.map(|v| vec![v]) }
     }
 
     #[test]

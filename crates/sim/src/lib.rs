@@ -103,26 +103,10 @@ pub struct SimStats {
 }
 
 enum EventKind<M> {
-    Deliver {
-        from: NodeId,
-        to: NodeId,
-        msg: M,
-    },
-    Timer {
-        node: NodeId,
-        timer: TimerId,
-        incarnation: u32,
-    },
-    Persisted {
-        node: NodeId,
-        token: PersistToken,
-        incarnation: u32,
-        sync: bool,
-    },
-    Submit {
-        node: NodeId,
-        request: ClientRequest,
-    },
+    Deliver { from: NodeId, to: NodeId, msg: M },
+    Timer { node: NodeId, timer: TimerId, incarnation: u32 },
+    Persisted { node: NodeId, token: PersistToken, incarnation: u32, sync: bool },
+    Submit { node: NodeId, request: ClientRequest },
     Fault(Fault),
 }
 
@@ -186,14 +170,11 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
     ) -> Self {
         let node_count = topology.nodes.len();
         let mut clock_rng = child_rng(config.seed, "sim-clocks", 0);
-        let clocks = (0..node_count)
-            .map(|_| config.clock.draw(&mut clock_rng))
-            .collect();
+        let clocks = (0..node_count).map(|_| config.clock.draw(&mut clock_rng)).collect();
         let regions = topology.nodes.iter().map(|n| n.region.0 as usize).collect();
         let disks: Vec<SimDisk> = (0..node_count).map(|_| SimDisk::default()).collect();
-        let nodes = (0..node_count)
-            .map(|i| Some(factory(NodeId(i as u32), disks[i].durable())))
-            .collect();
+        let nodes =
+            (0..node_count).map(|i| Some(factory(NodeId(i as u32), disks[i].durable()))).collect();
         let mut sim = Self {
             now: SIM_EPOCH_NS,
             seq: 0,
@@ -238,11 +219,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             self.queue.len()
         );
         self.seq += 1;
-        self.queue.push(Event {
-            at,
-            seq: self.seq,
-            kind,
-        });
+        self.queue.push(Event { at, seq: self.seq, kind });
     }
 
     fn node_now(&self, node: NodeId) -> Time {
@@ -342,11 +319,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     None => self.stats.dropped_crashed += 1,
                 }
             }
-            EventKind::Timer {
-                node,
-                timer,
-                incarnation,
-            } => {
+            EventKind::Timer { node, timer, incarnation } => {
                 self.hash(2, node.0, timer.0);
                 let now = self.node_now(node);
                 match self.nodes[node.0 as usize].as_mut() {
@@ -358,12 +331,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     _ => self.stats.dropped_crashed += 1,
                 }
             }
-            EventKind::Persisted {
-                node,
-                token,
-                incarnation,
-                sync,
-            } => {
+            EventKind::Persisted { node, token, incarnation, sync } => {
                 self.hash(3, node.0, token.0);
                 if self.incarnations[node.0 as usize] != incarnation {
                     return; // The write died with the crash.
@@ -439,37 +407,15 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 Effect::SetTimer { timer, after_ns } => {
                     let after = self.clocks[node.0 as usize].true_duration(after_ns);
                     let incarnation = self.incarnations[node.0 as usize];
-                    self.schedule(
-                        self.now + after,
-                        EventKind::Timer {
-                            node,
-                            timer,
-                            incarnation,
-                        },
-                    );
+                    self.schedule(self.now + after, EventKind::Timer { node, timer, incarnation });
                 }
-                Effect::Persist {
-                    token,
-                    records,
-                    durability,
-                } => {
+                Effect::Persist { token, records, durability } => {
                     let sync = durability == meridian_core::node::Durability::Synced;
-                    let latency = if sync {
-                        self.config.disk_sync_ns
-                    } else {
-                        self.config.disk_buffered_ns
-                    };
+                    let latency =
+                        if sync { self.config.disk_sync_ns } else { self.config.disk_buffered_ns };
                     let at = self.disks[node.0 as usize].write(records, self.now + latency);
                     let incarnation = self.incarnations[node.0 as usize];
-                    self.schedule(
-                        at,
-                        EventKind::Persisted {
-                            node,
-                            token,
-                            incarnation,
-                            sync,
-                        },
-                    );
+                    self.schedule(at, EventKind::Persisted { node, token, incarnation, sync });
                 }
                 Effect::Reply { request, outcome } => {
                     let next = self.clients.on_reply(self.now, node, request, &outcome);
@@ -490,16 +436,10 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             self.stats.blocked += 1;
             return;
         }
-        let model = self
-            .network
-            .link(self.regions[from.0 as usize], self.regions[to.0 as usize]);
+        let model = self.network.link(self.regions[from.0 as usize], self.regions[to.0 as usize]);
         let seed = self.config.seed;
         let link = self.links.entry((from.0, to.0)).or_insert_with(|| {
-            LinkState::new(child_rng(
-                seed,
-                "sim-link",
-                (u64::from(from.0) << 32) | u64::from(to.0),
-            ))
+            LinkState::new(child_rng(seed, "sim-link", (u64::from(from.0) << 32) | u64::from(to.0)))
         });
         match link.sample(&model, self.now) {
             Some(at) => self.schedule(at, EventKind::Deliver { from, to, msg }),

@@ -94,9 +94,7 @@ pub fn run(
         return Err(ConfigError::new("clients must be at least 1"));
     }
     if options.network.regions.len() < options.topology.regions.len() {
-        return Err(ConfigError::new(
-            "the network model has fewer regions than the topology",
-        ));
+        return Err(ConfigError::new("the network model has fewer regions than the topology"));
     }
     match options.protocol {
         ProtocolKind::Occ => Ok(run_with(options, workload, OccNode::new)),
@@ -135,12 +133,7 @@ fn run_with<N: ProtocolNode>(
     let clients = ClosedLoopClients::new(
         0,
         (0..options.clients)
-            .map(|c| {
-                (
-                    coordinators[c as usize % coordinators.len()],
-                    workload.generator(c, seed),
-                )
-            })
+            .map(|c| (coordinators[c as usize % coordinators.len()], workload.generator(c, seed)))
             .collect(),
     );
     let mut config = SimConfig::new(seed, options.network.clone(), options.clock);

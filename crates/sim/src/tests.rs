@@ -37,11 +37,7 @@ fn micro_keys(
     Arc::from(
         meridian_workloads::build(
             "micro-luigi",
-            &WorkloadOptions {
-                shards,
-                keys_per_shard,
-                zipf_theta: theta,
-            },
+            &WorkloadOptions { shards, keys_per_shard, zipf_theta: theta },
         )
         .unwrap(),
     )
@@ -52,12 +48,7 @@ fn micro(shards: u32, theta: Option<f64>) -> Arc<dyn meridian_workloads::Workloa
 }
 
 fn assert_passed(report: &SimRunReport) {
-    assert!(
-        report.passed(),
-        "seed {} failed: {:?}",
-        report.seed,
-        report.checks
-    );
+    assert!(report.passed(), "seed {} failed: {:?}", report.seed, report.checks);
 }
 
 #[test]
@@ -85,10 +76,7 @@ fn micro_luigi_on_two_shards_is_all_cross_shard_and_serializable_under_contentio
             report.cross_shard, report.committed,
             "two shards: every transaction spans both"
         );
-        assert!(
-            report.retries > 0,
-            "Zipf 0.99 on 200 keys per shard must cause conflicts"
-        );
+        assert!(report.retries > 0, "Zipf 0.99 on 200 keys per shard must cause conflicts");
     }
 }
 
@@ -98,10 +86,7 @@ fn geo_latency_is_two_wide_area_round_trips_for_cross_shard_commits() {
     // prepare each need a round trip to the remote shard: 2 WRTT ≈ 600 ms.
     let report = run(&options(3, "geo", 2, 200), micro_keys(2, 100_000, None)).unwrap();
     assert_passed(&report);
-    assert_eq!(
-        report.retries, 0,
-        "100k keys per shard: no conflicts expected"
-    );
+    assert_eq!(report.retries, 0, "100k keys per shard: no conflicts expected");
     let p50_ms = report.latency_ns_p50 / NS_PER_MS;
     assert!((560..=700).contains(&p50_ms), "p50 {p50_ms} ms");
 }
@@ -127,9 +112,7 @@ fn lossy_links_slow_commits_down_but_break_nothing() {
     let mut opts = options(5, "metro", 2, 300);
     let lossy = LinkModel {
         delay_ns: 2 * NS_PER_MS,
-        jitter: Jitter::Uniform {
-            half_width_ns: NS_PER_MS,
-        },
+        jitter: Jitter::Uniform { half_width_ns: NS_PER_MS },
         loss: 0.05,
     };
     opts.network = NetworkModel::uniform("lossy", regions(3), lossy, lossy);
@@ -141,10 +124,8 @@ fn lossy_links_slow_commits_down_but_break_nothing() {
 #[test]
 fn a_crashed_coordinator_loses_its_requests_and_others_go_on() {
     let mut opts = options(13, "metro", 2, 300);
-    opts.faults = vec![
-        (300 * NS_PER_MS, Fault::Crash(NodeId(3))),
-        (NS_PER_S, Fault::Restart(NodeId(3))),
-    ];
+    opts.faults =
+        vec![(300 * NS_PER_MS, Fault::Crash(NodeId(3))), (NS_PER_S, Fault::Restart(NodeId(3)))];
     let report = run(&opts, micro(2, None)).unwrap();
     // Prepared attempts of the crashed coordinator may hold locks forever at participants until
     // coordinator recovery arrives with the replication issue; the run must still be live.
@@ -162,16 +143,8 @@ fn crashing_an_unreplicated_shard_loses_writes_and_the_check_says_so() {
         (600 * NS_PER_MS, Fault::Restart(NodeId(0))),
     ];
     let report = run(&opts, micro(2, None)).unwrap();
-    let check = report
-        .checks
-        .iter()
-        .find(|c| c.name == "micro-last-writer")
-        .unwrap();
-    assert!(
-        !check.passed,
-        "lost writes went unnoticed: {}",
-        check.detail
-    );
+    let check = report.checks.iter().find(|c| c.name == "micro-last-writer").unwrap();
+    assert!(!check.passed, "lost writes went unnoticed: {}", check.detail);
 }
 
 #[test]

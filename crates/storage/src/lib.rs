@@ -10,13 +10,17 @@
 //! - garbage collection below watermark `w` keeps, per key, the newest committed version at or
 //!   below `w` and everything above `w`, so every read at `ts >= w` returns what it did before.
 //!
-//! The store is sans-IO and deterministic (a `BTreeMap`); durability is the log store's job.
+//! Layout: version chains live in a hash map with a fixed hasher (point reads and writes are
+//! the hot path: one lookup each), and the keys also sit in a `BTreeSet` for scans and ordered
+//! iteration. Nothing iterates the hash map, so the store is deterministic. Durability is the
+//! log store's job.
 #![deny(unsafe_code)]
 
+use meridian_core::hash::FixedHashMap;
 use meridian_core::key::{Key, Value};
 use meridian_core::txn::ScanRange;
 use meridian_core::{Timestamp, TxnId};
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::Bound;
 
@@ -79,7 +83,8 @@ impl std::error::Error for StoreError {}
 /// The multi-version store of one replica.
 #[derive(Clone, Debug, Default)]
 pub struct MvccStore {
-    map: BTreeMap<Key, Vec<Version>>,
+    map: FixedHashMap<Key, Vec<Version>>,
+    order: BTreeSet<Key>,
     gc_watermark: Timestamp,
     versions: u64,
 }
@@ -99,8 +104,11 @@ impl MvccStore {
             writer: TxnId::LOAD,
             state: VersionState::Committed,
         };
-        if let Some(old) = self.map.insert(key, vec![version]) {
-            self.versions -= old.len() as u64;
+        match self.map.insert(key.clone(), vec![version]) {
+            Some(old) => self.versions -= old.len() as u64,
+            None => {
+                self.order.insert(key);
+            }
         }
         self.versions += 1;
     }
@@ -126,10 +134,7 @@ impl MvccStore {
     }
 
     fn visible(chain: &[Version], ts: Timestamp) -> Option<&Version> {
-        chain
-            .iter()
-            .rev()
-            .find(|v| v.ts <= ts && v.state == VersionState::Committed)
+        chain.iter().rev().find(|v| v.ts <= ts && v.state == VersionState::Committed)
     }
 
     /// Adds a version. Fails if the key already has a version at `ts` or `ts` is at or below the
@@ -146,25 +151,19 @@ impl MvccStore {
         if ts <= self.gc_watermark && self.gc_watermark > Timestamp::ZERO {
             return Err(StoreError::BelowWatermark { key, ts });
         }
-        if self
-            .versions(&key)
-            .binary_search_by(|v| v.ts.cmp(&ts))
-            .is_ok()
-        {
+        let watermark = self.gc_watermark;
+        let chain = match self.map.get_mut(&key) {
+            Some(chain) => chain,
+            None => {
+                self.order.insert(key.clone());
+                self.map.entry(key.clone()).or_default()
+            }
+        };
+        if chain.binary_search_by(|v| v.ts.cmp(&ts)).is_ok() {
             return Err(StoreError::DuplicateTimestamp { key, ts });
         }
-        let watermark = self.gc_watermark;
-        let chain = self.map.entry(key).or_default();
         let position = chain.partition_point(|v| v.ts < ts);
-        chain.insert(
-            position,
-            Version {
-                ts,
-                value,
-                writer,
-                state,
-            },
-        );
+        chain.insert(position, Version { ts, value, writer, state });
         self.versions += 1;
         let removed = Self::prune_chain(chain, watermark);
         self.versions -= removed;
@@ -177,10 +176,7 @@ impl MvccStore {
         let Some(chain) = self.map.get_mut(key) else {
             return false;
         };
-        match chain
-            .iter_mut()
-            .find(|v| v.writer == writer && v.state == VersionState::Pending)
-        {
+        match chain.iter_mut().find(|v| v.writer == writer && v.state == VersionState::Pending) {
             Some(version) => {
                 version.state = VersionState::Committed;
                 true
@@ -194,9 +190,8 @@ impl MvccStore {
         let Some(chain) = self.map.get_mut(key) else {
             return false;
         };
-        let Some(index) = chain
-            .iter()
-            .position(|v| v.writer == writer && v.state == VersionState::Pending)
+        let Some(index) =
+            chain.iter().position(|v| v.writer == writer && v.state == VersionState::Pending)
         else {
             return false;
         };
@@ -204,6 +199,7 @@ impl MvccStore {
         self.versions -= 1;
         if chain.is_empty() {
             self.map.remove(key);
+            self.order.remove(key);
         }
         true
     }
@@ -215,24 +211,14 @@ impl MvccStore {
             return Vec::new();
         }
         let limit = range.limit as usize;
-        let visible = |(key, chain): (&Key, &Vec<Version>)| {
-            Self::visible(chain, ts)
-                .filter(|v| v.value.is_some())
-                .map(|v| (key.clone(), v.clone()))
+        let visible = |key: &Key| {
+            let chain = self.map.get(key)?;
+            Self::visible(chain, ts).filter(|v| v.value.is_some()).map(|v| (key.clone(), v.clone()))
         };
         if range.reverse {
-            self.map
-                .range::<Key, _>(bounds)
-                .rev()
-                .filter_map(visible)
-                .take(limit)
-                .collect()
+            self.order.range::<Key, _>(bounds).rev().filter_map(visible).take(limit).collect()
         } else {
-            self.map
-                .range::<Key, _>(bounds)
-                .filter_map(visible)
-                .take(limit)
-                .collect()
+            self.order.range::<Key, _>(bounds).filter_map(visible).take(limit).collect()
         }
     }
 
@@ -252,7 +238,10 @@ impl MvccStore {
         self.set_gc_watermark(watermark);
         let watermark = self.gc_watermark;
         let mut removed = 0;
-        self.map.retain(|_, chain| {
+        let map = &mut self.map;
+        // Walk in key order (not hash order) so the sweep is the same in every process.
+        self.order.retain(|key| {
+            let Some(chain) = map.get_mut(key) else { return false };
             removed += Self::prune_chain(chain, watermark);
             // A key whose only version is an old delete is gone for every reader.
             let dead = chain.len() == 1
@@ -261,8 +250,9 @@ impl MvccStore {
                 && chain[0].state == VersionState::Committed;
             if dead {
                 removed += 1;
+                map.remove(key);
             }
-            !dead && !chain.is_empty()
+            !dead
         });
         self.versions -= removed;
         removed
@@ -270,9 +260,8 @@ impl MvccStore {
 
     /// Drops committed versions older than the newest committed one at or below `watermark`.
     fn prune_chain(chain: &mut Vec<Version>, watermark: Timestamp) -> u64 {
-        let Some(keep_from) = chain
-            .iter()
-            .rposition(|v| v.ts <= watermark && v.state == VersionState::Committed)
+        let Some(keep_from) =
+            chain.iter().rposition(|v| v.ts <= watermark && v.state == VersionState::Committed)
         else {
             return 0;
         };
@@ -298,10 +287,9 @@ impl MvccStore {
 
     /// Every key with its newest committed value (deletes skipped), in key order.
     pub fn latest_values(&self) -> impl Iterator<Item = (&Key, &Version)> {
-        self.map.iter().filter_map(|(k, c)| {
-            Self::visible(c, Timestamp::MAX)
-                .filter(|v| v.value.is_some())
-                .map(|v| (k, v))
+        self.order.iter().filter_map(|k| {
+            let chain = self.map.get(k)?;
+            Self::visible(chain, Timestamp::MAX).filter(|v| v.value.is_some()).map(|v| (k, v))
         })
     }
 }
@@ -312,10 +300,7 @@ mod tests {
     use meridian_core::NodeId;
 
     fn txn(seq: u64) -> TxnId {
-        TxnId {
-            origin: NodeId(0),
-            seq,
-        }
+        TxnId { origin: NodeId(0), seq }
     }
 
     fn key(i: u64) -> Key {
@@ -348,9 +333,8 @@ mod tests {
         // Out-of-order insertion keeps the chain sorted.
         put(&mut store, 1, 15, "v15", 3);
         assert_eq!(store.get_at(&key(1), Timestamp(16)), Some(&b"v15".to_vec()));
-        let err = store
-            .write(key(1), Timestamp(15), None, txn(4), VersionState::Committed)
-            .unwrap_err();
+        let err =
+            store.write(key(1), Timestamp(15), None, txn(4), VersionState::Committed).unwrap_err();
         assert!(matches!(err, StoreError::DuplicateTimestamp { .. }));
     }
 
@@ -358,16 +342,10 @@ mod tests {
     fn deletes_hide_values() {
         let mut store = MvccStore::new();
         put(&mut store, 1, 10, "a", 1);
-        store
-            .write(key(1), Timestamp(20), None, txn(2), VersionState::Committed)
-            .unwrap();
+        store.write(key(1), Timestamp(20), None, txn(2), VersionState::Committed).unwrap();
         assert_eq!(store.get_at(&key(1), Timestamp(15)), Some(&b"a".to_vec()));
         assert_eq!(store.get_at(&key(1), Timestamp(25)), None);
-        assert!(store
-            .read_at(&key(1), Timestamp(25))
-            .unwrap()
-            .value
-            .is_none());
+        assert!(store.read_at(&key(1), Timestamp(25)).unwrap().value.is_none());
     }
 
     #[test]
@@ -375,31 +353,16 @@ mod tests {
         let mut store = MvccStore::new();
         put(&mut store, 1, 10, "a", 1);
         store
-            .write(
-                key(1),
-                Timestamp(20),
-                Some(b"b".to_vec()),
-                txn(2),
-                VersionState::Pending,
-            )
+            .write(key(1), Timestamp(20), Some(b"b".to_vec()), txn(2), VersionState::Pending)
             .unwrap();
         assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"a".to_vec()));
         assert!(store.commit(&key(1), txn(2)));
         assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"b".to_vec()));
         store
-            .write(
-                key(1),
-                Timestamp(30),
-                Some(b"c".to_vec()),
-                txn(3),
-                VersionState::Pending,
-            )
+            .write(key(1), Timestamp(30), Some(b"c".to_vec()), txn(3), VersionState::Pending)
             .unwrap();
         assert!(store.revoke(&key(1), txn(3)));
-        assert!(
-            !store.revoke(&key(1), txn(3)),
-            "revoking twice finds nothing"
-        );
+        assert!(!store.revoke(&key(1), txn(3)), "revoking twice finds nothing");
         assert!(!store.commit(&key(1), txn(3)));
         assert_eq!(store.versions(&key(1)).len(), 2);
         assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"b".to_vec()));
@@ -411,44 +374,15 @@ mod tests {
         for i in 0..10 {
             put(&mut store, i, 10 + i, "x", i);
         }
-        store
-            .write(
-                key(3),
-                Timestamp(100),
-                None,
-                txn(99),
-                VersionState::Committed,
-            )
-            .unwrap();
-        let range = |limit, reverse| ScanRange {
-            start: key(2),
-            end: key(8),
-            limit,
-            reverse,
-        };
+        store.write(key(3), Timestamp(100), None, txn(99), VersionState::Committed).unwrap();
+        let range = |limit, reverse| ScanRange { start: key(2), end: key(8), limit, reverse };
         let rows = |r: &ScanRange, ts| {
-            store
-                .scan(r, Timestamp(ts))
-                .into_iter()
-                .map(|(k, _)| k)
-                .collect::<Vec<_>>()
+            store.scan(r, Timestamp(ts)).into_iter().map(|(k, _)| k).collect::<Vec<_>>()
         };
-        assert_eq!(
-            rows(&range(100, false), 200),
-            vec![key(2), key(4), key(5), key(6), key(7)]
-        );
-        assert_eq!(
-            rows(&range(100, false), 14),
-            vec![key(2), key(3), key(4)],
-            "snapshot at 14"
-        );
+        assert_eq!(rows(&range(100, false), 200), vec![key(2), key(4), key(5), key(6), key(7)]);
+        assert_eq!(rows(&range(100, false), 14), vec![key(2), key(3), key(4)], "snapshot at 14");
         assert_eq!(rows(&range(2, true), 200), vec![key(7), key(6)]);
-        let empty = ScanRange {
-            start: key(5),
-            end: key(5),
-            limit: 10,
-            reverse: false,
-        };
+        let empty = ScanRange { start: key(5), end: key(5), limit: 10, reverse: false };
         assert!(store.scan(&empty, Timestamp::MAX).is_empty());
     }
 
@@ -458,41 +392,21 @@ mod tests {
         for ts in 1..=10 {
             put(&mut store, 1, ts * 10, &format!("v{ts}"), ts);
         }
+        store.write(key(2), Timestamp(5), None, txn(50), VersionState::Committed).unwrap();
         store
-            .write(key(2), Timestamp(5), None, txn(50), VersionState::Committed)
+            .write(key(1), Timestamp(200), Some(b"p".to_vec()), txn(60), VersionState::Pending)
             .unwrap();
-        store
-            .write(
-                key(1),
-                Timestamp(200),
-                Some(b"p".to_vec()),
-                txn(60),
-                VersionState::Pending,
-            )
-            .unwrap();
-        let before: Vec<_> = (55..=120)
-            .map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned())
-            .collect();
+        let before: Vec<_> =
+            (55..=120).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
         let removed = store.gc(Timestamp(55));
-        assert_eq!(
-            removed,
-            4 + 1,
-            "v1..v4 of key 1 and the dead delete of key 2"
-        );
-        let after: Vec<_> = (55..=120)
-            .map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned())
-            .collect();
+        assert_eq!(removed, 4 + 1, "v1..v4 of key 1 and the dead delete of key 2");
+        let after: Vec<_> =
+            (55..=120).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
         assert_eq!(before, after);
         assert_eq!(store.key_count(), 1);
         assert_eq!(store.version_count(), 7, "v5..v10 and the pending version");
         assert!(matches!(
-            store.write(
-                key(1),
-                Timestamp(50),
-                None,
-                txn(70),
-                VersionState::Committed
-            ),
+            store.write(key(1), Timestamp(50), None, txn(70), VersionState::Committed),
             Err(StoreError::BelowWatermark { .. })
         ));
     }

@@ -63,10 +63,7 @@ impl ClosedLoopClients {
     /// A pool of clients numbered `first_client..`, each bound to a coordinator with its own
     /// generator.
     pub fn new(first_client: u32, clients: Vec<(NodeId, Box<dyn TxnGenerator>)>) -> Self {
-        assert!(
-            first_client as usize + clients.len() <= CLIENTS_MAX as usize,
-            "too many clients"
-        );
+        assert!(first_client as usize + clients.len() <= CLIENTS_MAX as usize, "too many clients");
         let clients = clients
             .into_iter()
             .enumerate()
@@ -105,10 +102,7 @@ impl ClosedLoopClients {
 
     /// Requests now outstanding.
     pub fn outstanding(&self) -> usize {
-        self.clients
-            .iter()
-            .filter(|c| c.outstanding.is_some())
-            .count()
+        self.clients.iter().filter(|c| c.outstanding.is_some()).count()
     }
 
     fn next_request(&mut self, index: usize, now: Time) -> Option<(NodeId, ClientRequest)> {
@@ -133,9 +127,7 @@ impl ClosedLoopClients {
 
 impl ClientDriver for ClosedLoopClients {
     fn start(&mut self, now: Time) -> Vec<(NodeId, ClientRequest)> {
-        (0..self.clients.len())
-            .filter_map(|i| self.next_request(i, now))
-            .collect()
+        (0..self.clients.len()).filter_map(|i| self.next_request(i, now)).collect()
     }
 
     fn on_reply(
@@ -188,9 +180,7 @@ impl ClientDriver for ClosedLoopClients {
                 self.clients[i].coordinator == node && self.clients[i].outstanding.is_none()
             })
             .collect();
-        idle.into_iter()
-            .filter_map(|i| self.next_request(i, now))
-            .collect()
+        idle.into_iter().filter_map(|i| self.next_request(i, now)).collect()
     }
 
     fn stop(&mut self) {
@@ -210,10 +200,7 @@ mod tests {
     struct Counter;
     impl TxnGenerator for Counter {
         fn next(&mut self, request: RequestId) -> TxnRequest {
-            TxnRequest {
-                proc: ProcId(0),
-                args: vec![meridian_core::txn::Datum::Uint(request.0)],
-            }
+            TxnRequest { proc: ProcId(0), args: vec![meridian_core::txn::Datum::Uint(request.0)] }
         }
     }
 
@@ -231,10 +218,7 @@ mod tests {
     fn each_client_keeps_one_request_outstanding() {
         let mut pool = ClosedLoopClients::new(
             3,
-            vec![
-                (NodeId(0), Box::new(Counter)),
-                (NodeId(1), Box::new(Counter)),
-            ],
+            vec![(NodeId(0), Box::new(Counter)), (NodeId(1), Box::new(Counter))],
         );
         let first = pool.start(100);
         assert_eq!(first.len(), 2);
@@ -242,29 +226,18 @@ mod tests {
         let (node, request) = &first[1];
         assert_eq!(*node, NodeId(1));
         // A reply from the wrong node or for an unknown request changes nothing.
-        assert!(pool
-            .on_reply(150, NodeId(0), request.id, &committed())
-            .is_empty());
-        assert!(pool
-            .on_reply(150, NodeId(1), RequestId(12345), &committed())
-            .is_empty());
+        assert!(pool.on_reply(150, NodeId(0), request.id, &committed()).is_empty());
+        assert!(pool.on_reply(150, NodeId(1), RequestId(12345), &committed()).is_empty());
         let next = pool.on_reply(200, NodeId(1), request.id, &committed());
         assert_eq!(next.len(), 1);
         assert_ne!(next[0].1.id, request.id);
         // The duplicate reply is ignored.
-        assert!(pool
-            .on_reply(210, NodeId(1), request.id, &committed())
-            .is_empty());
+        assert!(pool.on_reply(210, NodeId(1), request.id, &committed()).is_empty());
         let done = pool.drain_completions();
         assert_eq!(done.len(), 1);
-        assert_eq!(
-            (done[0].client, done[0].submitted_at, done[0].completed_at),
-            (4, 100, 200)
-        );
+        assert_eq!((done[0].client, done[0].submitted_at, done[0].completed_at), (4, 100, 200));
         pool.stop();
-        assert!(pool
-            .on_reply(300, NodeId(1), next[0].1.id, &committed())
-            .is_empty());
+        assert!(pool.on_reply(300, NodeId(1), next[0].1.id, &committed()).is_empty());
         assert!(!pool.finished());
         pool.on_crash(NodeId(0));
         assert!(pool.finished());

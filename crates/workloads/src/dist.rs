@@ -23,9 +23,7 @@ impl KeyDist {
     /// Uniform when `theta` is `None`, Zipfian otherwise.
     pub fn new(items: u64, theta: Option<f64>) -> Result<Self, ConfigError> {
         if items == 0 {
-            return Err(ConfigError::new(
-                "a key distribution needs at least one item",
-            ));
+            return Err(ConfigError::new("a key distribution needs at least one item"));
         }
         match theta {
             None => Ok(Self::Uniform { items }),
@@ -56,9 +54,7 @@ impl Zipf {
     /// A distribution with skew `theta` in (0, 1).
     pub fn new(items: u64, theta: f64) -> Result<Self, ConfigError> {
         if !(theta > 0.0 && theta < 1.0) {
-            return Err(ConfigError::new(format!(
-                "zipf theta must be in (0, 1), got {theta}"
-            )));
+            return Err(ConfigError::new(format!("zipf theta must be in (0, 1), got {theta}")));
         }
         if items == 0 || items > ZIPF_ITEMS_MAX {
             return Err(ConfigError::new(format!(
@@ -69,13 +65,7 @@ impl Zipf {
         let zeta_n = zeta(items);
         let zeta_2 = zeta(2.min(items));
         let eta = (1.0 - (2.0 / items as f64).powf(1.0 - theta)) / (1.0 - zeta_2 / zeta_n);
-        Ok(Self {
-            items,
-            theta,
-            alpha: 1.0 / (1.0 - theta),
-            zeta_n,
-            eta,
-        })
+        Ok(Self { items, theta, alpha: 1.0 / (1.0 - theta), zeta_n, eta })
     }
 
     /// Draws an item; 0 is the most popular.

@@ -13,6 +13,7 @@
 
 use crate::dist::KeyDist;
 use crate::{CheckResult, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
+use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, Rng};
 use meridian_core::txn::{
@@ -70,11 +71,7 @@ impl MicroLuigi {
             )));
         }
         let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
-        Ok(Self {
-            shards: options.shards,
-            keys_per_shard: options.keys_per_shard,
-            dist,
-        })
+        Ok(Self { shards: options.shards, keys_per_shard: options.keys_per_shard, dist })
     }
 }
 
@@ -95,19 +92,14 @@ impl Workload for MicroLuigi {
 
     fn registry(&self) -> Registry {
         let mut registry = Registry::default();
-        registry.register(Arc::new(MicroTxn {
-            keys_per_shard: self.keys_per_shard,
-        }));
+        registry.register(Arc::new(MicroTxn { keys_per_shard: self.keys_per_shard }));
         registry
     }
 
     fn partitioner(&self) -> Partitioner {
         Partitioner::new(
             self.shards,
-            PartitionRule::LeadingInt {
-                base: 0,
-                per_shard: self.keys_per_shard,
-            },
+            PartitionRule::LeadingInt { base: 0, per_shard: self.keys_per_shard },
         )
         .expect("validated in new")
     }
@@ -185,19 +177,11 @@ fn parse(args: &Args) -> Result<MicroArgs<'_>, ProcError> {
     match args.as_slice() {
         [Datum::List(reads), Datum::List(writes), Datum::Uint(request)] => {
             if reads.iter().chain(writes).any(|d| d.as_uint().is_none()) {
-                return Err(ProcError::BadArgs(
-                    "micro ids must be unsigned integers".into(),
-                ));
+                return Err(ProcError::BadArgs("micro ids must be unsigned integers".into()));
             }
-            Ok(MicroArgs {
-                reads,
-                writes,
-                request: *request,
-            })
+            Ok(MicroArgs { reads, writes, request: *request })
         }
-        _ => Err(ProcError::BadArgs(
-            "micro takes [reads list, writes list, request]".into(),
-        )),
+        _ => Err(ProcError::BadArgs("micro takes [reads list, writes list, request]".into())),
     }
 }
 
@@ -244,16 +228,11 @@ impl Procedure for MicroTxn {
         let args = parse(args)?;
         let shards = self.shards(&args);
         if let Some(&bad) = shards.iter().find(|&&s| s >= context.partitioner.shards()) {
-            return Err(ProcError::BadArgs(format!(
-                "micro id on shard {bad}, beyond the cluster"
-            )));
+            return Err(ProcError::BadArgs(format!("micro id on shard {bad}, beyond the cluster")));
         }
         Ok(shards
             .into_iter()
-            .map(|s| PieceSpec {
-                target: ShardTarget::Shard(ShardId(s)),
-                deps: Vec::new(),
-            })
+            .map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s)), deps: Vec::new() })
             .collect())
     }
 
@@ -275,28 +254,21 @@ impl Procedure for MicroTxn {
         reads: &Reads,
     ) -> Result<PieceEffects, UserAbort> {
         let args = parse(args).map_err(|e| UserAbort(e.to_string()))?;
-        let shard = self
-            .piece_shard(piece, &args)
-            .map_err(|e| UserAbort(e.to_string()))?;
+        let shard = self.piece_shard(piece, &args).map_err(|e| UserAbort(e.to_string()))?;
         let writes = self
             .ids_on(args.writes, shard)
-            .map(|id| Write {
-                key: micro_key(id),
-                value: Some(micro_value(args.request, id)),
-            })
+            .map(|id| Write { key: micro_key(id), value: Some(micro_value(args.request, id)) })
             .collect();
         let found = reads.values.iter().filter(|v| v.is_some()).count() as u64;
-        Ok(PieceEffects {
-            writes,
-            output: vec![Datum::Uint(found)],
-        })
+        Ok(PieceEffects { writes, output: vec![Datum::Uint(found)] })
     }
 }
 
 /// The last-writer invariant (see the module documentation).
 #[derive(Debug, Default)]
 pub struct MicroCheck {
-    last: BTreeMap<u64, (Timestamp, u64)>,
+    // Looked up per commit (hot); only the final report sorts it.
+    last: FixedHashMap<u64, (Timestamp, u64)>,
     committed: u64,
     duplicate_ts: Vec<String>,
 }
@@ -325,7 +297,8 @@ impl InvariantCheck for MicroCheck {
     fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {
         let mut problems: Vec<String> = self.duplicate_ts.clone();
         let mut keys_checked = 0u64;
-        let mut expected_keys = self.last.clone();
+        let mut expected_keys: BTreeMap<u64, (Timestamp, u64)> =
+            self.last.iter().map(|(&k, &v)| (k, v)).collect();
         for (shard, store) in stores {
             for (key, version) in store.latest_values() {
                 let mut reader = key.reader();
@@ -346,9 +319,7 @@ impl InvariantCheck for MicroCheck {
             }
         }
         for (id, (_, request)) in expected_keys.iter().take(5) {
-            problems.push(format!(
-                "item {id}: committed write of request {request} is missing"
-            ));
+            problems.push(format!("item {id}: committed write of request {request} is missing"));
         }
         let missing = expected_keys.len();
         let passed = problems.is_empty();
@@ -364,11 +335,7 @@ impl InvariantCheck for MicroCheck {
                 problems[..problems.len().min(5)].join("; ")
             )
         };
-        vec![CheckResult {
-            name: "micro-last-writer".into(),
-            passed,
-            detail,
-        }]
+        vec![CheckResult { name: "micro-last-writer".into(), passed, detail }]
     }
 }
 
@@ -379,12 +346,8 @@ mod tests {
     use meridian_storage::VersionState;
 
     fn workload(shards: u32) -> MicroLuigi {
-        MicroLuigi::new(&WorkloadOptions {
-            shards,
-            keys_per_shard: 1_000,
-            zipf_theta: Some(0.9),
-        })
-        .unwrap()
+        MicroLuigi::new(&WorkloadOptions { shards, keys_per_shard: 1_000, zipf_theta: Some(0.9) })
+            .unwrap()
     }
 
     #[test]
@@ -400,24 +363,14 @@ mod tests {
                 (args.reads.len(), args.writes.len()),
                 (MICRO_READS, MICRO_OPS - MICRO_READS)
             );
-            let mut ids: Vec<u64> = args
-                .reads
-                .iter()
-                .chain(args.writes)
-                .filter_map(Datum::as_uint)
-                .collect();
+            let mut ids: Vec<u64> =
+                args.reads.iter().chain(args.writes).filter_map(Datum::as_uint).collect();
             ids.sort_unstable();
             ids.dedup();
             assert_eq!(ids.len(), MICRO_OPS, "distinct keys");
             let procedure = registry.get(txn.proc).unwrap();
-            let plan = procedure
-                .plan(
-                    &txn.args,
-                    PlanContext {
-                        partitioner: &partitioner,
-                    },
-                )
-                .unwrap();
+            let plan =
+                procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
             assert_eq!(plan.len(), 2, "every transaction touches both shards");
             for (piece, spec) in plan.iter().enumerate() {
                 let keys = procedure.keys(piece as u32, &txn.args, &[]).unwrap();
@@ -437,9 +390,7 @@ mod tests {
     fn generators_are_deterministic_per_seed_and_client() {
         let w = workload(2);
         let draw = |client, seed| {
-            (0..20)
-                .map(|r| w.generator(client, seed).next(RequestId(r)))
-                .collect::<Vec<_>>()
+            (0..20).map(|r| w.generator(client, seed).next(RequestId(r))).collect::<Vec<_>>()
         };
         assert_eq!(draw(1, 5), draw(1, 5));
         assert_ne!(draw(1, 5), draw(2, 5));
@@ -472,10 +423,7 @@ mod tests {
             &txn(3, &[7]),
             &TxnOutcome::failed(meridian_core::txn::TxnFailure::RetriesExhausted),
         );
-        let writer = TxnId {
-            origin: NodeId(0),
-            seq: 1,
-        };
+        let writer = TxnId { origin: NodeId(0), seq: 1 };
         for (id, request, ts) in [(5, 1, 10), (5, 2, 20), (6, 2, 20)] {
             store
                 .write(
@@ -500,11 +448,7 @@ mod tests {
         )
         .unwrap();
         let results = check.check(&[(ShardId(0), &lost)]);
-        assert!(
-            !results[0].passed && results[0].detail.contains("item 6"),
-            "{:?}",
-            results
-        );
+        assert!(!results[0].passed && results[0].detail.contains("item 6"), "{:?}", results);
         // An aborted write visible: item 7 was written by a failed request.
         store
             .write(
@@ -516,10 +460,6 @@ mod tests {
             )
             .unwrap();
         let results = check.check(&[(ShardId(0), &store)]);
-        assert!(
-            !results[0].passed && results[0].detail.contains("item 7"),
-            "{:?}",
-            results
-        );
+        assert!(!results[0].passed && results[0].detail.contains("item 7"), "{:?}", results);
     }
 }

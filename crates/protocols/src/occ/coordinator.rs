@@ -61,41 +61,23 @@ struct Attempt {
     epoch: u32,
     waiting: BTreeSet<ShardId>,
     ts_max: Timestamp,
+    started_at: Time,
 }
 
 impl Attempt {
     fn shards_touched(&self) -> u32 {
-        self.pieces
-            .iter()
-            .map(|p| p.shard)
-            .collect::<BTreeSet<_>>()
-            .len() as u32
+        self.pieces.iter().map(|p| p.shard).collect::<BTreeSet<_>>().len() as u32
     }
 
     fn participants(&self) -> BTreeSet<ShardId> {
-        let reads = self
-            .reads
-            .iter()
-            .filter(|(_, r)| !r.is_empty())
-            .map(|(&s, _)| s);
-        let scans = self
-            .scans
-            .iter()
-            .filter(|(_, r)| !r.is_empty())
-            .map(|(&s, _)| s);
-        let writes = self
-            .writes
-            .iter()
-            .filter(|(_, w)| !w.is_empty())
-            .map(|(&s, _)| s);
+        let reads = self.reads.iter().filter(|(_, r)| !r.is_empty()).map(|(&s, _)| s);
+        let scans = self.scans.iter().filter(|(_, r)| !r.is_empty()).map(|(&s, _)| s);
+        let writes = self.writes.iter().filter(|(_, w)| !w.is_empty()).map(|(&s, _)| s);
         reads.chain(scans).chain(writes).collect()
     }
 
     fn outputs(&self) -> Vec<PieceOutput> {
-        self.pieces
-            .iter()
-            .map(|p| p.output.clone().unwrap_or_default())
-            .collect()
+        self.pieces.iter().map(|p| p.output.clone().unwrap_or_default()).collect()
     }
 }
 
@@ -122,9 +104,7 @@ impl Coordinator {
         let topology = &context.topology;
         let leaders: Vec<NodeId> = (0..topology.shards)
             .map(|s| {
-                topology
-                    .replica_node(ShardId(s), 0)
-                    .expect("validated topology hosts replica 0")
+                topology.replica_node(ShardId(s), 0).expect("validated topology hosts replica 0")
             })
             .collect();
         let region = topology.region_of(context.id);
@@ -204,14 +184,7 @@ impl Coordinator {
             out.reply(id, TxnOutcome::failed(TxnFailure::Rejected(why)));
             return;
         }
-        self.requests.insert(
-            id,
-            RequestState {
-                client: request,
-                retries: 0,
-                attempt: None,
-            },
-        );
+        self.requests.insert(id, RequestState { client: request, retries: 0, attempt: None });
         self.start_attempt(now, id, timers, out);
     }
 
@@ -235,22 +208,14 @@ impl Coordinator {
                 )
             }
         };
-        let txn = TxnId {
-            origin: self.context.id,
-            seq: self.seq_next,
-        };
+        let txn = TxnId { origin: self.context.id, seq: self.seq_next };
         self.seq_next += 1;
         let state = self.requests.get_mut(&request).expect("request in flight");
-        assert!(
-            state.attempt.is_none(),
-            "a request runs one attempt at a time"
-        );
+        assert!(state.attempt.is_none(), "a request runs one attempt at a time");
         state.attempt = Some(txn);
         let (proc, args) = (state.client.txn.proc, state.client.txn.args.clone());
-        let single_shard = pieces
-            .iter()
-            .all(|p| p.shard == pieces[0].shard)
-            .then(|| pieces[0].shard);
+        let single_shard =
+            pieces.iter().all(|p| p.shard == pieces[0].shard).then(|| pieces[0].shard);
         let mut attempt = Attempt {
             request,
             pieces,
@@ -261,21 +226,14 @@ impl Coordinator {
             epoch: 0,
             waiting: BTreeSet::new(),
             ts_max: Timestamp::ZERO,
+            started_at: _now,
         };
         if attempt.pieces.is_empty() {
             return self.complete(request, None, TxnResult::Committed, None, out);
         }
         if let Some(shard) = single_shard {
             attempt.phase = Phase::ExecuteCommit(shard);
-            out.send(
-                self.leader(shard),
-                OccMsg::ExecuteCommit {
-                    txn,
-                    shard,
-                    proc,
-                    args,
-                },
-            );
+            out.send(self.leader(shard), OccMsg::ExecuteCommit { txn, shard, proc, args });
         } else {
             self.dispatch(txn, &mut attempt, out);
         }
@@ -291,17 +249,10 @@ impl Coordinator {
             .registry
             .get(txn.proc)
             .ok_or_else(|| ProcError::BadArgs(format!("unknown procedure {}", txn.proc.0)))?;
-        let plan = procedure.plan(
-            &txn.args,
-            PlanContext {
-                partitioner: &self.context.partitioner,
-            },
-        )?;
+        let plan =
+            procedure.plan(&txn.args, PlanContext { partitioner: &self.context.partitioner })?;
         if plan.len() > PIECES_MAX {
-            return Err(ProcError::Contract(format!(
-                "{} pieces is over {PIECES_MAX}",
-                plan.len()
-            )));
+            return Err(ProcError::Contract(format!("{} pieces is over {PIECES_MAX}", plan.len())));
         }
         // Pieces on replicated tables run next to the first bound piece, or on the home shard.
         let anchor = plan
@@ -314,9 +265,7 @@ impl Coordinator {
         let mut pieces = Vec::with_capacity(plan.len());
         for (index, spec) in plan.into_iter().enumerate() {
             if spec.deps.iter().any(|&d| d as usize >= index) {
-                return Err(ProcError::Contract(format!(
-                    "piece {index} depends on a later piece"
-                )));
+                return Err(ProcError::Contract(format!("piece {index} depends on a later piece")));
             }
             let shard = match spec.target {
                 ShardTarget::Shard(s) if s.0 < self.context.topology.shards => s,
@@ -328,12 +277,7 @@ impl Coordinator {
                 }
                 ShardTarget::Any => anchor,
             };
-            pieces.push(PieceSlot {
-                shard,
-                deps: spec.deps,
-                sent: false,
-                output: None,
-            });
+            pieces.push(PieceSlot { shard, deps: spec.deps, sent: false, output: None });
         }
         Ok(pieces)
     }
@@ -345,27 +289,16 @@ impl Coordinator {
         for index in 0..attempt.pieces.len() {
             let piece = &attempt.pieces[index];
             let ready = !piece.sent
-                && piece
-                    .deps
-                    .iter()
-                    .all(|&d| attempt.pieces[d as usize].output.is_some());
+                && piece.deps.iter().all(|&d| attempt.pieces[d as usize].output.is_some());
             if !ready || attempt.waiting.contains(&piece.shard) {
                 continue;
             }
             let inputs = piece
                 .deps
                 .iter()
-                .map(|&d| {
-                    attempt.pieces[d as usize]
-                        .output
-                        .clone()
-                        .unwrap_or_default()
-                })
+                .map(|&d| attempt.pieces[d as usize].output.clone().unwrap_or_default())
                 .collect();
-            calls.entry(piece.shard).or_default().push(PieceCall {
-                piece: index as u32,
-                inputs,
-            });
+            calls.entry(piece.shard).or_default().push(PieceCall { piece: index as u32, inputs });
             attempt.pieces[index].sent = true;
         }
         for (shard, calls) in calls {
@@ -374,10 +307,7 @@ impl Coordinator {
                 .get(&shard)
                 .map(|w| {
                     w.iter()
-                        .map(|(key, value)| Write {
-                            key: key.clone(),
-                            value: value.clone(),
-                        })
+                        .map(|(key, value)| Write { key: key.clone(), value: value.clone() })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -394,10 +324,7 @@ impl Coordinator {
                 },
             );
         }
-        assert!(
-            !attempt.waiting.is_empty(),
-            "an unfinished plan always has a piece in progress"
-        );
+        assert!(!attempt.waiting.is_empty(), "an unfinished plan always has a piece in progress");
     }
 
     fn arm_timeout(
@@ -407,10 +334,7 @@ impl Coordinator {
         timers: &mut Timers,
         out: &mut Outbox<OccMsg>,
     ) {
-        let purpose = TimerPurpose::AttemptTimeout {
-            txn,
-            epoch: attempt.epoch,
-        };
+        let purpose = TimerPurpose::AttemptTimeout { txn, epoch: attempt.epoch };
         timers.set(purpose, self.context.timing.rpc_timeout_ns, out);
     }
 
@@ -432,11 +356,9 @@ impl Coordinator {
             OccMsg::Prepared { txn, shard, vote } => {
                 self.on_prepared(now, txn, shard, vote, timers, out)
             }
-            OccMsg::Finished {
-                txn,
-                shard,
-                decision,
-            } => self.on_finished(now, txn, shard, decision, timers, out),
+            OccMsg::Finished { txn, shard, decision } => {
+                self.on_finished(now, txn, shard, decision, timers, out)
+            }
             _ => {}
         }
     }
@@ -450,9 +372,7 @@ impl Coordinator {
         timers: &mut Timers,
         out: &mut Outbox<OccMsg>,
     ) {
-        let Some(mut attempt) = self.attempts.remove(&txn) else {
-            return;
-        };
+        let Some(mut attempt) = self.attempts.remove(&txn) else { return };
         if attempt.phase != Phase::Executing || !attempt.waiting.remove(&shard) {
             self.attempts.insert(txn, attempt); // Late or duplicate.
             return;
@@ -541,33 +461,20 @@ impl Coordinator {
                 .get(&shard)
                 .map(|w| {
                     w.iter()
-                        .map(|(key, value)| Write {
-                            key: key.clone(),
-                            value: value.clone(),
-                        })
+                        .map(|(key, value)| Write { key: key.clone(), value: value.clone() })
                         .collect()
                 })
                 .unwrap_or_default();
             out.send(
                 self.leader(shard),
-                OccMsg::Prepare {
-                    txn,
-                    shard,
-                    reads,
-                    scans,
-                    writes,
-                    one_phase,
-                },
+                OccMsg::Prepare { txn, shard, reads, scans, writes, one_phase },
             );
         }
         attempt.phase = match participants.first() {
             Some(&shard) if one_phase => Phase::OnePhase(shard),
             _ => Phase::Preparing,
         };
-        assert!(
-            !participants.is_empty(),
-            "the caller commits attempts that touched nothing"
-        );
+        assert!(!participants.is_empty(), "the caller commits attempts that touched nothing");
         attempt.waiting = participants;
     }
 
@@ -580,9 +487,7 @@ impl Coordinator {
         timers: &mut Timers,
         out: &mut Outbox<OccMsg>,
     ) {
-        let Some(mut attempt) = self.attempts.remove(&txn) else {
-            return;
-        };
+        let Some(mut attempt) = self.attempts.remove(&txn) else { return };
         match (attempt.phase, vote) {
             (Phase::Preparing, Vote::Yes(ts)) if attempt.waiting.remove(&shard) => {
                 attempt.ts_max = attempt.ts_max.max(ts);
@@ -632,32 +537,14 @@ impl Coordinator {
                 out,
             );
         }
-        assert!(
-            ts > Timestamp::ZERO,
-            "a commit decision has every participant's proposal"
-        );
+        assert!(ts > Timestamp::ZERO, "a commit decision has every participant's proposal");
         for &shard in &participants {
             out.send(self.leader(shard), OccMsg::Commit { txn, shard, ts });
         }
-        self.finishing.insert(
-            txn,
-            Finishing {
-                decision: Decision::Committed(ts),
-                unacked: participants,
-            },
-        );
-        timers.set(
-            TimerPurpose::Retransmit { txn },
-            self.context.timing.rpc_timeout_ns,
-            out,
-        );
-        self.complete(
-            attempt.request,
-            Some((txn, &attempt)),
-            TxnResult::Committed,
-            Some(ts),
-            out,
-        );
+        self.finishing
+            .insert(txn, Finishing { decision: Decision::Committed(ts), unacked: participants });
+        timers.set(TimerPurpose::Retransmit { txn }, self.context.timing.rpc_timeout_ns, out);
+        self.complete(attempt.request, Some((txn, &attempt)), TxnResult::Committed, Some(ts), out);
     }
 
     fn abort_prepared(
@@ -671,18 +558,9 @@ impl Coordinator {
         for &shard in &participants {
             out.send(self.leader(shard), OccMsg::Abort { txn, shard });
         }
-        self.finishing.insert(
-            txn,
-            Finishing {
-                decision: Decision::Aborted,
-                unacked: participants,
-            },
-        );
-        timers.set(
-            TimerPurpose::Retransmit { txn },
-            self.context.timing.rpc_timeout_ns,
-            out,
-        );
+        self.finishing
+            .insert(txn, Finishing { decision: Decision::Aborted, unacked: participants });
+        timers.set(TimerPurpose::Retransmit { txn }, self.context.timing.rpc_timeout_ns, out);
     }
 
     fn on_executed_commit(
@@ -694,9 +572,7 @@ impl Coordinator {
         timers: &mut Timers,
         out: &mut Outbox<OccMsg>,
     ) {
-        let Some(mut attempt) = self.attempts.remove(&txn) else {
-            return;
-        };
+        let Some(mut attempt) = self.attempts.remove(&txn) else { return };
         if !matches!(attempt.phase, Phase::ExecuteCommit(s) | Phase::Resolving(s) if s == shard) {
             self.attempts.insert(txn, attempt);
             return;
@@ -704,13 +580,18 @@ impl Coordinator {
         match result {
             Ok((runs, commit)) => {
                 let mut user_abort = None;
+                // Read and write sets matter after a one-round commit only for the history.
+                let keep_sets = self.context.record_history;
                 for run in runs {
-                    let reads = attempt.reads.entry(shard).or_default();
-                    reads.extend(run.reads);
+                    if keep_sets {
+                        attempt.reads.entry(shard).or_default().extend(run.reads);
+                    }
                     match run.effects {
                         Ok(effects) => {
-                            let writes = attempt.writes.entry(shard).or_default();
-                            writes.extend(effects.writes.into_iter().map(|w| (w.key, w.value)));
+                            if keep_sets {
+                                let writes = attempt.writes.entry(shard).or_default();
+                                writes.extend(effects.writes.into_iter().map(|w| (w.key, w.value)));
+                            }
                             if let Some(slot) = attempt.pieces.get_mut(run.piece as usize) {
                                 slot.output = Some(effects.output);
                             }
@@ -855,11 +736,7 @@ impl Coordinator {
                 );
             }
             TimerPurpose::Retry { request } => {
-                if self
-                    .requests
-                    .get(&request)
-                    .is_some_and(|r| r.attempt.is_none())
-                {
+                if self.requests.get(&request).is_some_and(|r| r.attempt.is_none()) {
                     self.start_attempt(now, request, timers, out);
                 }
             }
@@ -892,10 +769,8 @@ impl Coordinator {
         }
         let timing = &self.context.timing;
         let exponent = state.retries.min(20);
-        let backoff = timing
-            .backoff_ns_min
-            .saturating_mul(1 << exponent)
-            .min(timing.backoff_ns_max);
+        let backoff =
+            timing.backoff_ns_min.saturating_mul(1 << exponent).min(timing.backoff_ns_max);
         let jittered = (backoff as f64 * (0.5 + uniform_f64(&mut self.rng))) as u64;
         timers.set(TimerPurpose::Retry { request }, jittered.max(1), out);
     }
@@ -930,13 +805,7 @@ impl Coordinator {
         let shards_touched = attempt.map_or(0, |(_, a)| a.shards_touched());
         out.reply(
             request,
-            TxnOutcome {
-                result,
-                outputs,
-                commit_ts,
-                retries: state.retries,
-                shards_touched,
-            },
+            TxnOutcome { result, outputs, commit_ts, retries: state.retries, shards_touched },
         );
     }
 }
@@ -957,11 +826,5 @@ fn history_event(
         .values()
         .flat_map(|w| w.iter().map(|(k, v)| (k.clone(), v.clone())))
         .collect();
-    HistoryEvent {
-        request,
-        txn,
-        committed,
-        reads,
-        writes,
-    }
+    HistoryEvent { request, txn, committed, reads, writes }
 }

@@ -255,7 +255,8 @@ const TIMERS_MAX: usize = 1 << 20;
 #[derive(Debug, Default)]
 struct Timers {
     next: u64,
-    pending: BTreeMap<TimerId, TimerPurpose>,
+    // Looked up once per timer; never iterated.
+    pending: meridian_core::hash::FixedHashMap<TimerId, TimerPurpose>,
 }
 
 impl Timers {
@@ -293,12 +294,7 @@ impl OccNode {
             .map(|slot| (slot.shard, Participant::new(slot.shard, context.clone())))
             .collect();
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone()));
-        Self {
-            id: context.id,
-            participants,
-            coordinator,
-            timers: Timers::default(),
-        }
+        Self { id: context.id, participants, coordinator, timers: Timers::default() }
     }
 
     /// Replaces the procedure registry everywhere in this node (tests register extra procedures).
@@ -329,38 +325,19 @@ impl Node for OccNode {
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
         match msg {
-            OccMsg::Execute {
-                txn,
-                shard,
-                proc,
-                args,
-                calls,
-                overlay,
-            } => {
+            OccMsg::Execute { txn, shard, proc, args, calls, overlay } => {
                 if let Some(p) = self.participant(shard) {
                     let result = p.on_execute(txn, proc, &args, &calls, overlay);
                     out.send(from, OccMsg::Executed { txn, shard, result });
                 }
             }
-            OccMsg::ExecuteCommit {
-                txn,
-                shard,
-                proc,
-                args,
-            } => {
+            OccMsg::ExecuteCommit { txn, shard, proc, args } => {
                 if let Some(p) = self.participant(shard) {
                     let result = p.on_execute_commit(now, txn, proc, &args);
                     out.send(from, OccMsg::ExecutedCommit { txn, shard, result });
                 }
             }
-            OccMsg::Prepare {
-                txn,
-                shard,
-                reads,
-                scans,
-                writes,
-                one_phase,
-            } => {
+            OccMsg::Prepare { txn, shard, reads, scans, writes, one_phase } => {
                 if let Some(p) = self.participant(shard) {
                     let vote = p.on_prepare(now, txn, reads, scans, writes, one_phase);
                     out.send(from, OccMsg::Prepared { txn, shard, vote });
@@ -369,27 +346,13 @@ impl Node for OccNode {
             OccMsg::Commit { txn, shard, ts } => {
                 if let Some(p) = self.participant(shard) {
                     let decision = p.on_decision(txn, Decision::Committed(ts));
-                    out.send(
-                        from,
-                        OccMsg::Finished {
-                            txn,
-                            shard,
-                            decision,
-                        },
-                    );
+                    out.send(from, OccMsg::Finished { txn, shard, decision });
                 }
             }
             OccMsg::Abort { txn, shard } => {
                 if let Some(p) = self.participant(shard) {
                     let decision = p.on_decision(txn, Decision::Aborted);
-                    out.send(
-                        from,
-                        OccMsg::Finished {
-                            txn,
-                            shard,
-                            decision,
-                        },
-                    );
+                    out.send(from, OccMsg::Finished { txn, shard, decision });
                 }
             }
             reply @ (OccMsg::Executed { .. }
@@ -439,17 +402,11 @@ impl Node for OccNode {
 
 impl ProtocolNode for OccNode {
     fn stores(&self) -> Vec<(ShardId, &MvccStore)> {
-        self.participants
-            .iter()
-            .map(|(&shard, p)| (shard, p.store()))
-            .collect()
+        self.participants.iter().map(|(&shard, p)| (shard, p.store())).collect()
     }
 
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)> {
-        self.participants
-            .iter_mut()
-            .map(|(&shard, p)| (shard, p.store_mut()))
-            .collect()
+        self.participants.iter_mut().map(|(&shard, p)| (shard, p.store_mut())).collect()
     }
 }
 

@@ -10,6 +10,7 @@
 
 use super::{Conflict, Decision, ExecFailure, PieceCall, PieceRun, ScanCheck, VersionTag, Vote};
 use crate::NodeContext;
+use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
 use meridian_core::txn::{
     Args, KeySet, PieceEffects, PieceOutput, PlanContext, ProcError, ProcId, Procedure, Reads,
@@ -46,16 +47,14 @@ pub(super) struct Participant {
     store: MvccStore,
     locks: BTreeMap<Key, KeyLock>,
     prepared: BTreeMap<TxnId, Prepared>,
-    decided: BTreeMap<TxnId, Decision>,
+    // Hash map for O(1) lookups on the hot path; eviction order lives in `decided_order`.
+    decided: FixedHashMap<TxnId, Decision>,
     decided_order: VecDeque<TxnId>,
     ts_last: Timestamp,
 }
 
 fn tag(version: Option<&Version>) -> Option<VersionTag> {
-    version.map(|v| VersionTag {
-        ts: v.ts,
-        writer: v.writer,
-    })
+    version.map(|v| VersionTag { ts: v.ts, writer: v.writer })
 }
 
 impl Participant {
@@ -66,7 +65,7 @@ impl Participant {
             store: MvccStore::new(),
             locks: BTreeMap::new(),
             prepared: BTreeMap::new(),
-            decided: BTreeMap::new(),
+            decided: FixedHashMap::default(),
             decided_order: VecDeque::new(),
             ts_last: Timestamp::ZERO,
         }
@@ -131,9 +130,7 @@ impl Participant {
         inputs: &[&PieceOutput],
         overlay: &BTreeMap<Key, Option<Vec<u8>>>,
     ) -> Result<PieceRun, ExecFailure> {
-        let keys = procedure
-            .keys(piece, args, inputs)
-            .map_err(ExecFailure::Procedure)?;
+        let keys = procedure.keys(piece, args, inputs).map_err(ExecFailure::Procedure)?;
         self.check_keys(&keys).map_err(ExecFailure::Procedure)?;
         let mut reads = Reads::default();
         let mut read_tags = Vec::with_capacity(keys.reads.len());
@@ -154,15 +151,7 @@ impl Participant {
                 range: range.clone(),
                 rows: rows
                     .iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            VersionTag {
-                                ts: v.ts,
-                                writer: v.writer,
-                            },
-                        )
-                    })
+                    .map(|(k, v)| (k.clone(), VersionTag { ts: v.ts, writer: v.writer }))
                     .collect(),
             });
             reads.scans.push(merge_overlay(rows, range, overlay));
@@ -176,12 +165,7 @@ impl Participant {
                 ))));
             }
         }
-        Ok(PieceRun {
-            piece,
-            reads: read_tags,
-            scans,
-            effects,
-        })
+        Ok(PieceRun { piece, reads: read_tags, scans, effects })
     }
 
     fn check_keys(&self, keys: &KeySet) -> Result<(), ProcError> {
@@ -191,11 +175,8 @@ impl Participant {
                 "a piece touches more than {PIECE_KEYS_MAX} keys"
             )));
         }
-        if let Some(key) = keys
-            .reads
-            .iter()
-            .chain(&keys.writes)
-            .find(|k| !partitioner.allows(self.shard, k))
+        if let Some(key) =
+            keys.reads.iter().chain(&keys.writes).find(|k| !partitioner.allows(self.shard, k))
         {
             return Err(ProcError::Contract(format!(
                 "key {key:?} does not live on shard {}",
@@ -228,12 +209,7 @@ impl Participant {
         }
         let procedure = self.procedure(proc)?;
         let plan = procedure
-            .plan(
-                args,
-                PlanContext {
-                    partitioner: &self.context.partitioner,
-                },
-            )
+            .plan(args, PlanContext { partitioner: &self.context.partitioner })
             .map_err(ExecFailure::Procedure)?;
         if plan.len() > PIECES_MAX {
             return Err(ExecFailure::Procedure(ProcError::Contract(format!(
@@ -245,11 +221,8 @@ impl Participant {
         let mut outputs: Vec<PieceOutput> = Vec::with_capacity(plan.len());
         let mut runs = Vec::with_capacity(plan.len());
         for (index, spec) in plan.iter().enumerate() {
-            let inputs: Vec<&PieceOutput> = spec
-                .deps
-                .iter()
-                .filter_map(|&d| outputs.get(d as usize))
-                .collect();
+            let inputs: Vec<&PieceOutput> =
+                spec.deps.iter().filter_map(|&d| outputs.get(d as usize)).collect();
             if inputs.len() != spec.deps.len() {
                 return Err(ExecFailure::Procedure(ProcError::Contract(format!(
                     "piece {index} depends on a later piece"
@@ -272,18 +245,12 @@ impl Participant {
                 }
             }
         }
-        let reads: Vec<Key> = runs
-            .iter()
-            .flat_map(|r| r.reads.iter().map(|(k, _)| k.clone()))
-            .collect();
-        let scans: Vec<ScanRange> = runs
-            .iter()
-            .flat_map(|r| r.scans.iter().map(|s| s.range.clone()))
-            .collect();
-        let writes: Vec<Write> = overlay
-            .into_iter()
-            .map(|(key, value)| Write { key, value })
-            .collect();
+        let reads: Vec<Key> =
+            runs.iter().flat_map(|r| r.reads.iter().map(|(k, _)| k.clone())).collect();
+        let scans: Vec<ScanRange> =
+            runs.iter().flat_map(|r| r.scans.iter().map(|s| s.range.clone())).collect();
+        let writes: Vec<Write> =
+            overlay.into_iter().map(|(key, value)| Write { key, value }).collect();
         if let Err(conflict) = self.check_locks(txn, &reads, &scans, &writes) {
             return Err(ExecFailure::Conflict(conflict));
         }
@@ -336,22 +303,11 @@ impl Participant {
         }
         for write in &writes {
             let lock = self.locks.entry(write.key.clone()).or_default();
-            assert!(
-                lock.writer.is_none(),
-                "two prepared writers on {:?}",
-                write.key
-            );
+            assert!(lock.writer.is_none(), "two prepared writers on {:?}", write.key);
             lock.writer = Some(txn);
         }
-        self.prepared.insert(
-            txn,
-            Prepared {
-                reads: read_keys,
-                scans: scan_ranges,
-                writes,
-                proposal,
-            },
-        );
+        self.prepared
+            .insert(txn, Prepared { reads: read_keys, scans: scan_ranges, writes, proposal });
         Vote::Yes(proposal)
     }
 
@@ -371,15 +327,7 @@ impl Participant {
                 .store
                 .scan(&scan.range, Timestamp::MAX)
                 .into_iter()
-                .map(|(k, v)| {
-                    (
-                        k,
-                        VersionTag {
-                            ts: v.ts,
-                            writer: v.writer,
-                        },
-                    )
-                })
+                .map(|(k, v)| (k, VersionTag { ts: v.ts, writer: v.writer }))
                 .collect();
             if now != scan.rows {
                 return Err(Conflict::Stale);
@@ -397,11 +345,7 @@ impl Participant {
         writes: &[Write],
     ) -> Result<(), Conflict> {
         let other_writer = |lock: &KeyLock| lock.writer.is_some_and(|w| w != txn);
-        if reads
-            .iter()
-            .filter_map(|k| self.locks.get(k))
-            .any(other_writer)
-        {
+        if reads.iter().filter_map(|k| self.locks.get(k)).any(other_writer) {
             return Err(Conflict::Locked);
         }
         for range in scans {
@@ -420,16 +364,9 @@ impl Participant {
                     return Err(Conflict::Locked);
                 }
             }
-            let in_scan = |p: &Prepared| {
-                p.scans
-                    .iter()
-                    .any(|r| r.start <= write.key && write.key < r.end)
-            };
-            if self
-                .prepared
-                .iter()
-                .any(|(&other, p)| other != txn && in_scan(p))
-            {
+            let in_scan =
+                |p: &Prepared| p.scans.iter().any(|r| r.start <= write.key && write.key < r.end);
+            if self.prepared.iter().any(|(&other, p)| other != txn && in_scan(p)) {
                 return Err(Conflict::Locked);
             }
         }
@@ -473,11 +410,7 @@ impl Participant {
     }
 
     fn release(&mut self, txn: TxnId, prepared: &Prepared) {
-        for key in prepared
-            .reads
-            .iter()
-            .chain(prepared.writes.iter().map(|w| &w.key))
-        {
+        for key in prepared.reads.iter().chain(prepared.writes.iter().map(|w| &w.key)) {
             let Some(lock) = self.locks.get_mut(key) else {
                 continue;
             };
@@ -500,10 +433,7 @@ impl Participant {
                 txn,
                 VersionState::Committed,
             ) {
-                panic!(
-                    "occ commit of {txn} at {} refused by the store: {error}",
-                    ts.0
-                );
+                panic!("occ commit of {txn} at {} refused by the store: {error}", ts.0);
             }
         }
     }
@@ -522,11 +452,8 @@ impl Participant {
     /// Raises the GC watermark: keep `gc_retention_ns` of history, and never pass a prepared
     /// attempt's proposal (its commit will write at or above it).
     pub(super) fn on_gc_tick(&mut self) {
-        let mut watermark = Timestamp(
-            self.ts_last
-                .0
-                .saturating_sub(self.context.timing.gc_retention_ns),
-        );
+        let mut watermark =
+            Timestamp(self.ts_last.0.saturating_sub(self.context.timing.gc_retention_ns));
         if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
             watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
         }
@@ -551,11 +478,7 @@ impl Participant {
 
     #[cfg(test)]
     pub(super) fn debug_state(&self) -> String {
-        format!(
-            "prepared {:?} locks {:?}",
-            self.prepared.keys().collect::<Vec<_>>(),
-            self.locks
-        )
+        format!("prepared {:?} locks {:?}", self.prepared.keys().collect::<Vec<_>>(), self.locks)
     }
 
     /// Prepared attempts (for tests and invariants).
@@ -577,10 +500,8 @@ fn merge_overlay(
     range: &ScanRange,
     overlay: &BTreeMap<Key, Option<Vec<u8>>>,
 ) -> Vec<(Key, Vec<u8>)> {
-    let mut merged: BTreeMap<Key, Vec<u8>> = rows
-        .into_iter()
-        .filter_map(|(k, v)| v.value.map(|value| (k, value)))
-        .collect();
+    let mut merged: BTreeMap<Key, Vec<u8>> =
+        rows.into_iter().filter_map(|(k, v)| v.value.map(|value| (k, value))).collect();
     if range.start < range.end {
         for (key, value) in overlay.range(range.start.clone()..range.end.clone()) {
             match value {

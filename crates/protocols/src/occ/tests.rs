@@ -25,9 +25,7 @@ fn shard_of(id: u64) -> ShardId {
 }
 
 fn as_u64(value: &Option<Vec<u8>>) -> u64 {
-    value
-        .as_ref()
-        .map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap()))
+    value.as_ref().map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap()))
 }
 
 /// Reads `args[0]` ids and writes `args[1]` (id, value) pairs; a piece per shard touched. A
@@ -36,12 +34,7 @@ fn as_u64(value: &Option<Vec<u8>>) -> u64 {
 struct ReadWrite;
 
 fn rw_ids(args: &[Datum]) -> (Vec<u64>, Vec<(u64, u64)>) {
-    let reads = args[0]
-        .as_list()
-        .unwrap()
-        .iter()
-        .filter_map(Datum::as_uint)
-        .collect();
+    let reads = args[0].as_list().unwrap().iter().filter_map(Datum::as_uint).collect();
     let writes = args[1]
         .as_list()
         .unwrap()
@@ -57,11 +50,8 @@ fn rw_ids(args: &[Datum]) -> (Vec<u64>, Vec<(u64, u64)>) {
 impl ReadWrite {
     fn shards(args: &[Datum]) -> Vec<ShardId> {
         let (reads, writes) = rw_ids(args);
-        let mut shards: Vec<ShardId> = reads
-            .iter()
-            .chain(writes.iter().map(|(id, _)| id))
-            .map(|&id| shard_of(id))
-            .collect();
+        let mut shards: Vec<ShardId> =
+            reads.iter().chain(writes.iter().map(|(id, _)| id)).map(|&id| shard_of(id)).collect();
         shards.sort_unstable();
         shards.dedup();
         shards
@@ -75,21 +65,14 @@ impl Procedure for ReadWrite {
     fn plan(&self, args: &Args, _: PlanContext<'_>) -> Result<Plan, ProcError> {
         Ok(Self::shards(args)
             .into_iter()
-            .map(|s| PieceSpec {
-                target: ShardTarget::Shard(s),
-                deps: vec![],
-            })
+            .map(|s| PieceSpec { target: ShardTarget::Shard(s), deps: vec![] })
             .collect())
     }
     fn keys(&self, piece: u32, args: &Args, _: &[&PieceOutput]) -> Result<KeySet, ProcError> {
         let shard = Self::shards(args)[piece as usize];
         let (reads, writes) = rw_ids(args);
         Ok(KeySet {
-            reads: reads
-                .into_iter()
-                .filter(|&id| shard_of(id) == shard)
-                .map(key)
-                .collect(),
+            reads: reads.into_iter().filter(|&id| shard_of(id) == shard).map(key).collect(),
             writes: writes
                 .into_iter()
                 .filter(|&(id, _)| shard_of(id) == shard)
@@ -114,16 +97,9 @@ impl Procedure for ReadWrite {
             writes: writes
                 .into_iter()
                 .filter(|&(id, _)| shard_of(id) == shard)
-                .map(|(id, v)| Write {
-                    key: key(id),
-                    value: Some(v.to_le_bytes().to_vec()),
-                })
+                .map(|(id, v)| Write { key: key(id), value: Some(v.to_le_bytes().to_vec()) })
                 .collect(),
-            output: reads
-                .values
-                .iter()
-                .map(|v| Datum::Uint(as_u64(v)))
-                .collect(),
+            output: reads.values.iter().map(|v| Datum::Uint(as_u64(v))).collect(),
         })
     }
 }
@@ -141,22 +117,13 @@ impl Procedure for Chase {
         let first = shard_of(args[0].as_uint().unwrap());
         let second = ShardId(args[1].as_uint().unwrap() as u32);
         Ok(vec![
-            PieceSpec {
-                target: ShardTarget::Shard(first),
-                deps: vec![],
-            },
-            PieceSpec {
-                target: ShardTarget::Shard(second),
-                deps: vec![0],
-            },
+            PieceSpec { target: ShardTarget::Shard(first), deps: vec![] },
+            PieceSpec { target: ShardTarget::Shard(second), deps: vec![0] },
         ])
     }
     fn keys(&self, piece: u32, args: &Args, inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
         Ok(match piece {
-            0 => KeySet {
-                reads: vec![key(args[0].as_uint().unwrap())],
-                ..KeySet::default()
-            },
+            0 => KeySet { reads: vec![key(args[0].as_uint().unwrap())], ..KeySet::default() },
             _ => {
                 let pointer = inputs[0][0].as_uint().unwrap();
                 KeySet {
@@ -182,10 +149,7 @@ impl Procedure for Chase {
                 value: Some(value.to_le_bytes().to_vec()),
             }],
         };
-        Ok(PieceEffects {
-            writes,
-            output: vec![Datum::Uint(value)],
-        })
+        Ok(PieceEffects { writes, output: vec![Datum::Uint(value)] })
     }
 }
 
@@ -231,14 +195,9 @@ impl Net {
         let mut registry = Registry::default();
         registry.register(Arc::new(ReadWrite));
         registry.register(Arc::new(Chase));
-        let partitioner = Partitioner::new(
-            2,
-            PartitionRule::LeadingInt {
-                base: 0,
-                per_shard: KEYS_PER_SHARD,
-            },
-        )
-        .unwrap();
+        let partitioner =
+            Partitioner::new(2, PartitionRule::LeadingInt { base: 0, per_shard: KEYS_PER_SHARD })
+                .unwrap();
         let timing = Timing::for_network(NS_PER_MS);
         let nodes: Vec<OccNode> = topology
             .node_ids()
@@ -300,10 +259,7 @@ impl Net {
         let mut out = Outbox::new();
         self.nodes[COORDINATOR.0 as usize].submit(
             self.now,
-            ClientRequest {
-                id: RequestId(request),
-                txn,
-            },
+            ClientRequest { id: RequestId(request), txn },
             &mut out,
         );
         self.drain(COORDINATOR, &mut out);
@@ -354,19 +310,12 @@ impl Net {
     /// Runs until the coordinator has nothing in flight and nothing left to deliver.
     fn settle(&mut self) {
         self.run_until(|net| {
-            net.nodes[COORDINATOR.0 as usize]
-                .coordinator
-                .as_ref()
-                .is_some_and(|c| c.is_idle())
+            net.nodes[COORDINATOR.0 as usize].coordinator.as_ref().is_some_and(|c| c.is_idle())
         });
     }
 
     fn answered(&mut self, requests: &[u64]) {
-        self.run_until(|net| {
-            requests
-                .iter()
-                .all(|r| net.replies.contains_key(&RequestId(*r)))
-        });
+        self.run_until(|net| requests.iter().all(|r| net.replies.contains_key(&RequestId(*r))));
     }
 
     fn value(&self, id: u64) -> Option<u64> {
@@ -419,10 +368,7 @@ fn cross_shard_transaction_commits_on_both_shards() {
     // Reads see the committed writes and the outputs reach the client.
     net.submit(2, rw(&[5, 105], &[]));
     net.answered(&[2]);
-    assert_eq!(
-        net.outcome(2).outputs,
-        vec![vec![Datum::Uint(50)], vec![Datum::Uint(150)]]
-    );
+    assert_eq!(net.outcome(2).outputs, vec![vec![Datum::Uint(50)], vec![Datum::Uint(150)]]);
     net.assert_quiescent();
 }
 
@@ -451,10 +397,7 @@ fn user_abort_writes_nothing_and_is_not_retried() {
     net.submit(2, rw(&[], &[(6, u64::MAX)]));
     net.answered(&[1, 2]);
     for request in [1, 2] {
-        assert!(matches!(
-            net.outcome(request).result,
-            TxnResult::UserAborted(_)
-        ));
+        assert!(matches!(net.outcome(request).result, TxnResult::UserAborted(_)));
         assert_eq!(net.outcome(request).retries, 0);
     }
     assert_eq!((net.value(5), net.value(6)), (None, None));
@@ -473,10 +416,7 @@ fn write_skew_is_prevented_across_shards() {
     net.answered(&[2, 3]);
     net.settle();
     let (t2, t3) = (net.outcome(2), net.outcome(3));
-    assert_eq!(
-        (&t2.result, &t3.result),
-        (&TxnResult::Committed, &TxnResult::Committed)
-    );
+    assert_eq!((&t2.result, &t3.result), (&TxnResult::Committed, &TxnResult::Committed));
     // Serializable: whichever committed second saw the other's write, so at most one retry-free
     // pair of stale reads exists; with both executed concurrently one must have retried.
     assert!(t2.retries + t3.retries >= 1, "one of them had to retry");
@@ -496,23 +436,13 @@ fn conflicting_increments_serialize() {
         }
         fn plan(&self, _: &Args, _: PlanContext<'_>) -> Result<Plan, ProcError> {
             Ok(vec![
-                PieceSpec {
-                    target: ShardTarget::Shard(ShardId(0)),
-                    deps: vec![],
-                },
-                PieceSpec {
-                    target: ShardTarget::Shard(ShardId(1)),
-                    deps: vec![],
-                },
+                PieceSpec { target: ShardTarget::Shard(ShardId(0)), deps: vec![] },
+                PieceSpec { target: ShardTarget::Shard(ShardId(1)), deps: vec![] },
             ])
         }
         fn keys(&self, piece: u32, _: &Args, _: &[&PieceOutput]) -> Result<KeySet, ProcError> {
             let id = if piece == 0 { 9 } else { 109 };
-            Ok(KeySet {
-                reads: vec![key(id)],
-                writes: vec![key(id)],
-                scans: vec![],
-            })
+            Ok(KeySet { reads: vec![key(id)], writes: vec![key(id)], scans: vec![] })
         }
         fn execute(
             &self,
@@ -524,10 +454,7 @@ fn conflicting_increments_serialize() {
             let id = if piece == 0 { 9 } else { 109 };
             let next = as_u64(&reads.values[0]) + 1;
             Ok(PieceEffects {
-                writes: vec![Write {
-                    key: key(id),
-                    value: Some(next.to_le_bytes().to_vec()),
-                }],
+                writes: vec![Write { key: key(id), value: Some(next.to_le_bytes().to_vec()) }],
                 output: vec![],
             })
         }
@@ -544,19 +471,11 @@ fn conflicting_increments_serialize() {
     }
     let requests: Vec<u64> = (1..=10).collect();
     for &r in &requests {
-        net.submit(
-            r,
-            TxnRequest {
-                proc: meridian_core::txn::ProcId(2),
-                args: vec![],
-            },
-        );
+        net.submit(r, TxnRequest { proc: meridian_core::txn::ProcId(2), args: vec![] });
     }
     net.answered(&requests);
     net.settle();
-    assert!(requests
-        .iter()
-        .all(|&r| net.outcome(r).result == TxnResult::Committed));
+    assert!(requests.iter().all(|&r| net.outcome(r).result == TxnResult::Committed));
     assert_eq!((net.value(9), net.value(109)), (Some(10), Some(10)));
     net.assert_quiescent();
 }
@@ -578,10 +497,7 @@ fn lost_replies_never_commit_a_request_twice() {
     net.answered(&[1]);
     assert_eq!(net.outcome(1).result, TxnResult::Committed);
     assert_eq!(net.outcome(1).retries, 0, "resolved, not retried");
-    let versions = net.nodes[0].participants[&ShardId(0)]
-        .store()
-        .versions(&key(5))
-        .len();
+    let versions = net.nodes[0].participants[&ShardId(0)].store().versions(&key(5)).len();
     assert_eq!(versions, 1, "written once");
 }
 
@@ -603,10 +519,7 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
     });
     let requests: Vec<u64> = (1..=12).collect();
     for &r in &requests {
-        net.submit(
-            r,
-            rw(&[r % 4, 100 + r % 3], &[(r % 4, r), (100 + (r + 1) % 3, r)]),
-        );
+        net.submit(r, rw(&[r % 4, 100 + r % 3], &[(r % 4, r), (100 + (r + 1) % 3, r)]));
     }
     net.answered(&requests);
     net.settle();
@@ -624,34 +537,20 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
 #[test]
 fn late_prepare_after_abort_is_refused() {
     let net = Net::new();
-    let mut participant = Participant::new(
-        ShardId(0),
-        net.nodes[0].participants[&ShardId(0)].context_for_tests(),
-    );
-    let txn = TxnId {
-        origin: COORDINATOR,
-        seq: 9,
-    };
-    assert_eq!(
-        participant.on_decision(txn, Decision::Aborted),
-        Decision::Aborted
-    );
+    let mut participant =
+        Participant::new(ShardId(0), net.nodes[0].participants[&ShardId(0)].context_for_tests());
+    let txn = TxnId { origin: COORDINATOR, seq: 9 };
+    assert_eq!(participant.on_decision(txn, Decision::Aborted), Decision::Aborted);
     let vote = participant.on_prepare(
         0,
         txn,
         vec![],
         vec![],
-        vec![Write {
-            key: key(1),
-            value: None,
-        }],
+        vec![Write { key: key(1), value: None }],
         false,
     );
     assert_eq!(vote, Vote::No(Conflict::AlreadyAborted));
-    assert_eq!(
-        (participant.prepared_count(), participant.lock_count()),
-        (0, 0)
-    );
+    assert_eq!((participant.prepared_count(), participant.lock_count()), (0, 0));
 }
 
 #[test]
@@ -659,16 +558,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
     let net = Net::new();
     let context = net.nodes[0].participants[&ShardId(0)].context_for_tests();
     let mut participant = Participant::new(ShardId(0), context);
-    let (t1, t2) = (
-        TxnId {
-            origin: COORDINATOR,
-            seq: 1,
-        },
-        TxnId {
-            origin: COORDINATOR,
-            seq: 2,
-        },
-    );
+    let (t1, t2) = (TxnId { origin: COORDINATOR, seq: 1 }, TxnId { origin: COORDINATOR, seq: 2 });
     assert!(matches!(
         participant.on_prepare(10, t1, vec![(key(1), None)], vec![], vec![], false),
         Vote::Yes(_)
@@ -678,79 +568,48 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
         t2,
         vec![],
         vec![],
-        vec![Write {
-            key: key(1),
-            value: Some(vec![0; 8]),
-        }],
+        vec![Write { key: key(1), value: Some(vec![0; 8]) }],
         false,
     );
     assert_eq!(blocked, Vote::No(Conflict::Locked));
-    let t3 = TxnId {
-        origin: COORDINATOR,
-        seq: 3,
-    };
+    let t3 = TxnId { origin: COORDINATOR, seq: 3 };
     assert!(matches!(
         participant.on_prepare(
             10,
             t3,
             vec![],
             vec![],
-            vec![Write {
-                key: key(2),
-                value: None
-            }],
+            vec![Write { key: key(2), value: None }],
             false
         ),
         Vote::Yes(_)
     ));
-    let t4 = TxnId {
-        origin: COORDINATOR,
-        seq: 4,
-    };
+    let t4 = TxnId { origin: COORDINATOR, seq: 4 };
     assert_eq!(
         participant.on_prepare(10, t4, vec![(key(2), None)], vec![], vec![], false),
         Vote::No(Conflict::Locked)
     );
     // A stale read is refused even with no lock held.
     participant.on_decision(t3, Decision::Committed(Timestamp(500)));
-    let t5 = TxnId {
-        origin: COORDINATOR,
-        seq: 5,
-    };
+    let t5 = TxnId { origin: COORDINATOR, seq: 5 };
     assert_eq!(
         participant.on_prepare(10, t5, vec![(key(2), None)], vec![], vec![], false),
         Vote::No(Conflict::Stale)
     );
     participant.on_decision(t1, Decision::Aborted);
-    assert_eq!(
-        (participant.prepared_count(), participant.lock_count()),
-        (0, 0)
-    );
+    assert_eq!((participant.prepared_count(), participant.lock_count()), (0, 0));
 }
 
 #[test]
 fn unknown_procedures_and_non_coordinators_get_clear_failures() {
     let mut net = Net::new();
-    net.submit(
-        1,
-        TxnRequest {
-            proc: meridian_core::txn::ProcId(77),
-            args: vec![],
-        },
-    );
+    net.submit(1, TxnRequest { proc: meridian_core::txn::ProcId(77), args: vec![] });
     net.answered(&[1]);
     assert!(
         matches!(&net.outcome(1).result, TxnResult::Failed(TxnFailure::Procedure(ProcError::BadArgs(m))) if m.contains("unknown procedure"))
     );
     let mut out = Outbox::new();
-    net.nodes[0].submit(
-        0,
-        ClientRequest {
-            id: RequestId(2),
-            txn: rw(&[], &[]),
-        },
-        &mut out,
-    );
+    net.nodes[0].submit(0, ClientRequest { id: RequestId(2), txn: rw(&[], &[]) }, &mut out);
     assert!(
         matches!(out.drain().next(), Some(Effect::Reply { outcome, .. }) if matches!(outcome.result, TxnResult::Failed(TxnFailure::Rejected(_))))
     );

@@ -1,0 +1,230 @@
+//! The cluster file (TOML): what a multi-process cluster runs and where each node listens.
+//! `docs/cluster.md` documents the format. Both `meridian server` and `meridian bench --cluster`
+//! read the same file; its hash (with the procedure registry) is the fingerprint every TCP
+//! connection checks, so processes started from different files refuse to talk.
+
+use meridian_core::clock::ClockModel;
+use meridian_core::netmodel::NetworkModel;
+use meridian_core::rng::{fnv1a, FNV_OFFSET};
+use meridian_core::topology::{NodeInfo, ReplicaSlot, Topology};
+use meridian_core::{ConfigError, RegionId, ShardId};
+use meridian_protocols::ProtocolKind;
+use meridian_workloads::WorkloadOptions;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileNode {
+    id: u32,
+    region: String,
+    addr: String,
+    #[serde(default)]
+    replicas: Vec<(u32, u32)>,
+    #[serde(default)]
+    coordinator: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    protocol: String,
+    workload: String,
+    shards: u32,
+    replicas: u32,
+    network: String,
+    #[serde(default)]
+    regions: Option<usize>,
+    clock: Option<String>,
+    seed: Option<u64>,
+    keys_per_shard: Option<u64>,
+    zipf: Option<f64>,
+    #[serde(default)]
+    node: Vec<FileNode>,
+}
+
+/// A parsed, checked cluster file.
+#[derive(Clone, Debug)]
+pub struct ClusterFile {
+    /// The protocol.
+    pub protocol: ProtocolKind,
+    /// Workload name.
+    pub workload: String,
+    /// Workload options.
+    pub workload_options: WorkloadOptions,
+    /// The layout.
+    pub topology: Topology,
+    /// The link model.
+    pub network: NetworkModel,
+    /// The clock model.
+    pub clock: ClockModel,
+    /// Master seed.
+    pub seed: u64,
+    /// Listening address per node.
+    pub addrs: Vec<SocketAddr>,
+    /// Hash of the file's text.
+    pub text_hash: u64,
+}
+
+impl ClusterFile {
+    /// Reads and checks a cluster file; a relative network file is resolved next to it.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
+        Self::parse(&path.display().to_string(), &text, path.parent())
+    }
+
+    /// Parses and checks cluster file text.
+    pub fn parse(name: &str, text: &str, base: Option<&Path>) -> Result<Self, ConfigError> {
+        let file: File = toml::from_str(text)
+            .map_err(|e| ConfigError::new(format!("{name}: {}", e.to_string().trim())))?;
+        let bad = |message: String| ConfigError::new(format!("{name}: {message}"));
+        let protocol = ProtocolKind::parse(&file.protocol).map_err(|e| bad(e.0))?;
+        let network =
+            load_network(&file.network, file.regions.unwrap_or(1), base).map_err(|e| bad(e.0))?;
+        let clock =
+            ClockModel::preset(file.clock.as_deref().unwrap_or("perfect")).map_err(|e| bad(e.0))?;
+        let mut nodes = Vec::with_capacity(file.node.len());
+        let mut addrs: Vec<SocketAddr> = Vec::with_capacity(file.node.len());
+        for (index, node) in file.node.iter().enumerate() {
+            if node.id as usize != index {
+                return Err(bad(format!(
+                    "node ids must be 0, 1, 2, ... in order; entry {index} has id {}",
+                    node.id
+                )));
+            }
+            let region =
+                network.regions.iter().position(|r| r == &node.region).ok_or_else(|| {
+                    bad(format!(
+                        "node {} is in unknown region '{}'; regions: {}",
+                        node.id,
+                        node.region,
+                        network.regions.join(", ")
+                    ))
+                })?;
+            let addr: SocketAddr = node
+                .addr
+                .parse()
+                .map_err(|e| bad(format!("node {}: address '{}': {e}", node.id, node.addr)))?;
+            if let Some(other) = addrs.iter().position(|a| *a == addr) {
+                return Err(bad(format!("nodes {other} and {} share the address {addr}", node.id)));
+            }
+            addrs.push(addr);
+            nodes.push(NodeInfo {
+                region: RegionId(region as u32),
+                replicas: node
+                    .replicas
+                    .iter()
+                    .map(|&(shard, replica)| ReplicaSlot { shard: ShardId(shard), replica })
+                    .collect(),
+                coordinator: node.coordinator,
+            });
+        }
+        let topology = Topology {
+            regions: network.regions.clone(),
+            nodes,
+            shards: file.shards,
+            replicas: file.replicas,
+        };
+        topology.validate().map_err(|e| bad(e.0))?;
+        protocol.check_topology(&topology).map_err(|e| bad(e.0))?;
+        let workload_options = WorkloadOptions {
+            shards: file.shards,
+            keys_per_shard: file.keys_per_shard.unwrap_or(100_000),
+            zipf_theta: file.zipf,
+        };
+        meridian_workloads::build(&file.workload, &workload_options).map_err(|e| bad(e.0))?;
+        Ok(Self {
+            protocol,
+            workload: file.workload,
+            workload_options,
+            topology,
+            network,
+            clock,
+            seed: file.seed.unwrap_or(1),
+            addrs,
+            text_hash: fnv1a(FNV_OFFSET, text.as_bytes()),
+        })
+    }
+}
+
+/// A network preset name, or a matrix file path (relative to `base`).
+pub fn load_network(
+    spec: &str,
+    regions: usize,
+    base: Option<&Path>,
+) -> Result<NetworkModel, ConfigError> {
+    if meridian_core::netmodel::PRESETS.contains(&spec) {
+        return NetworkModel::preset(spec, regions);
+    }
+    let looks_like_file = spec.ends_with(".toml") || spec.contains('/');
+    if !looks_like_file {
+        return NetworkModel::preset(spec, regions); // Names the accepted presets.
+    }
+    let path = match base {
+        Some(dir) if Path::new(spec).is_relative() => dir.join(spec),
+        _ => Path::new(spec).to_path_buf(),
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ConfigError::new(format!("network file {}: {e}", path.display())))?;
+    NetworkModel::from_toml(&path.display().to_string(), &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        protocol = "occ"
+        workload = "micro-luigi"
+        shards = 1
+        replicas = 1
+        network = "lan"
+        [[node]]
+        id = 0
+        region = "r0"
+        addr = "127.0.0.1:7100"
+        replicas = [[0, 0]]
+        [[node]]
+        id = 1
+        region = "r0"
+        addr = "127.0.0.1:7101"
+        coordinator = true
+    "#;
+
+    #[test]
+    fn a_good_file_parses() {
+        let file = ClusterFile::parse("c.toml", GOOD, None).unwrap();
+        assert_eq!(file.topology.nodes.len(), 2);
+        assert_eq!(file.topology.coordinators(), vec![meridian_core::NodeId(1)]);
+        assert_eq!(file.addrs[1].port(), 7101);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let cases = [
+            (GOOD.replace("7101", "7100"), "share the address"),
+            (
+                GOOD.replace(
+                    "region = \"r0\"\n        addr = \"127.0.0.1:7101\"",
+                    "region = \"mars\"\n        addr = \"127.0.0.1:7101\"",
+                ),
+                "unknown region 'mars'",
+            ),
+            (GOOD.replace("\"occ\"", "\"paxos\""), "unknown protocol 'paxos'"),
+            (GOOD.replace("micro-luigi", "tpcx"), "unknown workload 'tpcx'"),
+            (GOOD.replace("replicas = [[0, 0]]", ""), "hosted by 0 nodes"),
+            (GOOD.replace("id = 1", "id = 5"), "in order"),
+            (GOOD.replace("127.0.0.1:7101", "localhost"), "address 'localhost'"),
+            (GOOD.replace("shards = 1", "shards = \"one\""), "invalid type"),
+            (GOOD.replace("network = \"lan\"", "network = \"moon\""), "unknown network preset"),
+            (GOOD.replace("replicas = 1", "replicas = 3"), "replica 1 is hosted by 0 nodes"),
+        ];
+        for (text, expected) in cases {
+            let err = ClusterFile::parse("c.toml", &text, None).unwrap_err();
+            assert!(err.0.contains(expected), "expected '{expected}' in: {err}");
+            assert!(err.0.starts_with("c.toml: "), "{err}");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Reports: the table printed after a run and `results/<timestamp>/stats.json`.
+
+use crate::run::RunOutput;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `YYYY-MM-DDTHH-MM-SSZ` for a Unix time (seconds), safe in file names.
+pub fn utc_stamp(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let secs = unix_s % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z",
+        secs / 3_600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// Writes `stats.json` into a new `out_dir/<timestamp>/` and returns that folder.
+pub fn write_results(out_dir: &Path, output: &RunOutput) -> std::io::Result<PathBuf> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut folder = out_dir.join(utc_stamp(now));
+    let mut suffix = 1;
+    while folder.exists() {
+        suffix += 1;
+        folder = out_dir.join(format!("{}-{suffix}", utc_stamp(now)));
+    }
+    std::fs::create_dir_all(&folder)?;
+    let json = serde_json::to_string_pretty(output).map_err(std::io::Error::other)?;
+    std::fs::write(folder.join("stats.json"), json)?;
+    Ok(folder)
+}
+
+/// The table shown after a run.
+pub fn table(output: &RunOutput) -> String {
+    let p = &output.parameters;
+    let s = &output.summary;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{:<9} {:<12} {:>6} {:<16} {:>7} {:>12} {:>9} {:>9} {:>8} {:>12}",
+        "protocol",
+        "workload",
+        "S x R",
+        "network",
+        "clients",
+        "txn/s",
+        "p50 ms",
+        "p99 ms",
+        "abort %",
+        "cross-shard %"
+    );
+    let _ = writeln!(
+        text,
+        "{:<9} {:<12} {:>6} {:<16} {:>7} {:>12.1} {:>9.2} {:>9.2} {:>8.2} {:>12.1}",
+        p["protocol"].as_str().unwrap_or("?"),
+        p["workload"]["name"].as_str().unwrap_or("?"),
+        format!("{}x{}", p["shards"], p["replicas"]),
+        p["network"]["name"].as_str().unwrap_or("?"),
+        p["clients"],
+        s.throughput_txn_per_s,
+        s.latency_ms_p50,
+        s.latency_ms_p99,
+        s.abort_rate * 100.0,
+        s.cross_shard_fraction * 100.0,
+    );
+    let _ = writeln!(
+        text,
+        "window {:.1} s, {} committed, {} retried attempts, {} user aborts, {} failed; p90 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        s.window_s, s.committed, s.retries, s.user_aborted, s.failed, s.latency_ms_p90, s.latency_ms_p999, s.latency_ms_max
+    );
+    if let Some(failure) = &output.first_failure {
+        let _ = writeln!(text, "first failure: {failure}");
+    }
+    let delayed: Vec<_> =
+        output.links.iter().filter(|l| l.configured_ms_p50 > 0.0 && l.messages > 0).collect();
+    if !delayed.is_empty() {
+        let worst = delayed
+            .iter()
+            .max_by(|a, b| {
+                (a.measured_ms_p50 - a.configured_ms_p50)
+                    .abs()
+                    .total_cmp(&(b.measured_ms_p50 - b.configured_ms_p50).abs())
+            })
+            .expect("non-empty");
+        let ok = delayed.iter().filter(|l| l.within_tolerance).count();
+        let _ = writeln!(
+            text,
+            "links: {ok}/{} delayed links within 5% or 1 ms of the configured median; worst n{}->n{}: configured {:.2} ms, measured {:.2} ms",
+            delayed.len(), worst.from, worst.to, worst.configured_ms_p50, worst.measured_ms_p50
+        );
+    }
+    for check in &output.checks {
+        let _ = writeln!(
+            text,
+            "check {:<20} {}  {}",
+            check.name,
+            if check.passed { "PASS" } else { "FAIL" },
+            check.detail
+        );
+    }
+    if let Some(note) = &output.checks_note {
+        let _ = writeln!(text, "checks: not run ({note})");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_calendar_dates() {
+        assert_eq!(utc_stamp(0), "1970-01-01T00-00-00Z");
+        assert_eq!(utc_stamp(951_782_400), "2000-02-29T00-00-00Z");
+        assert_eq!(utc_stamp(1_795_350_896), "2026-11-22T12-34-56Z");
+    }
+}

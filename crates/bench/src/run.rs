@@ -1,0 +1,421 @@
+//! Running experiments: on the embedded in-process cluster, against server processes over TCP,
+//! and the server side itself.
+
+use crate::cluster_file::ClusterFile;
+use crate::experiment::Experiment;
+use crate::stats::{RunStats, Summary};
+use indicatif::{ProgressBar, ProgressStyle};
+use meridian_core::node::ClientDriver;
+use meridian_core::time::{NS_PER_MS, NS_PER_S};
+use meridian_core::topology::Topology;
+use meridian_core::{ConfigError, NodeId, ShardId};
+use meridian_protocols::occ::OccNode;
+use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
+use meridian_runtime::clock::WallClock;
+use meridian_runtime::node_task::ClusterConfig;
+use meridian_runtime::tcp::TcpConfig;
+use meridian_runtime::{Cluster, LinkDelays};
+use meridian_storage::MvccStore;
+use meridian_workloads::clients::ClosedLoopClients;
+use meridian_workloads::{CheckResult, InvariantCheck, Workload};
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the harness drains completions.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest wait for outstanding requests after the clients stop.
+const FINISH_WAIT_NS_MIN: u64 = 10 * NS_PER_S;
+
+/// A link's configured and measured one-way delay.
+#[derive(Clone, Debug, Serialize)]
+pub struct LinkReport {
+    /// Sender node.
+    pub from: u32,
+    /// Receiver node.
+    pub to: u32,
+    /// Messages measured.
+    pub messages: u64,
+    /// Configured median (ms).
+    pub configured_ms_p50: f64,
+    /// Measured median (ms).
+    pub measured_ms_p50: f64,
+    /// Measured 99th percentile (ms).
+    pub measured_ms_p99: f64,
+    /// Largest measured (ms).
+    pub measured_ms_max: f64,
+    /// Within 5% or 1 ms of the configured median.
+    pub within_tolerance: bool,
+}
+
+impl From<&LinkDelays> for LinkReport {
+    fn from(d: &LinkDelays) -> Self {
+        let configured = d.configured_p50_us as f64 / 1e3;
+        let measured = d.p50_us as f64 / 1e3;
+        Self {
+            from: d.from.0,
+            to: d.to.0,
+            messages: d.count,
+            configured_ms_p50: configured,
+            measured_ms_p50: measured,
+            measured_ms_p99: d.p99_us as f64 / 1e3,
+            measured_ms_max: d.max_us as f64 / 1e3,
+            within_tolerance: (measured - configured).abs() <= (configured * 0.05).max(1.0),
+        }
+    }
+}
+
+/// Everything a run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunOutput {
+    /// Every parameter of the run.
+    pub parameters: serde_json::Value,
+    /// The measured numbers.
+    pub summary: Summary,
+    /// The first failure's reason, if any request failed.
+    pub first_failure: Option<String>,
+    /// Invariant verdicts.
+    pub checks: Vec<CheckResult>,
+    /// Why checks did not run, when they did not.
+    pub checks_note: Option<String>,
+    /// Per-link delays.
+    pub links: Vec<LinkReport>,
+}
+
+impl RunOutput {
+    /// True when every check that ran passed.
+    pub fn checks_passed(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ConfigError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ConfigError::new(format!("cannot start the tokio runtime: {e}")))
+}
+
+/// Runs `experiment` on an in-process cluster.
+pub fn run_embedded(experiment: &Experiment) -> Result<RunOutput, ConfigError> {
+    experiment.validate()?;
+    let workload: Arc<dyn Workload> =
+        Arc::from(meridian_workloads::build(&experiment.workload, &experiment.workload_options)?);
+    let topology = Arc::new(experiment.topology()?);
+    runtime()?.block_on(async {
+        match experiment.protocol {
+            ProtocolKind::Occ => {
+                embedded::<OccNode>(experiment, workload, topology, OccNode::new).await
+            }
+        }
+    })
+}
+
+fn contexts(
+    topology: &Arc<Topology>,
+    workload: &Arc<dyn Workload>,
+    network_owd_ns_max: u64,
+    seed: u64,
+) -> impl Fn(NodeId) -> NodeContext {
+    let registry = Arc::new(workload.registry());
+    let partitioner = Arc::new(workload.partitioner());
+    let topology = topology.clone();
+    let timing = Timing::for_network(network_owd_ns_max);
+    move |id| NodeContext {
+        id,
+        topology: topology.clone(),
+        registry: registry.clone(),
+        partitioner: partitioner.clone(),
+        seed,
+        timing: timing.clone(),
+        record_history: false,
+    }
+}
+
+/// One pool per coordinator; clients are dealt round the coordinators in contiguous blocks.
+fn client_pools(
+    coordinators: &[NodeId],
+    clients: u32,
+    workload: &Arc<dyn Workload>,
+    seed: u64,
+) -> Vec<(NodeId, Arc<Mutex<ClosedLoopClients>>)> {
+    let per = clients / coordinators.len() as u32;
+    let extra = clients % coordinators.len() as u32;
+    let mut first = 0;
+    coordinators
+        .iter()
+        .enumerate()
+        .map(|(index, &node)| {
+            let count = per + u32::from((index as u32) < extra);
+            let members =
+                (first..first + count).map(|c| (node, workload.generator(c, seed))).collect();
+            let pool = ClosedLoopClients::new(first, members);
+            first += count;
+            (node, Arc::new(Mutex::new(pool)))
+        })
+        .collect()
+}
+
+async fn embedded<N: ProtocolNode>(
+    experiment: &Experiment,
+    workload: Arc<dyn Workload>,
+    topology: Arc<Topology>,
+    build: fn(NodeContext) -> N,
+) -> Result<RunOutput, ConfigError> {
+    let context = contexts(&topology, &workload, experiment.network.owd_ns_max(), experiment.seed);
+    let pools =
+        client_pools(&topology.coordinators(), experiment.clients, &workload, experiment.seed);
+    let mut local = Vec::new();
+    for id in topology.node_ids() {
+        let mut node = build(context(id));
+        for (shard, store) in node.stores_mut() {
+            workload.load(shard, store);
+        }
+        let pool = pools.iter().find(|(n, _)| *n == id).map(|(_, p)| p.clone());
+        local.push((id, node, pool));
+    }
+    let config = ClusterConfig {
+        topology: topology.clone(),
+        network: experiment.network.clone(),
+        clock: experiment.clock,
+        seed: experiment.seed,
+        tcp: None,
+    };
+    let cluster = Cluster::start(config, local)
+        .await
+        .map_err(|e| ConfigError::new(format!("cannot start the cluster: {e}")))?;
+    let mut checker = workload.checker();
+    let stats = drive(experiment, &pools, checker.as_mut()).await;
+    let results = cluster.stop().await;
+    let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
+    let checks = checker.check(&stores);
+    let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
+    Ok(output(experiment, "embedded", &workload, &stats, checks, None, links))
+}
+
+fn leader_stores<'a, N: ProtocolNode>(
+    topology: &Topology,
+    results: &'a [meridian_runtime::NodeResult<N>],
+) -> Vec<(ShardId, &'a MvccStore)> {
+    (0..topology.shards)
+        .filter_map(|s| {
+            let leader = topology.replica_node(ShardId(s), 0)?;
+            let result = results.iter().find(|r| r.id == leader)?;
+            result.node.stores().into_iter().find(|(shard, _)| shard.0 == s)
+        })
+        .collect()
+}
+
+/// Runs the clients for warm-up plus duration, then stops them and waits for what is outstanding.
+async fn drive(
+    experiment: &Experiment,
+    pools: &[(NodeId, Arc<Mutex<ClosedLoopClients>>)],
+    checker: &mut dyn InvariantCheck,
+) -> RunStats {
+    let clock = WallClock::new();
+    let start = clock.now_ns();
+    let window_start = start + (experiment.warmup_s * 1e9) as u64;
+    let window_end = window_start + (experiment.duration_s * 1e9) as u64;
+    let mut stats = RunStats::new(window_start, window_end);
+    let total_s = experiment.warmup_s + experiment.duration_s;
+    let bar = if experiment.progress {
+        ProgressBar::new((total_s * 10.0).ceil() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {percent:>3}% {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut collect = |stats: &mut RunStats| {
+        for (_, pool) in pools {
+            let completions = pool.lock().expect("client lock").drain_completions();
+            for completion in completions {
+                stats.add(&completion);
+                checker.observe(&completion.txn, &completion.outcome);
+            }
+        }
+    };
+    while clock.now_ns() < window_end {
+        tokio::time::sleep(DRAIN_INTERVAL).await;
+        collect(&mut stats);
+        let elapsed_s = (clock.now_ns() - start) as f64 / 1e9;
+        bar.set_position((elapsed_s * 10.0) as u64);
+        bar.set_message(format!("{} committed in window", stats.committed));
+    }
+    for (_, pool) in pools {
+        pool.lock().expect("client lock").stop();
+    }
+    let owd_ns_max = experiment.network.owd_ns_max();
+    let finish_deadline =
+        clock.now_ns() + FINISH_WAIT_NS_MIN.max(8 * Timing::for_network(owd_ns_max).rpc_timeout_ns);
+    while !pools.iter().all(|(_, p)| p.lock().expect("client lock").finished())
+        && clock.now_ns() < finish_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        collect(&mut stats);
+    }
+    collect(&mut stats);
+    // Clients hear a commit once it is decided; give the decisions time to reach participants.
+    tokio::time::sleep(Duration::from_nanos(3 * owd_ns_max + 50 * NS_PER_MS)).await;
+    bar.finish_and_clear();
+    stats
+}
+
+fn output(
+    experiment: &Experiment,
+    mode: &str,
+    workload: &Arc<dyn Workload>,
+    stats: &RunStats,
+    checks: Vec<CheckResult>,
+    checks_note: Option<String>,
+    links: Vec<LinkReport>,
+) -> RunOutput {
+    let parameters = serde_json::json!({
+        "mode": mode,
+        "protocol": experiment.protocol.name(),
+        "workload": workload.describe(),
+        "shards": experiment.shards,
+        "replicas": experiment.replicas,
+        "network": {
+            "name": experiment.network.name,
+            "regions": experiment.network.regions,
+            "owd_ms_max": experiment.network.owd_ns_max() as f64 / 1e6,
+        },
+        "clock": experiment.clock.name,
+        "load": "closed-loop, one request outstanding per client, no think time",
+        "clients": experiment.clients,
+        "duration_s": experiment.duration_s,
+        "warmup_s": experiment.warmup_s,
+        "seed": experiment.seed,
+        "zipf_theta": experiment.workload_options.zipf_theta,
+        "keys_per_shard": experiment.workload_options.keys_per_shard,
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "meridian_version": env!("CARGO_PKG_VERSION"),
+    });
+    RunOutput {
+        parameters,
+        summary: stats.summary(),
+        first_failure: stats.first_failure.clone(),
+        checks,
+        checks_note,
+        links,
+    }
+}
+
+/// Runs the clients of `experiment` in this process against the servers of a cluster file.
+/// The file's coordinator nodes are hosted here; every other node must already be running.
+pub fn run_cluster(file: &ClusterFile, experiment: &Experiment) -> Result<RunOutput, ConfigError> {
+    let workload: Arc<dyn Workload> =
+        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
+    let topology = Arc::new(file.topology.clone());
+    let coordinators = topology.coordinators();
+    if let Some(node) =
+        coordinators.iter().find(|n| !topology.nodes[n.0 as usize].replicas.is_empty())
+    {
+        return Err(ConfigError::new(format!(
+            "node {node} both coordinates and hosts replicas; with --cluster, coordinators run in the bench process and must host none"
+        )));
+    }
+    runtime()?.block_on(async {
+        match file.protocol {
+            ProtocolKind::Occ => {
+                remote::<OccNode>(file, experiment, workload, topology, OccNode::new).await
+            }
+        }
+    })
+}
+
+fn fingerprint(file: &ClusterFile, workload: &Arc<dyn Workload>) -> u64 {
+    file.text_hash ^ workload.registry().fingerprint().rotate_left(17)
+}
+
+async fn remote<N: ProtocolNode>(
+    file: &ClusterFile,
+    experiment: &Experiment,
+    workload: Arc<dyn Workload>,
+    topology: Arc<Topology>,
+    build: fn(NodeContext) -> N,
+) -> Result<RunOutput, ConfigError> {
+    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
+    let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
+    let local =
+        pools.iter().map(|(id, pool)| (*id, build(context(*id)), Some(pool.clone()))).collect();
+    let config = ClusterConfig {
+        topology: topology.clone(),
+        network: file.network.clone(),
+        clock: file.clock,
+        seed: file.seed,
+        tcp: Some(TcpConfig {
+            addrs: file.addrs.clone(),
+            fingerprint: fingerprint(file, &workload),
+        }),
+    };
+    let cluster = Cluster::start(config, local)
+        .await
+        .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
+    let mut checker = workload.checker();
+    let stats = drive(experiment, &pools, checker.as_mut()).await;
+    let results = cluster.stop().await;
+    let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
+    let note = "the shard stores live in the server processes; invariant checks run in embedded and simulated runs".to_string();
+    Ok(output(experiment, "tcp", &workload, &stats, Vec::new(), Some(note), links))
+}
+
+/// Runs node `node` of a cluster file until the process is interrupted.
+pub fn run_server(file: &ClusterFile, node: u32) -> Result<(), ConfigError> {
+    let id = NodeId(node);
+    if node as usize >= file.topology.nodes.len() {
+        return Err(ConfigError::new(format!(
+            "--node {node}: the cluster file has nodes 0..{}",
+            file.topology.nodes.len()
+        )));
+    }
+    let workload: Arc<dyn Workload> =
+        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
+    let topology = Arc::new(file.topology.clone());
+    runtime()?.block_on(async {
+        match file.protocol {
+            ProtocolKind::Occ => serve::<OccNode>(file, id, workload, topology, OccNode::new).await,
+        }
+    })
+}
+
+async fn serve<N: ProtocolNode>(
+    file: &ClusterFile,
+    id: NodeId,
+    workload: Arc<dyn Workload>,
+    topology: Arc<Topology>,
+    build: fn(NodeContext) -> N,
+) -> Result<(), ConfigError> {
+    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
+    let mut node = build(context(id));
+    for (shard, store) in node.stores_mut() {
+        workload.load(shard, store);
+    }
+    let config = ClusterConfig {
+        topology: topology.clone(),
+        network: file.network.clone(),
+        clock: file.clock,
+        seed: file.seed,
+        tcp: Some(TcpConfig {
+            addrs: file.addrs.clone(),
+            fingerprint: fingerprint(file, &workload),
+        }),
+    };
+    let local: Vec<(NodeId, N, Option<Arc<Mutex<ClosedLoopClients>>>)> = vec![(id, node, None)];
+    let cluster = Cluster::start(config, local).await.map_err(|e| {
+        ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
+    })?;
+    tracing::info!(node = %id, addr = %file.addrs[id.0 as usize], "serving");
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!(node = %id, "stopping");
+    drop(cluster.stop().await);
+    Ok(())
+}
+
+/// Keeps the `ClientDriver` trait in scope for `finished()` and `stop()` on pools.
+#[allow(dead_code)]
+fn _uses_client_driver(pool: &ClosedLoopClients) -> bool {
+    ClientDriver::finished(pool)
+}

@@ -1,0 +1,189 @@
+//! Statistics of one run. Only requests submitted inside the measurement window count; the
+//! window excludes the warm-up and whatever completes after the end.
+
+use hdrhistogram::Histogram;
+use meridian_core::time::NS_PER_US;
+use meridian_core::txn::TxnResult;
+use meridian_core::Time;
+use meridian_workloads::clients::Completion;
+use serde::Serialize;
+
+/// Largest latency recorded (µs): ten minutes.
+const LATENCY_US_MAX: u64 = 600_000_000;
+
+/// Counters and latencies of the measurement window.
+#[derive(Debug)]
+pub struct RunStats {
+    window_start: Time,
+    window_end: Time,
+    latency_us: Histogram<u64>,
+    /// Requests committed.
+    pub committed: u64,
+    /// Committed requests that touched more than one shard.
+    pub cross_shard: u64,
+    /// Attempts aborted by a conflict or timeout and retried.
+    pub retries: u64,
+    /// Requests ended by a user abort.
+    pub user_aborted: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// The first failure's reason, for the report.
+    pub first_failure: Option<String>,
+    /// Completions outside the window.
+    pub outside_window: u64,
+}
+
+/// The numbers a report shows.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    /// Measured seconds.
+    pub window_s: f64,
+    /// Committed requests.
+    pub committed: u64,
+    /// Committed per second.
+    pub throughput_txn_per_s: f64,
+    /// Median latency (ms).
+    pub latency_ms_p50: f64,
+    /// 90th percentile (ms).
+    pub latency_ms_p90: f64,
+    /// 99th percentile (ms).
+    pub latency_ms_p99: f64,
+    /// 99.9th percentile (ms).
+    pub latency_ms_p999: f64,
+    /// Largest (ms).
+    pub latency_ms_max: f64,
+    /// Retried attempts per attempt (conflicts and timeouts).
+    pub abort_rate: f64,
+    /// Retried attempts.
+    pub retries: u64,
+    /// User aborts.
+    pub user_aborted: u64,
+    /// Failed requests.
+    pub failed: u64,
+    /// Committed requests that touched more than one shard, as a fraction.
+    pub cross_shard_fraction: f64,
+}
+
+impl RunStats {
+    /// Counts requests submitted in `[window_start, window_end)` (true time, ns).
+    pub fn new(window_start: Time, window_end: Time) -> Self {
+        Self {
+            window_start,
+            window_end,
+            latency_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid bounds"),
+            committed: 0,
+            cross_shard: 0,
+            retries: 0,
+            user_aborted: 0,
+            failed: 0,
+            first_failure: None,
+            outside_window: 0,
+        }
+    }
+
+    /// Adds one completion.
+    pub fn add(&mut self, completion: &Completion) {
+        let in_window = completion.submitted_at >= self.window_start
+            && completion.completed_at <= self.window_end;
+        if !in_window {
+            self.outside_window += 1;
+            return;
+        }
+        self.retries += u64::from(completion.outcome.retries);
+        match &completion.outcome.result {
+            TxnResult::Committed => {
+                self.committed += 1;
+                if completion.outcome.shards_touched > 1 {
+                    self.cross_shard += 1;
+                }
+                let latency = ((completion.completed_at - completion.submitted_at) / NS_PER_US)
+                    .clamp(1, LATENCY_US_MAX);
+                let _ = self.latency_us.record(latency);
+            }
+            TxnResult::UserAborted(_) => self.user_aborted += 1,
+            TxnResult::Failed(failure) => {
+                self.failed += 1;
+                self.first_failure.get_or_insert_with(|| format!("{failure:?}"));
+            }
+        }
+    }
+
+    /// The summary.
+    pub fn summary(&self) -> Summary {
+        let window_s = (self.window_end - self.window_start) as f64 / 1e9;
+        let ms = |q: f64| {
+            if self.latency_us.is_empty() {
+                0.0
+            } else {
+                self.latency_us.value_at_quantile(q) as f64 / 1e3
+            }
+        };
+        let attempts = self.committed + self.user_aborted + self.failed + self.retries;
+        Summary {
+            window_s,
+            committed: self.committed,
+            throughput_txn_per_s: self.committed as f64 / window_s,
+            latency_ms_p50: ms(0.5),
+            latency_ms_p90: ms(0.9),
+            latency_ms_p99: ms(0.99),
+            latency_ms_p999: ms(0.999),
+            latency_ms_max: if self.latency_us.is_empty() {
+                0.0
+            } else {
+                self.latency_us.max() as f64 / 1e3
+            },
+            abort_rate: if attempts == 0 { 0.0 } else { self.retries as f64 / attempts as f64 },
+            retries: self.retries,
+            user_aborted: self.user_aborted,
+            failed: self.failed,
+            cross_shard_fraction: if self.committed == 0 {
+                0.0
+            } else {
+                self.cross_shard as f64 / self.committed as f64
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::txn::{ProcId, TxnOutcome, TxnRequest};
+    use meridian_core::{NodeId, RequestId};
+
+    fn completion(submitted_at: Time, completed_at: Time, shards: u32, retries: u32) -> Completion {
+        Completion {
+            client: 0,
+            coordinator: NodeId(0),
+            request: RequestId(0),
+            txn: TxnRequest { proc: ProcId(0), args: vec![] },
+            submitted_at,
+            completed_at,
+            outcome: TxnOutcome {
+                result: TxnResult::Committed,
+                outputs: vec![],
+                commit_ts: None,
+                retries,
+                shards_touched: shards,
+            },
+        }
+    }
+
+    #[test]
+    fn only_the_window_counts() {
+        let ms = 1_000_000;
+        let mut stats = RunStats::new(1_000 * ms, 2_000 * ms);
+        stats.add(&completion(900 * ms, 1_100 * ms, 2, 0)); // warm-up
+        stats.add(&completion(1_500 * ms, 2_100 * ms, 2, 0)); // after the end
+        stats.add(&completion(1_100 * ms, 1_110 * ms, 2, 1));
+        stats.add(&completion(1_200 * ms, 1_230 * ms, 1, 0));
+        let summary = stats.summary();
+        assert_eq!(summary.committed, 2);
+        assert_eq!(stats.outside_window, 2);
+        assert!((summary.throughput_txn_per_s - 2.0).abs() < 1e-9);
+        assert!((summary.cross_shard_fraction - 0.5).abs() < 1e-9);
+        assert!((summary.abort_rate - 1.0 / 3.0).abs() < 1e-9);
+        assert!((summary.latency_ms_max - 30.0).abs() < 0.1);
+        assert!((summary.latency_ms_p50 - 10.0).abs() < 0.1);
+    }
+}

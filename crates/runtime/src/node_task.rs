@@ -1,0 +1,424 @@
+//! The node task and the cluster of tasks in one process.
+//!
+//! A node task owns its node and follows the driver contract: one entry point at a time, then
+//! the outbox drained in order (sends, timers, persists, replies). Inbound messages are handled
+//! in batches of at most [`INBOUND_BATCH_MAX`] before timers and client submissions get a turn,
+//! so no source starves the others.
+
+use crate::clock::WallClock;
+use crate::delay;
+use crate::tcp::{self, TcpConfig};
+use hdrhistogram::Histogram;
+use meridian_core::clock::{ClockModel, NodeClock};
+use meridian_core::netmodel::{Jitter, LinkModel, LinkState, NetworkModel};
+use meridian_core::node::{
+    ClientDriver, ClientRequest, Effect, Node, Outbox, PersistToken, TimerId,
+};
+use meridian_core::rng::child_rng;
+use meridian_core::time::NS_PER_US;
+use meridian_core::topology::Topology;
+use meridian_core::wire::Envelope;
+use meridian_core::NodeId;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+/// Messages a node's inbox holds before senders wait. Closed-loop load keeps far fewer in flight.
+pub const INBOX_MESSAGES_MAX: usize = 1 << 16;
+/// Inbound messages handled per loop pass before timers and submissions get a turn.
+pub const INBOUND_BATCH_MAX: usize = 256;
+/// Client submissions handled per loop pass.
+pub const SUBMITS_PER_PASS_MAX: usize = 4_096;
+/// Largest one-way delay recorded (µs); longer ones are clamped.
+const DELAY_US_MAX: u64 = 60_000_000;
+
+/// What arrives in a node's inbox.
+#[derive(Debug)]
+pub enum Inbound<M> {
+    /// A message from another node, with the sender's wall-clock send time.
+    Msg {
+        /// Sender.
+        from: NodeId,
+        /// Sender's send time (ns since the Unix epoch).
+        sent_at_ns: u64,
+        /// The message.
+        msg: M,
+    },
+    /// Finish and hand the node back.
+    Stop,
+}
+
+/// Where messages to one destination go.
+#[derive(Clone)]
+enum Route<M> {
+    Local(mpsc::Sender<Inbound<M>>),
+    Remote(mpsc::Sender<Envelope<M>>),
+}
+
+impl<M: Send + 'static> Route<M> {
+    async fn deliver(&self, from: NodeId, sent_at_ns: u64, msg: M) -> bool {
+        match self {
+            Self::Local(tx) => tx.send(Inbound::Msg { from, sent_at_ns, msg }).await.is_ok(),
+            Self::Remote(tx) => tx.send(Envelope { sent_at_ns, msg }).await.is_ok(),
+        }
+    }
+}
+
+/// One outgoing directed link.
+struct LinkOut<M> {
+    model: LinkModel,
+    state: LinkState,
+    route: Route<M>,
+    delay_line: Option<mpsc::Sender<(Instant, (u64, M))>>,
+}
+
+/// Measured one-way delays of one directed link, as the receiver saw them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkDelays {
+    /// Sender.
+    pub from: NodeId,
+    /// Receiver.
+    pub to: NodeId,
+    /// Messages measured.
+    pub count: u64,
+    /// Median measured one-way delay (µs).
+    pub p50_us: u64,
+    /// 99th percentile (µs).
+    pub p99_us: u64,
+    /// Largest (µs).
+    pub max_us: u64,
+    /// Configured median (µs).
+    pub configured_p50_us: u64,
+}
+
+/// What a node task hands back when stopped.
+pub struct NodeResult<N> {
+    /// The node id.
+    pub id: NodeId,
+    /// The node, with its final state.
+    pub node: N,
+    /// Delays measured on links into this node.
+    pub delays: Vec<LinkDelays>,
+}
+
+/// Shared by every task of a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// The layout.
+    pub topology: Arc<Topology>,
+    /// The link model.
+    pub network: NetworkModel,
+    /// The clock model.
+    pub clock: ClockModel,
+    /// Master seed (link jitter and clock draws).
+    pub seed: u64,
+    /// TCP settings when some nodes live in other processes.
+    pub tcp: Option<TcpConfig>,
+}
+
+/// The node tasks of this process. Each node runs on its own thread with a single-threaded
+/// tokio runtime, like one event loop per node: the operating system spreads nodes over cores,
+/// whereas one shared multi-threaded runtime tends to run a sender and the receiver it wakes on
+/// the same worker, leaving the other cores idle.
+pub struct Cluster<N: Node> {
+    inboxes: BTreeMap<NodeId, mpsc::Sender<Inbound<N::Msg>>>,
+    results: Vec<oneshot::Receiver<NodeResult<N>>>,
+    listeners: Vec<JoinHandle<()>>,
+}
+
+impl<N: Node> Cluster<N> {
+    /// Starts a task per local node. Nodes not listed are remote and need `config.tcp`.
+    pub async fn start<C: ClientDriver + Send + 'static>(
+        config: ClusterConfig,
+        local: Vec<(NodeId, N, Option<Arc<Mutex<C>>>)>,
+    ) -> std::io::Result<Self> {
+        let topology = config.topology.clone();
+        let mut inboxes = BTreeMap::new();
+        let mut receivers = BTreeMap::new();
+        for (id, _, _) in &local {
+            let (tx, rx) = mpsc::channel(INBOX_MESSAGES_MAX);
+            inboxes.insert(*id, tx);
+            receivers.insert(*id, rx);
+        }
+        let mut listeners = Vec::new();
+        if let Some(tcp) = &config.tcp {
+            for (&id, inbox) in &inboxes {
+                listeners.push(tcp::listen::<N::Msg>(id, tcp.clone(), inbox.clone()).await?);
+            }
+        }
+        let clock = WallClock::new();
+        let mut results = Vec::new();
+        for (id, node, clients) in local {
+            let links = build_links(id, &config, &inboxes)?;
+            let skew =
+                config.clock.draw(&mut child_rng(config.seed, "runtime-clock", u64::from(id.0)));
+            let task = NodeTask {
+                id,
+                node,
+                inbox: receivers.remove(&id).expect("inbox built above"),
+                self_queue: VecDeque::new(),
+                links,
+                clock,
+                skew,
+                timers: BinaryHeap::new(),
+                timer_seq: 0,
+                clients,
+                pending_submits: VecDeque::new(),
+                persisted: VecDeque::new(),
+                outbox: Outbox::new(),
+                delays: BTreeMap::new(),
+                network: config.network.clone(),
+                topology: topology.clone(),
+            };
+            let (done, result) = oneshot::channel();
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            std::thread::Builder::new().name(format!("node-{}", id.0)).spawn(move || {
+                let _ = done.send(runtime.block_on(task.run()));
+            })?;
+            results.push(result);
+        }
+        Ok(Self { inboxes, results, listeners })
+    }
+
+    /// Stops every local node and returns them with their measured delays.
+    pub async fn stop(self) -> Vec<NodeResult<N>> {
+        for inbox in self.inboxes.values() {
+            let _ = inbox.send(Inbound::Stop).await;
+        }
+        for listener in &self.listeners {
+            listener.abort();
+        }
+        let mut results = Vec::new();
+        for result in self.results {
+            if let Ok(result) = result.await {
+                results.push(result);
+            }
+        }
+        results
+    }
+}
+
+/// Builds the outgoing links of `from`: route per destination, plus a delay line when the link
+/// delays messages. TCP never loses messages, so the model's loss is not applied here.
+fn build_links<M: meridian_core::node::Message>(
+    from: NodeId,
+    config: &ClusterConfig,
+    inboxes: &BTreeMap<NodeId, mpsc::Sender<Inbound<M>>>,
+) -> std::io::Result<Vec<Option<LinkOut<M>>>> {
+    let topology = &config.topology;
+    let mut links = Vec::with_capacity(topology.nodes.len());
+    for to in topology.node_ids() {
+        let route = match (inboxes.get(&to), &config.tcp) {
+            (Some(inbox), _) => Route::Local(inbox.clone()),
+            (None, Some(tcp)) => Route::Remote(tcp::spawn_writer::<M>(from, to, tcp.clone())),
+            (None, None) => {
+                return Err(std::io::Error::other(format!(
+                    "node {to} is not local and no TCP addresses are configured"
+                )))
+            }
+        };
+        let mut model = config
+            .network
+            .link(topology.region_of(from).0 as usize, topology.region_of(to).0 as usize);
+        model.loss = 0.0;
+        let delayed = model.delay_ns > 0 || model.jitter != Jitter::None;
+        let delay_line = delayed.then(|| {
+            let forward_route = route.clone();
+            delay::spawn(move |(sent_at_ns, msg): (u64, M)| {
+                let route = forward_route.clone();
+                async move { route.deliver(from, sent_at_ns, msg).await }
+            })
+        });
+        let state = LinkState::new(child_rng(
+            config.seed,
+            "runtime-link",
+            (u64::from(from.0) << 32) | u64::from(to.0),
+        ));
+        links.push(Some(LinkOut { model, state, route, delay_line }));
+    }
+    Ok(links)
+}
+
+struct NodeTask<N: Node, C> {
+    id: NodeId,
+    node: N,
+    inbox: mpsc::Receiver<Inbound<N::Msg>>,
+    self_queue: VecDeque<N::Msg>,
+    links: Vec<Option<LinkOut<N::Msg>>>,
+    clock: WallClock,
+    skew: NodeClock,
+    timers: BinaryHeap<Reverse<(Instant, u64, TimerId)>>,
+    timer_seq: u64,
+    clients: Option<Arc<Mutex<C>>>,
+    pending_submits: VecDeque<ClientRequest>,
+    persisted: VecDeque<PersistToken>,
+    outbox: Outbox<N::Msg>,
+    delays: BTreeMap<NodeId, Histogram<u64>>,
+    network: NetworkModel,
+    topology: Arc<Topology>,
+}
+
+impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
+    fn node_now(&self) -> u64 {
+        self.skew.read(self.clock.now_ns())
+    }
+
+    async fn run(mut self) -> NodeResult<N> {
+        let now = self.node_now();
+        self.node.on_start(now, &mut self.outbox);
+        self.carry_out().await;
+        if let Some(clients) = &self.clients {
+            let first = clients.lock().expect("client lock").start(self.clock.now_ns());
+            self.pending_submits.extend(first.into_iter().map(|(_, request)| request));
+        }
+        'serve: loop {
+            self.run_submits().await;
+            while let Some(msg) = self.self_queue.pop_front() {
+                let now = self.node_now();
+                self.node.on_message(now, self.id, msg, &mut self.outbox);
+                self.carry_out().await;
+            }
+            let next_timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
+            tokio::select! {
+                biased;
+                inbound = self.inbox.recv() => {
+                    // Handle a batch; take the next message only when it will be handled, so
+                    // reaching the batch limit never drops one.
+                    let mut next = inbound;
+                    let mut handled = 0;
+                    loop {
+                        match next {
+                            Some(Inbound::Msg { from, sent_at_ns, msg }) => self.on_inbound(from, sent_at_ns, msg).await,
+                            Some(Inbound::Stop) | None => break 'serve,
+                        }
+                        handled += 1;
+                        if handled == INBOUND_BATCH_MAX {
+                            break;
+                        }
+                        match self.inbox.try_recv() {
+                            Ok(message) => next = Some(message),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                () = sleep_until(next_timer.unwrap_or_else(Instant::now)), if next_timer.is_some() => {}
+            }
+            self.fire_due_timers().await;
+        }
+        let delays = self.delay_report();
+        NodeResult { id: self.id, node: self.node, delays }
+    }
+
+    async fn on_inbound(&mut self, from: NodeId, sent_at_ns: u64, msg: N::Msg) {
+        let delay_us =
+            (self.clock.now_ns().saturating_sub(sent_at_ns) / NS_PER_US).min(DELAY_US_MAX);
+        let histogram = self.delays.entry(from).or_insert_with(|| {
+            Histogram::new_with_bounds(1, DELAY_US_MAX, 3).expect("valid histogram bounds")
+        });
+        let _ = histogram.record(delay_us.max(1));
+        let now = self.node_now();
+        self.node.on_message(now, from, msg, &mut self.outbox);
+        self.carry_out().await;
+    }
+
+    async fn fire_due_timers(&mut self) {
+        let now_instant = Instant::now();
+        while let Some(Reverse((at, _, timer))) = self.timers.peek().copied() {
+            if at > now_instant {
+                break;
+            }
+            self.timers.pop();
+            let now = self.node_now();
+            self.node.on_timer(now, timer, &mut self.outbox);
+            self.carry_out().await;
+        }
+    }
+
+    async fn run_submits(&mut self) {
+        for _ in 0..SUBMITS_PER_PASS_MAX {
+            let Some(request) = self.pending_submits.pop_front() else { return };
+            let now = self.node_now();
+            self.node.submit(now, request, &mut self.outbox);
+            self.carry_out().await;
+        }
+    }
+
+    /// Carries out the outbox in order; persists complete at once (memory durability), and their
+    /// completions are handed back after the effects before them.
+    async fn carry_out(&mut self) {
+        loop {
+            let mut outbox = std::mem::take(&mut self.outbox);
+            for effect in outbox.drain() {
+                match effect {
+                    Effect::Send { to, msg } => self.send(to, msg).await,
+                    Effect::SetTimer { timer, after_ns } => {
+                        let at = Instant::now()
+                            + std::time::Duration::from_nanos(self.skew.true_duration(after_ns));
+                        self.timer_seq += 1;
+                        self.timers.push(Reverse((at, self.timer_seq, timer)));
+                    }
+                    Effect::Persist { token, .. } => self.persisted.push_back(token),
+                    Effect::Reply { request, outcome } => {
+                        if let Some(clients) = &self.clients {
+                            let next = clients.lock().expect("client lock").on_reply(
+                                self.clock.now_ns(),
+                                self.id,
+                                request,
+                                &outcome,
+                            );
+                            self.pending_submits.extend(next.into_iter().map(|(_, r)| r));
+                        }
+                    }
+                    Effect::Record(_) => {} // History recording in the runtime arrives with the checker issue.
+                }
+            }
+            self.outbox = outbox;
+            let Some(token) = self.persisted.pop_front() else { return };
+            let now = self.node_now();
+            self.node.on_persisted(now, token, &mut self.outbox);
+        }
+    }
+
+    async fn send(&mut self, to: NodeId, msg: N::Msg) {
+        if to == self.id {
+            self.self_queue.push_back(msg);
+            return;
+        }
+        let sent_at_ns = self.clock.now_ns();
+        let Some(Some(link)) = self.links.get_mut(to.0 as usize) else { return };
+        match &link.delay_line {
+            None => {
+                link.route.deliver(self.id, sent_at_ns, msg).await;
+            }
+            Some(line) => {
+                let deliver_ns = link.state.sample(&link.model, sent_at_ns).unwrap_or(sent_at_ns);
+                let due = Instant::from_std(self.clock.instant_at(deliver_ns));
+                let _ = line.send((due, (sent_at_ns, msg))).await;
+            }
+        }
+    }
+
+    fn delay_report(&self) -> Vec<LinkDelays> {
+        self.delays
+            .iter()
+            .map(|(&from, histogram)| {
+                let model = self.network.link(
+                    self.topology.region_of(from).0 as usize,
+                    self.topology.region_of(self.id).0 as usize,
+                );
+                LinkDelays {
+                    from,
+                    to: self.id,
+                    count: histogram.len(),
+                    p50_us: histogram.value_at_quantile(0.5),
+                    p99_us: histogram.value_at_quantile(0.99),
+                    max_us: histogram.max(),
+                    configured_p50_us: model.median_ns() / NS_PER_US,
+                }
+            })
+            .collect()
+    }
+}
