@@ -12,7 +12,7 @@ use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_protocols::occ::OccNode;
 use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
 use meridian_runtime::clock::WallClock;
-use meridian_runtime::node_task::ClusterConfig;
+use meridian_runtime::node_task::{ClusterConfig, LocalNode};
 use meridian_runtime::tcp::TcpConfig;
 use meridian_runtime::{Cluster, LinkDelays};
 use meridian_storage::MvccStore;
@@ -403,7 +403,7 @@ async fn serve<N: ProtocolNode>(
             fingerprint: fingerprint(file, &workload),
         }),
     };
-    let local: Vec<(NodeId, N, Option<Arc<Mutex<ClosedLoopClients>>>)> = vec![(id, node, None)];
+    let local: Vec<LocalNode<N, ClosedLoopClients>> = vec![(id, node, None)];
     let cluster = Cluster::start(config, local).await.map_err(|e| {
         ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
     })?;
@@ -412,10 +412,4 @@ async fn serve<N: ProtocolNode>(
     tracing::info!(node = %id, "stopping");
     drop(cluster.stop().await);
     Ok(())
-}
-
-/// Keeps the `ClientDriver` trait in scope for `finished()` and `stop()` on pools.
-#[allow(dead_code)]
-fn _uses_client_driver(pool: &ClosedLoopClients) -> bool {
-    ClientDriver::finished(pool)
 }

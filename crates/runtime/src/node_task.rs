@@ -119,6 +119,10 @@ pub struct ClusterConfig {
     pub tcp: Option<TcpConfig>,
 }
 
+/// A node to run in this process: its id, the node, and (for a coordinator driven by clients in
+/// this process) its client pool.
+pub type LocalNode<N, C> = (NodeId, N, Option<Arc<Mutex<C>>>);
+
 /// The node tasks of this process. Each node runs on its own thread with a single-threaded
 /// tokio runtime, like one event loop per node: the operating system spreads nodes over cores,
 /// whereas one shared multi-threaded runtime tends to run a sender and the receiver it wakes on
@@ -133,7 +137,7 @@ impl<N: Node> Cluster<N> {
     /// Starts a task per local node. Nodes not listed are remote and need `config.tcp`.
     pub async fn start<C: ClientDriver + Send + 'static>(
         config: ClusterConfig,
-        local: Vec<(NodeId, N, Option<Arc<Mutex<C>>>)>,
+        local: Vec<LocalNode<N, C>>,
     ) -> std::io::Result<Self> {
         let topology = config.topology.clone();
         let mut inboxes = BTreeMap::new();

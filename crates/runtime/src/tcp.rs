@@ -89,11 +89,8 @@ pub async fn read_connection<M: Message>(
             return Ok(());
         }
         decoder.push(&chunk[..read]);
-        loop {
-            let frame = match decoder.next_payload().map_err(|e| e.to_string())? {
-                Some(payload) => decode_payload::<M>(payload).map_err(|e| e.to_string())?,
-                None => break,
-            };
+        while let Some(payload) = decoder.next_payload().map_err(|e| e.to_string())? {
+            let frame = decode_payload::<M>(payload).map_err(|e| e.to_string())?;
             match (frame, from) {
                 (WireFrame::Hello(hello), None) => from = Some(check_hello(&hello, node, config)?),
                 (WireFrame::Hello(_), Some(_)) => {

@@ -1,7 +1,7 @@
 //! The `occ` coordinator: runs each client request as a sequence of attempts.
 //!
 //! Per attempt the phases are `Executing` (waves of pieces) → `Preparing` → decided; or, for a
-//! single-shard plan, `ExecuteCommit`; or, for a single prepare participant, `OnePhase`. A
+//! single-shard plan, `ExecuteCommit`; or, for a single prepare participant, `SinglePrepare`. A
 //! one-round commit whose answer is lost moves to `Resolving`, where the coordinator asks the
 //! participant with `Abort` until it learns whether the attempt committed.
 //!
@@ -31,7 +31,7 @@ enum Phase {
     Executing,
     ExecuteCommit(ShardId),
     Preparing,
-    OnePhase(ShardId),
+    SinglePrepare(ShardId),
     Resolving(ShardId),
 }
 
@@ -61,7 +61,6 @@ struct Attempt {
     epoch: u32,
     waiting: BTreeSet<ShardId>,
     ts_max: Timestamp,
-    started_at: Time,
 }
 
 impl Attempt {
@@ -226,7 +225,6 @@ impl Coordinator {
             epoch: 0,
             waiting: BTreeSet::new(),
             ts_max: Timestamp::ZERO,
-            started_at: _now,
         };
         if attempt.pieces.is_empty() {
             return self.complete(request, None, TxnResult::Committed, None, out);
@@ -471,7 +469,7 @@ impl Coordinator {
             );
         }
         attempt.phase = match participants.first() {
-            Some(&shard) if one_phase => Phase::OnePhase(shard),
+            Some(&shard) if one_phase => Phase::SinglePrepare(shard),
             _ => Phase::Preparing,
         };
         assert!(!participants.is_empty(), "the caller commits attempts that touched nothing");
@@ -501,7 +499,7 @@ impl Coordinator {
                 self.abort_prepared(txn, &attempt, timers, out);
                 self.retry(now, attempt, timers, out);
             }
-            (Phase::OnePhase(s) | Phase::Resolving(s), Vote::Committed(ts)) if s == shard => {
+            (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Committed(ts)) if s == shard => {
                 self.complete(
                     attempt.request,
                     Some((txn, &attempt)),
@@ -510,7 +508,7 @@ impl Coordinator {
                     out,
                 );
             }
-            (Phase::OnePhase(s), Vote::No(_)) if s == shard => {
+            (Phase::SinglePrepare(s), Vote::No(_)) if s == shard => {
                 self.retry(now, attempt, timers, out)
             }
             _ => {
@@ -662,7 +660,7 @@ impl Coordinator {
         };
         match (attempt.phase, decision) {
             (
-                Phase::Resolving(s) | Phase::OnePhase(s) | Phase::ExecuteCommit(s),
+                Phase::Resolving(s) | Phase::SinglePrepare(s) | Phase::ExecuteCommit(s),
                 Decision::Committed(ts),
             ) if s == shard => {
                 // The outputs of a one-round commit whose reply was lost are gone; the commit is not.
@@ -708,7 +706,7 @@ impl Coordinator {
                     }
                     // The outcome of a one-round commit is unknown: ask until it is known.
                     Phase::ExecuteCommit(shard)
-                    | Phase::OnePhase(shard)
+                    | Phase::SinglePrepare(shard)
                     | Phase::Resolving(shard) => {
                         attempt.phase = Phase::Resolving(shard);
                         attempt.epoch += 1;

@@ -508,9 +508,11 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
     net.filter = Box::new(move |_, msg| {
         count += 1;
         match msg {
-            OccMsg::Commit { .. } | OccMsg::Prepared { .. } if count % 5 == 0 => Delivery::Drop,
+            OccMsg::Commit { .. } | OccMsg::Prepared { .. } if count.is_multiple_of(5) => {
+                Delivery::Drop
+            }
             OccMsg::Abort { .. } | OccMsg::Execute { .. } | OccMsg::Finished { .. }
-                if count % 2 == 0 =>
+                if count.is_multiple_of(2) =>
             {
                 Delivery::Duplicate
             }

@@ -1,0 +1,213 @@
+//! The `meridian` binary end to end: bad input, a short embedded benchmark, a simulation, and a
+//! server process driven over TCP on loopback.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn meridian() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_meridian"))
+}
+
+fn run(args: &[&str]) -> Output {
+    meridian().args(args).output().expect("the binary runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("meridian-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn bad_input_is_one_line_exit_2_and_starts_nothing() {
+    let out_dir = scratch("bad");
+    let out = out_dir.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["bench", "--protocol", "paxos", "--out", out],
+            "unknown protocol 'paxos'; accepted: occ",
+        ),
+        (
+            &["bench", "--workload", "tpcx", "--out", out],
+            "unknown workload 'tpcx'; accepted: micro-luigi",
+        ),
+        (&["bench", "--network", "moon", "--out", out], "unknown network preset 'moon'"),
+        (&["bench", "--clock", "sundial", "--out", out], "unknown clock preset 'sundial'"),
+        (&["bench", "--shards", "0", "--out", out], "--shards must be at least 1"),
+        (&["bench", "--replicas", "0", "--out", out], "--replicas must be in 1..=9"),
+        (&["bench", "--replicas", "3", "--out", out], "occ is not replicated yet"),
+        (&["bench", "--zipf", "1.5", "--out", out], "--zipf must be in (0, 1)"),
+        (
+            &["bench", "--network", "tiga-wan", "--regions", "2", "--out", out],
+            "--regions applies to the uniform presets only",
+        ),
+        (
+            &["bench", "--network", "/nonexistent/m.toml", "--out", out],
+            "network file /nonexistent/m.toml",
+        ),
+        (
+            &["bench", "--cluster", "/nonexistent/c.toml", "--shards", "2", "--out", out],
+            "--shards contradicts --cluster",
+        ),
+        (&["bench", "--duration", "0", "--out", out], "--duration must be in"),
+        (&["sim", "--txns", "0"], "--txns must be at least 1"),
+        (&["server", "--config", "/nonexistent/c.toml", "--node", "0"], "/nonexistent/c.toml"),
+    ];
+    for (args, expected) in cases {
+        let output = run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: expected '{expected}' in {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line, got {stderr}");
+    }
+    assert!(std::fs::read_dir(&out_dir).unwrap().next().is_none(), "bad input wrote results");
+    // clap's own parse errors exit 2 as well.
+    assert_eq!(run(&["bench", "--shards", "two"]).status.code(), Some(2));
+}
+
+#[test]
+fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
+    let out_dir = scratch("bench");
+    let output = run(&[
+        "bench",
+        "--network",
+        "metro",
+        "--regions",
+        "2",
+        "--shards",
+        "2",
+        "--clients",
+        "8",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.2",
+        "--quiet",
+        "--keys-per-shard",
+        "1000",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("check micro-last-writer    PASS"), "{stdout}");
+    let run_dir = std::fs::read_dir(&out_dir).unwrap().next().unwrap().unwrap().path();
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("stats.json")).unwrap())
+            .unwrap();
+    assert_eq!(stats["parameters"]["protocol"], "occ");
+    assert_eq!(stats["parameters"]["network"]["name"], "metro");
+    assert!(stats["summary"]["committed"].as_u64().unwrap() > 0);
+    assert_eq!(
+        stats["summary"]["cross_shard_fraction"], 1.0,
+        "micro-luigi on 2 shards is all cross-shard"
+    );
+    assert!(!stats["links"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn sim_prints_a_reproducible_trace_hash() {
+    let args =
+        ["sim", "--seed", "9", "--txns", "300", "--network", "metro", "--keys-per-shard", "500"];
+    let first = run(&args);
+    let second = run(&args);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let hash = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.starts_with("trace hash"))
+            .map(String::from)
+    };
+    assert!(hash(&first).is_some());
+    assert_eq!(hash(&first), hash(&second));
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cluster_file(dir: &Path, server_port: u16, client_port: u16) -> PathBuf {
+    let text = format!(
+        r#"
+protocol = "occ"
+workload = "micro-luigi"
+shards = 1
+replicas = 1
+network = "lan"
+keys_per_shard = 10000
+
+[[node]]
+id = 0
+region = "r0"
+addr = "127.0.0.1:{server_port}"
+replicas = [[0, 0]]
+
+[[node]]
+id = 1
+region = "r0"
+addr = "127.0.0.1:{client_port}"
+coordinator = true
+"#
+    );
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn bench_drives_a_server_process_over_tcp() {
+    let dir = scratch("tcp");
+    let (server_port, client_port) = (free_port(), free_port());
+    let file = cluster_file(&dir, server_port, client_port);
+    let child = meridian()
+        .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = Server(child);
+    wait_for_port(server_port);
+    let output = run(&[
+        "bench",
+        "--cluster",
+        file.to_str().unwrap(),
+        "--clients",
+        "8",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.2",
+        "--quiet",
+        "--out",
+        dir.join("results").to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("checks: not run"), "{stdout}");
+    let committed: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("window ").and_then(|rest| rest.split(", ").nth(1)))
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a window line");
+    assert!(committed > 100, "{stdout}");
+}
