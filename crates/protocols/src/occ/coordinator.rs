@@ -231,7 +231,11 @@ impl Coordinator {
         }
         if let Some(shard) = single_shard {
             attempt.phase = Phase::ExecuteCommit(shard);
-            out.send(self.leader(shard), OccMsg::ExecuteCommit { txn, shard, proc, args });
+            let want_sets = self.context.record_history;
+            out.send(
+                self.leader(shard),
+                OccMsg::ExecuteCommit { txn, shard, proc, args, want_sets },
+            );
         } else {
             self.dispatch(txn, &mut attempt, out);
         }

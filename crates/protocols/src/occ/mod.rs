@@ -171,6 +171,8 @@ pub enum OccMsg {
         proc: ProcId,
         /// Its arguments.
         args: Args,
+        /// Return the read and write sets (for the history); otherwise only outputs come back.
+        want_sets: bool,
     },
     /// Participant → coordinator: the runs and the commit timestamp (or why not).
     ExecutedCommit {
@@ -331,9 +333,19 @@ impl Node for OccNode {
                     out.send(from, OccMsg::Executed { txn, shard, result });
                 }
             }
-            OccMsg::ExecuteCommit { txn, shard, proc, args } => {
+            OccMsg::ExecuteCommit { txn, shard, proc, args, want_sets } => {
                 if let Some(p) = self.participant(shard) {
-                    let result = p.on_execute_commit(now, txn, proc, &args);
+                    let mut result = p.on_execute_commit(now, txn, proc, &args);
+                    if !want_sets {
+                        // Dropped here, where they were allocated, rather than on the coordinator.
+                        for run in result.iter_mut().flat_map(|(runs, _)| runs.iter_mut()) {
+                            run.reads = Vec::new();
+                            run.scans = Vec::new();
+                            if let Ok(effects) = run.effects.as_mut() {
+                                effects.writes = Vec::new();
+                            }
+                        }
+                    }
                     out.send(from, OccMsg::ExecutedCommit { txn, shard, result });
                 }
             }
