@@ -326,8 +326,27 @@ pub fn run_cluster(file: &ClusterFile, experiment: &Experiment) -> Result<RunOut
     })
 }
 
+/// What both ends of every connection must agree on: the cluster file and the procedures.
 fn fingerprint(file: &ClusterFile, workload: &Arc<dyn Workload>) -> u64 {
     file.text_hash ^ workload.registry().fingerprint().rotate_left(17)
+}
+
+/// The runtime settings of a process that is part of the cluster in `file`.
+fn tcp_cluster_config(
+    file: &ClusterFile,
+    topology: &Arc<Topology>,
+    workload: &Arc<dyn Workload>,
+) -> ClusterConfig {
+    ClusterConfig {
+        topology: topology.clone(),
+        network: file.network.clone(),
+        clock: file.clock,
+        seed: file.seed,
+        tcp: Some(TcpConfig {
+            addrs: file.addrs.clone(),
+            fingerprint: fingerprint(file, workload),
+        }),
+    }
 }
 
 async fn remote<N: ProtocolNode>(
@@ -341,16 +360,7 @@ async fn remote<N: ProtocolNode>(
     let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
     let local =
         pools.iter().map(|(id, pool)| (*id, build(context(*id)), Some(pool.clone()))).collect();
-    let config = ClusterConfig {
-        topology: topology.clone(),
-        network: file.network.clone(),
-        clock: file.clock,
-        seed: file.seed,
-        tcp: Some(TcpConfig {
-            addrs: file.addrs.clone(),
-            fingerprint: fingerprint(file, &workload),
-        }),
-    };
+    let config = tcp_cluster_config(file, &topology, &workload);
     let cluster = Cluster::start(config, local)
         .await
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
@@ -393,16 +403,7 @@ async fn serve<N: ProtocolNode>(
     for (shard, store) in node.stores_mut() {
         workload.load(shard, store);
     }
-    let config = ClusterConfig {
-        topology: topology.clone(),
-        network: file.network.clone(),
-        clock: file.clock,
-        seed: file.seed,
-        tcp: Some(TcpConfig {
-            addrs: file.addrs.clone(),
-            fingerprint: fingerprint(file, &workload),
-        }),
-    };
+    let config = tcp_cluster_config(file, &topology, &workload);
     let local: Vec<LocalNode<N, ClosedLoopClients>> = vec![(id, node, None)];
     let cluster = Cluster::start(config, local).await.map_err(|e| {
         ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))

@@ -13,6 +13,13 @@ fn run(args: &[&str]) -> Output {
     meridian().args(args).output().expect("the binary runs")
 }
 
+/// Runs `meridian` with the whitespace-separated `words` followed by `more`.
+fn run_words(words: &str, more: &[&str]) -> Output {
+    let mut args: Vec<&str> = words.split_whitespace().collect();
+    args.extend_from_slice(more);
+    run(&args)
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("meridian-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -70,26 +77,10 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
 #[test]
 fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
     let out_dir = scratch("bench");
-    let output = run(&[
-        "bench",
-        "--network",
-        "metro",
-        "--regions",
-        "2",
-        "--shards",
-        "2",
-        "--clients",
-        "8",
-        "--duration",
-        "1",
-        "--warmup",
-        "0.2",
-        "--quiet",
-        "--keys-per-shard",
-        "1000",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
+    let output = run_words(
+        "bench --network metro --regions 2 --shards 2 --clients 8 --duration 1 --warmup 0.2 --quiet --keys-per-shard 1000 --out",
+        &[out_dir.to_str().unwrap()],
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("check micro-last-writer    PASS"), "{stdout}");
@@ -186,20 +177,11 @@ fn bench_drives_a_server_process_over_tcp() {
         .unwrap();
     let _server = Server(child);
     wait_for_port(server_port);
-    let output = run(&[
-        "bench",
-        "--cluster",
-        file.to_str().unwrap(),
-        "--clients",
-        "8",
-        "--duration",
-        "1",
-        "--warmup",
-        "0.2",
-        "--quiet",
-        "--out",
-        dir.join("results").to_str().unwrap(),
-    ]);
+    let results = dir.join("results");
+    let output = run_words(
+        "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
+        &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("checks: not run"), "{stdout}");

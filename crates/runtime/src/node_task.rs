@@ -6,7 +6,7 @@
 //! so no source starves the others.
 
 use crate::clock::WallClock;
-use crate::delay;
+use crate::delay::DelayThread;
 use crate::tcp::{self, TcpConfig};
 use hdrhistogram::Histogram;
 use meridian_core::clock::{ClockModel, NodeClock};
@@ -65,6 +65,14 @@ impl<M: Send + 'static> Route<M> {
             Self::Remote(tx) => tx.send(Envelope { sent_at_ns, msg }).await.is_ok(),
         }
     }
+
+    /// Delivery from the delay thread, which is not async.
+    fn blocking_deliver(&self, from: NodeId, sent_at_ns: u64, msg: M) -> bool {
+        match self {
+            Self::Local(tx) => tx.blocking_send(Inbound::Msg { from, sent_at_ns, msg }).is_ok(),
+            Self::Remote(tx) => tx.blocking_send(Envelope { sent_at_ns, msg }).is_ok(),
+        }
+    }
 }
 
 /// One outgoing directed link.
@@ -72,7 +80,8 @@ struct LinkOut<M> {
     model: LinkModel,
     state: LinkState,
     route: Route<M>,
-    delay_line: Option<mpsc::Sender<(Instant, (u64, M))>>,
+    /// True when the model injects delay: messages go through the delay thread.
+    delayed: bool,
 }
 
 /// Measured one-way delays of one directed link, as the receiver saw them.
@@ -154,6 +163,7 @@ impl<N: Node> Cluster<N> {
             }
         }
         let clock = WallClock::new();
+        let delay = DelayThread::spawn()?;
         let mut results = Vec::new();
         for (id, node, clients) in local {
             let links = build_links(id, &config, &inboxes)?;
@@ -176,6 +186,7 @@ impl<N: Node> Cluster<N> {
                 delays: BTreeMap::new(),
                 network: config.network.clone(),
                 topology: topology.clone(),
+                delay: delay.clone(),
             };
             let (done, result) = oneshot::channel();
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -205,8 +216,8 @@ impl<N: Node> Cluster<N> {
     }
 }
 
-/// Builds the outgoing links of `from`: route per destination, plus a delay line when the link
-/// delays messages. TCP never loses messages, so the model's loss is not applied here.
+/// Builds the outgoing links of `from`: a route per destination, marked delayed when the link
+/// model injects delay. TCP never loses messages, so the model's loss is not applied here.
 fn build_links<M: meridian_core::node::Message>(
     from: NodeId,
     config: &ClusterConfig,
@@ -229,19 +240,12 @@ fn build_links<M: meridian_core::node::Message>(
             .link(topology.region_of(from).0 as usize, topology.region_of(to).0 as usize);
         model.loss = 0.0;
         let delayed = model.delay_ns > 0 || model.jitter != Jitter::None;
-        let delay_line = delayed.then(|| {
-            let forward_route = route.clone();
-            delay::spawn(move |(sent_at_ns, msg): (u64, M)| {
-                let route = forward_route.clone();
-                async move { route.deliver(from, sent_at_ns, msg).await }
-            })
-        });
         let state = LinkState::new(child_rng(
             config.seed,
             "runtime-link",
             (u64::from(from.0) << 32) | u64::from(to.0),
         ));
-        links.push(Some(LinkOut { model, state, route, delay_line }));
+        links.push(Some(LinkOut { model, state, route, delayed }));
     }
     Ok(links)
 }
@@ -263,6 +267,7 @@ struct NodeTask<N: Node, C> {
     delays: BTreeMap<NodeId, Histogram<u64>>,
     network: NetworkModel,
     topology: Arc<Topology>,
+    delay: DelayThread,
 }
 
 impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
@@ -393,16 +398,14 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         }
         let sent_at_ns = self.clock.now_ns();
         let Some(Some(link)) = self.links.get_mut(to.0 as usize) else { return };
-        match &link.delay_line {
-            None => {
-                link.route.deliver(self.id, sent_at_ns, msg).await;
-            }
-            Some(line) => {
-                let deliver_ns = link.state.sample(&link.model, sent_at_ns).unwrap_or(sent_at_ns);
-                let due = Instant::from_std(self.clock.instant_at(deliver_ns));
-                let _ = line.send((due, (sent_at_ns, msg))).await;
-            }
+        if !link.delayed {
+            link.route.deliver(self.id, sent_at_ns, msg).await;
+            return;
         }
+        let deliver_ns = link.state.sample(&link.model, sent_at_ns).unwrap_or(sent_at_ns);
+        let due = self.clock.instant_at(deliver_ns);
+        let (route, from) = (link.route.clone(), self.id);
+        self.delay.schedule(due, Box::new(move || route.blocking_deliver(from, sent_at_ns, msg)));
     }
 
     fn delay_report(&self) -> Vec<LinkDelays> {

@@ -75,6 +75,13 @@ impl Attempt {
         reads.chain(scans).chain(writes).collect()
     }
 
+    /// The attempt's buffered writes on `shard`, in key order.
+    fn writes_on(&self, shard: ShardId) -> Vec<Write> {
+        self.writes.get(&shard).map_or_else(Vec::new, |w| {
+            w.iter().map(|(key, value)| Write { key: key.clone(), value: value.clone() }).collect()
+        })
+    }
+
     fn outputs(&self) -> Vec<PieceOutput> {
         self.pieces.iter().map(|p| p.output.clone().unwrap_or_default()).collect()
     }
@@ -304,15 +311,7 @@ impl Coordinator {
             attempt.pieces[index].sent = true;
         }
         for (shard, calls) in calls {
-            let overlay = attempt
-                .writes
-                .get(&shard)
-                .map(|w| {
-                    w.iter()
-                        .map(|(key, value)| Write { key: key.clone(), value: value.clone() })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let overlay = attempt.writes_on(shard);
             attempt.waiting.insert(shard);
             out.send(
                 self.leader(shard),
@@ -458,15 +457,7 @@ impl Coordinator {
                 .map(|r| r.iter().map(|(k, v)| (k.clone(), *v)).collect())
                 .unwrap_or_default();
             let scans = attempt.scans.get(&shard).cloned().unwrap_or_default();
-            let writes = attempt
-                .writes
-                .get(&shard)
-                .map(|w| {
-                    w.iter()
-                        .map(|(key, value)| Write { key: key.clone(), value: value.clone() })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let writes = attempt.writes_on(shard);
             out.send(
                 self.leader(shard),
                 OccMsg::Prepare { txn, shard, reads, scans, writes, one_phase },
