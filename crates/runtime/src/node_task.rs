@@ -99,8 +99,13 @@ pub struct LinkDelays {
     pub p99_us: u64,
     /// Largest (µs).
     pub max_us: u64,
-    /// Configured median (µs).
+    /// Configured median (µs): the link model's long-run median.
     pub configured_p50_us: u64,
+    /// Median of the delays the link model drew for this link during the run (µs), after the
+    /// FIFO clamp; known when the sender ran in this process. The emulation's own error is
+    /// measured against this, because a slowly varying (`walk`) link wanders around its
+    /// configured median for longer than a short run lasts.
+    pub drawn_p50_us: Option<u64>,
 }
 
 /// What a node task hands back when stopped.
@@ -111,6 +116,8 @@ pub struct NodeResult<N> {
     pub node: N,
     /// Delays measured on links into this node.
     pub delays: Vec<LinkDelays>,
+    /// Median delay drawn from the link model per destination of this node's messages (µs).
+    pub drawn_p50_us: BTreeMap<NodeId, u64>,
 }
 
 /// Shared by every task of a cluster.
@@ -184,6 +191,7 @@ impl<N: Node> Cluster<N> {
                 persisted: VecDeque::new(),
                 outbox: Outbox::new(),
                 delays: BTreeMap::new(),
+                drawn: BTreeMap::new(),
                 network: config.network.clone(),
                 topology: topology.clone(),
                 delay: delay.clone(),
@@ -212,8 +220,25 @@ impl<N: Node> Cluster<N> {
                 results.push(result);
             }
         }
+        let drawn: BTreeMap<(NodeId, NodeId), u64> = results
+            .iter()
+            .flat_map(|r| r.drawn_p50_us.iter().map(|(&to, &us)| ((r.id, to), us)))
+            .collect();
+        for result in &mut results {
+            for link in &mut result.delays {
+                link.drawn_p50_us = drawn.get(&(link.from, link.to)).copied();
+            }
+        }
         results
     }
+}
+
+/// Adds one delay (ns) to the histogram of `peer`, in µs, clamped to [`DELAY_US_MAX`].
+fn record_delay(histograms: &mut BTreeMap<NodeId, Histogram<u64>>, peer: NodeId, delay_ns: u64) {
+    let histogram = histograms.entry(peer).or_insert_with(|| {
+        Histogram::new_with_bounds(1, DELAY_US_MAX, 3).expect("valid histogram bounds")
+    });
+    let _ = histogram.record((delay_ns / NS_PER_US).clamp(1, DELAY_US_MAX));
 }
 
 /// Builds the outgoing links of `from`: a route per destination, marked delayed when the link
@@ -265,6 +290,7 @@ struct NodeTask<N: Node, C> {
     persisted: VecDeque<PersistToken>,
     outbox: Outbox<N::Msg>,
     delays: BTreeMap<NodeId, Histogram<u64>>,
+    drawn: BTreeMap<NodeId, Histogram<u64>>,
     network: NetworkModel,
     topology: Arc<Topology>,
     delay: DelayThread,
@@ -318,16 +344,13 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             self.fire_due_timers().await;
         }
         let delays = self.delay_report();
-        NodeResult { id: self.id, node: self.node, delays }
+        let drawn_p50_us =
+            self.drawn.iter().map(|(&to, h)| (to, h.value_at_quantile(0.5))).collect();
+        NodeResult { id: self.id, node: self.node, delays, drawn_p50_us }
     }
 
     async fn on_inbound(&mut self, from: NodeId, sent_at_ns: u64, msg: N::Msg) {
-        let delay_us =
-            (self.clock.now_ns().saturating_sub(sent_at_ns) / NS_PER_US).min(DELAY_US_MAX);
-        let histogram = self.delays.entry(from).or_insert_with(|| {
-            Histogram::new_with_bounds(1, DELAY_US_MAX, 3).expect("valid histogram bounds")
-        });
-        let _ = histogram.record(delay_us.max(1));
+        record_delay(&mut self.delays, from, self.clock.now_ns().saturating_sub(sent_at_ns));
         let now = self.node_now();
         self.node.on_message(now, from, msg, &mut self.outbox);
         self.carry_out().await;
@@ -403,6 +426,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             return;
         }
         let deliver_ns = link.state.sample(&link.model, sent_at_ns).unwrap_or(sent_at_ns);
+        record_delay(&mut self.drawn, to, deliver_ns.saturating_sub(sent_at_ns));
         let due = self.clock.instant_at(deliver_ns);
         let (route, from) = (link.route.clone(), self.id);
         self.delay.schedule(due, Box::new(move || route.blocking_deliver(from, sent_at_ns, msg)));
@@ -424,6 +448,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                     p99_us: histogram.value_at_quantile(0.99),
                     max_us: histogram.max(),
                     configured_p50_us: model.median_ns() / NS_PER_US,
+                    drawn_p50_us: None,
                 }
             })
             .collect()
