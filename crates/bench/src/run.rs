@@ -247,7 +247,7 @@ async fn drive(
             let completions = pool.lock().expect("client lock").drain_completions();
             for completion in completions {
                 stats.add(&completion);
-                checker.observe(&completion.txn, &completion.outcome);
+                checker.observe(&completion);
             }
         }
     };

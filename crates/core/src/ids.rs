@@ -26,7 +26,8 @@ pub struct RequestId(pub u64);
 pub struct TxnId {
     /// The coordinator node that created this attempt.
     pub origin: NodeId,
-    /// A counter local to `origin`, never reused while the node lives.
+    /// Unique per `origin`, also across its restarts (`occ` takes the larger of its clock in
+    /// nanoseconds and the previous id plus one).
     pub seq: u64,
 }
 

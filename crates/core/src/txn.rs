@@ -370,7 +370,9 @@ pub enum TxnFailure {
 pub struct TxnOutcome {
     /// How it ended.
     pub result: TxnResult,
-    /// Outputs of the pieces, in plan order (empty unless committed).
+    /// Outputs of the pieces, in plan order. Empty unless committed, and also empty for a
+    /// commit whose outputs the coordinator no longer has (an `occ` one-round commit whose
+    /// reply was lost and whose outcome it had to ask for).
     pub outputs: Vec<PieceOutput>,
     /// The commit timestamp, when committed.
     pub commit_ts: Option<crate::time::Timestamp>,

@@ -11,15 +11,13 @@ use meridian_bench::run::{run_cluster, run_embedded, run_server};
 use meridian_bench::Experiment;
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
-use meridian_core::time::NS_PER_S;
 use meridian_core::ConfigError;
 use meridian_protocols::ProtocolKind;
-use meridian_sim::runner::{run as run_sim, SimRunOptions};
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
+
+mod simcmd;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Instant;
 
 /// mimalloc instead of the system allocator: messages are allocated on one worker thread and
 /// freed on another, which glibc malloc handles poorly (about a quarter of the embedded
@@ -45,15 +43,18 @@ struct Cli {
 enum Command {
     /// Run a benchmark: an embedded in-process cluster by default, or `--cluster FILE`.
     Bench(BenchArgs),
-    /// Run one seed in the deterministic simulator and print the outcome and trace hash.
+    /// Run one seed in the deterministic simulator and print the outcome and trace hash, or a
+    /// swarm of seeds (`--seeds A..B`), with faults drawn from each seed (`--faults`).
     Sim(SimArgs),
+    /// Check a recorded history for serializability anomalies.
+    Check(CheckArgs),
     /// Run one node of the cluster described by a cluster file until interrupted.
     Server(ServerArgs),
 }
 
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
-struct ClusterArgs {
+pub(crate) struct ClusterArgs {
     /// Protocol: occ.
     #[arg(long)]
     protocol: Option<String>,
@@ -113,15 +114,41 @@ struct BenchArgs {
 }
 
 #[derive(Args)]
-struct SimArgs {
+pub(crate) struct SimArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
-    /// Requests to complete before the clients stop.
-    #[arg(long, default_value_t = 2_000)]
-    txns: u64,
+    /// Requests to complete before the clients stop (default 2000 for one seed, 200 per seed
+    /// for a swarm).
+    #[arg(long)]
+    txns: Option<u64>,
     /// Virtual seconds by which every request must be answered.
     #[arg(long, default_value_t = 3_600)]
     time_limit_s: u64,
+    /// Run a swarm over the seeds A..B (B excluded) instead of one `--seed`.
+    #[arg(long)]
+    seeds: Option<String>,
+    /// Draw a fault schedule from each seed: partitions, crashes and restarts, loss,
+    /// duplication, reordering, clock skew, slow disks; then a healing phase.
+    #[arg(long)]
+    faults: bool,
+    /// Worker processes for a swarm (default: the number of cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Write the recorded history (elle-cli JSON) of a single-seed run here.
+    #[arg(long)]
+    history: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct CheckArgs {
+    /// The history file (elle-cli JSON: an array of operations or one per line).
+    history: PathBuf,
+    /// History model: list-append or rw-register.
+    #[arg(long, default_value = "list-append")]
+    model: String,
+    /// Consistency model: serializable or strict-serializable.
+    #[arg(long, default_value = "strict-serializable")]
+    consistency: String,
 }
 
 #[derive(Args)]
@@ -135,7 +162,7 @@ struct ServerArgs {
 }
 
 /// Resolved cluster settings with the defaults applied.
-struct Resolved {
+pub(crate) struct Resolved {
     protocol: ProtocolKind,
     workload: String,
     workload_options: WorkloadOptions,
@@ -206,7 +233,7 @@ impl ClusterArgs {
 }
 
 /// Why the command stopped.
-enum Failure {
+pub(crate) enum Failure {
     /// Bad input; nothing started.
     Input(ConfigError),
     /// A run finished but something failed.
@@ -300,68 +327,6 @@ fn validate_times(experiment: &Experiment) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn sim(args: &SimArgs) -> Result<(), Failure> {
-    let r = args.cluster.resolve(24)?;
-    if args.txns == 0 {
-        return Err(ConfigError::new("--txns must be at least 1").into());
-    }
-    let topology = meridian_core::topology::Topology::standard(
-        r.network.regions.clone(),
-        r.shards,
-        r.replicas,
-    )?;
-    let workload = Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
-    let options = SimRunOptions {
-        protocol: r.protocol,
-        topology,
-        network: r.network,
-        clock: r.clock,
-        clients: r.clients,
-        txns: args.txns,
-        seed: r.seed,
-        faults: Vec::new(),
-        time_limit_ns: args.time_limit_s.saturating_mul(NS_PER_S),
-    };
-    let started = Instant::now();
-    let report = run_sim(&options, workload)?;
-    let wall_s = started.elapsed().as_secs_f64();
-    println!(
-        "seed {}: {} committed, {} user aborts, {} failed, {} retries, {} cross-shard; latency p50 {:.1} ms p99 {:.1} ms (virtual)",
-        report.seed,
-        report.committed,
-        report.user_aborted,
-        report.failed,
-        report.retries,
-        report.cross_shard,
-        report.latency_ns_p50 as f64 / 1e6,
-        report.latency_ns_p99 as f64 / 1e6,
-    );
-    println!(
-        "virtual {:.2} s, wall {:.2} s, {} deliveries ({:.0} per wall second), {} lost, {} events",
-        report.virtual_ns as f64 / 1e9,
-        wall_s,
-        report.stats.deliveries,
-        report.stats.deliveries as f64 / wall_s.max(1e-9),
-        report.stats.lost,
-        report.stats.events,
-    );
-    for check in &report.checks {
-        println!(
-            "check {:<20} {}  {}",
-            check.name,
-            if check.passed { "PASS" } else { "FAIL" },
-            check.detail
-        );
-    }
-    println!("trace hash {:016x}", report.trace_hash);
-    if !report.passed() {
-        let protocol = r.protocol.name();
-        println!("REPRODUCE: meridian sim --protocol {protocol} --seed {}", report.seed);
-        return Err(Failure::Run("the run failed a check".into()));
-    }
-    Ok(())
-}
-
 fn server(args: &ServerArgs) -> Result<(), Failure> {
     let file = ClusterFile::load(&args.config)?;
     run_server(&file, args.node)?;
@@ -383,7 +348,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
     let result = match &cli.command {
         Command::Bench(args) => bench(args),
-        Command::Sim(args) => sim(args),
+        Command::Sim(args) => simcmd::sim(args),
+        Command::Check(args) => simcmd::check_history(args),
         Command::Server(args) => server(args),
     };
     match result {

@@ -55,6 +55,15 @@ impl ProtocolKind {
             Self::Occ => Ok(()),
         }
     }
+
+    /// True when `node` may crash (losing everything it had not synced) without the protocol
+    /// losing acknowledged data, so swarms may crash it. Unreplicated `occ` keeps shard data
+    /// only in memory: only coordinators that host no replica qualify.
+    pub fn may_crash(self, topology: &Topology, node: NodeId) -> bool {
+        match self {
+            Self::Occ => topology.nodes[node.0 as usize].replicas.is_empty(),
+        }
+    }
 }
 
 /// Timeouts and limits every protocol node takes. Derived from the network model so that

@@ -180,7 +180,7 @@ async fn occ_commits_over_tcp_on_loopback_and_bad_frames_close_only_their_connec
     // Every commit the clients saw is in the server's store (the last-writer invariant).
     let mut check = setup.workload.checker();
     for completion in &completions {
-        check.observe(&completion.txn, &completion.outcome);
+        check.observe(completion);
     }
     let verdicts = check.check(&servers[0].node.stores());
     assert!(verdicts.iter().all(|v| v.passed), "{verdicts:?}");

@@ -16,6 +16,7 @@
 
 pub mod disk;
 pub mod runner;
+pub mod swarm;
 
 use disk::SimDisk;
 use meridian_core::clock::{ClockModel, NodeClock};
@@ -23,7 +24,7 @@ use meridian_core::netmodel::{LinkState, NetworkModel};
 use meridian_core::node::{
     ClientDriver, ClientRequest, Effect, HistoryEvent, Node, Outbox, PersistToken, TimerId,
 };
-use meridian_core::rng::{child_rng, fnv1a, FNV_OFFSET};
+use meridian_core::rng::{child_rng, fnv1a, uniform_f64, uniform_u64, Rng, FNV_OFFSET};
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
 use meridian_core::{NodeId, Time};
@@ -66,7 +67,27 @@ pub struct SimConfig {
     pub faults: Vec<(Time, Fault)>,
     /// Keep `Record` effects.
     pub record_history: bool,
+    /// Network misbehaviour beyond the link model, for swarms.
+    pub chaos: Chaos,
 }
+
+/// Network misbehaviour applied to every message sent before `until_ns` (relative to the
+/// start), on top of the link model; after it the network behaves (the healing phase).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Chaos {
+    /// Extra probability that a message is lost.
+    pub loss: f64,
+    /// Probability that a message is delivered twice (the copy at an independently drawn time).
+    pub duplicate: f64,
+    /// Probability that a message skips the link's FIFO order: it is delivered after an extra
+    /// delay of up to [`REORDER_DELAY_NS_MAX`], overtaken by later messages.
+    pub reorder: f64,
+    /// End of the misbehaviour, relative to the start.
+    pub until_ns: Time,
+}
+
+/// Most extra delay a reordered message gets.
+pub const REORDER_DELAY_NS_MAX: Time = 200 * NS_PER_MS;
 
 impl SimConfig {
     /// Defaults for `network` and `clock`: 1 ms synced persists, 20 µs buffered, no faults.
@@ -79,6 +100,7 @@ impl SimConfig {
             disk_buffered_ns: 20_000,
             faults: Vec::new(),
             record_history: false,
+            chaos: Chaos::default(),
         }
     }
 }
@@ -100,6 +122,10 @@ pub struct SimStats {
     pub timers: u64,
     /// Persists completed.
     pub persists: u64,
+    /// Messages delivered out of FIFO order on purpose (chaos).
+    pub reordered: u64,
+    /// Messages delivered twice on purpose (chaos).
+    pub duplicated: u64,
 }
 
 enum EventKind<M> {
@@ -158,6 +184,7 @@ pub struct Sim<N: Node, C: ClientDriver> {
     history: Vec<HistoryEvent>,
     outbox: Outbox<N::Msg>,
     scratch: Vec<u8>,
+    chaos_rng: Rng,
 }
 
 impl<N: Node, C: ClientDriver> Sim<N, C> {
@@ -194,6 +221,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             history: Vec::new(),
             outbox: Outbox::new(),
             scratch: Vec::new(),
+            chaos_rng: child_rng(config.seed, "sim-chaos", 0),
             config,
         };
         for (at, fault) in sim.config.faults.clone() {
@@ -441,10 +469,31 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         let link = self.links.entry((from.0, to.0)).or_insert_with(|| {
             LinkState::new(child_rng(seed, "sim-link", (u64::from(from.0) << 32) | u64::from(to.0)))
         });
-        match link.sample(&model, self.now) {
-            Some(at) => self.schedule(at, EventKind::Deliver { from, to, msg }),
-            None => self.stats.lost += 1,
+        let Some(at) = link.sample(&model, self.now) else {
+            self.stats.lost += 1;
+            return;
+        };
+        let chaos = self.config.chaos;
+        if self.now >= SIM_EPOCH_NS + chaos.until_ns {
+            self.schedule(at, EventKind::Deliver { from, to, msg });
+            return;
         }
+        let rng = &mut self.chaos_rng;
+        if chaos.loss > 0.0 && uniform_f64(rng) < chaos.loss {
+            self.stats.lost += 1;
+            return;
+        }
+        let mut at = at;
+        if chaos.reorder > 0.0 && uniform_f64(rng) < chaos.reorder {
+            at += uniform_u64(rng, REORDER_DELAY_NS_MAX);
+            self.stats.reordered += 1;
+        }
+        if chaos.duplicate > 0.0 && uniform_f64(rng) < chaos.duplicate {
+            let copy_at = at + uniform_u64(rng, REORDER_DELAY_NS_MAX);
+            self.stats.duplicated += 1;
+            self.schedule(copy_at, EventKind::Deliver { from, to, msg: msg.clone() });
+        }
+        self.schedule(at, EventKind::Deliver { from, to, msg });
     }
 }
 

@@ -2,7 +2,8 @@
 //! committed, the invariant checks, liveness, and the trace hash that identifies the schedule.
 //! `meridian sim` and the scenario tests use it.
 
-use crate::{Fault, Sim, SimConfig, SimStats};
+use crate::swarm::FaultPlan;
+use crate::{Chaos, Fault, Sim, SimConfig, SimStats};
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
 use meridian_core::node::ClientDriver;
@@ -43,6 +44,47 @@ pub struct SimRunOptions {
     pub faults: Vec<(Time, Fault)>,
     /// Virtual time by which every request must be answered.
     pub time_limit_ns: Time,
+    /// Network misbehaviour (swarms).
+    pub chaos: Chaos,
+    /// Latency of a synced persist; the simulator's default when `None`.
+    pub disk_sync_ns: Option<Time>,
+    /// Keep the workload's recorded history (elle-cli JSON) in the report.
+    pub keep_history: bool,
+}
+
+impl SimRunOptions {
+    /// Options for one seed with no faults.
+    pub fn new(
+        protocol: ProtocolKind,
+        topology: Topology,
+        network: NetworkModel,
+        clock: ClockModel,
+        seed: u64,
+    ) -> Self {
+        Self {
+            protocol,
+            topology,
+            network,
+            clock,
+            clients: 8,
+            txns: 200,
+            seed,
+            faults: Vec::new(),
+            time_limit_ns: 3_600 * meridian_core::time::NS_PER_S,
+            chaos: Chaos::default(),
+            disk_sync_ns: None,
+            keep_history: false,
+        }
+    }
+
+    /// Applies a swarm fault plan.
+    pub fn with_plan(mut self, plan: &FaultPlan) -> Self {
+        self.faults = plan.faults.clone();
+        self.chaos = plan.chaos;
+        self.clock = plan.clock;
+        self.disk_sync_ns = Some(plan.disk_sync_ns);
+        self
+    }
 }
 
 /// What happened.
@@ -74,6 +116,8 @@ pub struct SimRunReport {
     pub stats: SimStats,
     /// Invariant verdicts.
     pub checks: Vec<CheckResult>,
+    /// The recorded history (elle-cli JSON), when asked for and the workload records one.
+    pub history_json: Option<String>,
 }
 
 impl SimRunReport {
@@ -138,6 +182,10 @@ fn run_with<N: ProtocolNode>(
     );
     let mut config = SimConfig::new(seed, options.network.clone(), options.clock);
     config.faults = options.faults.clone();
+    config.chaos = options.chaos;
+    if let Some(ns) = options.disk_sync_ns {
+        config.disk_sync_ns = ns;
+    }
     let mut sim = Sim::new(config, &topology, factory, clients);
     let mut checker = workload.checker();
     let mut report = SimRunReport {
@@ -154,6 +202,7 @@ fn run_with<N: ProtocolNode>(
         live: false,
         stats: SimStats::default(),
         checks: Vec::new(),
+        history_json: None,
     };
     let mut latencies = Vec::new();
     let mut completed = 0u64;
@@ -175,7 +224,7 @@ fn run_with<N: ProtocolNode>(
                 TxnResult::UserAborted(_) => report.user_aborted += 1,
                 TxnResult::Failed(_) => report.failed += 1,
             }
-            checker.observe(&completion.txn, &completion.outcome);
+            checker.observe(&completion);
         }
         if !stopped && completed >= options.txns {
             sim.clients_mut().stop();
@@ -216,8 +265,14 @@ fn run_with<N: ProtocolNode>(
             ),
         });
     }
+    for (client, request, txn, submitted_at) in sim.clients_mut().unanswered_requests() {
+        checker.unanswered(client, request, &txn, submitted_at);
+    }
     let stores = leader_stores(&topology, sim.nodes());
     report.checks.extend(checker.check(&stores));
+    if options.keep_history {
+        report.history_json = checker.history_json();
+    }
     report
 }
 

@@ -57,6 +57,9 @@ pub struct ClosedLoopClients {
     completions: VecDeque<Completion>,
     completions_dropped: u64,
     lost: u64,
+    /// Requests whose coordinator crashed: (client, id, transaction, submitted at). Their
+    /// outcome is unknown; histories record them as such.
+    lost_requests: VecDeque<(u32, RequestId, TxnRequest, Time)>,
 }
 
 impl ClosedLoopClients {
@@ -82,6 +85,7 @@ impl ClosedLoopClients {
             completions: VecDeque::new(),
             completions_dropped: 0,
             lost: 0,
+            lost_requests: VecDeque::new(),
         }
     }
 
@@ -98,6 +102,16 @@ impl ClosedLoopClients {
     /// Completions dropped because nobody drained them, and requests lost to crashes.
     pub fn dropped_and_lost(&self) -> (u64, u64) {
         (self.completions_dropped, self.lost)
+    }
+
+    /// The requests never answered: those lost with a crashed coordinator (the newest
+    /// [`COMPLETIONS_MAX`]) and those outstanding now, as (client, id, transaction, submitted at).
+    pub fn unanswered_requests(&self) -> Vec<(u32, RequestId, TxnRequest, Time)> {
+        let outstanding = self.clients.iter().filter_map(|c| {
+            let (id, at, txn) = c.outstanding.as_ref()?;
+            Some((c.number, *id, txn.clone(), *at))
+        });
+        self.lost_requests.iter().cloned().chain(outstanding).collect()
     }
 
     /// Requests now outstanding.
@@ -168,8 +182,12 @@ impl ClientDriver for ClosedLoopClients {
 
     fn on_crash(&mut self, node: NodeId) {
         for client in self.clients.iter_mut().filter(|c| c.coordinator == node) {
-            if client.outstanding.take().is_some() {
+            if let Some((id, at, txn)) = client.outstanding.take() {
                 self.lost += 1;
+                if self.lost_requests.len() >= COMPLETIONS_MAX {
+                    self.lost_requests.pop_front();
+                }
+                self.lost_requests.push_back((client.number, id, txn, at));
             }
         }
     }

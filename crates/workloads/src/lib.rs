@@ -7,16 +7,18 @@
 
 pub mod clients;
 pub mod dist;
+pub mod elle;
 pub mod micro;
 
+pub use clients::Completion;
 use meridian_core::error::unknown_name;
-use meridian_core::txn::{Partitioner, Registry, TxnOutcome, TxnRequest};
-use meridian_core::{ConfigError, RequestId, ShardId};
+use meridian_core::txn::{Partitioner, Registry, TxnRequest};
+use meridian_core::{ConfigError, RequestId, ShardId, Time};
 use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 1] = ["micro-luigi"];
+pub const WORKLOADS: [&str; 3] = ["micro-luigi", "list-append", "rw-register"];
 
 /// Produces one client's transactions.
 pub trait TxnGenerator: Send {
@@ -38,9 +40,23 @@ pub struct CheckResult {
 /// Checks a workload's invariants: sees every completed request, then the final stores.
 pub trait InvariantCheck: Send {
     /// A request completed.
-    fn observe(&mut self, txn: &TxnRequest, outcome: &TxnOutcome);
+    fn observe(&mut self, completion: &Completion);
+    /// A request submitted at `submitted_at` (true time) by `client` that was never answered:
+    /// it may or may not have committed. Told once, after the run, before [`Self::check`].
+    fn unanswered(
+        &mut self,
+        _client: u32,
+        _request: RequestId,
+        _txn: &TxnRequest,
+        _submitted_at: Time,
+    ) {
+    }
     /// Checks the final state of every shard (one store per shard, e.g. its leader's).
     fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult>;
+    /// The recorded history in elle-cli JSON, for workloads that record one.
+    fn history_json(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Everything a run needs to know about a workload.
@@ -76,6 +92,8 @@ pub struct WorkloadOptions {
 pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>, ConfigError> {
     match name {
         "micro-luigi" => Ok(Box::new(micro::MicroLuigi::new(options)?)),
+        "list-append" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::ListAppend, options)?)),
+        "rw-register" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::RwRegister, options)?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),
     }
 }

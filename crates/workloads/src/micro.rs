@@ -12,14 +12,14 @@
 //! commit timestamps out of order with the installed versions.
 
 use crate::dist::KeyDist;
-use crate::{CheckResult, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
+use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
 use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, Rng};
 use meridian_core::txn::{
     Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
-    PlanContext, ProcError, Procedure, Reads, Registry, ShardTarget, TxnOutcome, TxnRequest,
-    TxnResult, UserAbort, Write,
+    PlanContext, ProcError, Procedure, Reads, Registry, ShardTarget, TxnRequest, TxnResult,
+    UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId, Timestamp};
 use meridian_storage::MvccStore;
@@ -274,7 +274,8 @@ pub struct MicroCheck {
 }
 
 impl InvariantCheck for MicroCheck {
-    fn observe(&mut self, txn: &TxnRequest, outcome: &TxnOutcome) {
+    fn observe(&mut self, completion: &Completion) {
+        let (txn, outcome) = (&completion.txn, &completion.outcome);
         let (TxnResult::Committed, Some(ts)) = (&outcome.result, outcome.commit_ts) else {
             return;
         };
@@ -342,6 +343,7 @@ impl InvariantCheck for MicroCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meridian_core::txn::TxnOutcome;
     use meridian_core::{NodeId, TxnId};
     use meridian_storage::VersionState;
 
@@ -417,12 +419,21 @@ mod tests {
             shards_touched: 1,
         };
         // Request 2 commits after request 1 in timestamp order although it completes first.
-        check.observe(&txn(2, &[5, 6]), &commit(20));
-        check.observe(&txn(1, &[5]), &commit(10));
-        check.observe(
-            &txn(3, &[7]),
-            &TxnOutcome::failed(meridian_core::txn::TxnFailure::RetriesExhausted),
-        );
+        let done = |txn: TxnRequest, outcome: TxnOutcome| Completion {
+            client: 0,
+            coordinator: NodeId(0),
+            request: RequestId(0),
+            txn,
+            submitted_at: 0,
+            completed_at: 0,
+            outcome,
+        };
+        check.observe(&done(txn(2, &[5, 6]), commit(20)));
+        check.observe(&done(txn(1, &[5]), commit(10)));
+        check.observe(&done(
+            txn(3, &[7]),
+            TxnOutcome::failed(meridian_core::txn::TxnFailure::RetriesExhausted),
+        ));
         let writer = TxnId { origin: NodeId(0), seq: 1 };
         for (id, request, ts) in [(5, 1, 10), (5, 2, 20), (6, 2, 20)] {
             store

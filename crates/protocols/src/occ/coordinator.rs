@@ -82,8 +82,9 @@ impl Attempt {
         })
     }
 
+    /// The pieces' outputs; empty when any is missing (a one-round commit whose reply was lost).
     fn outputs(&self) -> Vec<PieceOutput> {
-        self.pieces.iter().map(|p| p.output.clone().unwrap_or_default()).collect()
+        self.pieces.iter().map(|p| p.output.clone()).collect::<Option<_>>().unwrap_or_default()
     }
 }
 
@@ -197,7 +198,7 @@ impl Coordinator {
     /// Plans the request and sends the first messages of a new attempt.
     fn start_attempt(
         &mut self,
-        _now: Time,
+        now: Time,
         request: RequestId,
         timers: &mut Timers,
         out: &mut Outbox<OccMsg>,
@@ -214,8 +215,12 @@ impl Coordinator {
                 )
             }
         };
-        let txn = TxnId { origin: self.context.id, seq: self.seq_next };
-        self.seq_next += 1;
+        // Ids follow the node's clock (in ns) so that a restarted coordinator, whose counter
+        // starts again, never reuses an id its previous incarnation left in participants'
+        // locks and decided caches (found by swarm seed 2; see the sim regression tests).
+        let seq = self.seq_next.max(now);
+        let txn = TxnId { origin: self.context.id, seq };
+        self.seq_next = seq + 1;
         let state = self.requests.get_mut(&request).expect("request in flight");
         assert!(state.attempt.is_none(), "a request runs one attempt at a time");
         state.attempt = Some(txn);
@@ -374,7 +379,20 @@ impl Coordinator {
         out: &mut Outbox<OccMsg>,
     ) {
         let Some(mut attempt) = self.attempts.remove(&txn) else { return };
-        if attempt.phase != Phase::Executing || !attempt.waiting.remove(&shard) {
+        // A reply answers the wave now outstanding on its shard only if it carries a run for
+        // every piece of that wave: a duplicated reply of an earlier wave does not. (Swarm seed
+        // 18 hit this through a reused attempt id; the unit test
+        // `a_duplicated_reply_of_an_earlier_wave_is_not_taken_for_the_next_wave` pins it.)
+        let answers_wave = match &result {
+            Ok(runs) => attempt.pieces.iter().enumerate().all(|(i, p)| {
+                p.shard != shard
+                    || !p.sent
+                    || p.output.is_some()
+                    || runs.iter().any(|r| r.piece as usize == i)
+            }),
+            Err(_) => true,
+        };
+        if attempt.phase != Phase::Executing || !answers_wave || !attempt.waiting.remove(&shard) {
             self.attempts.insert(txn, attempt); // Late or duplicate.
             return;
         }

@@ -252,6 +252,9 @@ impl Participant {
         let writes: Vec<Write> =
             overlay.into_iter().map(|(key, value)| Write { key, value }).collect();
         if let Err(conflict) = self.check_locks(txn, &reads, &scans, &writes) {
+            // Remember the refusal: a duplicate of this request arriving after the coordinator
+            // moved on to a new attempt must not commit it (found by swarm seed 116).
+            self.remember(txn, Decision::Aborted);
             return Err(ExecFailure::Conflict(conflict));
         }
         let ts = self.propose(now, reads.iter().chain(writes.iter().map(|w| &w.key)));
@@ -284,10 +287,10 @@ impl Participant {
             .validate(&reads, &scans)
             .and_then(|()| self.check_locks(txn, &read_keys, &scan_ranges, &writes))
         {
-            if !one_phase {
-                // Remember the refusal so the coordinator's abort and a duplicate prepare agree.
-                self.remember(txn, Decision::Aborted);
-            }
+            // Remember the refusal so the coordinator's abort and a duplicate prepare agree; a
+            // one-phase prepare duplicated past the refusal would otherwise commit an attempt
+            // the coordinator already retried (found by swarm seed 116).
+            self.remember(txn, Decision::Aborted);
             return Vote::No(conflict);
         }
         let proposal = self.propose(now, read_keys.iter().chain(writes.iter().map(|w| &w.key)));

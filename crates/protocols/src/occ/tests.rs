@@ -105,7 +105,8 @@ impl Procedure for ReadWrite {
 }
 
 /// Piece 0 reads `args[0]`; piece 1 (on shard `args[1]`) reads the id piece 0 found and copies
-/// its value to id `args[2]`. Exercises dependent pieces.
+/// its value to id `args[2]`. With `args[3]` and `args[4]`, piece 2 (on shard `args[3]`, in the
+/// first wave) also reads id `args[4]`. Exercises dependent pieces.
 #[derive(Debug)]
 struct Chase;
 
@@ -116,14 +117,20 @@ impl Procedure for Chase {
     fn plan(&self, args: &Args, _: PlanContext<'_>) -> Result<Plan, ProcError> {
         let first = shard_of(args[0].as_uint().unwrap());
         let second = ShardId(args[1].as_uint().unwrap() as u32);
-        Ok(vec![
+        let mut plan = vec![
             PieceSpec { target: ShardTarget::Shard(first), deps: vec![] },
             PieceSpec { target: ShardTarget::Shard(second), deps: vec![0] },
-        ])
+        ];
+        if let Some(extra) = args.get(3) {
+            let shard = ShardId(extra.as_uint().unwrap() as u32);
+            plan.push(PieceSpec { target: ShardTarget::Shard(shard), deps: vec![] });
+        }
+        Ok(plan)
     }
     fn keys(&self, piece: u32, args: &Args, inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
         Ok(match piece {
             0 => KeySet { reads: vec![key(args[0].as_uint().unwrap())], ..KeySet::default() },
+            2 => KeySet { reads: vec![key(args[4].as_uint().unwrap())], ..KeySet::default() },
             _ => {
                 let pointer = inputs[0][0].as_uint().unwrap();
                 KeySet {
@@ -143,7 +150,7 @@ impl Procedure for Chase {
     ) -> Result<PieceEffects, UserAbort> {
         let value = as_u64(&reads.values[0]);
         let writes = match piece {
-            0 => vec![],
+            0 | 2 => vec![],
             _ => vec![Write {
                 key: key(args[2].as_uint().unwrap()),
                 value: Some(value.to_le_bytes().to_vec()),
@@ -388,6 +395,28 @@ fn dependent_pieces_run_in_waves() {
     net.answered(&[2]);
     assert_eq!(net.outcome(2).result, TxnResult::Committed);
     assert_eq!(net.value(130), Some(999));
+}
+
+#[test]
+fn a_duplicated_reply_of_an_earlier_wave_is_not_taken_for_the_next_wave() {
+    // Waves: {piece 0 on shard 0, piece 2 on shard 1}, then {piece 1 on shard 0}. The reply of
+    // shard 0's first wave is delivered twice; the copy arrives while the second wave is
+    // outstanding on shard 0 and must not be taken for its answer.
+    let mut net = Net::new();
+    net.submit(1, rw(&[], &[(7, 8), (8, 999), (120, 5)]));
+    net.answered(&[1]);
+    net.filter = Box::new(|_, msg| match msg {
+        OccMsg::Executed { shard: ShardId(0), .. } => Delivery::Duplicate,
+        _ => Delivery::Deliver,
+    });
+    let args = [7, 0, 9, 1, 120].map(Datum::Uint).to_vec();
+    net.submit(2, TxnRequest { proc: meridian_core::txn::ProcId(1), args });
+    net.answered(&[2]);
+    assert_eq!(net.outcome(2).result, TxnResult::Committed);
+    assert_eq!(net.outcome(2).outputs.len(), 3);
+    assert_eq!(net.value(9), Some(999));
+    net.settle();
+    net.assert_quiescent();
 }
 
 #[test]

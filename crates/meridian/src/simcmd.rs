@@ -1,0 +1,338 @@
+//! `meridian sim` (one seed, or a swarm of seeds in worker processes, with or without fault
+//! plans) and `meridian check` (a recorded history through the checker).
+
+use crate::{CheckArgs, ClusterArgs, Failure, Resolved, SimArgs};
+use meridian_check::history::{History, Model};
+use meridian_check::Consistency;
+use meridian_core::time::NS_PER_S;
+use meridian_core::topology::Topology;
+use meridian_core::ConfigError;
+use meridian_sim::runner::{run as run_sim, SimRunOptions, SimRunReport};
+use meridian_sim::swarm;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Largest history file `meridian check` reads.
+const HISTORY_BYTES_MAX: u64 = 4 << 30;
+/// Most seeds one swarm may run.
+const SWARM_SEEDS_MAX: u64 = 100_000_000;
+/// Most worker processes.
+const JOBS_MAX: usize = 256;
+
+/// One seed's setup: the options, and the fault plan's description when faulty.
+fn seed_options(
+    r: &Resolved,
+    args: &SimArgs,
+    topology: &Topology,
+    seed: u64,
+    txns: u64,
+) -> (SimRunOptions, Option<String>) {
+    let mut base =
+        SimRunOptions::new(r.protocol, topology.clone(), r.network.clone(), r.clock, seed);
+    base.clients = r.clients;
+    base.txns = txns;
+    base.time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
+    swarm::seed_options(&base, seed, args.faults)
+}
+
+/// The command line that replays `seed`.
+fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64) -> String {
+    let mut line = format!(
+        "meridian sim --protocol {} --workload {} --shards {} --replicas {} --clients {} --txns {txns}",
+        r.protocol.name(),
+        r.workload,
+        r.shards,
+        r.replicas,
+        r.clients
+    );
+    if let Some(n) = &c.network {
+        line += &format!(" --network {n}");
+    }
+    if let Some(n) = c.regions {
+        line += &format!(" --regions {n}");
+    }
+    if let Some(clock) = &c.clock {
+        line += &format!(" --clock {clock}");
+    }
+    if let Some(k) = c.keys_per_shard {
+        line += &format!(" --keys-per-shard {k}");
+    }
+    if let Some(z) = c.zipf {
+        line += &format!(" --zipf {z}");
+    }
+    if args.faults {
+        line += " --faults";
+    }
+    line + &format!(" --seed {seed}")
+}
+
+fn print_checks(report: &SimRunReport) {
+    for check in &report.checks {
+        println!(
+            "check {:<20} {}  {}",
+            check.name,
+            if check.passed { "PASS" } else { "FAIL" },
+            check.detail
+        );
+    }
+}
+
+fn parse_seeds(text: &str) -> Result<(u64, u64), ConfigError> {
+    let bad = || ConfigError::new(format!("--seeds takes A..B (B excluded, A < B), got '{text}'"));
+    let (a, b) = text.split_once("..").ok_or_else(bad)?;
+    let (a, b): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if a >= b {
+        return Err(bad());
+    }
+    if b - a > SWARM_SEEDS_MAX {
+        return Err(ConfigError::new(format!("--seeds covers more than {SWARM_SEEDS_MAX} seeds")));
+    }
+    Ok((a, b))
+}
+
+/// `meridian sim`.
+pub fn sim(args: &SimArgs) -> Result<(), Failure> {
+    let r = args.cluster.resolve(if args.seeds.is_some() { 8 } else { 24 })?;
+    let topology = Topology::standard(r.network.regions.clone(), r.shards, r.replicas)?;
+    let workload = Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
+    if let Some(seeds) = &args.seeds {
+        if args.cluster.seed.is_some() {
+            return Err(ConfigError::new("--seed and --seeds contradict each other").into());
+        }
+        if args.history.is_some() {
+            return Err(
+                ConfigError::new("--history records one seed; it cannot go with --seeds").into()
+            );
+        }
+        let range = parse_seeds(seeds)?;
+        let jobs = args.jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        if jobs == 0 || jobs > JOBS_MAX {
+            return Err(ConfigError::new(format!("--jobs must be in 1..={JOBS_MAX}")).into());
+        }
+        let txns = args.txns.unwrap_or(200);
+        if txns == 0 {
+            return Err(ConfigError::new("--txns must be at least 1").into());
+        }
+        // Fail fast on a bad layout before any worker starts.
+        r.protocol.check_topology(&topology)?;
+        return if jobs == 1 {
+            swarm_worker(args, &r, &topology, workload, range, txns)
+        } else {
+            swarm_parent(range, jobs)
+        };
+    }
+    if args.jobs.is_some() {
+        return Err(ConfigError::new("--jobs applies to swarms (--seeds A..B)").into());
+    }
+    let txns = args.txns.unwrap_or(2_000);
+    if txns == 0 {
+        return Err(ConfigError::new("--txns must be at least 1").into());
+    }
+    let (mut options, plan) = seed_options(&r, args, &topology, r.seed, txns);
+    options.keep_history = args.history.is_some();
+    if let Some(plan) = &plan {
+        println!("faults: {plan}");
+    }
+    let started = Instant::now();
+    let report = run_sim(&options, workload)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    println!(
+        "seed {}: {} committed, {} user aborts, {} failed, {} retries, {} cross-shard; latency p50 {:.1} ms p99 {:.1} ms (virtual)",
+        report.seed,
+        report.committed,
+        report.user_aborted,
+        report.failed,
+        report.retries,
+        report.cross_shard,
+        report.latency_ns_p50 as f64 / 1e6,
+        report.latency_ns_p99 as f64 / 1e6,
+    );
+    let s = &report.stats;
+    println!(
+        "virtual {:.2} s, wall {:.2} s, {} deliveries ({:.0} per wall second), {} lost, {} blocked, {} duplicated, {} reordered, {} events",
+        report.virtual_ns as f64 / 1e9,
+        wall_s,
+        s.deliveries,
+        s.deliveries as f64 / wall_s.max(1e-9),
+        s.lost,
+        s.blocked,
+        s.duplicated,
+        s.reordered,
+        s.events,
+    );
+    print_checks(&report);
+    println!("trace hash {:016x}", report.trace_hash);
+    if let Some(path) = &args.history {
+        match &report.history_json {
+            Some(json) => std::fs::write(path, json).map_err(|e| {
+                Failure::Run(format!("cannot write the history to {}: {e}", path.display()))
+            })?,
+            None => {
+                return Err(Failure::Run(format!(
+                    "workload {} records no history; use list-append or rw-register",
+                    r.workload
+                )))
+            }
+        }
+        println!("history: {}", path.display());
+    }
+    if !report.passed() {
+        println!("REPRODUCE: {}", reproduce(&args.cluster, args, &r, report.seed, txns));
+        return Err(Failure::Run("the run failed a check".into()));
+    }
+    Ok(())
+}
+
+/// Runs seeds in this process and prints one line per failure and a summary line.
+fn swarm_worker(
+    args: &SimArgs,
+    r: &Resolved,
+    topology: &Topology,
+    workload: Arc<dyn meridian_workloads::Workload>,
+    (first, end): (u64, u64),
+    txns: u64,
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    for seed in first..end {
+        let (options, plan) = seed_options(r, args, topology, seed, txns);
+        let report = run_sim(&options, workload.clone())?;
+        if !report.passed() {
+            let reasons: Vec<String> = report
+                .checks
+                .iter()
+                .filter(|c| !c.passed)
+                .map(|c| format!("{}: {}", c.name, c.detail))
+                .collect();
+            println!("FAIL seed {seed}: {}", reasons.join("; "));
+            println!("  faults: {}", plan.as_deref().unwrap_or("none"));
+            println!("  trace hash {:016x}", report.trace_hash);
+            println!("REPRODUCE: {}", reproduce(&args.cluster, args, r, seed, txns));
+            failed.push(seed);
+        }
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    let seeds = end - first;
+    println!(
+        "SWARM {} seeds {first}..{end}: {} passed, {} failed in {:.1} s ({:.0} seeds per minute)",
+        r.protocol.name(),
+        seeds - failed.len() as u64,
+        failed.len(),
+        wall_s,
+        seeds as f64 * 60.0 / wall_s.max(1e-9)
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Run(format!("{} seeds failed", failed.len())))
+    }
+}
+
+/// Splits the seeds over `jobs` worker processes (this binary with `--jobs 1`), relays their
+/// failure lines and sums their results.
+fn swarm_parent((first, end): (u64, u64), jobs: usize) -> Result<(), Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Run(format!("cannot find this executable: {e}")))?;
+    // The worker gets this command line with its own seed range and one job.
+    let mut base: Vec<String> = Vec::new();
+    let mut given = std::env::args().skip(1);
+    while let Some(arg) = given.next() {
+        match arg.as_str() {
+            "--seeds" | "--jobs" => {
+                given.next();
+            }
+            a if a.starts_with("--seeds=") || a.starts_with("--jobs=") => {}
+            _ => base.push(arg),
+        }
+    }
+    let started = Instant::now();
+    let seeds = end - first;
+    let jobs = (jobs as u64).min(seeds);
+    let mut children = Vec::new();
+    for j in 0..jobs {
+        let a = first + seeds * j / jobs;
+        let b = first + seeds * (j + 1) / jobs;
+        let child = Command::new(&exe)
+            .args(&base)
+            .args(["--seeds", &format!("{a}..{b}"), "--jobs", "1"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| Failure::Run(format!("cannot start a swarm worker: {e}")))?;
+        children.push(child);
+    }
+    let mut failed = 0u64;
+    let mut broken = 0u64;
+    for mut child in children {
+        let stdout = child.stdout.take().expect("piped");
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("SWARM ") {
+                continue;
+            }
+            if line.starts_with("FAIL seed ") {
+                failed += 1;
+            }
+            println!("{line}");
+        }
+        let status =
+            child.wait().map_err(|e| Failure::Run(format!("a swarm worker vanished: {e}")))?;
+        if !status.success() && status.code() != Some(1) {
+            broken += 1;
+        }
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    println!(
+        "SWARM seeds {first}..{end} in {jobs} processes: {} passed, {failed} failed in {:.1} s ({:.0} seeds per minute)",
+        seeds - failed,
+        wall_s,
+        seeds as f64 * 60.0 / wall_s.max(1e-9)
+    );
+    if broken > 0 {
+        return Err(Failure::Run(format!("{broken} swarm workers exited abnormally")));
+    }
+    if failed > 0 {
+        return Err(Failure::Run(format!("{failed} seeds failed")));
+    }
+    Ok(())
+}
+
+/// `meridian check HISTORY`.
+pub fn check_history(args: &CheckArgs) -> Result<(), Failure> {
+    let model = Model::parse(&args.model).map_err(ConfigError::new)?;
+    let consistency = Consistency::parse(&args.consistency).map_err(ConfigError::new)?;
+    let path = &args.history;
+    let size = std::fs::metadata(path)
+        .map_err(|e| ConfigError::new(format!("cannot read {}: {e}", path.display())))?
+        .len();
+    if size > HISTORY_BYTES_MAX {
+        return Err(ConfigError::new(format!(
+            "{} is larger than {HISTORY_BYTES_MAX} bytes",
+            path.display()
+        ))
+        .into());
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(format!("cannot read {}: {e}", path.display())))?;
+    let started = Instant::now();
+    let history = History::parse(&text, model)
+        .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
+    let parsed_s = started.elapsed().as_secs_f64();
+    let (report, txns) = meridian_check::check(&history, model, consistency)
+        .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
+    print!("{}", report.render(&history, &txns));
+    println!(
+        "{} operations, {} transactions; parsed in {:.2} s, checked in {:.2} s",
+        history.ops.len(),
+        txns.len(),
+        parsed_s,
+        started.elapsed().as_secs_f64() - parsed_s
+    );
+    if report.valid {
+        Ok(())
+    } else {
+        Err(Failure::Run(format!("the history is not {}", consistency.name())))
+    }
+}

@@ -1,0 +1,204 @@
+//! Fault plans for simulation swarms: everything a faulty run does differently, drawn from its
+//! seed, so `meridian sim --seed N --faults` replays exactly what `--seeds A..B --faults` ran.
+//!
+//! A plan has a **fault phase** (from the start to `window_ns`): partitions of each kind
+//! (isolate one node, split one region from the rest, cut one direction between two nodes),
+//! crashes and restarts of the nodes the protocol allows to crash, extra message loss,
+//! duplication and reordering, a clock model up to `bad`, and a disk latency. At the end of the
+//! window every partition heals, every crashed node restarts and the network behaves: the
+//! **healing phase**, in which every pending request must finish (liveness).
+
+use crate::runner::SimRunOptions;
+use crate::{Chaos, Fault};
+use meridian_core::clock::ClockModel;
+use meridian_core::rng::{child_rng, uniform_u64, Rng};
+use meridian_core::time::NS_PER_MS;
+use meridian_core::topology::Topology;
+use meridian_core::{NodeId, Time};
+use std::fmt::Write as _;
+
+/// Most partition episodes in one plan.
+pub const PARTITIONS_MAX: u64 = 3;
+/// Most crash episodes in one plan.
+pub const CRASHES_MAX: u64 = 2;
+
+/// What a faulty run does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultPlan {
+    /// Scheduled faults (relative times).
+    pub faults: Vec<(Time, Fault)>,
+    /// Network misbehaviour during the fault phase.
+    pub chaos: Chaos,
+    /// The clock model.
+    pub clock: ClockModel,
+    /// The clock preset's name.
+    pub clock_name: &'static str,
+    /// Latency of a synced persist.
+    pub disk_sync_ns: Time,
+    /// End of the fault phase.
+    pub window_ns: Time,
+    /// One line that says all of the above.
+    pub description: String,
+}
+
+fn pick<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
+    items[uniform_u64(rng, items.len() as u64) as usize]
+}
+
+impl FaultPlan {
+    /// Draws the plan of `seed` for `topology`, crashing only nodes `may_crash` allows, with
+    /// faults inside the first `window_ns` of the run.
+    pub fn draw(
+        seed: u64,
+        topology: &Topology,
+        may_crash: &dyn Fn(NodeId) -> bool,
+        window_ns: Time,
+    ) -> Self {
+        let mut rng = child_rng(seed, "swarm-plan", 0);
+        let rng = &mut rng;
+        let mut text = String::new();
+        let chaos = Chaos {
+            loss: pick(rng, &[0.0, 0.0, 0.01, 0.05]),
+            duplicate: pick(rng, &[0.0, 0.01, 0.05]),
+            reorder: pick(rng, &[0.0, 0.02, 0.1]),
+            until_ns: window_ns,
+        };
+        let _ = write!(
+            text,
+            "loss {}%, duplicate {}%, reorder {}% for {} ms",
+            chaos.loss * 100.0,
+            chaos.duplicate * 100.0,
+            chaos.reorder * 100.0,
+            window_ns / NS_PER_MS
+        );
+        let clock_name = pick(rng, &["perfect", "chrony", "ntp", "bad"]);
+        let clock = ClockModel::preset(clock_name).expect("a known preset");
+        let disk_sync_ns = pick(rng, &[NS_PER_MS, 10 * NS_PER_MS, 50 * NS_PER_MS]);
+        let _ = write!(text, "; clock {clock_name}; disk sync {} ms", disk_sync_ns / NS_PER_MS);
+        let nodes: Vec<NodeId> = topology.node_ids().collect();
+        let mut faults = Vec::new();
+        // Partition episodes, one after another inside the window, each ended by a heal.
+        let episodes = uniform_u64(rng, PARTITIONS_MAX + 1);
+        let slot = window_ns / (episodes + 1).max(1);
+        for e in 0..episodes {
+            let start = e * slot + uniform_u64(rng, slot / 2 + 1);
+            let end = start + 1 + uniform_u64(rng, slot / 2);
+            let mut blocks = Vec::new();
+            match uniform_u64(rng, 3) {
+                0 => {
+                    let victim = pick(rng, &nodes);
+                    for &other in nodes.iter().filter(|&&n| n != victim) {
+                        blocks.push((victim, other));
+                        blocks.push((other, victim));
+                    }
+                    let _ = write!(text, "; isolate n{}", victim.0);
+                }
+                1 => {
+                    let region = uniform_u64(rng, topology.regions.len() as u64) as u32;
+                    let inside: Vec<NodeId> = nodes
+                        .iter()
+                        .copied()
+                        .filter(|&n| topology.region_of(n).0 == region)
+                        .collect();
+                    for &a in &inside {
+                        for &b in nodes.iter().filter(|n| !inside.contains(n)) {
+                            blocks.push((a, b));
+                            blocks.push((b, a));
+                        }
+                    }
+                    let _ = write!(text, "; split region {}", topology.regions[region as usize]);
+                }
+                _ => {
+                    let a = pick(rng, &nodes);
+                    let b = pick(rng, &nodes);
+                    if a != b {
+                        blocks.push((a, b));
+                    }
+                    let _ = write!(text, "; cut n{} -> n{}", a.0, b.0);
+                }
+            }
+            let _ = write!(text, " {}..{} ms", start / NS_PER_MS, end / NS_PER_MS);
+            faults.extend(blocks.into_iter().map(|(a, b)| (start, Fault::Block(a, b))));
+            faults.push((end, Fault::Heal));
+        }
+        // Crash episodes among the nodes allowed to crash.
+        let crashable: Vec<NodeId> = nodes.iter().copied().filter(|&n| may_crash(n)).collect();
+        if !crashable.is_empty() {
+            for _ in 0..uniform_u64(rng, CRASHES_MAX + 1) {
+                let node = pick(rng, &crashable);
+                let at = uniform_u64(rng, window_ns / 2 + 1);
+                let back = at + 1 + uniform_u64(rng, window_ns / 2);
+                faults.push((at, Fault::Crash(node)));
+                faults.push((back, Fault::Restart(node)));
+                let _ =
+                    write!(text, "; crash n{} {}..{} ms", node.0, at / NS_PER_MS, back / NS_PER_MS);
+            }
+        }
+        // The healing phase begins: everything heals and every node runs.
+        faults.push((window_ns, Fault::Heal));
+        for &n in &nodes {
+            faults.push((window_ns, Fault::Restart(n)));
+        }
+        faults.sort_by_key(|(at, _)| *at);
+        Self { faults, chaos, clock, clock_name, disk_sync_ns, window_ns, description: text }
+    }
+}
+
+/// Shortest fault phase.
+pub const FAULT_WINDOW_NS_MIN: Time = 200 * NS_PER_MS;
+
+/// The options of one swarm seed: `base` with the seed set and, with `faults`, the seed's fault
+/// plan applied; the plan's description comes back too. The fault phase covers most of the time
+/// the run would take without faults (a transaction needs a few wide-area round trips).
+pub fn seed_options(
+    base: &SimRunOptions,
+    seed: u64,
+    faults: bool,
+) -> (SimRunOptions, Option<String>) {
+    let mut options = base.clone();
+    options.seed = seed;
+    if !faults {
+        return (options, None);
+    }
+    let txn_ns = 6 * options.network.owd_ns_max() + 2 * NS_PER_MS;
+    let window_ns = (txn_ns * options.txns / u64::from(options.clients.max(1)) * 3 / 5)
+        .max(FAULT_WINDOW_NS_MIN);
+    let (protocol, topology) = (options.protocol, options.topology.clone());
+    let may_crash = |n| protocol.may_crash(&topology, n);
+    let plan = FaultPlan::draw(seed, &topology, &may_crash, window_ns);
+    (options.with_plan(&plan), Some(plan.description))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_deterministic_and_heal_at_the_end_of_the_window() {
+        let topology =
+            Topology::standard(vec!["a".into(), "b".into(), "c".into()], 3, 1).expect("valid");
+        let coordinators = topology.coordinators();
+        let may_crash = |n: NodeId| coordinators.contains(&n);
+        let window = 1_000 * NS_PER_MS;
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            let plan = FaultPlan::draw(seed, &topology, &may_crash, window);
+            assert_eq!(plan, FaultPlan::draw(seed, &topology, &may_crash, window));
+            assert!(plan.faults.iter().all(|(at, _)| *at <= window));
+            for (_, fault) in &plan.faults {
+                if let Fault::Crash(n) = fault {
+                    assert!(coordinators.contains(n), "only allowed nodes crash");
+                }
+                kinds.insert(match fault {
+                    Fault::Crash(_) => "crash",
+                    Fault::Restart(_) => "restart",
+                    Fault::Block(..) => "block",
+                    Fault::Heal => "heal",
+                });
+            }
+            let last_heal = plan.faults.iter().rposition(|(_, f)| *f == Fault::Heal).unwrap();
+            assert!(plan.faults[last_heal..].iter().all(|(at, _)| *at == window));
+        }
+        assert_eq!(kinds.len(), 4, "crash, restart, block and heal all occur");
+    }
+}

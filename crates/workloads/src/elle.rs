@@ -1,0 +1,644 @@
+//! `list-append` and `rw-register`: the checking workloads (Elle's, DESIGN §9). Each
+//! transaction has 1 to [`ELLE_OPS_MAX`] micro-operations on distinct keys spread over every
+//! shard, half reads. In `list-append` the others append a unique element to the key's list (a
+//! read-modify-write; a read returns the whole list); in `rw-register` they blindly write a
+//! unique value. The element or value is the request id, unique per run.
+//!
+//! Keys are `table 2 ‖ id:u64`, shard `id / keys_per_shard`; a small key count gives
+//! contention. A list is stored as its elements, `u64` little-endian each; a register as one
+//! `u64`. Piece `i` runs on the `i`-th shard touched and outputs, for each of its reads in
+//! argument order, the list (`Datum::List` of `Uint`) or the value (`Uint`, or an empty list for
+//! the initial state).
+//!
+//! Invariant (`elle-<kind>`): the client-observed history (invocation and completion in true
+//! time, the values read) is checked for strict serializability by `meridian-check`; requests
+//! never answered count as unknown (`info`). The history is also kept for export.
+
+use crate::dist::KeyDist;
+use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
+use meridian_check::history::{History, HistoryBuilder, KeyName, Mop, OpType};
+use meridian_check::{check, Consistency};
+use meridian_core::key::Key;
+use meridian_core::rng::{child_rng, uniform_u64, Rng};
+use meridian_core::txn::{
+    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
+    PlanContext, ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, TxnResult,
+    UserAbort, Write,
+};
+use meridian_core::{ConfigError, RequestId, ShardId, Time};
+use meridian_storage::MvccStore;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The table byte of checking keys.
+pub const ELLE_TABLE: u8 = 2;
+/// Most micro-operations per transaction.
+pub const ELLE_OPS_MAX: u64 = 4;
+/// Most elements a list may hold; an append beyond it is a user abort (keeps values bounded).
+pub const LIST_ELEMENTS_MAX: usize = 100_000;
+/// Most operations a recorded history keeps; later ones are counted, not recorded, and the
+/// check says so.
+pub const HISTORY_OPS_MAX: usize = 4_000_000;
+/// Draws spent looking for a key not yet in the transaction before taking the next free one.
+const DISTINCT_DRAWS_MAX: u32 = 100;
+
+const READ: u64 = 0;
+const WRITE: u64 = 1;
+
+/// Which checking workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Appends to lists.
+    ListAppend,
+    /// Blind writes of unique values.
+    RwRegister,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::ListAppend => "list-append",
+            Self::RwRegister => "rw-register",
+        }
+    }
+
+    fn model(self) -> meridian_check::history::Model {
+        match self {
+            Self::ListAppend => meridian_check::history::Model::ListAppend,
+            Self::RwRegister => meridian_check::history::Model::RwRegister,
+        }
+    }
+}
+
+/// The key of item `id`.
+pub fn elle_key(id: u64) -> Key {
+    Key::table(ELLE_TABLE).u64(id).build()
+}
+
+/// The workload.
+#[derive(Debug)]
+pub struct ElleWorkload {
+    kind: Kind,
+    shards: u32,
+    keys_per_shard: u64,
+    dist: KeyDist,
+}
+
+impl ElleWorkload {
+    /// Checks the options and builds the workload.
+    pub fn new(kind: Kind, options: &WorkloadOptions) -> Result<Self, ConfigError> {
+        if options.shards == 0 {
+            return Err(ConfigError::new(format!("{} needs at least one shard", kind.name())));
+        }
+        if options.keys_per_shard == 0 {
+            return Err(ConfigError::new(format!(
+                "{} needs at least one key per shard",
+                kind.name()
+            )));
+        }
+        let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
+        Ok(Self { kind, shards: options.shards, keys_per_shard: options.keys_per_shard, dist })
+    }
+}
+
+impl Workload for ElleWorkload {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.kind.name(),
+            "ops_per_txn": format!("1..={ELLE_OPS_MAX}"),
+            "read_fraction": 0.5,
+            "keys_per_shard": self.keys_per_shard,
+            "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
+            "checked_as": "strict-serializable",
+        })
+    }
+
+    fn registry(&self) -> Registry {
+        let mut registry = Registry::default();
+        registry
+            .register(Arc::new(ElleTxn { kind: self.kind, keys_per_shard: self.keys_per_shard }));
+        registry
+    }
+
+    fn partitioner(&self) -> Partitioner {
+        Partitioner::new(
+            self.shards,
+            PartitionRule::LeadingInt { base: 0, per_shard: self.keys_per_shard },
+        )
+        .expect("validated in new")
+    }
+
+    fn load(&self, _shard: ShardId, _store: &mut MvccStore) {
+        // Every list starts empty and every register unwritten: keys start absent.
+    }
+
+    fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
+        Box::new(ElleGenerator {
+            rng: child_rng(seed, "elle-client", u64::from(client)),
+            shards: self.shards,
+            keys_per_shard: self.keys_per_shard,
+            dist: self.dist.clone(),
+        })
+    }
+
+    fn checker(&self) -> Box<dyn InvariantCheck> {
+        Box::new(ElleCheck::new(self.kind, self.keys_per_shard))
+    }
+}
+
+struct ElleGenerator {
+    rng: Rng,
+    shards: u32,
+    keys_per_shard: u64,
+    dist: KeyDist,
+}
+
+impl TxnGenerator for ElleGenerator {
+    fn next(&mut self, request: RequestId) -> TxnRequest {
+        let items = u64::from(self.shards) * self.keys_per_shard;
+        let ops = (1 + uniform_u64(&mut self.rng, ELLE_OPS_MAX)).min(items);
+        let mut ids: Vec<u64> = Vec::new();
+        let mut mops = Vec::new();
+        for _ in 0..ops {
+            let draw = |rng: &mut Rng| {
+                let shard = uniform_u64(rng, u64::from(self.shards));
+                shard * self.keys_per_shard + self.dist.sample(rng)
+            };
+            let mut id = draw(&mut self.rng);
+            let mut draws = 0;
+            while ids.contains(&id) {
+                draws += 1;
+                id =
+                    if draws < DISTINCT_DRAWS_MAX { draw(&mut self.rng) } else { (id + 1) % items };
+            }
+            ids.push(id);
+            let kind = uniform_u64(&mut self.rng, 2);
+            mops.push(Datum::List(vec![Datum::Uint(kind), Datum::Uint(id)]));
+        }
+        TxnRequest { proc: ProcId(0), args: vec![Datum::List(mops), Datum::Uint(request.0)] }
+    }
+}
+
+/// Parsed arguments: (kind, id) per micro-operation, and the request id.
+fn parse(args: &Args) -> Result<(Vec<(u64, u64)>, u64), ProcError> {
+    let bad = || ProcError::BadArgs("elle takes [[[kind, id]...], request]".into());
+    let [Datum::List(mops), Datum::Uint(request)] = args.as_slice() else { return Err(bad()) };
+    let mut parsed = Vec::with_capacity(mops.len());
+    for mop in mops {
+        match mop {
+            Datum::List(pair) => match pair.as_slice() {
+                [Datum::Uint(kind @ (READ | WRITE)), Datum::Uint(id)] => parsed.push((*kind, *id)),
+                _ => return Err(bad()),
+            },
+            _ => return Err(bad()),
+        }
+    }
+    Ok((parsed, *request))
+}
+
+#[derive(Debug)]
+struct ElleTxn {
+    kind: Kind,
+    keys_per_shard: u64,
+}
+
+impl ElleTxn {
+    fn shards(&self, mops: &[(u64, u64)]) -> Vec<u64> {
+        let mut shards: Vec<u64> = mops.iter().map(|(_, id)| id / self.keys_per_shard).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+    }
+
+    fn on_piece(&self, piece: u32, mops: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, ProcError> {
+        let shard = *self
+            .shards(mops)
+            .get(piece as usize)
+            .ok_or_else(|| ProcError::BadArgs(format!("no piece {piece}")))?;
+        Ok(mops.iter().copied().filter(|(_, id)| id / self.keys_per_shard == shard).collect())
+    }
+}
+
+fn decode_list(value: Option<&Vec<u8>>) -> Vec<u64> {
+    value
+        .map(|v| {
+            v.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Procedure for ElleTxn {
+    fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
+        let (mops, _) = parse(args)?;
+        let shards = self.shards(&mops);
+        let limit = u64::from(context.partitioner.shards());
+        if let Some(bad) = shards.iter().find(|&&s| s >= limit) {
+            return Err(ProcError::BadArgs(format!("elle key on shard {bad}, beyond the cluster")));
+        }
+        Ok(shards
+            .into_iter()
+            .map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s as u32)), deps: Vec::new() })
+            .collect())
+    }
+
+    fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
+        let (mops, _) = parse(args)?;
+        let here = self.on_piece(piece, &mops)?;
+        // An append reads the list it extends; a register write is blind.
+        let reads = here
+            .iter()
+            .filter(|(kind, _)| *kind == READ || self.kind == Kind::ListAppend)
+            .map(|(_, id)| elle_key(*id))
+            .collect();
+        let writes =
+            here.iter().filter(|(kind, _)| *kind == WRITE).map(|(_, id)| elle_key(*id)).collect();
+        Ok(KeySet { reads, writes, scans: Vec::new() })
+    }
+
+    fn execute(
+        &self,
+        piece: u32,
+        args: &Args,
+        _inputs: &[&PieceOutput],
+        reads: &Reads,
+    ) -> Result<PieceEffects, UserAbort> {
+        let (mops, request) = parse(args).map_err(|e| UserAbort(e.to_string()))?;
+        let here = self.on_piece(piece, &mops).map_err(|e| UserAbort(e.to_string()))?;
+        let mut values = reads.values.iter();
+        let mut effects = PieceEffects::default();
+        for (kind, id) in here {
+            let read = if kind == READ || self.kind == Kind::ListAppend {
+                values.next().ok_or_else(|| UserAbort("fewer reads than declared".into()))?
+            } else {
+                &None
+            };
+            match (self.kind, kind) {
+                (Kind::ListAppend, READ) => effects.output.push(Datum::List(
+                    decode_list(read.as_ref()).into_iter().map(Datum::Uint).collect(),
+                )),
+                (Kind::ListAppend, _) => {
+                    let mut list = read.clone().unwrap_or_default();
+                    if list.len() / 8 >= LIST_ELEMENTS_MAX {
+                        return Err(UserAbort(format!("list {id} is full")));
+                    }
+                    list.extend_from_slice(&request.to_le_bytes());
+                    effects.writes.push(Write { key: elle_key(id), value: Some(list) });
+                }
+                (Kind::RwRegister, READ) => {
+                    effects.output.push(match decode_list(read.as_ref()).first() {
+                        Some(&v) => Datum::Uint(v),
+                        None => Datum::List(Vec::new()),
+                    })
+                }
+                (Kind::RwRegister, _) => effects
+                    .writes
+                    .push(Write { key: elle_key(id), value: Some(request.to_le_bytes().to_vec()) }),
+            }
+        }
+        Ok(effects)
+    }
+}
+
+/// Records the client-observed history and checks it (see the module documentation).
+struct ElleCheck {
+    kind: Kind,
+    keys_per_shard: u64,
+    /// (time, order within equal times, client, type, mops); sorted at the end.
+    events: Vec<(Time, u8, u64, OpType, Vec<RecordedMop>)>,
+    dropped: u64,
+    malformed: u64,
+}
+
+#[derive(Clone, Debug)]
+enum RecordedMop {
+    Append(u64, u64),
+    Write(u64, u64),
+    ReadList(u64, Option<Vec<u64>>),
+    ReadRegister(u64, Option<Option<u64>>),
+}
+
+impl ElleCheck {
+    fn new(kind: Kind, keys_per_shard: u64) -> Self {
+        Self { kind, keys_per_shard, events: Vec::new(), dropped: 0, malformed: 0 }
+    }
+
+    fn invocation(&self, mops: &[(u64, u64)], request: u64) -> Vec<RecordedMop> {
+        mops.iter()
+            .map(|&(kind, id)| match (self.kind, kind) {
+                (Kind::ListAppend, READ) => RecordedMop::ReadList(id, None),
+                (Kind::ListAppend, _) => RecordedMop::Append(id, request),
+                (Kind::RwRegister, READ) => RecordedMop::ReadRegister(id, None),
+                (Kind::RwRegister, _) => RecordedMop::Write(id, request),
+            })
+            .collect()
+    }
+
+    /// The completion's micro-operations: each read takes the next output of its shard's piece.
+    fn completion(
+        &self,
+        mops: &[(u64, u64)],
+        request: u64,
+        outputs: &[PieceOutput],
+    ) -> Option<Vec<RecordedMop>> {
+        let mut shards: Vec<u64> = mops.iter().map(|(_, id)| id / self.keys_per_shard).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut next = vec![0usize; shards.len()];
+        let mut recorded = self.invocation(mops, request);
+        for (mop, &(kind, id)) in recorded.iter_mut().zip(mops) {
+            if kind != READ {
+                continue;
+            }
+            let piece = shards.binary_search(&(id / self.keys_per_shard)).ok()?;
+            let datum = outputs.get(piece)?.get(next[piece])?;
+            next[piece] += 1;
+            *mop = match (self.kind, datum) {
+                (Kind::ListAppend, Datum::List(items)) => RecordedMop::ReadList(
+                    id,
+                    Some(items.iter().map(Datum::as_uint).collect::<Option<Vec<_>>>()?),
+                ),
+                (Kind::RwRegister, Datum::Uint(v)) => RecordedMop::ReadRegister(id, Some(Some(*v))),
+                (Kind::RwRegister, Datum::List(empty)) if empty.is_empty() => {
+                    RecordedMop::ReadRegister(id, Some(None))
+                }
+                _ => return None,
+            };
+        }
+        Some(recorded)
+    }
+
+    fn record(
+        &mut self,
+        time: Time,
+        order: u8,
+        process: u64,
+        kind: OpType,
+        mops: Vec<RecordedMop>,
+    ) {
+        if self.events.len() >= HISTORY_OPS_MAX {
+            self.dropped += 1;
+            return;
+        }
+        self.events.push((time, order, process, kind, mops));
+    }
+
+    fn history(&self) -> History {
+        let mut events: Vec<_> = self.events.iter().collect();
+        // Real-time order (see COMPLETE_ORDER for equal times).
+        events.sort_by_key(|(time, order, client, _, _)| (*time, *order, *client));
+        let mut builder = HistoryBuilder::new();
+        // A client whose request was never answered goes on as a new process (the Jepsen
+        // convention), so its open invocation stays unknown: process = epoch << 32 | client.
+        let mut epochs: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+        for (time, _, client, kind, mops) in events {
+            let (epoch, open) = epochs.entry(*client).or_insert((0, false));
+            if *kind == OpType::Invoke {
+                if *open {
+                    *epoch += 1;
+                }
+                *open = true;
+            } else {
+                *open = false;
+            }
+            let process = (*epoch << 32) | *client;
+            let mops = mops
+                .iter()
+                .map(|m| match m {
+                    RecordedMop::Append(k, v) => {
+                        Mop::Append { key: builder.key(KeyName::Int(*k as i64)), value: *v as i64 }
+                    }
+                    RecordedMop::Write(k, v) => {
+                        Mop::Write { key: builder.key(KeyName::Int(*k as i64)), value: *v as i64 }
+                    }
+                    RecordedMop::ReadList(k, list) => Mop::ReadList {
+                        key: builder.key(KeyName::Int(*k as i64)),
+                        list: list.as_ref().map(|l| l.iter().map(|&e| e as i64).collect()),
+                    },
+                    RecordedMop::ReadRegister(k, value) => Mop::ReadRegister {
+                        key: builder.key(KeyName::Int(*k as i64)),
+                        value: value.map(|v| v.map(|x| x as i64)),
+                    },
+                })
+                .collect();
+            builder.push(process, *kind, Some(*time), mops);
+        }
+        builder.finish()
+    }
+}
+
+/// At equal times completions come first: a transaction answered at `t` committed at or
+/// before `t`, and one invoked at `t` takes effect after `t`, so the real-time edge holds (and
+/// a client's next request, invoked when the previous one is answered, follows it).
+const COMPLETE_ORDER: u8 = 0;
+const INVOKE_ORDER: u8 = 1;
+
+impl InvariantCheck for ElleCheck {
+    fn observe(&mut self, completion: &Completion) {
+        let Ok((mops, request)) = parse(&completion.txn.args) else {
+            self.malformed += 1;
+            return;
+        };
+        let process = u64::from(completion.client);
+        let invoked = self.invocation(&mops, request);
+        let (kind, completed) = match &completion.outcome.result {
+            // Committed, but the reads were lost with the reply: its writes count, its reads
+            // are unknown, which is what `info` says.
+            TxnResult::Committed if completion.outcome.outputs.is_empty() => {
+                (OpType::Info, invoked.clone())
+            }
+            TxnResult::Committed => {
+                match self.completion(&mops, request, &completion.outcome.outputs) {
+                    Some(done) => (OpType::Ok, done),
+                    None => {
+                        self.malformed += 1;
+                        return;
+                    }
+                }
+            }
+            TxnResult::UserAborted(_) | TxnResult::Failed(_) => (OpType::Fail, invoked.clone()),
+        };
+        self.record(completion.submitted_at, INVOKE_ORDER, process, OpType::Invoke, invoked);
+        self.record(completion.completed_at, COMPLETE_ORDER, process, kind, completed);
+    }
+
+    fn unanswered(
+        &mut self,
+        client: u32,
+        _request: RequestId,
+        txn: &TxnRequest,
+        submitted_at: Time,
+    ) {
+        let Ok((mops, request)) = parse(&txn.args) else { return };
+        let invoked = self.invocation(&mops, request);
+        self.record(submitted_at, INVOKE_ORDER, u64::from(client), OpType::Invoke, invoked);
+    }
+
+    fn check(&self, _stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {
+        let name = format!("elle-{}", self.kind.name());
+        if self.malformed > 0 || self.dropped > 0 {
+            return vec![CheckResult {
+                name,
+                passed: false,
+                detail: format!(
+                    "history incomplete: {} completions could not be read back, {} operations beyond the {HISTORY_OPS_MAX} recorded",
+                    self.malformed, self.dropped
+                ),
+            }];
+        }
+        let history = self.history();
+        let (passed, detail) = match check(&history, self.kind.model(), Consistency::StrictSerializable) {
+            Ok((report, txns)) if report.valid => (
+                true,
+                format!(
+                    "strict-serializable: {} committed, {} failed, {} unknown; {} ww, {} wr, {} rw, {} realtime edges; no anomaly",
+                    report.txns[0], report.txns[1], report.txns[2],
+                    report.edges[0], report.edges[1], report.edges[2], report.edges[3]
+                )
+                .to_string()
+                    + if txns.is_empty() { " (empty history)" } else { "" },
+            ),
+            Ok((report, txns)) => {
+                let text = report.render(&history, &txns);
+                (false, text.lines().take(12).collect::<Vec<_>>().join(" | "))
+            }
+            Err(e) => (false, format!("recorded history refused: {e}")),
+        };
+        vec![CheckResult { name, passed, detail }]
+    }
+
+    fn history_json(&self) -> Option<String> {
+        Some(self.history().to_json())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::txn::TxnOutcome;
+    use meridian_core::NodeId;
+
+    fn workload(kind: Kind) -> ElleWorkload {
+        ElleWorkload::new(kind, &WorkloadOptions { shards: 2, keys_per_shard: 3, zipf_theta: None })
+            .expect("valid")
+    }
+
+    /// Runs transactions one after another against in-memory maps, as a serial database would.
+    fn serial_run(kind: Kind, txns: u64) -> (Box<dyn InvariantCheck>, Vec<TxnRequest>) {
+        let w = workload(kind);
+        let registry = w.registry();
+        let partitioner = w.partitioner();
+        let mut generator = w.generator(0, 9);
+        let mut store: std::collections::BTreeMap<Key, Vec<u8>> = Default::default();
+        let mut check = w.checker();
+        let mut all = Vec::new();
+        for r in 0..txns {
+            let txn = generator.next(RequestId(r));
+            let procedure = registry.get(txn.proc).expect("registered");
+            let plan =
+                procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
+            let mut outputs = Vec::new();
+            for piece in 0..plan.len() as u32 {
+                let keys = procedure.keys(piece, &txn.args, &[]).unwrap();
+                let reads = Reads {
+                    values: keys.reads.iter().map(|k| store.get(k).cloned()).collect(),
+                    scans: Vec::new(),
+                };
+                let effects = procedure.execute(piece, &txn.args, &[], &reads).unwrap();
+                for write in effects.writes {
+                    store.insert(write.key, write.value.unwrap());
+                }
+                outputs.push(effects.output);
+            }
+            check.observe(&Completion {
+                client: (r % 3) as u32,
+                coordinator: NodeId(0),
+                request: RequestId(r),
+                txn: txn.clone(),
+                submitted_at: 10 * r,
+                completed_at: 10 * r + 5,
+                outcome: TxnOutcome {
+                    result: TxnResult::Committed,
+                    outputs,
+                    commit_ts: None,
+                    retries: 0,
+                    shards_touched: plan.len() as u32,
+                },
+            });
+            all.push(txn);
+        }
+        (check, all)
+    }
+
+    #[test]
+    fn a_serial_execution_passes_and_exports_a_parsable_history() {
+        for kind in [Kind::ListAppend, Kind::RwRegister] {
+            let (check, _) = serial_run(kind, 300);
+            let results = check.check(&[]);
+            assert!(results[0].passed, "{kind:?}: {}", results[0].detail);
+            let json = check.history_json().expect("recorded");
+            let parsed = History::parse(&json, kind.model()).expect("export parses");
+            assert_eq!(parsed.ops.len(), 600);
+        }
+    }
+
+    #[test]
+    fn a_lost_append_is_caught() {
+        // Replay the serial run, but report one committed append's reads as if another
+        // transaction's append had vanished: drop the last element of every read of one key.
+        let w = workload(Kind::ListAppend);
+        let (check, txns) = serial_run(Kind::ListAppend, 200);
+        let mut tampered = w.checker();
+        let json = check.history_json().unwrap();
+        let history = History::parse(&json, Kind::ListAppend.model()).unwrap();
+        // Feed the history back with every read of key 0 truncated by one element when long.
+        for (i, txn) in txns.iter().enumerate() {
+            let complete = history.ops.iter().filter(|op| op.kind == OpType::Ok).nth(i).unwrap();
+            let (mops, _) = parse(&txn.args).unwrap();
+            let mut outputs: Vec<PieceOutput> = vec![Vec::new(); 2];
+            let shards: Vec<u64> = {
+                let mut s: Vec<u64> = mops.iter().map(|(_, id)| id / 3).collect();
+                s.sort_unstable();
+                s.dedup();
+                s
+            };
+            for (mop, &(kind, id)) in complete.mops.iter().zip(&mops) {
+                if kind != READ {
+                    continue;
+                }
+                let Mop::ReadList { list: Some(list), .. } = mop else { panic!("a read") };
+                let mut list: Vec<u64> = list.iter().map(|&e| e as u64).collect();
+                if id == 0 && list.len() >= 2 {
+                    list.remove(list.len() - 2);
+                }
+                let piece = shards.binary_search(&(id / 3)).unwrap();
+                outputs[piece].push(Datum::List(list.into_iter().map(Datum::Uint).collect()));
+            }
+            outputs.truncate(shards.len());
+            tampered.observe(&Completion {
+                client: 0,
+                coordinator: NodeId(0),
+                request: RequestId(i as u64),
+                txn: txn.clone(),
+                submitted_at: 10 * i as u64,
+                completed_at: 10 * i as u64 + 5,
+                outcome: TxnOutcome {
+                    result: TxnResult::Committed,
+                    outputs,
+                    commit_ts: None,
+                    retries: 0,
+                    shards_touched: 1,
+                },
+            });
+        }
+        let results = tampered.check(&[]);
+        assert!(!results[0].passed, "a read that skips an element must fail the check");
+    }
+}
