@@ -198,6 +198,10 @@ pub struct Txn {
     pub invoke_pos: usize,
     /// Position of the completion; `None` for a transaction never completed.
     pub complete_pos: Option<usize>,
+    /// Time of the invocation, when recorded.
+    pub invoke_time: Option<u64>,
+    /// Time of the completion, when recorded.
+    pub complete_time: Option<u64>,
     /// How it ended.
     pub status: Status,
     /// The completion's micro-operations for `ok`, the invocation's otherwise.
@@ -335,6 +339,8 @@ impl History {
                     invoke_index: op.index,
                     invoke_pos: pos,
                     complete_pos: None,
+                    invoke_time: op.time_ns,
+                    complete_time: None,
                     status: Status::Info,
                     mops: op.mops.clone(),
                 });
@@ -357,6 +363,7 @@ impl History {
                 )));
             }
             txn.complete_pos = Some(pos);
+            txn.complete_time = op.time_ns;
             txn.status = match op.kind {
                 OpType::Ok => Status::Ok,
                 OpType::Fail => Status::Fail,

@@ -192,16 +192,22 @@ pub fn check(
 }
 
 /// Real-time edges: T1 -> T2 when T1 completed before T2 was invoked, transitively reduced
-/// through a frontier of completed transactions not yet followed by a later one. Transactions
-/// of unknown outcome may have taken effect at any time after their invocation, so they get
-/// edges in but none out.
+/// through a frontier of completed transactions not yet followed by a later one. When every
+/// operation carries a time, times decide and equal times are concurrent; otherwise the order
+/// of the history does. Transactions of unknown outcome may have taken effect at any time
+/// after their invocation, so they get edges in but none out.
 fn add_realtime_edges(graph: &mut Graph, txns: &[Txn], committed: &[bool]) {
-    // (position, is_completion, txn)
-    let mut events: Vec<(usize, bool, u32)> = Vec::new();
+    let timed = txns.iter().all(|t| {
+        t.invoke_time.is_some() && (t.complete_pos.is_none() || t.complete_time.is_some())
+    });
+    // (instant, is_completion, txn): at equal instants invocations come first.
+    let mut events: Vec<(u64, bool, u32)> = Vec::new();
     for (t, txn) in txns.iter().enumerate().filter(|(t, _)| committed[*t]) {
-        events.push((txn.invoke_pos, false, t as u32));
+        let invoked = if timed { txn.invoke_time.unwrap_or(0) } else { txn.invoke_pos as u64 };
+        events.push((invoked, false, t as u32));
         if let (Status::Ok, Some(pos)) = (txn.status, txn.complete_pos) {
-            events.push((pos, true, t as u32));
+            let completed = if timed { txn.complete_time.unwrap_or(0) } else { pos as u64 };
+            events.push((completed, true, t as u32));
         }
     }
     events.sort_unstable();

@@ -299,3 +299,22 @@ fn mutated_histories_never_panic() {
         }
     }
 }
+
+#[test]
+fn with_recorded_times_equal_times_are_concurrent() {
+    // T0 appends and completes at time 10; T1 reads the empty list, invoked at `t1`.
+    let text = |t1: u64| {
+        format!(
+            "{{\"process\":0,\"type\":\"invoke\",\"time\":5,\"value\":[[\"append\",1,1]]}}\n\
+             {{\"process\":0,\"type\":\"ok\",\"time\":10,\"value\":[[\"append\",1,1]]}}\n\
+             {{\"process\":1,\"type\":\"invoke\",\"time\":{t1},\"value\":[[\"r\",1,null]]}}\n\
+             {{\"process\":1,\"type\":\"ok\",\"time\":20,\"value\":[[\"r\",1,[]]]}}\n"
+        )
+    };
+    let verdict = |t1| {
+        let history = History::parse(&text(t1), LA).expect("parses");
+        check(&history, LA, STRICT).expect("checks").0.valid
+    };
+    assert!(verdict(10), "invoked when the other completed: concurrent, may read before it");
+    assert!(!verdict(11), "invoked after the other completed: must see its append");
+}

@@ -22,6 +22,8 @@ use std::sync::Arc;
 const DRAIN_TIMEOUTS: u64 = 3;
 /// Virtual time between checks of the clients' progress.
 const STEP_NS: Time = 50 * NS_PER_MS;
+/// Events between checks of the clients' progress (zero-delay links may not advance time).
+const STEP_EVENTS_MAX: u64 = 20_000;
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -209,7 +211,7 @@ fn run_with<N: ProtocolNode>(
     let mut stopped = false;
     loop {
         let deadline = sim.elapsed_ns() + STEP_NS;
-        let events_left = sim.run_until(deadline);
+        let events_left = sim.run_until_or(deadline, STEP_EVENTS_MAX);
         for completion in sim.clients_mut().drain_completions() {
             completed += 1;
             latencies.push(completion.completed_at - completion.submitted_at);

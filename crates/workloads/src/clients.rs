@@ -17,6 +17,8 @@ use std::collections::VecDeque;
 pub const COMPLETIONS_MAX: usize = 1 << 20;
 /// Bits of a request id that count a client's requests.
 const COUNTER_BITS: u32 = 40;
+/// The counter part of a request id.
+pub const REQUEST_COUNTER_MASK: u64 = (1 << COUNTER_BITS) - 1;
 /// Most clients one pool may hold (client numbers must fit above the counter bits).
 pub const CLIENTS_MAX: u32 = 1 << 20;
 

@@ -14,6 +14,7 @@
 //! time, the values read) is checked for strict serializability by `meridian-check`; requests
 //! never answered count as unknown (`info`). The history is also kept for export.
 
+use crate::clients::REQUEST_COUNTER_MASK;
 use crate::dist::KeyDist;
 use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
 use meridian_check::history::{History, HistoryBuilder, KeyName, Mop, OpType};
@@ -311,8 +312,8 @@ impl Procedure for ElleTxn {
 struct ElleCheck {
     kind: Kind,
     keys_per_shard: u64,
-    /// (time, order within equal times, client, type, mops); sorted at the end.
-    events: Vec<(Time, u8, u64, OpType, Vec<RecordedMop>)>,
+    /// (time, order among the client's events, client, type, mops); sorted at the end.
+    events: Vec<(Time, u64, u64, OpType, Vec<RecordedMop>)>,
     dropped: u64,
     malformed: u64,
 }
@@ -378,7 +379,7 @@ impl ElleCheck {
     fn record(
         &mut self,
         time: Time,
-        order: u8,
+        order: u64,
         process: u64,
         kind: OpType,
         mops: Vec<RecordedMop>,
@@ -392,8 +393,10 @@ impl ElleCheck {
 
     fn history(&self) -> History {
         let mut events: Vec<_> = self.events.iter().collect();
-        // Real-time order (see COMPLETE_ORDER for equal times).
-        events.sort_by_key(|(time, order, client, _, _)| (*time, *order, *client));
+        // Time order, each client's events in its own order. Equal times say nothing about
+        // real-time order: the checker orders two transactions only when one completed strictly
+        // before the other was invoked.
+        events.sort_by_key(|(time, order, client, _, _)| (*time, *client, *order));
         let mut builder = HistoryBuilder::new();
         // A client whose request was never answered goes on as a new process (the Jepsen
         // convention), so its open invocation stays unknown: process = epoch << 32 | client.
@@ -434,11 +437,10 @@ impl ElleCheck {
     }
 }
 
-/// At equal times completions come first: a transaction answered at `t` committed at or
-/// before `t`, and one invoked at `t` takes effect after `t`, so the real-time edge holds (and
-/// a client's next request, invoked when the previous one is answered, follows it).
-const COMPLETE_ORDER: u8 = 0;
-const INVOKE_ORDER: u8 = 1;
+/// A client's events in order: its `n`-th request's invocation, then its completion.
+fn client_order(request: u64, completion: bool) -> u64 {
+    2 * (request & REQUEST_COUNTER_MASK) + u64::from(completion)
+}
 
 impl InvariantCheck for ElleCheck {
     fn observe(&mut self, completion: &Completion) {
@@ -465,8 +467,9 @@ impl InvariantCheck for ElleCheck {
             }
             TxnResult::UserAborted(_) | TxnResult::Failed(_) => (OpType::Fail, invoked.clone()),
         };
-        self.record(completion.submitted_at, INVOKE_ORDER, process, OpType::Invoke, invoked);
-        self.record(completion.completed_at, COMPLETE_ORDER, process, kind, completed);
+        let (first, then) = (client_order(request, false), client_order(request, true));
+        self.record(completion.submitted_at, first, process, OpType::Invoke, invoked);
+        self.record(completion.completed_at, then, process, kind, completed);
     }
 
     fn unanswered(
@@ -478,7 +481,8 @@ impl InvariantCheck for ElleCheck {
     ) {
         let Ok((mops, request)) = parse(&txn.args) else { return };
         let invoked = self.invocation(&mops, request);
-        self.record(submitted_at, INVOKE_ORDER, u64::from(client), OpType::Invoke, invoked);
+        let order = client_order(request, false);
+        self.record(submitted_at, order, u64::from(client), OpType::Invoke, invoked);
     }
 
     fn check(&self, _stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {

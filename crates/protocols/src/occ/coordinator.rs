@@ -58,7 +58,8 @@ struct Attempt {
     scans: BTreeMap<ShardId, Vec<ScanCheck>>,
     writes: BTreeMap<ShardId, WriteBuffer>,
     phase: Phase,
-    epoch: u32,
+    /// When the current phase times out (checked by the coordinator tick).
+    deadline: Time,
     waiting: BTreeSet<ShardId>,
     ts_max: Timestamp,
 }
@@ -92,6 +93,8 @@ impl Attempt {
 struct Finishing {
     decision: Decision,
     unacked: BTreeSet<ShardId>,
+    /// When the decision goes again to the shards that have not acknowledged it.
+    retransmit_at: Time,
 }
 
 /// The coordinator of one node.
@@ -130,6 +133,12 @@ impl Coordinator {
             attempts: BTreeMap::new(),
             finishing: BTreeMap::new(),
         }
+    }
+
+    /// Interval of the coordinator tick: a quarter of the RPC timeout, so a phase times out at
+    /// most a quarter late.
+    pub(super) fn tick_ns(&self) -> u64 {
+        (self.context.timing.rpc_timeout_ns / 4).max(meridian_core::time::NS_PER_MS)
     }
 
     #[cfg(test)]
@@ -172,13 +181,7 @@ impl Coordinator {
         self.leaders[shard.0 as usize]
     }
 
-    pub(super) fn submit(
-        &mut self,
-        now: Time,
-        request: ClientRequest,
-        timers: &mut Timers,
-        out: &mut Outbox<OccMsg>,
-    ) {
+    pub(super) fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
         let id = request.id;
         if self.requests.contains_key(&id) {
             return; // A duplicate submit: the first one will be answered.
@@ -192,17 +195,11 @@ impl Coordinator {
             return;
         }
         self.requests.insert(id, RequestState { client: request, retries: 0, attempt: None });
-        self.start_attempt(now, id, timers, out);
+        self.start_attempt(now, id, out);
     }
 
     /// Plans the request and sends the first messages of a new attempt.
-    fn start_attempt(
-        &mut self,
-        now: Time,
-        request: RequestId,
-        timers: &mut Timers,
-        out: &mut Outbox<OccMsg>,
-    ) {
+    fn start_attempt(&mut self, now: Time, request: RequestId, out: &mut Outbox<OccMsg>) {
         let pieces = match self.plan(request) {
             Ok(pieces) => pieces,
             Err(error) => {
@@ -234,7 +231,7 @@ impl Coordinator {
             scans: BTreeMap::new(),
             writes: BTreeMap::new(),
             phase: Phase::Executing,
-            epoch: 0,
+            deadline: now + self.context.timing.rpc_timeout_ns,
             waiting: BTreeSet::new(),
             ts_max: Timestamp::ZERO,
         };
@@ -251,7 +248,6 @@ impl Coordinator {
         } else {
             self.dispatch(txn, &mut attempt, out);
         }
-        self.arm_timeout(txn, &attempt, timers, out);
         self.attempts.insert(txn, attempt);
     }
 
@@ -331,17 +327,6 @@ impl Coordinator {
             );
         }
         assert!(!attempt.waiting.is_empty(), "an unfinished plan always has a piece in progress");
-    }
-
-    fn arm_timeout(
-        &self,
-        txn: TxnId,
-        attempt: &Attempt,
-        timers: &mut Timers,
-        out: &mut Outbox<OccMsg>,
-    ) {
-        let purpose = TimerPurpose::AttemptTimeout { txn, epoch: attempt.epoch };
-        timers.set(purpose, self.context.timing.rpc_timeout_ns, out);
     }
 
     pub(super) fn on_reply(
@@ -460,8 +445,7 @@ impl Coordinator {
         } else {
             self.dispatch(txn, &mut attempt, out);
         }
-        attempt.epoch += 1;
-        self.arm_timeout(txn, &attempt, timers, out);
+        attempt.deadline = now + self.context.timing.rpc_timeout_ns;
         self.attempts.insert(txn, attempt);
     }
 
@@ -503,13 +487,13 @@ impl Coordinator {
             (Phase::Preparing, Vote::Yes(ts)) if attempt.waiting.remove(&shard) => {
                 attempt.ts_max = attempt.ts_max.max(ts);
                 if attempt.waiting.is_empty() {
-                    self.decide_commit(txn, attempt, timers, out);
+                    self.decide_commit(now, txn, attempt, out);
                 } else {
                     self.attempts.insert(txn, attempt);
                 }
             }
             (Phase::Preparing, Vote::No(_)) if attempt.waiting.contains(&shard) => {
-                self.abort_prepared(txn, &attempt, timers, out);
+                self.abort_prepared(now, txn, &attempt, out);
                 self.retry(now, attempt, timers, out);
             }
             (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Committed(ts)) if s == shard => {
@@ -530,13 +514,7 @@ impl Coordinator {
         }
     }
 
-    fn decide_commit(
-        &mut self,
-        txn: TxnId,
-        attempt: Attempt,
-        timers: &mut Timers,
-        out: &mut Outbox<OccMsg>,
-    ) {
+    fn decide_commit(&mut self, now: Time, txn: TxnId, attempt: Attempt, out: &mut Outbox<OccMsg>) {
         let participants = attempt.participants();
         let ts = attempt.ts_max;
         if participants.is_empty() {
@@ -552,26 +530,26 @@ impl Coordinator {
         for &shard in &participants {
             out.send(self.leader(shard), OccMsg::Commit { txn, shard, ts });
         }
-        self.finishing
-            .insert(txn, Finishing { decision: Decision::Committed(ts), unacked: participants });
-        timers.set(TimerPurpose::Retransmit { txn }, self.context.timing.rpc_timeout_ns, out);
+        let retransmit_at = now + self.context.timing.rpc_timeout_ns;
+        let decision = Decision::Committed(ts);
+        self.finishing.insert(txn, Finishing { decision, unacked: participants, retransmit_at });
         self.complete(attempt.request, Some((txn, &attempt)), TxnResult::Committed, Some(ts), out);
     }
 
     fn abort_prepared(
         &mut self,
+        now: Time,
         txn: TxnId,
         attempt: &Attempt,
-        timers: &mut Timers,
         out: &mut Outbox<OccMsg>,
     ) {
         let participants = attempt.participants();
         for &shard in &participants {
             out.send(self.leader(shard), OccMsg::Abort { txn, shard });
         }
-        self.finishing
-            .insert(txn, Finishing { decision: Decision::Aborted, unacked: participants });
-        timers.set(TimerPurpose::Retransmit { txn }, self.context.timing.rpc_timeout_ns, out);
+        let retransmit_at = now + self.context.timing.rpc_timeout_ns;
+        let decision = Decision::Aborted;
+        self.finishing.insert(txn, Finishing { decision, unacked: participants, retransmit_at });
     }
 
     fn on_executed_commit(
@@ -694,64 +672,53 @@ impl Coordinator {
         }
     }
 
-    pub(super) fn on_timer(
-        &mut self,
-        now: Time,
-        purpose: TimerPurpose,
-        timers: &mut Timers,
-        out: &mut Outbox<OccMsg>,
-    ) {
+    pub(super) fn on_timer(&mut self, now: Time, purpose: TimerPurpose, out: &mut Outbox<OccMsg>) {
         match purpose {
-            TimerPurpose::AttemptTimeout { txn, epoch } => {
-                let Some(mut attempt) = self.attempts.remove(&txn) else {
-                    return;
-                };
-                if attempt.epoch != epoch {
-                    self.attempts.insert(txn, attempt);
-                    return;
-                }
-                match attempt.phase {
-                    // Execution keeps no state at participants: just start over.
-                    Phase::Executing => self.retry(now, attempt, timers, out),
-                    Phase::Preparing => {
-                        self.abort_prepared(txn, &attempt, timers, out);
-                        self.retry(now, attempt, timers, out);
-                    }
-                    // The outcome of a one-round commit is unknown: ask until it is known.
-                    Phase::ExecuteCommit(shard)
-                    | Phase::SinglePrepare(shard)
-                    | Phase::Resolving(shard) => {
-                        attempt.phase = Phase::Resolving(shard);
-                        attempt.epoch += 1;
-                        out.send(self.leader(shard), OccMsg::Abort { txn, shard });
-                        self.arm_timeout(txn, &attempt, timers, out);
-                        self.attempts.insert(txn, attempt);
-                    }
-                }
-            }
-            TimerPurpose::Retransmit { txn } => {
-                let Some(finishing) = self.finishing.get(&txn) else {
-                    return;
-                };
-                for &shard in &finishing.unacked {
-                    let msg = match finishing.decision {
-                        Decision::Committed(ts) => OccMsg::Commit { txn, shard, ts },
-                        Decision::Aborted => OccMsg::Abort { txn, shard },
-                    };
-                    out.send(self.leader(shard), msg);
-                }
-                timers.set(
-                    TimerPurpose::Retransmit { txn },
-                    self.context.timing.rpc_timeout_ns,
-                    out,
-                );
-            }
             TimerPurpose::Retry { request } => {
                 if self.requests.get(&request).is_some_and(|r| r.attempt.is_none()) {
-                    self.start_attempt(now, request, timers, out);
+                    self.start_attempt(now, request, out);
                 }
             }
-            TimerPurpose::Gc => {}
+            TimerPurpose::Gc | TimerPurpose::CoordinatorTick => {}
+        }
+    }
+
+    /// The coordinator's periodic check: phases past their deadline time out, and decisions
+    /// not yet acknowledged go again. One timer for all attempts keeps the timer table as
+    /// small as the node's work, however fast attempts finish.
+    pub(super) fn on_tick(&mut self, now: Time, timers: &mut Timers, out: &mut Outbox<OccMsg>) {
+        let due: Vec<TxnId> =
+            self.attempts.iter().filter(|(_, a)| a.deadline <= now).map(|(&t, _)| t).collect();
+        for txn in due {
+            let Some(mut attempt) = self.attempts.remove(&txn) else { continue };
+            match attempt.phase {
+                // Execution keeps no state at participants: just start over.
+                Phase::Executing => self.retry(now, attempt, timers, out),
+                Phase::Preparing => {
+                    self.abort_prepared(now, txn, &attempt, out);
+                    self.retry(now, attempt, timers, out);
+                }
+                // The outcome of a one-round commit is unknown: ask until it is known.
+                Phase::ExecuteCommit(shard)
+                | Phase::SinglePrepare(shard)
+                | Phase::Resolving(shard) => {
+                    attempt.phase = Phase::Resolving(shard);
+                    attempt.deadline = now + self.context.timing.rpc_timeout_ns;
+                    out.send(self.leader(shard), OccMsg::Abort { txn, shard });
+                    self.attempts.insert(txn, attempt);
+                }
+            }
+        }
+        let rpc_timeout_ns = self.context.timing.rpc_timeout_ns;
+        for (&txn, finishing) in self.finishing.iter_mut().filter(|(_, f)| f.retransmit_at <= now) {
+            for &shard in &finishing.unacked {
+                let msg = match finishing.decision {
+                    Decision::Committed(ts) => OccMsg::Commit { txn, shard, ts },
+                    Decision::Aborted => OccMsg::Abort { txn, shard },
+                };
+                out.send(self.leaders[shard.0 as usize], msg);
+            }
+            finishing.retransmit_at = now + rpc_timeout_ns;
         }
     }
 

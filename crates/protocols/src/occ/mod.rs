@@ -240,10 +240,8 @@ pub enum OccMsg {
 enum TimerPurpose {
     /// Participant housekeeping: raise the GC watermark.
     Gc,
-    /// An attempt phase took too long.
-    AttemptTimeout { txn: TxnId, epoch: u32 },
-    /// Retransmit a decision to participants that have not acknowledged.
-    Retransmit { txn: TxnId },
+    /// Coordinator housekeeping: time out attempts, retransmit unacknowledged decisions.
+    CoordinatorTick,
     /// Start the next attempt of a request after backoff.
     Retry { request: meridian_core::RequestId },
 }
@@ -323,6 +321,9 @@ impl Node for OccNode {
         if !self.participants.is_empty() {
             self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
         }
+        if let Some(c) = &self.coordinator {
+            self.timers.set(TimerPurpose::CoordinatorTick, c.tick_ns(), out);
+        }
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
@@ -386,9 +387,15 @@ impl Node for OccNode {
                 }
                 self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
             }
+            Some(TimerPurpose::CoordinatorTick) => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_tick(now, &mut self.timers, out);
+                    self.timers.set(TimerPurpose::CoordinatorTick, c.tick_ns(), out);
+                }
+            }
             Some(purpose) => {
                 if let Some(c) = self.coordinator.as_mut() {
-                    c.on_timer(now, purpose, &mut self.timers, out);
+                    c.on_timer(now, purpose, out);
                 }
             }
             None => {}
@@ -401,7 +408,7 @@ impl Node for OccNode {
 
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
         match self.coordinator.as_mut() {
-            Some(c) => c.submit(now, request, &mut self.timers, out),
+            Some(c) => c.submit(now, request, out),
             None => out.reply(
                 request.id,
                 meridian_core::txn::TxnOutcome::failed(meridian_core::txn::TxnFailure::Rejected(
