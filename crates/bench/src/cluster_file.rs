@@ -227,4 +227,18 @@ mod tests {
             assert!(err.0.starts_with("c.toml: "), "{err}");
         }
     }
+
+    #[test]
+    fn mutated_files_are_refused_or_parsed_never_panic() {
+        // Bounded property test (the `cluster_file` fuzz target runs it unbounded).
+        let mut rng = meridian_core::rng::child_rng(3, "cluster-file-property", 0);
+        let alphabet = b"[]{}=,.\"#0123456789 \nabcdefghijklmnopqrstuvwxyz_";
+        for _ in 0..3_000 {
+            let bytes = meridian_core::testing::mutate(&mut rng, GOOD.as_bytes(), alphabet, 4);
+            let Ok(text) = String::from_utf8(bytes) else { continue };
+            if let Err(e) = ClusterFile::parse("c.toml", &text, None) {
+                assert!(e.0.starts_with("c.toml"), "{e}");
+            }
+        }
+    }
 }

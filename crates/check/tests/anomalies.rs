@@ -269,28 +269,9 @@ fn mutated_histories_never_panic() {
         Txn(0, "ok", r#"[["r",1,[1,2]],["r",2,[1]]]"#),
     ]);
     let alphabet = b"[]{},:\"0123456789-abcdefghijklmnopqrstuvwxyz \n";
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = meridian_core::rng::child_rng(11, "history-property", 0);
     for _ in 0..3_000 {
-        let mut bytes = base.clone().into_bytes();
-        for _ in 0..1 + next() % 4 {
-            let at = (next() % bytes.len() as u64) as usize;
-            match next() % 3 {
-                0 => bytes[at] = alphabet[(next() % alphabet.len() as u64) as usize],
-                1 => {
-                    bytes.remove(at);
-                }
-                _ => bytes.truncate(at),
-            }
-            if bytes.is_empty() {
-                break;
-            }
-        }
+        let bytes = meridian_core::testing::mutate(&mut rng, base.as_bytes(), alphabet, 4);
         let Ok(text) = String::from_utf8(bytes) else { continue };
         for model in [LA, RR] {
             if let Ok(parsed) = History::parse(&text, model) {

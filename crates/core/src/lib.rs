@@ -15,6 +15,7 @@
 //!   (offset, drift) shared by the simulator and the runtime, with the named presets.
 //! - [`wire`]: length-delimited frames with a maximum size and a sans-IO decoder.
 //! - [`rng`]: seeded random streams and the few distributions the models need.
+//! - [`testing`]: seeded input mutations for bounded property tests of parsers.
 #![deny(unsafe_code)]
 
 pub mod clock;
@@ -25,6 +26,7 @@ pub mod key;
 pub mod netmodel;
 pub mod node;
 pub mod rng;
+pub mod testing;
 pub mod time;
 pub mod topology;
 pub mod txn;

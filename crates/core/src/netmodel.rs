@@ -540,4 +540,28 @@ mod tests {
         }
         assert!(NetworkModel::preset("moon", 3).unwrap_err().0.contains("accepted: lan"));
     }
+
+    #[test]
+    fn mutated_matrix_files_are_refused_or_parsed_never_panic() {
+        // Bounded property test (the `matrix_file` fuzz target runs it unbounded).
+        let text = "regions = [\"a\", \"b\"]\nintra_region_ms = 0.5\n[[link]]\nfrom = \"a\"\n\
+                    to = \"b\"\ndelay_ms = 40\njitter = \"pareto\"\njitter_ms = 3\n\
+                    pareto_shape = 2.5\nloss = 0.01\n";
+        assert!(NetworkModel::from_toml("m.toml", text).is_ok());
+        let mut rng = child_rng(5, "matrix-property", 0);
+        let alphabet = b"[]=,.\"-0123456789 \nabcdefghijklmnopqrstuvwxyz_";
+        for _ in 0..3_000 {
+            let bytes = crate::testing::mutate(&mut rng, text.as_bytes(), alphabet, 4);
+            let Ok(text) = String::from_utf8(bytes) else { continue };
+            if let Ok(model) = NetworkModel::from_toml("m.toml", &text) {
+                // Whatever parses is usable: every link samples without panicking.
+                let mut state = LinkState::new(child_rng(1, "m", 0));
+                for from in 0..model.regions.len() {
+                    for to in 0..model.regions.len() {
+                        let _ = state.sample(&model.link(from, to), 1_000);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -202,4 +202,33 @@ mod tests {
         let payload = decoder.next_payload().unwrap().unwrap().to_vec();
         assert!(matches!(decode_payload::<u32>(&payload), Err(FrameError::Malformed(_))));
     }
+
+    #[test]
+    fn mutated_and_random_streams_never_panic_the_decoder() {
+        // Bounded property test (the `wire_frames` fuzz target runs the same idea unbounded).
+        let mut valid = Vec::new();
+        encode_frame(&batch(&[1, 2, 3]), &mut valid).unwrap();
+        encode_frame(&batch(&[u32::MAX]), &mut valid).unwrap();
+        let mut rng = crate::rng::child_rng(7, "wire-property", 0);
+        for case in 0..5_000 {
+            let bytes = if case % 2 == 0 {
+                crate::testing::mutate(&mut rng, &valid, &[], 6)
+            } else {
+                let len = crate::rng::uniform_u64(&mut rng, 64) as usize;
+                (0..len).map(|_| crate::rng::uniform_u64(&mut rng, 256) as u8).collect()
+            };
+            let mut decoder = FrameDecoder::new(64);
+            decoder.push(&bytes);
+            for _ in 0..bytes.len() + 1 {
+                match decoder.next_payload() {
+                    Ok(Some(payload)) => {
+                        let payload = payload.to_vec();
+                        let _ = decode_payload::<u32>(&payload);
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            assert!(decoder.pending_bytes() <= bytes.len());
+        }
+    }
 }

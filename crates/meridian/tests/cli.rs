@@ -38,7 +38,7 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         ),
         (
             &["bench", "--workload", "tpcx", "--out", out],
-            "unknown workload 'tpcx'; accepted: micro-luigi",
+            "unknown workload 'tpcx'; accepted: micro-luigi, list-append, rw-register",
         ),
         (&["bench", "--network", "moon", "--out", out], "unknown network preset 'moon'"),
         (&["bench", "--clock", "sundial", "--out", out], "unknown clock preset 'sundial'"),
@@ -60,6 +60,11 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         ),
         (&["bench", "--duration", "0", "--out", out], "--duration must be in"),
         (&["sim", "--txns", "0"], "--txns must be at least 1"),
+        (&["sim", "--seeds", "5..5"], "--seeds takes A..B"),
+        (&["sim", "--seeds", "0..3", "--seed", "1"], "--seed and --seeds contradict"),
+        (&["sim", "--jobs", "2"], "--jobs applies to swarms"),
+        (&["check", "/nonexistent/h.json"], "cannot read /nonexistent/h.json"),
+        (&["check", "--model", "bank", "/nonexistent/h.json"], "unknown history model 'bank'"),
         (&["server", "--config", "/nonexistent/c.toml", "--node", "0"], "/nonexistent/c.toml"),
     ];
     for (args, expected) in cases {
@@ -192,4 +197,52 @@ fn bench_drives_a_server_process_over_tcp() {
         .and_then(|n| n.parse().ok())
         .expect("a window line");
     assert!(committed > 100, "{stdout}");
+}
+
+#[test]
+fn a_faulty_swarm_in_worker_processes_passes_and_names_its_seeds() {
+    let output = run_words(
+        "sim --workload list-append --shards 3 --network metro --keys-per-shard 4 --txns 60",
+        &["--seeds", "100..106", "--faults", "--jobs", "2"],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("SWARM seeds 100..106 in 2 processes: 6 passed, 0 failed"), "{stdout}");
+}
+
+#[test]
+fn a_recorded_history_checks_and_a_broken_one_is_refused_with_its_line() {
+    let dir = scratch("check");
+    let history = dir.join("h.json");
+    let output = run_words(
+        "sim --workload list-append --shards 2 --network metro --keys-per-shard 4 --txns 200",
+        &["--history", history.to_str().unwrap()],
+    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stdout));
+    let output = run(&["check", history.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.starts_with("VALID (strict-serializable)"), "{stdout}");
+    // Truncate the file inside its third line: a parse error naming the line, exit 2.
+    let text = std::fs::read_to_string(&history).unwrap();
+    let cut: usize = text.lines().take(2).map(|l| l.len() + 1).sum::<usize>() + 10;
+    std::fs::write(&history, &text[..cut]).unwrap();
+    let output = run(&["check", history.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 3"), "{stderr}");
+    // An anomaly: exit 1 and the class named.
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        "{\"process\":0,\"type\":\"invoke\",\"value\":[[\"append\",1,1]]}\n\
+         {\"process\":0,\"type\":\"fail\",\"value\":[[\"append\",1,1]]}\n\
+         {\"process\":1,\"type\":\"invoke\",\"value\":[[\"r\",1,null]]}\n\
+         {\"process\":1,\"type\":\"ok\",\"value\":[[\"r\",1,[1]]]}\n",
+    )
+    .unwrap();
+    let output = run(&["check", bad.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("G1a: 1 found"), "{stdout}");
 }

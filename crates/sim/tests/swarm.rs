@@ -1,0 +1,68 @@
+//! The bounded swarm the test suite runs (DESIGN §9): faulty seeds of every protocol on the
+//! checking workloads, each checked for strict serializability, liveness after healing and
+//! the workload's invariants. The long swarm is `meridian sim --seeds A..B --faults`; set
+//! `MERIDIAN_SWARM_SEEDS` to run more seeds here.
+
+use meridian_core::clock::ClockModel;
+use meridian_core::netmodel::NetworkModel;
+use meridian_core::topology::Topology;
+use meridian_protocols::ProtocolKind;
+use meridian_sim::runner::{run, SimRunOptions};
+use meridian_sim::swarm::seed_options;
+use meridian_workloads::WorkloadOptions;
+use std::sync::Arc;
+
+/// Seeds per protocol and workload by default.
+const SEEDS_DEFAULT: u64 = 150;
+
+fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
+    let seeds = std::env::var("MERIDIAN_SWARM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(SEEDS_DEFAULT);
+    let regions: Vec<String> = (0..3).map(|i| format!("r{i}")).collect();
+    let shards = 3;
+    let mut base = SimRunOptions::new(
+        protocol,
+        Topology::standard(regions, shards, 1).expect("valid topology"),
+        NetworkModel::preset("metro", 3).expect("preset"),
+        ClockModel::preset("perfect").expect("preset"),
+        0,
+    );
+    base.clients = 8;
+    base.txns = 100;
+    let workload: Arc<dyn meridian_workloads::Workload> = Arc::from(
+        meridian_workloads::build(
+            workload,
+            &WorkloadOptions { shards, keys_per_shard: 4, zipf_theta: None },
+        )
+        .expect("workload"),
+    );
+    let mut failures = Vec::new();
+    for seed in first_seed..first_seed + seeds {
+        let (options, plan) = seed_options(&base, seed, true);
+        let report = run(&options, workload.clone()).expect("valid options");
+        if !report.passed() {
+            failures.push(format!(
+                "seed {seed} ({}): {:?}\nREPRODUCE: meridian sim --protocol {} --workload {} \
+                 --shards 3 --replicas 1 --clients 8 --txns 100 --network metro \
+                 --keys-per-shard 4 --faults --seed {seed}",
+                plan.unwrap_or_default(),
+                report.checks.iter().filter(|c| !c.passed).collect::<Vec<_>>(),
+                protocol.name(),
+                workload.name(),
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} seeds failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn occ_list_append_swarm() {
+    swarm(ProtocolKind::Occ, "list-append", 10_000);
+}
+
+#[test]
+fn occ_rw_register_swarm() {
+    swarm(ProtocolKind::Occ, "rw-register", 20_000);
+}
