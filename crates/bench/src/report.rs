@@ -39,6 +39,9 @@ pub fn write_results(out_dir: &Path, output: &RunOutput) -> std::io::Result<Path
     std::fs::create_dir_all(&folder)?;
     let json = serde_json::to_string_pretty(output).map_err(std::io::Error::other)?;
     std::fs::write(folder.join("stats.json"), json)?;
+    if let Some(history) = &output.history_json {
+        std::fs::write(folder.join("history.json"), history)?;
+    }
     Ok(folder)
 }
 

@@ -95,6 +95,10 @@ pub struct RunOutput {
     pub checks_note: Option<String>,
     /// Per-link delays.
     pub links: Vec<LinkReport>,
+    /// The recorded history (elle-cli JSON) for workloads that record one; written beside
+    /// `stats.json` as `history.json`.
+    #[serde(skip)]
+    pub history_json: Option<String>,
 }
 
 impl RunOutput {
@@ -205,7 +209,9 @@ async fn embedded<N: ProtocolNode>(
     let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
     let checks = checker.check(&stores);
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
-    Ok(output(experiment, "embedded", &workload, &stats, checks, None, links))
+    let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
+    out.history_json = checker.history_json();
+    Ok(out)
 }
 
 fn leader_stores<'a, N: ProtocolNode>(
@@ -271,6 +277,11 @@ async fn drive(
         collect(&mut stats);
     }
     collect(&mut stats);
+    for (_, pool) in pools {
+        for (client, request, txn, at) in pool.lock().expect("client lock").unanswered_requests() {
+            checker.unanswered(client, request, &txn, at);
+        }
+    }
     // Clients hear a commit once it is decided; give the decisions time to reach participants.
     tokio::time::sleep(Duration::from_nanos(3 * owd_ns_max + 50 * NS_PER_MS)).await;
     bar.finish_and_clear();
@@ -315,6 +326,7 @@ fn output(
         checks,
         checks_note,
         links,
+        history_json: None,
     }
 }
 
@@ -383,8 +395,17 @@ async fn remote<N: ProtocolNode>(
     let stats = drive(experiment, &pools, checker.as_mut()).await;
     let results = cluster.stop().await;
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
-    let note = "the shard stores live in the server processes; invariant checks run in embedded and simulated runs".to_string();
-    Ok(output(experiment, "tcp", &workload, &stats, Vec::new(), Some(note), links))
+    // Checks of the recorded history need only what the clients saw; checks of the stores
+    // cannot run here, because the stores live in the server processes.
+    let (checks, note) = if checker.needs_stores() {
+        let note = "the shard stores live in the server processes; store checks run in embedded and simulated runs";
+        (Vec::new(), Some(note.to_string()))
+    } else {
+        (checker.check(&[]), None)
+    };
+    let mut out = output(experiment, "tcp", &workload, &stats, checks, note, links);
+    out.history_json = checker.history_json();
+    Ok(out)
 }
 
 /// Runs node `node` of a cluster file until the process is interrupted.

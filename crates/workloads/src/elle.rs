@@ -518,6 +518,10 @@ impl InvariantCheck for ElleCheck {
         vec![CheckResult { name, passed, detail }]
     }
 
+    fn needs_stores(&self) -> bool {
+        false
+    }
+
     fn history_json(&self) -> Option<String> {
         Some(self.history().to_json())
     }

@@ -53,6 +53,11 @@ pub trait InvariantCheck: Send {
     }
     /// Checks the final state of every shard (one store per shard, e.g. its leader's).
     fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult>;
+    /// True when [`Self::check`] needs the final stores; false when it checks only what the
+    /// clients saw (so it can run against a cluster of other processes).
+    fn needs_stores(&self) -> bool {
+        true
+    }
     /// The recorded history in elle-cli JSON, for workloads that record one.
     fn history_json(&self) -> Option<String> {
         None
