@@ -189,3 +189,28 @@ fn seed_116_a_refused_one_round_commit_stays_refused() {
     // committed too: the same append appeared twice in a list.
     assert_passed(&swarm_seed(116));
 }
+
+/// `bank` under the swarm setup (3 shards, 5 accounts each).
+fn bank_swarm_seed(seed: u64) -> SimRunReport {
+    let mut base = options(seed, "metro", 3, 200);
+    base.clients = 8;
+    let (opts, _) = crate::swarm::seed_options(&base, seed, true);
+    let workload = Arc::from(
+        meridian_workloads::build(
+            "bank",
+            &WorkloadOptions { shards: 3, keys_per_shard: 5, zipf_theta: None },
+        )
+        .unwrap(),
+    );
+    run(&opts, workload).unwrap()
+}
+
+#[test]
+fn seed_31_a_coordinator_crash_after_its_commit_decision_leaves_no_half_transfer() {
+    // The coordinator decided a transfer, one shard's commit message was lost, and the
+    // coordinator crashed: the other shard stayed prepared forever and the money was off by the
+    // transfer. Participants now settle such attempts among themselves.
+    let report = bank_swarm_seed(31);
+    assert_passed(&report);
+    assert!(report.checks.iter().any(|c| c.name == "bank-total" && c.passed));
+}

@@ -13,7 +13,7 @@ use meridian_workloads::WorkloadOptions;
 use std::sync::Arc;
 
 /// Seeds per protocol and workload by default.
-const SEEDS_DEFAULT: u64 = 150;
+const SEEDS_DEFAULT: u64 = 250;
 
 fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
     let seeds = std::env::var("MERIDIAN_SWARM_SEEDS")
@@ -65,4 +65,14 @@ fn occ_list_append_swarm() {
 #[test]
 fn occ_rw_register_swarm() {
     swarm(ProtocolKind::Occ, "rw-register", 20_000);
+}
+
+#[test]
+fn occ_bank_swarm() {
+    swarm(ProtocolKind::Occ, "bank", 30_000);
+}
+
+#[test]
+fn occ_micro_tiga_swarm() {
+    swarm(ProtocolKind::Occ, "micro-tiga", 40_000);
 }

@@ -51,6 +51,11 @@ pub struct Zipf {
 }
 
 impl Zipf {
+    /// The skew.
+    pub fn theta(&self) -> f64 {
+        self.theta
+    }
+
     /// A distribution with skew `theta` in (0, 1).
     pub fn new(items: u64, theta: f64) -> Result<Self, ConfigError> {
         if !(theta > 0.0 && theta < 1.0) {

@@ -5,10 +5,12 @@
 //! client pool are sans-IO and seeded: the same seed gives the same transactions.
 #![deny(unsafe_code)]
 
+pub mod bank;
 pub mod clients;
 pub mod dist;
 pub mod elle;
 pub mod micro;
+pub mod tiga;
 
 pub use clients::Completion;
 use meridian_core::error::unknown_name;
@@ -18,7 +20,8 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 3] = ["micro-luigi", "list-append", "rw-register"];
+pub const WORKLOADS: [&str; 5] =
+    ["micro-luigi", "micro-tiga", "bank", "list-append", "rw-register"];
 
 /// Produces one client's transactions.
 pub trait TxnGenerator: Send {
@@ -97,6 +100,8 @@ pub struct WorkloadOptions {
 pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>, ConfigError> {
     match name {
         "micro-luigi" => Ok(Box::new(micro::MicroLuigi::new(options)?)),
+        "micro-tiga" => Ok(Box::new(tiga::MicroTiga::new(options)?)),
+        "bank" => Ok(Box::new(bank::Bank::new(options)?)),
         "list-append" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::ListAppend, options)?)),
         "rw-register" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::RwRegister, options)?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),

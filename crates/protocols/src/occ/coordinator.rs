@@ -11,8 +11,8 @@
 //! - a commit is decided only with a yes vote from every participant.
 
 use super::{
-    Decision, ExecFailure, OccMsg, PieceCall, PieceRun, ScanCheck, TimerPurpose, Timers,
-    VersionTag, Vote, WriteBuffer,
+    Conflict, Decision, ExecFailure, OccMsg, PeerState, PieceCall, PieceRun, ScanCheck,
+    TimerPurpose, Timers, VersionTag, Vote, WriteBuffer,
 };
 use crate::NodeContext;
 use meridian_core::key::Key;
@@ -462,7 +462,15 @@ impl Coordinator {
             let writes = attempt.writes_on(shard);
             out.send(
                 self.leader(shard),
-                OccMsg::Prepare { txn, shard, reads, scans, writes, one_phase },
+                OccMsg::Prepare {
+                    txn,
+                    shard,
+                    reads,
+                    scans,
+                    writes,
+                    one_phase,
+                    participants: participants.iter().copied().collect(),
+                },
             );
         }
         attempt.phase = match participants.first() {
@@ -683,6 +691,53 @@ impl Coordinator {
         }
     }
 
+    /// A participant's answer to `Query` for an attempt whose votes were missing: prepared
+    /// counts as a yes vote; refused means abort (safe: that shard will never prepare it);
+    /// committed means the participants decided it without us.
+    pub(super) fn on_state(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        shard: ShardId,
+        state: PeerState,
+        timers: &mut Timers,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let Some(attempt) = self.attempts.get(&txn) else { return };
+        if attempt.phase != Phase::Preparing || !attempt.waiting.contains(&shard) {
+            return;
+        }
+        match state {
+            PeerState::Prepared(ts) => {
+                self.on_prepared(now, txn, shard, Vote::Yes(ts), timers, out);
+            }
+            PeerState::Decided(Decision::Aborted) => {
+                self.on_prepared(now, txn, shard, Vote::No(Conflict::AlreadyAborted), timers, out);
+            }
+            PeerState::Decided(Decision::Committed(ts)) => {
+                let attempt = self.attempts.remove(&txn).expect("checked above");
+                let participants = attempt.participants();
+                for &peer in &participants {
+                    out.send(
+                        self.leaders[peer.0 as usize],
+                        OccMsg::Commit { txn, shard: peer, ts },
+                    );
+                }
+                let retransmit_at = now + self.context.timing.rpc_timeout_ns;
+                let decision = Decision::Committed(ts);
+                self.finishing
+                    .insert(txn, Finishing { decision, unacked: participants, retransmit_at });
+                self.complete(
+                    attempt.request,
+                    Some((txn, &attempt)),
+                    TxnResult::Committed,
+                    Some(ts),
+                    out,
+                );
+            }
+        }
+    }
+
     /// The coordinator's periodic check: phases past their deadline time out, and decisions
     /// not yet acknowledged go again. One timer for all attempts keeps the timer table as
     /// small as the node's work, however fast attempts finish.
@@ -694,9 +749,15 @@ impl Coordinator {
             match attempt.phase {
                 // Execution keeps no state at participants: just start over.
                 Phase::Executing => self.retry(now, attempt, timers, out),
+                // Votes are missing. Aborting now could contradict participants that, all
+                // prepared, commit on their own (see `Participant::try_terminate`); instead ask
+                // the silent ones, which refuse the attempt if they have not prepared it.
                 Phase::Preparing => {
-                    self.abort_prepared(now, txn, &attempt, out);
-                    self.retry(now, attempt, timers, out);
+                    for &shard in &attempt.waiting {
+                        out.send(self.leaders[shard.0 as usize], OccMsg::Query { txn, shard });
+                    }
+                    attempt.deadline = now + self.context.timing.rpc_timeout_ns;
+                    self.attempts.insert(txn, attempt);
                 }
                 // The outcome of a one-round commit is unknown: ask until it is known.
                 Phase::ExecuteCommit(shard)

@@ -14,9 +14,20 @@
 //!    the decision. Read-only participants hold their read locks too: releasing them early lets
 //!    two transactions with crossed read and write sets both commit (write skew).
 //! 3. **Decide.** All yes → commit at the largest proposed timestamp (each proposal is above every
-//!    version the participant's keys hold, so versions stay ordered); any no or a timeout → abort
-//!    and retry with exponential backoff as a new attempt. The client hears the outcome as soon as
-//!    it is decided; `Commit`/`Abort` are retransmitted until every participant acknowledges.
+//!    version the participant's keys hold, so versions stay ordered); any no → abort and retry
+//!    with exponential backoff as a new attempt. The client hears the outcome as soon as it is
+//!    decided; `Commit`/`Abort` are retransmitted until every participant acknowledges.
+//!
+//! **The commit rule.** An attempt commits exactly when every participant has prepared it. The
+//! coordinator never aborts an attempt whose votes are merely missing: it sends `Query` to the
+//! silent participants, and a participant that has not prepared the attempt refuses it for good
+//! (answers aborted), after which aborting is safe; one that has prepared counts as a yes. A
+//! participant holding a prepared attempt whose coordinator went quiet (crashed, partitioned)
+//! for `TERMINATE_AFTER_TIMEOUTS` RPC timeouts runs the same query against the other
+//! participants: any decided → that decision; all prepared → commit at the largest proposal,
+//! which is what the coordinator would have chosen. So a coordinator crash after its decision
+//! never leaves a transaction half applied, and prepared locks never outlive a crashed
+//! coordinator (found by the swarm, seed 31 of `bank`).
 //!
 //! Two shortcuts that keep the guarantees: when every piece lives on one shard the coordinator
 //! sends `ExecuteCommit`, which runs and commits atomically at that shard (one round trip); when
@@ -29,6 +40,9 @@
 //! duplicate `Commit` is acknowledged again. An attempt whose outcome the coordinator cannot know
 //! (a one-round commit that timed out) is resolved by asking with `Abort`: the participant either
 //! aborts it for good or answers that it committed, so a request never commits twice.
+//!
+//! Coordinators keep no durable state; attempt ids follow the node's clock so that a restarted
+//! coordinator never reuses one.
 //!
 //! Replication seam: this module runs one replica per shard. The replication issue puts each
 //! participant's prepare and decision records through the shard's Raft log (see
@@ -46,7 +60,7 @@ use meridian_core::txn::{
 };
 use meridian_core::{NodeId, ShardId, Time, Timestamp, TxnId};
 use meridian_storage::MvccStore;
-use participant::Participant;
+use participant::{Participant, PrepareArgs};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -197,6 +211,8 @@ pub enum OccMsg {
         writes: Vec<Write>,
         /// The only participant: commit at once if valid.
         one_phase: bool,
+        /// Every participant of the attempt (for termination without the coordinator).
+        participants: Vec<ShardId>,
     },
     /// Participant → coordinator: the vote.
     Prepared {
@@ -233,6 +249,33 @@ pub enum OccMsg {
         /// What happened.
         decision: Decision,
     },
+    /// Coordinator or participant → participant: where does this attempt stand here? A shard
+    /// that has not prepared it refuses it from now on (answers aborted), so the asker's
+    /// verdict cannot be overtaken by a late prepare.
+    Query {
+        /// The attempt.
+        txn: TxnId,
+        /// The shard asked.
+        shard: ShardId,
+    },
+    /// The answer to `Query`.
+    State {
+        /// The attempt.
+        txn: TxnId,
+        /// The shard answering.
+        shard: ShardId,
+        /// Where it stands.
+        state: PeerState,
+    },
+}
+
+/// Where an attempt stands at one participant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerState {
+    /// Prepared (voted yes) with this proposal; not decided.
+    Prepared(Timestamp),
+    /// Decided.
+    Decided(Decision),
 }
 
 /// Purpose of a timer (the node keeps a table from `TimerId` to purpose).
@@ -350,9 +393,13 @@ impl Node for OccNode {
                     out.send(from, OccMsg::ExecutedCommit { txn, shard, result });
                 }
             }
-            OccMsg::Prepare { txn, shard, reads, scans, writes, one_phase } => {
+            OccMsg::Prepare { txn, shard, reads, scans, writes, one_phase, participants } => {
                 if let Some(p) = self.participant(shard) {
-                    let vote = p.on_prepare(now, txn, reads, scans, writes, one_phase);
+                    let vote = p.on_prepare(
+                        now,
+                        txn,
+                        PrepareArgs { reads, scans, writes, one_phase, participants },
+                    );
                     out.send(from, OccMsg::Prepared { txn, shard, vote });
                 }
             }
@@ -366,6 +413,21 @@ impl Node for OccNode {
                 if let Some(p) = self.participant(shard) {
                     let decision = p.on_decision(txn, Decision::Aborted);
                     out.send(from, OccMsg::Finished { txn, shard, decision });
+                }
+            }
+            OccMsg::Query { txn, shard } => {
+                if let Some(p) = self.participant(shard) {
+                    let state = p.on_query(txn);
+                    out.send(from, OccMsg::State { txn, shard, state });
+                }
+            }
+            OccMsg::State { txn, shard, state } => {
+                // For whoever asked: a participant terminating the attempt, or the coordinator.
+                for participant in self.participants.values_mut() {
+                    participant.on_peer_state(txn, shard, state, out);
+                }
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.on_state(now, txn, shard, state, &mut self.timers, out);
                 }
             }
             reply @ (OccMsg::Executed { .. }
@@ -383,7 +445,7 @@ impl Node for OccNode {
         match self.timers.take(timer) {
             Some(TimerPurpose::Gc) => {
                 for participant in self.participants.values_mut() {
-                    participant.on_gc_tick();
+                    participant.on_gc_tick(now, out);
                 }
                 self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
             }

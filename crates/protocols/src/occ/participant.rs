@@ -8,10 +8,14 @@
 //! - a commit installs versions above every version the key held at prepare (the proposal rule),
 //!   so the store accepts them.
 
-use super::{Conflict, Decision, ExecFailure, PieceCall, PieceRun, ScanCheck, VersionTag, Vote};
+use super::{
+    Conflict, Decision, ExecFailure, OccMsg, PeerState, PieceCall, PieceRun, ScanCheck, VersionTag,
+    Vote,
+};
 use crate::NodeContext;
 use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
+use meridian_core::node::Outbox;
 use meridian_core::txn::{
     Args, KeySet, PieceEffects, PieceOutput, PlanContext, ProcError, ProcId, Procedure, Reads,
     ScanRange, Write, PIECES_MAX, PIECE_KEYS_MAX,
@@ -23,6 +27,17 @@ use std::sync::Arc;
 
 /// Decided attempts remembered per shard, to refuse late prepares and re-acknowledge decisions.
 const DECIDED_MAX: usize = 1 << 20;
+/// A prepared attempt whose coordinator has been quiet this many RPC timeouts is decided with
+/// the other participants. Longer than the coordinator's own timeout, so a live coordinator
+/// usually decides first (either way the outcome is the same).
+const TERMINATE_AFTER_TIMEOUTS: u64 = 3;
+/// Prepared attempts whose termination one GC tick starts or continues.
+const TERMINATIONS_PER_TICK_MAX: usize = 1_024;
+
+/// The node hosting `shard`'s participant (replica 0 until replication arrives).
+fn leader_of(context: &NodeContext, shard: ShardId) -> meridian_core::NodeId {
+    context.topology.replica_node(shard, 0).expect("a validated topology hosts every shard")
+}
 
 /// Locks one key holds.
 #[derive(Debug, Default)]
@@ -38,6 +53,31 @@ struct Prepared {
     scans: Vec<ScanRange>,
     writes: Vec<Write>,
     proposal: Timestamp,
+    /// Every participant of the attempt.
+    participants: Vec<ShardId>,
+    /// When it prepared here (this node's clock).
+    prepared_at: Time,
+}
+
+/// What a `Prepare` asks of one participant.
+pub(super) struct PrepareArgs {
+    /// Reads on this shard and the versions seen.
+    pub(super) reads: Vec<(Key, Option<VersionTag>)>,
+    /// Scans on this shard and the rows seen.
+    pub(super) scans: Vec<ScanCheck>,
+    /// Writes on this shard.
+    pub(super) writes: Vec<Write>,
+    /// The only participant: commit at once if valid.
+    pub(super) one_phase: bool,
+    /// Every participant of the attempt.
+    pub(super) participants: Vec<ShardId>,
+}
+
+/// A prepared attempt whose coordinator went quiet, being decided with the other participants.
+#[derive(Debug, Default)]
+struct Termination {
+    /// Answers so far, by shard.
+    states: BTreeMap<ShardId, PeerState>,
 }
 
 /// The participant of one shard.
@@ -51,6 +91,7 @@ pub(super) struct Participant {
     decided: FixedHashMap<TxnId, Decision>,
     decided_order: VecDeque<TxnId>,
     ts_last: Timestamp,
+    terminating: BTreeMap<TxnId, Termination>,
 }
 
 fn tag(version: Option<&Version>) -> Option<VersionTag> {
@@ -68,6 +109,7 @@ impl Participant {
             decided: FixedHashMap::default(),
             decided_order: VecDeque::new(),
             ts_last: Timestamp::ZERO,
+            terminating: BTreeMap::new(),
         }
     }
 
@@ -264,15 +306,8 @@ impl Participant {
     }
 
     /// Validates and locks; with `one_phase`, commits at once.
-    pub(super) fn on_prepare(
-        &mut self,
-        now: Time,
-        txn: TxnId,
-        reads: Vec<(Key, Option<VersionTag>)>,
-        scans: Vec<ScanCheck>,
-        writes: Vec<Write>,
-        one_phase: bool,
-    ) -> Vote {
+    pub(super) fn on_prepare(&mut self, now: Time, txn: TxnId, request: PrepareArgs) -> Vote {
+        let PrepareArgs { reads, scans, writes, one_phase, participants } = request;
         match self.decided.get(&txn) {
             Some(Decision::Aborted) => return Vote::No(Conflict::AlreadyAborted),
             Some(&Decision::Committed(ts)) => return Vote::Committed(ts),
@@ -309,8 +344,15 @@ impl Participant {
             assert!(lock.writer.is_none(), "two prepared writers on {:?}", write.key);
             lock.writer = Some(txn);
         }
-        self.prepared
-            .insert(txn, Prepared { reads: read_keys, scans: scan_ranges, writes, proposal });
+        let prepared = Prepared {
+            reads: read_keys,
+            scans: scan_ranges,
+            writes,
+            proposal,
+            participants,
+            prepared_at: now,
+        };
+        self.prepared.insert(txn, prepared);
         Vote::Yes(proposal)
     }
 
@@ -402,6 +444,7 @@ impl Participant {
             return decision;
         };
         self.release(txn, &prepared);
+        self.terminating.remove(&txn);
         // Replication seam: the decision record goes through the shard's log before the ack.
         if let Decision::Committed(ts) = decision {
             assert!(ts >= prepared.proposal, "commit below the proposal");
@@ -453,14 +496,91 @@ impl Participant {
     }
 
     /// Raises the GC watermark: keep `gc_retention_ns` of history, and never pass a prepared
-    /// attempt's proposal (its commit will write at or above it).
-    pub(super) fn on_gc_tick(&mut self) {
+    /// attempt's proposal (its commit will write at or above it). Then starts or continues the
+    /// termination of prepared attempts whose coordinator has been quiet too long.
+    pub(super) fn on_gc_tick(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
         let mut watermark =
             Timestamp(self.ts_last.0.saturating_sub(self.context.timing.gc_retention_ns));
         if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
             watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
         }
         self.store.set_gc_watermark(watermark);
+        let quiet_ns = TERMINATE_AFTER_TIMEOUTS * self.context.timing.rpc_timeout_ns;
+        let stale = self
+            .prepared
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.prepared_at) >= quiet_ns)
+            .take(TERMINATIONS_PER_TICK_MAX);
+        for (&txn, prepared) in stale {
+            let termination = self.terminating.entry(txn).or_default();
+            for &shard in prepared.participants.iter().filter(|&&s| s != self.shard) {
+                if !termination.states.contains_key(&shard) {
+                    out.send(leader_of(&self.context, shard), OccMsg::Query { txn, shard });
+                }
+            }
+        }
+    }
+
+    /// Where `txn` stands here. An attempt this shard has not prepared is refused from now on,
+    /// so whoever asked may decide without it.
+    pub(super) fn on_query(&mut self, txn: TxnId) -> PeerState {
+        if let Some(&decision) = self.decided.get(&txn) {
+            return PeerState::Decided(decision);
+        }
+        if let Some(prepared) = self.prepared.get(&txn) {
+            return PeerState::Prepared(prepared.proposal);
+        }
+        self.remember(txn, Decision::Aborted);
+        PeerState::Decided(Decision::Aborted)
+    }
+
+    /// A peer's answer for an attempt this participant is terminating.
+    pub(super) fn on_peer_state(
+        &mut self,
+        txn: TxnId,
+        shard: ShardId,
+        state: PeerState,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let Some(termination) = self.terminating.get_mut(&txn) else { return };
+        termination.states.insert(shard, state);
+        self.try_terminate(txn, out);
+    }
+
+    /// Decides `txn` once the answers allow: a peer that decided settles it; all prepared
+    /// means the coordinator could only have committed (at the largest proposal). The decision
+    /// is applied here and sent to the other participants.
+    fn try_terminate(&mut self, txn: TxnId, out: &mut Outbox<OccMsg>) {
+        let (Some(termination), Some(prepared)) =
+            (self.terminating.get(&txn), self.prepared.get(&txn))
+        else {
+            return;
+        };
+        let mut decided = None;
+        let mut ts_max = prepared.proposal;
+        let mut all_prepared = true;
+        for &shard in prepared.participants.iter().filter(|&&s| s != self.shard) {
+            match termination.states.get(&shard) {
+                Some(PeerState::Decided(d)) => decided = Some(*d),
+                Some(PeerState::Prepared(p)) => ts_max = ts_max.max(*p),
+                None => all_prepared = false,
+            }
+        }
+        let decision = match decided {
+            Some(d) => d,
+            None if all_prepared => Decision::Committed(ts_max),
+            None => return,
+        };
+        let peers: Vec<ShardId> =
+            prepared.participants.iter().copied().filter(|&s| s != self.shard).collect();
+        self.on_decision(txn, decision);
+        for shard in peers {
+            let msg = match decision {
+                Decision::Committed(ts) => OccMsg::Commit { txn, shard, ts },
+                Decision::Aborted => OccMsg::Abort { txn, shard },
+            };
+            out.send(leader_of(&self.context, shard), msg);
+        }
     }
 
     /// The context this participant was built from (tests build more from it).

@@ -576,10 +576,13 @@ fn late_prepare_after_abort_is_refused() {
     let vote = participant.on_prepare(
         0,
         txn,
-        vec![],
-        vec![],
-        vec![Write { key: key(1), value: None }],
-        false,
+        PrepareArgs {
+            reads: vec![],
+            scans: vec![],
+            writes: vec![Write { key: key(1), value: None }],
+            one_phase: false,
+            participants: vec![ShardId(0), ShardId(1)],
+        },
     );
     assert_eq!(vote, Vote::No(Conflict::AlreadyAborted));
     assert_eq!((participant.prepared_count(), participant.lock_count()), (0, 0));
@@ -592,16 +595,29 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
     let mut participant = Participant::new(ShardId(0), context);
     let (t1, t2) = (TxnId { origin: COORDINATOR, seq: 1 }, TxnId { origin: COORDINATOR, seq: 2 });
     assert!(matches!(
-        participant.on_prepare(10, t1, vec![(key(1), None)], vec![], vec![], false),
+        participant.on_prepare(
+            10,
+            t1,
+            PrepareArgs {
+                reads: vec![(key(1), None)],
+                scans: vec![],
+                writes: vec![],
+                one_phase: false,
+                participants: vec![ShardId(0), ShardId(1)]
+            }
+        ),
         Vote::Yes(_)
     ));
     let blocked = participant.on_prepare(
         10,
         t2,
-        vec![],
-        vec![],
-        vec![Write { key: key(1), value: Some(vec![0; 8]) }],
-        false,
+        PrepareArgs {
+            reads: vec![],
+            scans: vec![],
+            writes: vec![Write { key: key(1), value: Some(vec![0; 8]) }],
+            one_phase: false,
+            participants: vec![ShardId(0), ShardId(1)],
+        },
     );
     assert_eq!(blocked, Vote::No(Conflict::Locked));
     let t3 = TxnId { origin: COORDINATOR, seq: 3 };
@@ -609,23 +625,46 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
         participant.on_prepare(
             10,
             t3,
-            vec![],
-            vec![],
-            vec![Write { key: key(2), value: None }],
-            false
+            PrepareArgs {
+                reads: vec![],
+                scans: vec![],
+                writes: vec![Write { key: key(2), value: None }],
+                one_phase: false,
+                participants: vec![ShardId(0), ShardId(1)]
+            }
         ),
         Vote::Yes(_)
     ));
     let t4 = TxnId { origin: COORDINATOR, seq: 4 };
     assert_eq!(
-        participant.on_prepare(10, t4, vec![(key(2), None)], vec![], vec![], false),
+        participant.on_prepare(
+            10,
+            t4,
+            PrepareArgs {
+                reads: vec![(key(2), None)],
+                scans: vec![],
+                writes: vec![],
+                one_phase: false,
+                participants: vec![ShardId(0), ShardId(1)]
+            }
+        ),
         Vote::No(Conflict::Locked)
     );
     // A stale read is refused even with no lock held.
     participant.on_decision(t3, Decision::Committed(Timestamp(500)));
     let t5 = TxnId { origin: COORDINATOR, seq: 5 };
     assert_eq!(
-        participant.on_prepare(10, t5, vec![(key(2), None)], vec![], vec![], false),
+        participant.on_prepare(
+            10,
+            t5,
+            PrepareArgs {
+                reads: vec![(key(2), None)],
+                scans: vec![],
+                writes: vec![],
+                one_phase: false,
+                participants: vec![ShardId(0), ShardId(1)]
+            }
+        ),
         Vote::No(Conflict::Stale)
     );
     participant.on_decision(t1, Decision::Aborted);
@@ -645,4 +684,52 @@ fn unknown_procedures_and_non_coordinators_get_clear_failures() {
     assert!(
         matches!(out.drain().next(), Some(Effect::Reply { outcome, .. }) if matches!(outcome.result, TxnResult::Failed(TxnFailure::Rejected(_))))
     );
+}
+
+/// Both participants prepared; the coordinator hears nothing more (as if it crashed). The
+/// participants find each other prepared and commit on their own, at the same timestamp.
+#[test]
+fn participants_commit_an_attempt_all_of_them_prepared_when_the_coordinator_is_gone() {
+    let mut net = Net::new();
+    net.filter = Box::new(|to, msg| match msg {
+        OccMsg::Prepared { .. } | OccMsg::State { .. } | OccMsg::Finished { .. }
+            if to == COORDINATOR =>
+        {
+            Delivery::Drop
+        }
+        _ => Delivery::Deliver,
+    });
+    net.submit(1, rw(&[5, 105], &[(5, 55), (105, 155)]));
+    net.run_until(|net| net.value(5).is_some() && net.value(105).is_some());
+    assert!(!net.replies.contains_key(&RequestId(1)), "the coordinator never heard");
+    assert_eq!((net.value(5), net.value(105)), (Some(55), Some(155)));
+    let ts = |shard: u32, id: u64| {
+        net.nodes[shard as usize].participants[&ShardId(shard)].store().versions(&key(id))[0].ts
+    };
+    assert_eq!(ts(0, 5), ts(1, 105), "one commit timestamp on both shards");
+    net.assert_quiescent();
+}
+
+/// One participant never saw the prepare. Asked by the other, it refuses the attempt for good,
+/// so the prepared one aborts, and a late prepare is refused.
+#[test]
+fn participants_abort_an_attempt_one_of_them_never_prepared() {
+    let mut net = Net::new();
+    net.filter = Box::new(|to, msg| match msg {
+        OccMsg::Prepared { .. } | OccMsg::State { .. } | OccMsg::Finished { .. }
+            if to == COORDINATOR =>
+        {
+            Delivery::Drop
+        }
+        OccMsg::Prepare { shard: ShardId(1), .. } => Delivery::Drop,
+        _ => Delivery::Deliver,
+    });
+    net.submit(1, rw(&[5, 105], &[(5, 55), (105, 155)]));
+    net.run_until(|net| net.nodes[0].participants[&ShardId(0)].prepared_count() == 1);
+    net.run_until(|net| net.nodes[0].participants[&ShardId(0)].prepared_count() == 0);
+    assert_eq!((net.value(5), net.value(105)), (None, None), "nothing installed");
+    net.assert_quiescent();
+    let shard1 = net.nodes[1].participants.get_mut(&ShardId(1)).unwrap();
+    let txn = TxnId { origin: COORDINATOR, seq: 1_000 * NS_PER_MS };
+    assert_eq!(shard1.on_query(txn), PeerState::Decided(Decision::Aborted));
 }

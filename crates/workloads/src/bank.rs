@@ -1,0 +1,504 @@
+//! `bank`: a closed economy (Jepsen's bank test, YCSB+T's closed economy workload). Accounts
+//! start with [`INITIAL_BALANCE_CENTS`] each; 90% of transactions move 1 to
+//! [`TRANSFER_CENTS_MAX`] cents between two distinct accounts (a user abort when the payer
+//! cannot cover it: never retried, nothing written), 10% read [`AUDIT_ACCOUNTS`] accounts.
+//! Accounts are chosen uniformly or with Zipf skew, over every shard, so most transfers with
+//! several shards cross them.
+//!
+//! Keys are `table 3 ‖ account:u64`, shard `account / keys_per_shard`; a balance is an `i64`
+//! (cents) little-endian. Money is integer cents throughout.
+//!
+//! Invariants (`bank-total`, checked on the final stores): every account exists, no balance is
+//! negative, and the balances sum to the initial total. A transfer applied on one side only, a
+//! lost update or a write of an aborted transfer breaks the sum.
+
+use crate::dist::KeyDist;
+use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
+use meridian_core::key::Key;
+use meridian_core::rng::{child_rng, uniform_u64, Rng};
+use meridian_core::txn::{
+    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
+    PlanContext, ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, UserAbort,
+    Write,
+};
+use meridian_core::{ConfigError, RequestId, ShardId};
+use meridian_storage::MvccStore;
+use std::sync::Arc;
+
+/// The table byte of accounts.
+pub const BANK_TABLE: u8 = 3;
+/// Every account's opening balance (cents).
+pub const INITIAL_BALANCE_CENTS: i64 = 10_000;
+/// Largest transfer (cents).
+pub const TRANSFER_CENTS_MAX: u64 = 500;
+/// Accounts an audit reads.
+pub const AUDIT_ACCOUNTS: usize = 4;
+/// Percent of transactions that are transfers.
+pub const TRANSFER_PERCENT: u64 = 90;
+/// Draws spent looking for an account not yet in the transaction.
+const DISTINCT_DRAWS_MAX: u32 = 100;
+
+const TRANSFER: ProcId = ProcId(0);
+const AUDIT: ProcId = ProcId(1);
+
+/// The key of `account`.
+pub fn account_key(account: u64) -> Key {
+    Key::table(BANK_TABLE).u64(account).build()
+}
+
+fn balance_of(value: Option<&Vec<u8>>) -> Option<i64> {
+    let bytes: [u8; 8] = value?.as_slice().try_into().ok()?;
+    Some(i64::from_le_bytes(bytes))
+}
+
+/// The workload.
+#[derive(Debug)]
+pub struct Bank {
+    shards: u32,
+    accounts_per_shard: u64,
+    dist: KeyDist,
+}
+
+impl Bank {
+    /// Checks the options and builds the workload.
+    pub fn new(options: &WorkloadOptions) -> Result<Self, ConfigError> {
+        if options.shards == 0 {
+            return Err(ConfigError::new("bank needs at least one shard"));
+        }
+        let accounts = u64::from(options.shards) * options.keys_per_shard;
+        if accounts < AUDIT_ACCOUNTS as u64 {
+            return Err(ConfigError::new(format!(
+                "bank needs at least {AUDIT_ACCOUNTS} accounts in all, got {accounts}"
+            )));
+        }
+        let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
+        Ok(Self { shards: options.shards, accounts_per_shard: options.keys_per_shard, dist })
+    }
+
+    fn accounts(&self) -> u64 {
+        u64::from(self.shards) * self.accounts_per_shard
+    }
+}
+
+impl Workload for Bank {
+    fn name(&self) -> &'static str {
+        "bank"
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": "bank",
+            "accounts": self.accounts(),
+            "initial_balance_cents": INITIAL_BALANCE_CENTS,
+            "transfer_percent": TRANSFER_PERCENT,
+            "transfer_cents_max": TRANSFER_CENTS_MAX,
+            "audit_accounts": AUDIT_ACCOUNTS,
+            "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
+        })
+    }
+
+    fn registry(&self) -> Registry {
+        let mut registry = Registry::default();
+        let per_shard = self.accounts_per_shard;
+        registry.register(Arc::new(Transfer { per_shard }));
+        registry.register(Arc::new(Audit { per_shard }));
+        registry
+    }
+
+    fn partitioner(&self) -> Partitioner {
+        Partitioner::new(
+            self.shards,
+            PartitionRule::LeadingInt { base: 0, per_shard: self.accounts_per_shard },
+        )
+        .expect("validated in new")
+    }
+
+    fn load(&self, shard: ShardId, store: &mut MvccStore) {
+        let first = u64::from(shard.0) * self.accounts_per_shard;
+        for account in first..first + self.accounts_per_shard {
+            store.load(account_key(account), INITIAL_BALANCE_CENTS.to_le_bytes().to_vec());
+        }
+    }
+
+    fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
+        Box::new(BankGenerator {
+            rng: child_rng(seed, "bank-client", u64::from(client)),
+            shards: self.shards,
+            per_shard: self.accounts_per_shard,
+            dist: self.dist.clone(),
+        })
+    }
+
+    fn checker(&self) -> Box<dyn InvariantCheck> {
+        Box::new(BankCheck { accounts: self.accounts() })
+    }
+}
+
+struct BankGenerator {
+    rng: Rng,
+    shards: u32,
+    per_shard: u64,
+    dist: KeyDist,
+}
+
+impl BankGenerator {
+    fn accounts(&mut self, count: usize) -> Vec<u64> {
+        let total = u64::from(self.shards) * self.per_shard;
+        let mut chosen: Vec<u64> = Vec::with_capacity(count);
+        while chosen.len() < count {
+            let mut draws = 0;
+            let mut account = self.draw();
+            while chosen.contains(&account) {
+                draws += 1;
+                account =
+                    if draws < DISTINCT_DRAWS_MAX { self.draw() } else { (account + 1) % total };
+            }
+            chosen.push(account);
+        }
+        chosen
+    }
+
+    fn draw(&mut self) -> u64 {
+        let shard = uniform_u64(&mut self.rng, u64::from(self.shards));
+        shard * self.per_shard + self.dist.sample(&mut self.rng)
+    }
+}
+
+impl TxnGenerator for BankGenerator {
+    fn next(&mut self, _request: RequestId) -> TxnRequest {
+        if uniform_u64(&mut self.rng, 100) < TRANSFER_PERCENT {
+            let accounts = self.accounts(2);
+            let cents = 1 + uniform_u64(&mut self.rng, TRANSFER_CENTS_MAX);
+            TxnRequest {
+                proc: TRANSFER,
+                args: vec![Datum::Uint(accounts[0]), Datum::Uint(accounts[1]), Datum::Uint(cents)],
+            }
+        } else {
+            let accounts = self.accounts(AUDIT_ACCOUNTS);
+            TxnRequest {
+                proc: AUDIT,
+                args: vec![Datum::List(accounts.into_iter().map(Datum::Uint).collect())],
+            }
+        }
+    }
+}
+
+/// Moves `args[2]` cents from account `args[0]` to account `args[1]`: one piece per shard.
+#[derive(Debug)]
+struct Transfer {
+    per_shard: u64,
+}
+
+impl Transfer {
+    fn parse(args: &Args) -> Result<(u64, u64, i64), ProcError> {
+        match args.as_slice() {
+            [Datum::Uint(from), Datum::Uint(to), Datum::Uint(cents)]
+                if from != to && *cents > 0 && *cents <= TRANSFER_CENTS_MAX =>
+            {
+                Ok((*from, *to, *cents as i64))
+            }
+            _ => Err(ProcError::BadArgs(format!(
+                "transfer takes [from, to, cents] with distinct accounts and 1..={TRANSFER_CENTS_MAX} cents"
+            ))),
+        }
+    }
+
+    /// The accounts piece `piece` handles: both on one shard, or one each.
+    fn accounts_of(&self, piece: u32, args: &Args) -> Result<Vec<u64>, ProcError> {
+        let (from, to, _) = Self::parse(args)?;
+        let same = from / self.per_shard == to / self.per_shard;
+        match (piece, same) {
+            (0, true) => Ok(vec![from, to]),
+            (0, false) => Ok(vec![from]),
+            (1, false) => Ok(vec![to]),
+            _ => Err(ProcError::BadArgs(format!("transfer has no piece {piece}"))),
+        }
+    }
+}
+
+impl Procedure for Transfer {
+    fn name(&self) -> &'static str {
+        "bank-transfer"
+    }
+
+    fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
+        let (from, to, _) = Self::parse(args)?;
+        let shards = context.partitioner.shards();
+        let mut plan = Vec::new();
+        for account in [from, to] {
+            let shard = (account / self.per_shard) as u32;
+            if shard >= shards {
+                return Err(ProcError::BadArgs(format!("account {account} is beyond the cluster")));
+            }
+            let target = ShardTarget::Shard(ShardId(shard));
+            if plan.iter().all(|p: &PieceSpec| p.target != target) {
+                plan.push(PieceSpec { target, deps: Vec::new() });
+            }
+        }
+        Ok(plan)
+    }
+
+    fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
+        let keys: Vec<Key> = self.accounts_of(piece, args)?.into_iter().map(account_key).collect();
+        Ok(KeySet { reads: keys.clone(), writes: keys, scans: Vec::new() })
+    }
+
+    fn execute(
+        &self,
+        piece: u32,
+        args: &Args,
+        _inputs: &[&PieceOutput],
+        reads: &Reads,
+    ) -> Result<PieceEffects, UserAbort> {
+        let (from, _, cents) = Transfer::parse(args).map_err(|e| UserAbort(e.to_string()))?;
+        let accounts = self.accounts_of(piece, args).map_err(|e| UserAbort(e.to_string()))?;
+        let mut effects = PieceEffects::default();
+        for (account, value) in accounts.into_iter().zip(&reads.values) {
+            let balance = balance_of(value.as_ref())
+                .ok_or_else(|| UserAbort(format!("account {account} is missing or corrupt")))?;
+            let after = if account == from {
+                if balance < cents {
+                    return Err(UserAbort(format!(
+                        "account {account} holds {balance} cents, cannot pay {cents}"
+                    )));
+                }
+                balance - cents
+            } else {
+                balance + cents
+            };
+            effects.writes.push(Write {
+                key: account_key(account),
+                value: Some(after.to_le_bytes().to_vec()),
+            });
+            effects.output.push(Datum::Int(after));
+        }
+        Ok(effects)
+    }
+}
+
+/// Reads the balances of the accounts in `args[0]`: one piece per shard.
+#[derive(Debug)]
+struct Audit {
+    per_shard: u64,
+}
+
+impl Audit {
+    fn accounts(args: &Args) -> Result<Vec<u64>, ProcError> {
+        match args.as_slice() {
+            [Datum::List(items)] if items.len() <= AUDIT_ACCOUNTS => items
+                .iter()
+                .map(|d| d.as_uint().ok_or_else(|| ProcError::BadArgs("accounts are ids".into())))
+                .collect(),
+            _ => Err(ProcError::BadArgs(format!("audit takes [[account; ≤ {AUDIT_ACCOUNTS}]]"))),
+        }
+    }
+
+    fn shards(&self, accounts: &[u64]) -> Vec<u64> {
+        let mut shards: Vec<u64> = accounts.iter().map(|a| a / self.per_shard).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+    }
+}
+
+impl Procedure for Audit {
+    fn name(&self) -> &'static str {
+        "bank-audit"
+    }
+
+    fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
+        let accounts = Self::accounts(args)?;
+        let limit = u64::from(context.partitioner.shards());
+        let shards = self.shards(&accounts);
+        if shards.iter().any(|&s| s >= limit) {
+            return Err(ProcError::BadArgs("an account is beyond the cluster".into()));
+        }
+        Ok(shards
+            .into_iter()
+            .map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s as u32)), deps: Vec::new() })
+            .collect())
+    }
+
+    fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
+        let accounts = Self::accounts(args)?;
+        let shard = *self
+            .shards(&accounts)
+            .get(piece as usize)
+            .ok_or_else(|| ProcError::BadArgs(format!("audit has no piece {piece}")))?;
+        let reads =
+            accounts.into_iter().filter(|a| a / self.per_shard == shard).map(account_key).collect();
+        Ok(KeySet { reads, writes: Vec::new(), scans: Vec::new() })
+    }
+
+    fn execute(
+        &self,
+        _piece: u32,
+        _args: &Args,
+        _inputs: &[&PieceOutput],
+        reads: &Reads,
+    ) -> Result<PieceEffects, UserAbort> {
+        let output = reads
+            .values
+            .iter()
+            .map(|v| balance_of(v.as_ref()).map_or(Datum::List(Vec::new()), Datum::Int))
+            .collect();
+        Ok(PieceEffects { writes: Vec::new(), output })
+    }
+}
+
+/// The closed-economy invariant (see the module documentation).
+struct BankCheck {
+    accounts: u64,
+}
+
+impl InvariantCheck for BankCheck {
+    fn observe(&mut self, _completion: &Completion) {}
+
+    fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {
+        let mut problems: Vec<String> = Vec::new();
+        let (mut total, mut found) = (0i128, 0u64);
+        for (shard, store) in stores {
+            for (key, version) in store.latest_values() {
+                found += 1;
+                let account = key.reader().u64().unwrap_or(u64::MAX);
+                match balance_of(version.value.as_ref()) {
+                    Some(b) if b < 0 && problems.len() < 5 => {
+                        problems.push(format!("account {account} is overdrawn: {b} cents"));
+                        total += i128::from(b);
+                    }
+                    Some(b) => total += i128::from(b),
+                    None => problems.push(format!(
+                        "shard {}: account {account} holds no balance: {:?}",
+                        shard.0, version.value
+                    )),
+                }
+            }
+        }
+        let expected = i128::from(INITIAL_BALANCE_CENTS) * i128::from(self.accounts);
+        if found != self.accounts {
+            problems.push(format!("{found} accounts found, {} expected", self.accounts));
+        }
+        if total != expected {
+            problems.push(format!(
+                "the balances sum to {total} cents, not {expected} (off by {})",
+                total - expected
+            ));
+        }
+        let passed = problems.is_empty();
+        let detail = if passed {
+            format!("{found} accounts hold {total} cents, as loaded; none overdrawn")
+        } else {
+            problems.join("; ")
+        };
+        vec![CheckResult { name: "bank-total".into(), passed, detail }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::time::Timestamp;
+    use meridian_core::txn::TxnResult;
+    use meridian_core::{NodeId, TxnId};
+    use meridian_storage::VersionState;
+
+    fn bank() -> Bank {
+        Bank::new(&WorkloadOptions { shards: 2, keys_per_shard: 10, zipf_theta: None }).unwrap()
+    }
+
+    fn loaded(w: &Bank) -> Vec<MvccStore> {
+        (0..2)
+            .map(|s| {
+                let mut store = MvccStore::new();
+                w.load(ShardId(s), &mut store);
+                store
+            })
+            .collect()
+    }
+
+    /// Runs a transaction straight against the stores, as one serial node would.
+    fn apply(w: &Bank, stores: &mut [MvccStore], txn: &TxnRequest, ts: u64) -> TxnResult {
+        let registry = w.registry();
+        let partitioner = w.partitioner();
+        let procedure = registry.get(txn.proc).unwrap();
+        let plan = procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
+        let mut writes = Vec::new();
+        for (piece, spec) in plan.iter().enumerate() {
+            let ShardTarget::Shard(shard) = spec.target else { panic!("bound") };
+            let keys = procedure.keys(piece as u32, &txn.args, &[]).unwrap();
+            let store = &stores[shard.0 as usize];
+            let values =
+                keys.reads.iter().map(|k| store.get_at(k, Timestamp::MAX).cloned()).collect();
+            let reads = Reads { values, scans: Vec::new() };
+            match procedure.execute(piece as u32, &txn.args, &[], &reads) {
+                Ok(effects) => writes.push((shard, effects.writes)),
+                Err(abort) => return TxnResult::UserAborted(abort.0),
+            }
+        }
+        let writer = TxnId { origin: NodeId(0), seq: ts };
+        for (shard, batch) in writes {
+            for write in batch {
+                stores[shard.0 as usize]
+                    .write(write.key, Timestamp(ts), write.value, writer, VersionState::Committed)
+                    .unwrap();
+            }
+        }
+        TxnResult::Committed
+    }
+
+    fn check(w: &Bank, stores: &[MvccStore]) -> CheckResult {
+        let refs: Vec<(ShardId, &MvccStore)> =
+            stores.iter().enumerate().map(|(i, s)| (ShardId(i as u32), s)).collect();
+        w.checker().check(&refs).remove(0)
+    }
+
+    #[test]
+    fn transfers_conserve_money_and_overdrafts_abort() {
+        let w = bank();
+        let mut stores = loaded(&w);
+        let mut generator = w.generator(0, 3);
+        let (mut committed, mut aborted) = (0, 0);
+        for ts in 1..2_000 {
+            match apply(&w, &mut stores, &generator.next(RequestId(ts)), ts) {
+                TxnResult::Committed => committed += 1,
+                _ => aborted += 1,
+            }
+        }
+        assert!(committed > 1_000, "{committed} committed");
+        let result = check(&w, &stores);
+        assert!(result.passed, "{}", result.detail);
+        // An explicit overdraft aborts and writes nothing.
+        let overdraft = TxnRequest {
+            proc: TRANSFER,
+            args: vec![Datum::Uint(0), Datum::Uint(15), Datum::Uint(TRANSFER_CENTS_MAX)],
+        };
+        let mut drained = loaded(&w);
+        drained[0].load(account_key(0), 10i64.to_le_bytes().to_vec());
+        drained[1].load(account_key(15), 9_990i64.to_le_bytes().to_vec());
+        assert_eq!(
+            drained[0].get_at(&account_key(0), Timestamp::MAX).unwrap(),
+            &10i64.to_le_bytes()
+        );
+        assert!(matches!(apply(&w, &mut drained, &overdraft, 5), TxnResult::UserAborted(_)));
+        assert_eq!(drained[0].versions(&account_key(0)).len(), 1, "nothing written");
+        assert_eq!(committed + aborted, 1_999);
+    }
+
+    #[test]
+    fn the_check_catches_a_half_applied_transfer_and_an_overdraft() {
+        let w = bank();
+        let mut stores = loaded(&w);
+        // Only the paying side of a transfer landed.
+        stores[0].load(account_key(3), (INITIAL_BALANCE_CENTS - 70).to_le_bytes().to_vec());
+        let result = check(&w, &stores);
+        assert!(!result.passed);
+        assert!(result.detail.contains("off by -70"), "{}", result.detail);
+        let mut stores = loaded(&w);
+        stores[1].load(account_key(12), (-5i64).to_le_bytes().to_vec());
+        stores[1].load(account_key(13), (INITIAL_BALANCE_CENTS * 2 + 5).to_le_bytes().to_vec());
+        let result = check(&w, &stores);
+        assert!(result.detail.contains("overdrawn"), "{}", result.detail);
+        let bad = Bank::new(&WorkloadOptions { shards: 1, keys_per_shard: 2, zipf_theta: None });
+        assert!(bad.unwrap_err().0.contains("at least 4 accounts"));
+    }
+}
