@@ -61,6 +61,14 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         (&["bench", "--duration", "0", "--out", out], "--duration must be in"),
         (&["sim", "--txns", "0"], "--txns must be at least 1"),
         (&["sim", "--seeds", "5..5"], "--seeds takes A..B"),
+        (
+            &["sim", "--workload", "bank", "--shards", "1", "--keys-per-shard", "2"],
+            "bank needs at least 4 accounts in all, got 2",
+        ),
+        (
+            &["sim", "--workload", "micro-tiga", "--keys-per-shard", "2"],
+            "micro-tiga needs at least 3 keys per shard, got 2",
+        ),
         (&["sim", "--seeds", "0..3", "--seed", "1"], "--seed and --seeds contradict"),
         (&["sim", "--jobs", "2"], "--jobs applies to swarms"),
         (&["check", "/nonexistent/h.json"], "cannot read /nonexistent/h.json"),
