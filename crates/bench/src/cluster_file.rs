@@ -41,6 +41,8 @@ struct File {
     keys_per_shard: Option<u64>,
     zipf: Option<f64>,
     #[serde(default)]
+    ops_max: Option<u32>,
+    #[serde(default)]
     node: Vec<FileNode>,
 }
 
@@ -133,6 +135,7 @@ impl ClusterFile {
             shards: file.shards,
             keys_per_shard: file.keys_per_shard.unwrap_or(100_000),
             zipf_theta: file.zipf,
+            ops_max: file.ops_max,
         };
         meridian_workloads::build(&file.workload, &workload_options).map_err(|e| bad(e.0))?;
         Ok(Self {

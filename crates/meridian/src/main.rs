@@ -83,6 +83,9 @@ pub(crate) struct ClusterArgs {
     /// Zipf skew in (0, 1); uniform key choice when absent.
     #[arg(long)]
     zipf: Option<f64>,
+    /// Most operations per transaction (list-append, rw-register: 1..=64, default 4).
+    #[arg(long)]
+    ops_max: Option<u32>,
     /// Closed-loop clients, spread over the coordinators.
     #[arg(long)]
     clients: Option<u32>,
@@ -199,6 +202,7 @@ impl ClusterArgs {
             shards,
             keys_per_shard: self.keys_per_shard.unwrap_or(100_000),
             zipf_theta: self.zipf,
+            ops_max: self.ops_max,
         };
         Ok(Resolved {
             protocol,
@@ -225,6 +229,7 @@ impl ClusterArgs {
             (self.clock.is_some(), "--clock"),
             (self.keys_per_shard.is_some(), "--keys-per-shard"),
             (self.zipf.is_some(), "--zipf"),
+            (self.ops_max.is_some(), "--ops-max"),
             (self.seed.is_some(), "--seed"),
         ]
         .into_iter()

@@ -65,6 +65,7 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
             &["sim", "--workload", "bank", "--shards", "1", "--keys-per-shard", "2"],
             "bank needs at least 4 accounts in all, got 2",
         ),
+        (&["sim", "--workload", "list-append", "--ops-max", "0"], "--ops-max must be in 1..=64"),
         (
             &["sim", "--workload", "micro-tiga", "--keys-per-shard", "2"],
             "micro-tiga needs at least 3 keys per shard, got 2",

@@ -95,7 +95,12 @@ impl OccSetup {
         let workload: Arc<dyn meridian_workloads::Workload> = Arc::from(
             meridian_workloads::build(
                 "micro-luigi",
-                &WorkloadOptions { shards: 1, keys_per_shard: 1_000, zipf_theta: Some(0.9) },
+                &WorkloadOptions {
+                    shards: 1,
+                    keys_per_shard: 1_000,
+                    zipf_theta: Some(0.9),
+                    ops_max: None,
+                },
             )
             .unwrap(),
         );

@@ -37,7 +37,7 @@ fn micro_keys(
     Arc::from(
         meridian_workloads::build(
             "micro-luigi",
-            &WorkloadOptions { shards, keys_per_shard, zipf_theta: theta },
+            &WorkloadOptions { shards, keys_per_shard, zipf_theta: theta, ops_max: None },
         )
         .unwrap(),
     )
@@ -167,7 +167,7 @@ fn swarm_seed(seed: u64) -> SimRunReport {
     let workload = Arc::from(
         meridian_workloads::build(
             "list-append",
-            &WorkloadOptions { shards: 3, keys_per_shard: 4, zipf_theta: None },
+            &WorkloadOptions { shards: 3, keys_per_shard: 4, zipf_theta: None, ops_max: None },
         )
         .unwrap(),
     );
@@ -198,7 +198,7 @@ fn bank_swarm_seed(seed: u64) -> SimRunReport {
     let workload = Arc::from(
         meridian_workloads::build(
             "bank",
-            &WorkloadOptions { shards: 3, keys_per_shard: 5, zipf_theta: None },
+            &WorkloadOptions { shards: 3, keys_per_shard: 5, zipf_theta: None, ops_max: None },
         )
         .unwrap(),
     );

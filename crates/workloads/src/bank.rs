@@ -403,7 +403,13 @@ mod tests {
     use meridian_storage::VersionState;
 
     fn bank() -> Bank {
-        Bank::new(&WorkloadOptions { shards: 2, keys_per_shard: 10, zipf_theta: None }).unwrap()
+        Bank::new(&WorkloadOptions {
+            shards: 2,
+            keys_per_shard: 10,
+            zipf_theta: None,
+            ops_max: None,
+        })
+        .unwrap()
     }
 
     fn loaded(w: &Bank) -> Vec<MvccStore> {
@@ -498,7 +504,12 @@ mod tests {
         stores[1].load(account_key(13), (INITIAL_BALANCE_CENTS * 2 + 5).to_le_bytes().to_vec());
         let result = check(&w, &stores);
         assert!(result.detail.contains("overdrawn"), "{}", result.detail);
-        let bad = Bank::new(&WorkloadOptions { shards: 1, keys_per_shard: 2, zipf_theta: None });
+        let bad = Bank::new(&WorkloadOptions {
+            shards: 1,
+            keys_per_shard: 2,
+            zipf_theta: None,
+            ops_max: None,
+        });
         assert!(bad.unwrap_err().0.contains("at least 4 accounts"));
     }
 }

@@ -1,5 +1,5 @@
 //! `list-append` and `rw-register`: the checking workloads (Elle's, DESIGN §9). Each
-//! transaction has 1 to [`ELLE_OPS_MAX`] micro-operations on distinct keys spread over every
+//! transaction has 1 to `ops_max` ([`ELLE_OPS_MAX`] by default) micro-operations on distinct keys spread over every
 //! shard, half reads. In `list-append` the others append a unique element to the key's list (a
 //! read-modify-write; a read returns the whole list); in `rw-register` they blindly write a
 //! unique value. The element or value is the request id, unique per run.
@@ -33,8 +33,10 @@ use std::sync::Arc;
 
 /// The table byte of checking keys.
 pub const ELLE_TABLE: u8 = 2;
-/// Most micro-operations per transaction.
+/// Most micro-operations per transaction by default.
 pub const ELLE_OPS_MAX: u64 = 4;
+/// Largest `ops_max` accepted.
+pub const ELLE_OPS_LIMIT: u32 = 64;
 /// Most elements a list may hold; an append beyond it is a user abort (keeps values bounded).
 pub const LIST_ELEMENTS_MAX: usize = 100_000;
 /// Most operations a recorded history keeps; later ones are counted, not recorded, and the
@@ -80,6 +82,7 @@ pub fn elle_key(id: u64) -> Key {
 #[derive(Debug)]
 pub struct ElleWorkload {
     kind: Kind,
+    ops_max: u64,
     shards: u32,
     keys_per_shard: u64,
     dist: KeyDist,
@@ -97,8 +100,20 @@ impl ElleWorkload {
                 kind.name()
             )));
         }
+        let ops_max = options.ops_max.unwrap_or(ELLE_OPS_MAX as u32);
+        if !(1..=ELLE_OPS_LIMIT).contains(&ops_max) {
+            return Err(ConfigError::new(format!(
+                "--ops-max must be in 1..={ELLE_OPS_LIMIT}, got {ops_max}"
+            )));
+        }
         let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
-        Ok(Self { kind, shards: options.shards, keys_per_shard: options.keys_per_shard, dist })
+        Ok(Self {
+            kind,
+            ops_max: u64::from(ops_max),
+            shards: options.shards,
+            keys_per_shard: options.keys_per_shard,
+            dist,
+        })
     }
 }
 
@@ -110,7 +125,7 @@ impl Workload for ElleWorkload {
     fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "name": self.kind.name(),
-            "ops_per_txn": format!("1..={ELLE_OPS_MAX}"),
+            "ops_per_txn": format!("1..={}", self.ops_max),
             "read_fraction": 0.5,
             "keys_per_shard": self.keys_per_shard,
             "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
@@ -139,6 +154,7 @@ impl Workload for ElleWorkload {
 
     fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
         Box::new(ElleGenerator {
+            ops_max: self.ops_max,
             rng: child_rng(seed, "elle-client", u64::from(client)),
             shards: self.shards,
             keys_per_shard: self.keys_per_shard,
@@ -152,6 +168,7 @@ impl Workload for ElleWorkload {
 }
 
 struct ElleGenerator {
+    ops_max: u64,
     rng: Rng,
     shards: u32,
     keys_per_shard: u64,
@@ -161,7 +178,7 @@ struct ElleGenerator {
 impl TxnGenerator for ElleGenerator {
     fn next(&mut self, request: RequestId) -> TxnRequest {
         let items = u64::from(self.shards) * self.keys_per_shard;
-        let ops = (1 + uniform_u64(&mut self.rng, ELLE_OPS_MAX)).min(items);
+        let ops = (1 + uniform_u64(&mut self.rng, self.ops_max)).min(items);
         let mut ids: Vec<u64> = Vec::new();
         let mut mops = Vec::new();
         for _ in 0..ops {
@@ -534,8 +551,11 @@ mod tests {
     use meridian_core::NodeId;
 
     fn workload(kind: Kind) -> ElleWorkload {
-        ElleWorkload::new(kind, &WorkloadOptions { shards: 2, keys_per_shard: 3, zipf_theta: None })
-            .expect("valid")
+        ElleWorkload::new(
+            kind,
+            &WorkloadOptions { shards: 2, keys_per_shard: 3, zipf_theta: None, ops_max: None },
+        )
+        .expect("valid")
     }
 
     /// Runs transactions one after another against in-memory maps, as a serial database would.

@@ -94,6 +94,9 @@ pub struct WorkloadOptions {
     pub keys_per_shard: u64,
     /// Zipf skew; `None` for uniform key choice.
     pub zipf_theta: Option<f64>,
+    /// Most micro-operations per transaction (`list-append`, `rw-register`); their default
+    /// when `None`.
+    pub ops_max: Option<u32>,
 }
 
 /// Builds a workload by name.

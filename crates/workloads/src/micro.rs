@@ -348,8 +348,13 @@ mod tests {
     use meridian_storage::VersionState;
 
     fn workload(shards: u32) -> MicroLuigi {
-        MicroLuigi::new(&WorkloadOptions { shards, keys_per_shard: 1_000, zipf_theta: Some(0.9) })
-            .unwrap()
+        MicroLuigi::new(&WorkloadOptions {
+            shards,
+            keys_per_shard: 1_000,
+            zipf_theta: Some(0.9),
+            ops_max: None,
+        })
+        .unwrap()
     }
 
     #[test]

@@ -312,6 +312,7 @@ mod tests {
             shards: 3,
             keys_per_shard: 50,
             zipf_theta: Some(0.9),
+            ops_max: None,
         })
         .unwrap();
         let registry = w.registry();
