@@ -11,6 +11,7 @@ pub mod dist;
 pub mod elle;
 pub mod micro;
 pub mod tiga;
+pub mod ycsb_gen;
 
 pub use clients::Completion;
 use meridian_core::error::unknown_name;
