@@ -73,6 +73,11 @@ fn occ_bank_swarm() {
 }
 
 #[test]
+fn occ_smallbank_swarm() {
+    swarm(ProtocolKind::Occ, "smallbank", 50_000);
+}
+
+#[test]
 fn occ_micro_tiga_swarm() {
     swarm(ProtocolKind::Occ, "micro-tiga", 40_000);
 }

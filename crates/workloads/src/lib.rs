@@ -10,6 +10,7 @@ pub mod clients;
 pub mod dist;
 pub mod elle;
 pub mod micro;
+pub mod smallbank;
 pub mod tiga;
 pub mod ycsb_gen;
 
@@ -21,8 +22,8 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 5] =
-    ["micro-luigi", "micro-tiga", "bank", "list-append", "rw-register"];
+pub const WORKLOADS: [&str; 6] =
+    ["micro-luigi", "micro-tiga", "bank", "smallbank", "list-append", "rw-register"];
 
 /// Produces one client's transactions.
 pub trait TxnGenerator: Send {
@@ -106,6 +107,7 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
         "micro-luigi" => Ok(Box::new(micro::MicroLuigi::new(options)?)),
         "micro-tiga" => Ok(Box::new(tiga::MicroTiga::new(options)?)),
         "bank" => Ok(Box::new(bank::Bank::new(options)?)),
+        "smallbank" => Ok(Box::new(smallbank::SmallBank::new(options)?)),
         "list-append" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::ListAppend, options)?)),
         "rw-register" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::RwRegister, options)?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),
