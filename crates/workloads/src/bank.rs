@@ -294,10 +294,7 @@ impl Audit {
     }
 
     fn shards(&self, accounts: &[u64]) -> Vec<u64> {
-        let mut shards: Vec<u64> = accounts.iter().map(|a| a / self.per_shard).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        shards
+        crate::shards_of(accounts.iter().copied(), self.per_shard)
     }
 }
 
@@ -308,15 +305,7 @@ impl Procedure for Audit {
 
     fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
         let accounts = Self::accounts(args)?;
-        let limit = u64::from(context.partitioner.shards());
-        let shards = self.shards(&accounts);
-        if shards.iter().any(|&s| s >= limit) {
-            return Err(ProcError::BadArgs("an account is beyond the cluster".into()));
-        }
-        Ok(shards
-            .into_iter()
-            .map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s as u32)), deps: Vec::new() })
-            .collect())
+        crate::piece_per_shard(self.shards(&accounts), context, "an account")
     }
 
     fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
@@ -397,119 +386,64 @@ impl InvariantCheck for BankCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{apply_serially, check_stores, loaded_stores};
     use meridian_core::time::Timestamp;
     use meridian_core::txn::TxnResult;
-    use meridian_core::{NodeId, TxnId};
-    use meridian_storage::VersionState;
 
     fn bank() -> Bank {
-        Bank::new(&WorkloadOptions {
-            shards: 2,
-            keys_per_shard: 10,
-            zipf_theta: None,
-            ops_max: None,
-        })
-        .unwrap()
-    }
-
-    fn loaded(w: &Bank) -> Vec<MvccStore> {
-        (0..2)
-            .map(|s| {
-                let mut store = MvccStore::new();
-                w.load(ShardId(s), &mut store);
-                store
-            })
-            .collect()
-    }
-
-    /// Runs a transaction straight against the stores, as one serial node would.
-    fn apply(w: &Bank, stores: &mut [MvccStore], txn: &TxnRequest, ts: u64) -> TxnResult {
-        let registry = w.registry();
-        let partitioner = w.partitioner();
-        let procedure = registry.get(txn.proc).unwrap();
-        let plan = procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
-        let mut writes = Vec::new();
-        for (piece, spec) in plan.iter().enumerate() {
-            let ShardTarget::Shard(shard) = spec.target else { panic!("bound") };
-            let keys = procedure.keys(piece as u32, &txn.args, &[]).unwrap();
-            let store = &stores[shard.0 as usize];
-            let values =
-                keys.reads.iter().map(|k| store.get_at(k, Timestamp::MAX).cloned()).collect();
-            let reads = Reads { values, scans: Vec::new() };
-            match procedure.execute(piece as u32, &txn.args, &[], &reads) {
-                Ok(effects) => writes.push((shard, effects.writes)),
-                Err(abort) => return TxnResult::UserAborted(abort.0),
-            }
-        }
-        let writer = TxnId { origin: NodeId(0), seq: ts };
-        for (shard, batch) in writes {
-            for write in batch {
-                stores[shard.0 as usize]
-                    .write(write.key, Timestamp(ts), write.value, writer, VersionState::Committed)
-                    .unwrap();
-            }
-        }
-        TxnResult::Committed
-    }
-
-    fn check(w: &Bank, stores: &[MvccStore]) -> CheckResult {
-        let refs: Vec<(ShardId, &MvccStore)> =
-            stores.iter().enumerate().map(|(i, s)| (ShardId(i as u32), s)).collect();
-        w.checker().check(&refs).remove(0)
+        let options =
+            WorkloadOptions { shards: 2, keys_per_shard: 10, zipf_theta: None, ops_max: None };
+        Bank::new(&options).unwrap()
     }
 
     #[test]
     fn transfers_conserve_money_and_overdrafts_abort() {
         let w = bank();
-        let mut stores = loaded(&w);
+        let mut stores = loaded_stores(&w, 2);
         let mut generator = w.generator(0, 3);
         let (mut committed, mut aborted) = (0, 0);
         for ts in 1..2_000 {
-            match apply(&w, &mut stores, &generator.next(RequestId(ts)), ts) {
+            match apply_serially(&w, &mut stores, &generator.next(RequestId(ts)), ts).result {
                 TxnResult::Committed => committed += 1,
                 _ => aborted += 1,
             }
         }
         assert!(committed > 1_000, "{committed} committed");
-        let result = check(&w, &stores);
+        assert_eq!(committed + aborted, 1_999);
+        let result = check_stores(w.checker().as_ref(), &stores);
         assert!(result.passed, "{}", result.detail);
         // An explicit overdraft aborts and writes nothing.
         let overdraft = TxnRequest {
             proc: TRANSFER,
             args: vec![Datum::Uint(0), Datum::Uint(15), Datum::Uint(TRANSFER_CENTS_MAX)],
         };
-        let mut drained = loaded(&w);
+        let mut drained = loaded_stores(&w, 2);
         drained[0].load(account_key(0), 10i64.to_le_bytes().to_vec());
-        drained[1].load(account_key(15), 9_990i64.to_le_bytes().to_vec());
+        let outcome = apply_serially(&w, &mut drained, &overdraft, 5);
+        assert!(matches!(outcome.result, TxnResult::UserAborted(_)));
+        assert_eq!(drained[0].versions(&account_key(0)).len(), 1, "nothing written");
         assert_eq!(
             drained[0].get_at(&account_key(0), Timestamp::MAX).unwrap(),
             &10i64.to_le_bytes()
         );
-        assert!(matches!(apply(&w, &mut drained, &overdraft, 5), TxnResult::UserAborted(_)));
-        assert_eq!(drained[0].versions(&account_key(0)).len(), 1, "nothing written");
-        assert_eq!(committed + aborted, 1_999);
     }
 
     #[test]
     fn the_check_catches_a_half_applied_transfer_and_an_overdraft() {
         let w = bank();
-        let mut stores = loaded(&w);
+        let mut stores = loaded_stores(&w, 2);
         // Only the paying side of a transfer landed.
         stores[0].load(account_key(3), (INITIAL_BALANCE_CENTS - 70).to_le_bytes().to_vec());
-        let result = check(&w, &stores);
+        let result = check_stores(w.checker().as_ref(), &stores);
         assert!(!result.passed);
         assert!(result.detail.contains("off by -70"), "{}", result.detail);
-        let mut stores = loaded(&w);
+        let mut stores = loaded_stores(&w, 2);
         stores[1].load(account_key(12), (-5i64).to_le_bytes().to_vec());
         stores[1].load(account_key(13), (INITIAL_BALANCE_CENTS * 2 + 5).to_le_bytes().to_vec());
-        let result = check(&w, &stores);
+        let result = check_stores(w.checker().as_ref(), &stores);
         assert!(result.detail.contains("overdrawn"), "{}", result.detail);
-        let bad = Bank::new(&WorkloadOptions {
-            shards: 1,
-            keys_per_shard: 2,
-            zipf_theta: None,
-            ops_max: None,
-        });
-        assert!(bad.unwrap_err().0.contains("at least 4 accounts"));
+        let options =
+            WorkloadOptions { shards: 1, keys_per_shard: 2, zipf_theta: None, ops_max: None };
+        assert!(Bank::new(&options).unwrap_err().0.contains("at least 4 accounts"));
     }
 }

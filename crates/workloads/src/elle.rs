@@ -22,9 +22,8 @@ use meridian_check::{check, Consistency};
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
-    PlanContext, ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, TxnResult,
-    UserAbort, Write,
+    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext,
+    ProcError, ProcId, Procedure, Reads, Registry, TxnRequest, TxnResult, UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId, Time};
 use meridian_storage::MvccStore;
@@ -226,10 +225,7 @@ struct ElleTxn {
 
 impl ElleTxn {
     fn shards(&self, mops: &[(u64, u64)]) -> Vec<u64> {
-        let mut shards: Vec<u64> = mops.iter().map(|(_, id)| id / self.keys_per_shard).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        shards
+        crate::shards_of(mops.iter().map(|(_, id)| *id), self.keys_per_shard)
     }
 
     fn on_piece(&self, piece: u32, mops: &[(u64, u64)]) -> Result<Vec<(u64, u64)>, ProcError> {
@@ -256,15 +252,7 @@ impl Procedure for ElleTxn {
 
     fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
         let (mops, _) = parse(args)?;
-        let shards = self.shards(&mops);
-        let limit = u64::from(context.partitioner.shards());
-        if let Some(bad) = shards.iter().find(|&&s| s >= limit) {
-            return Err(ProcError::BadArgs(format!("elle key on shard {bad}, beyond the cluster")));
-        }
-        Ok(shards
-            .into_iter()
-            .map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s as u32)), deps: Vec::new() })
-            .collect())
+        crate::piece_per_shard(self.shards(&mops), context, "an elle key")
     }
 
     fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
@@ -366,9 +354,7 @@ impl ElleCheck {
         request: u64,
         outputs: &[PieceOutput],
     ) -> Option<Vec<RecordedMop>> {
-        let mut shards: Vec<u64> = mops.iter().map(|(_, id)| id / self.keys_per_shard).collect();
-        shards.sort_unstable();
-        shards.dedup();
+        let shards = crate::shards_of(mops.iter().map(|(_, id)| *id), self.keys_per_shard);
         let mut next = vec![0usize; shards.len()];
         let mut recorded = self.invocation(mops, request);
         for (mop, &(kind, id)) in recorded.iter_mut().zip(mops) {
@@ -516,15 +502,13 @@ impl InvariantCheck for ElleCheck {
         }
         let history = self.history();
         let (passed, detail) = match check(&history, self.kind.model(), Consistency::StrictSerializable) {
-            Ok((report, txns)) if report.valid => (
+            Ok((report, _)) if report.valid => (
                 true,
                 format!(
                     "strict-serializable: {} committed, {} failed, {} unknown; {} ww, {} wr, {} rw, {} realtime edges; no anomaly",
                     report.txns[0], report.txns[1], report.txns[2],
                     report.edges[0], report.edges[1], report.edges[2], report.edges[3]
-                )
-                .to_string()
-                    + if txns.is_empty() { " (empty history)" } else { "" },
+                ),
             ),
             Ok((report, txns)) => {
                 let text = report.render(&history, &txns);

@@ -11,6 +11,8 @@ pub mod dist;
 pub mod elle;
 pub mod micro;
 pub mod smallbank;
+#[cfg(test)]
+mod testkit;
 pub mod tiga;
 pub mod ycsb_gen;
 
@@ -99,6 +101,33 @@ pub struct WorkloadOptions {
     /// Most micro-operations per transaction (`list-append`, `rw-register`); their default
     /// when `None`.
     pub ops_max: Option<u32>,
+}
+
+/// The shards holding `ids` when item `id` lives on shard `id / per_shard`, ascending, each
+/// once. Plans with a piece per shard run piece `i` on the `i`-th of them.
+pub(crate) fn shards_of(ids: impl IntoIterator<Item = u64>, per_shard: u64) -> Vec<u64> {
+    let mut shards: Vec<u64> = ids.into_iter().map(|id| id / per_shard).collect();
+    shards.sort_unstable();
+    shards.dedup();
+    shards
+}
+
+/// A plan of one independent piece per shard in `shards`; `what` names the items in the
+/// error for a shard beyond the cluster.
+pub(crate) fn piece_per_shard(
+    shards: Vec<u64>,
+    context: meridian_core::txn::PlanContext<'_>,
+    what: &str,
+) -> Result<meridian_core::txn::Plan, meridian_core::txn::ProcError> {
+    use meridian_core::txn::{PieceSpec, ProcError, ShardTarget};
+    let limit = u64::from(context.partitioner.shards());
+    if let Some(bad) = shards.iter().find(|&&s| s >= limit) {
+        return Err(ProcError::BadArgs(format!("{what} on shard {bad}, beyond the cluster")));
+    }
+    Ok(shards
+        .into_iter()
+        .map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s as u32)), deps: Vec::new() })
+        .collect())
 }
 
 /// Builds a workload by name.

@@ -483,10 +483,9 @@ impl InvariantCheck for MoneyCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::loaded_stores;
+    use crate::testkit::{apply_serially as apply, check_stores as run_check, completion};
     use meridian_core::time::Timestamp;
-    use meridian_core::txn::TxnOutcome;
-    use meridian_core::{NodeId, TxnId};
-    use meridian_storage::VersionState;
 
     fn smallbank() -> SmallBank {
         SmallBank::new(&WorkloadOptions {
@@ -498,80 +497,10 @@ mod tests {
         .unwrap()
     }
 
-    /// Runs a transaction piece by piece straight against the stores, as one serial node would.
-    fn apply(w: &SmallBank, stores: &mut [MvccStore], txn: &TxnRequest, ts: u64) -> TxnOutcome {
-        let registry = w.registry();
-        let partitioner = w.partitioner();
-        let procedure = registry.get(txn.proc).unwrap();
-        let plan = procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
-        let mut outputs: Vec<PieceOutput> = Vec::new();
-        let mut writes = Vec::new();
-        for (piece, spec) in plan.iter().enumerate() {
-            let ShardTarget::Shard(shard) = spec.target else { panic!("bound") };
-            let inputs: Vec<&PieceOutput> =
-                spec.deps.iter().map(|&d| &outputs[d as usize]).collect();
-            let keys = procedure.keys(piece as u32, &txn.args, &inputs).unwrap();
-            let store = &stores[shard.0 as usize];
-            let values =
-                keys.reads.iter().map(|k| store.get_at(k, Timestamp::MAX).cloned()).collect();
-            match procedure.execute(
-                piece as u32,
-                &txn.args,
-                &inputs,
-                &Reads { values, scans: Vec::new() },
-            ) {
-                Ok(effects) => {
-                    writes.push((shard, effects.writes));
-                    outputs.push(effects.output);
-                }
-                Err(abort) => {
-                    return TxnOutcome {
-                        result: TxnResult::UserAborted(abort.0),
-                        outputs: Vec::new(),
-                        commit_ts: None,
-                        retries: 0,
-                        shards_touched: 0,
-                    }
-                }
-            }
-        }
-        let writer = TxnId { origin: NodeId(0), seq: ts };
-        for (shard, batch) in writes {
-            for w in batch {
-                stores[shard.0 as usize]
-                    .write(w.key, Timestamp(ts), w.value, writer, VersionState::Committed)
-                    .unwrap();
-            }
-        }
-        TxnOutcome {
-            result: TxnResult::Committed,
-            outputs,
-            commit_ts: Some(Timestamp(ts)),
-            retries: 0,
-            shards_touched: plan.len() as u32,
-        }
-    }
-
-    fn loaded(w: &SmallBank) -> Vec<MvccStore> {
-        (0..2)
-            .map(|s| {
-                let mut store = MvccStore::new();
-                w.load(ShardId(s), &mut store);
-                store
-            })
-            .collect()
-    }
-
-    fn run_check(check: &dyn InvariantCheck, stores: &[MvccStore]) -> CheckResult {
-        let refs: Vec<(ShardId, &MvccStore)> =
-            stores.iter().enumerate().map(|(i, s)| (ShardId(i as u32), s)).collect();
-        check.check(&refs).remove(0)
-    }
-
     #[test]
     fn every_transaction_keeps_the_books_and_the_check_catches_a_lost_debit() {
         let w = smallbank();
-        let mut stores = loaded(&w);
+        let mut stores = loaded_stores(&w, 2);
         let mut check = w.checker();
         let mut generator = w.generator(0, 5);
         let mut seen = [0u32; 6];
@@ -583,15 +512,7 @@ mod tests {
             if outcome.result != TxnResult::Committed {
                 aborted += 1;
             }
-            check.observe(&Completion {
-                client: 0,
-                coordinator: NodeId(2),
-                request: RequestId(ts),
-                txn,
-                submitted_at: 0,
-                completed_at: 0,
-                outcome,
-            });
+            check.observe(&completion(ts, txn, outcome));
         }
         // The mix follows the weights (25% SendPayment, 15% each of the others).
         let send = f64::from(seen[3]) / 2_999.0;
@@ -613,7 +534,7 @@ mod tests {
     #[test]
     fn overdrafts_and_write_check_penalties_follow_the_rules() {
         let w = smallbank();
-        let mut stores = loaded(&w);
+        let mut stores = loaded_stores(&w, 2);
         stores[0].load(savings_key(1), 100i64.to_le_bytes().to_vec());
         stores[0].load(checking_key(1), 200i64.to_le_bytes().to_vec());
         let txn = |proc: u32, ids: &[u64]| TxnRequest {

@@ -18,9 +18,8 @@ use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
-    PlanContext, ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, TxnResult,
-    UserAbort, Write,
+    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext,
+    ProcError, ProcId, Procedure, Reads, Registry, TxnRequest, TxnResult, UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId};
 use meridian_storage::MvccStore;
@@ -168,10 +167,7 @@ struct Increments {
 
 impl Increments {
     fn shards(&self, ids: &[u64]) -> Vec<u64> {
-        let mut shards: Vec<u64> = ids.iter().map(|id| id / self.keys_per_shard).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        shards
+        crate::shards_of(ids.iter().copied(), self.keys_per_shard)
     }
 
     fn ids_on(&self, piece: u32, ids: &[u64]) -> Result<Vec<u64>, ProcError> {
@@ -190,14 +186,7 @@ impl Procedure for Increments {
 
     fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
         let ids = parse(args)?;
-        let shards = self.shards(&ids);
-        if shards.iter().any(|&s| s >= u64::from(context.partitioner.shards())) {
-            return Err(ProcError::BadArgs("a counter is beyond the cluster".into()));
-        }
-        Ok(shards
-            .into_iter()
-            .map(|s| PieceSpec { target: ShardTarget::Shard(ShardId(s as u32)), deps: Vec::new() })
-            .collect())
+        crate::piece_per_shard(self.shards(&ids), context, "a counter")
     }
 
     fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
@@ -301,85 +290,48 @@ impl InvariantCheck for TigaCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meridian_core::time::Timestamp;
-    use meridian_core::txn::TxnOutcome;
-    use meridian_core::{NodeId, TxnId};
-    use meridian_storage::VersionState;
+    use crate::testkit::{apply_serially, check_stores, completion, loaded_stores};
 
     #[test]
     fn three_increments_on_three_shards_and_the_check_counts_them() {
-        let w = MicroTiga::new(&WorkloadOptions {
-            shards: 3,
-            keys_per_shard: 50,
-            zipf_theta: Some(0.9),
-            ops_max: None,
-        })
-        .unwrap();
-        let registry = w.registry();
+        let options =
+            WorkloadOptions { shards: 3, keys_per_shard: 50, zipf_theta: Some(0.9), ops_max: None };
+        let w = MicroTiga::new(&options).unwrap();
         let partitioner = w.partitioner();
-        let procedure = registry.get(ProcId(0)).unwrap();
-        let mut stores: Vec<MvccStore> = (0..3).map(|_| MvccStore::new()).collect();
+        let registry = w.registry();
+        let mut stores = loaded_stores(&w, 3);
         let mut check = w.checker();
         let mut generator = w.generator(1, 2);
         for ts in 1..500u64 {
             let txn = generator.next(RequestId(ts));
+            let procedure = registry.get(txn.proc).unwrap();
             let plan =
                 procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
             assert_eq!(plan.len(), 3, "one piece on each of three shards");
-            for piece in 0..3u32 {
-                let ShardTarget::Shard(shard) = plan[piece as usize].target else { panic!() };
-                let keys = procedure.keys(piece, &txn.args, &[]).unwrap();
-                let store = &mut stores[shard.0 as usize];
-                let values =
-                    keys.reads.iter().map(|k| store.get_at(k, Timestamp::MAX).cloned()).collect();
-                let effects = procedure
-                    .execute(piece, &txn.args, &[], &Reads { values, scans: Vec::new() })
-                    .unwrap();
-                for write in effects.writes {
-                    let writer = TxnId { origin: NodeId(0), seq: ts };
-                    store
-                        .write(
-                            write.key,
-                            Timestamp(ts),
-                            write.value,
-                            writer,
-                            VersionState::Committed,
-                        )
-                        .unwrap();
-                }
-            }
-            check.observe(&Completion {
-                client: 1,
-                coordinator: NodeId(3),
-                request: RequestId(ts),
-                txn,
-                submitted_at: 0,
-                completed_at: 0,
-                outcome: TxnOutcome {
-                    result: TxnResult::Committed,
-                    outputs: Vec::new(),
-                    commit_ts: Some(Timestamp(ts)),
-                    retries: 0,
-                    shards_touched: 3,
-                },
-            });
+            let outcome = apply_serially(&w, &mut stores, &txn, ts);
+            assert_eq!(outcome.result, TxnResult::Committed);
+            check.observe(&completion(ts, txn, outcome));
         }
-        let refs: Vec<(ShardId, &MvccStore)> =
-            stores.iter().enumerate().map(|(i, s)| (ShardId(i as u32), s)).collect();
-        let result = check.check(&refs).remove(0);
+        let result = check_stores(check.as_ref(), &stores);
         assert!(result.passed, "{}", result.detail);
         // A lost update: one counter falls back by one.
         let (key, version) =
             stores[1].latest_values().next().map(|(k, v)| (k.clone(), v.clone())).unwrap();
         let lower = counter_of(version.value.as_ref()).unwrap() - 1;
         stores[1].load(key, lower.to_le_bytes().to_vec());
-        let refs: Vec<(ShardId, &MvccStore)> =
-            stores.iter().enumerate().map(|(i, s)| (ShardId(i as u32), s)).collect();
-        let result = check.check(&refs).remove(0);
+        let result = check_stores(check.as_ref(), &stores);
         assert!(
             !result.passed && result.detail.contains("increments committed"),
             "{}",
             result.detail
         );
+        // An increment of unknown outcome may or may not be there.
+        let mut lenient = w.checker();
+        let unknown = generator.next(RequestId(999));
+        lenient.unanswered(1, RequestId(999), &unknown, 0);
+        let mut fresh = loaded_stores(&w, 3);
+        assert!(check_stores(lenient.as_ref(), &fresh).passed);
+        apply_serially(&w, &mut fresh, &unknown, 1);
+        assert!(check_stores(lenient.as_ref(), &fresh).passed);
     }
 }
