@@ -78,6 +78,16 @@ fn occ_smallbank_swarm() {
 }
 
 #[test]
+fn occ_ycsb_d_swarm() {
+    swarm(ProtocolKind::Occ, "ycsb-d", 60_000);
+}
+
+#[test]
+fn occ_ycsb_e_swarm() {
+    swarm(ProtocolKind::Occ, "ycsb-e", 70_000);
+}
+
+#[test]
 fn occ_micro_tiga_swarm() {
     swarm(ProtocolKind::Occ, "micro-tiga", 40_000);
 }

@@ -166,6 +166,7 @@ impl ClientDriver for ClosedLoopClients {
         }
         let submitted_at = *submitted_at;
         let (_, _, txn) = client.outstanding.take().expect("checked above");
+        client.generator.on_reply(request, outcome);
         if self.completions.len() >= COMPLETIONS_MAX {
             self.completions.pop_front();
             self.completions_dropped += 1;

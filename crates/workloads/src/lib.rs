@@ -14,6 +14,7 @@ pub mod smallbank;
 #[cfg(test)]
 mod testkit;
 pub mod tiga;
+pub mod ycsb;
 pub mod ycsb_gen;
 
 pub use clients::Completion;
@@ -24,13 +25,27 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 6] =
-    ["micro-luigi", "micro-tiga", "bank", "smallbank", "list-append", "rw-register"];
+pub const WORKLOADS: [&str; 12] = [
+    "micro-luigi",
+    "micro-tiga",
+    "bank",
+    "smallbank",
+    "list-append",
+    "rw-register",
+    "ycsb-a",
+    "ycsb-b",
+    "ycsb-c",
+    "ycsb-d",
+    "ycsb-e",
+    "ycsb-f",
+];
 
 /// Produces one client's transactions.
 pub trait TxnGenerator: Send {
     /// The next transaction; `request` is unique per run (writes may embed it to be unique).
     fn next(&mut self, request: RequestId) -> TxnRequest;
+    /// The reply to `request` arrived (before the next `next`). YCSB acknowledges inserts here.
+    fn on_reply(&mut self, _request: RequestId, _outcome: &meridian_core::txn::TxnOutcome) {}
 }
 
 /// One invariant's verdict.
@@ -137,6 +152,9 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
         "micro-tiga" => Ok(Box::new(tiga::MicroTiga::new(options)?)),
         "bank" => Ok(Box::new(bank::Bank::new(options)?)),
         "smallbank" => Ok(Box::new(smallbank::SmallBank::new(options)?)),
+        ycsb if ycsb.starts_with("ycsb-") && WORKLOADS.contains(&ycsb) => {
+            Ok(Box::new(ycsb::Ycsb::new(ycsb, options)?))
+        }
         "list-append" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::ListAppend, options)?)),
         "rw-register" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::RwRegister, options)?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),

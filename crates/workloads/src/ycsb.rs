@@ -1,0 +1,625 @@
+//! YCSB core workloads A–F (`ycsb-a` … `ycsb-f`), with YCSB's generators
+//! ([`crate::ycsb_gen`]) and CoreWorkload's defaults: `recordcount` records (`--keys-per-shard`
+//! × shards) of 10 fields of 100 bytes, keys `"user" + fnvhash64(keynum)` (hashed insert
+//! order), reads of all fields, updates and read-modify-writes of one random field.
+//!
+//! | workload | read | update | insert | scan | read-modify-write | key choice |
+//! |---|---|---|---|---|---|---|
+//! | A | 0.50 | 0.50 | | | | zipfian |
+//! | B | 0.95 | 0.05 | | | | zipfian |
+//! | C | 1.00 | | | | | zipfian |
+//! | D | 0.95 | | 0.05 | | | latest |
+//! | E | | | 0.05 | 0.95 (1–100 records, uniform) | | zipfian |
+//! | F | 0.50 | | | | 0.50 | zipfian |
+//!
+//! `zipfian` is YCSB's scrambled Zipfian; it redraws keys not yet inserted, as YCSB does. For
+//! E the key space is sized `recordcount + recordcount / 10` (YCSB sizes it from the operation
+//! count, which a closed-loop run by duration does not fix). `latest` follows the inserts the
+//! clients of this process acknowledged (YCSB's acknowledged counter, shared by the clients).
+//! Each transaction has `--ops-max` operations (default 1: YCSB's single-operation mode; more is
+//! the transactional variant) on distinct records.
+//!
+//! Storage: each field is its own key, `table 5 ‖ hash:u64 ‖ field:u64`, so an update writes one
+//! field blind and a read reads ten keys. Records are range-partitioned by hash (shard
+//! `hash / ⌈2⁶³ / shards⌉`), so keys spread evenly and a scan reads records in hash order; a
+//! scan stops at the end of its start record's shard. A field value is 100 bytes tagged with
+//! the writing request.
+//!
+//! Invariant (`ycsb-last-writer`, on the final stores): every field holds the value of its
+//! committed writer with the highest commit timestamp (or, for a field some request of unknown
+//! outcome wrote, possibly that one's), the loaded value when nobody wrote it, and every
+//! committed insert is present.
+
+use crate::ycsb_gen::{fnvhash64, AcknowledgedCounter, ScrambledZipfian, SkewedLatest};
+use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
+use meridian_core::hash::FixedHashMap;
+use meridian_core::key::Key;
+use meridian_core::rng::{child_rng, uniform_f64, uniform_u64, Rng};
+use meridian_core::txn::{
+    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext,
+    ProcError, ProcId, Procedure, Reads, Registry, ScanRange, TxnOutcome, TxnRequest, TxnResult,
+    UserAbort, Write,
+};
+use meridian_core::{ConfigError, RequestId, ShardId, Time, Timestamp};
+use meridian_storage::MvccStore;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// The table byte of YCSB fields.
+pub const YCSB_TABLE: u8 = 5;
+/// Fields per record.
+pub const FIELD_COUNT: u64 = 10;
+/// Bytes per field.
+pub const FIELD_BYTES: usize = 100;
+/// Longest scan (records), as workload E sets `maxscanlength`.
+pub const SCAN_RECORDS_MAX: u64 = 100;
+/// Largest `--ops-max` for YCSB.
+pub const YCSB_OPS_LIMIT: u32 = 16;
+/// Redraws of a key not yet inserted before falling back to a uniform inserted one.
+const REDRAWS_MAX: u32 = 100;
+/// The request tag of loaded values.
+const LOADED: u64 = u64::MAX;
+
+const READ: u64 = 0;
+const UPDATE: u64 = 1;
+const INSERT: u64 = 2;
+const SCAN: u64 = 3;
+const RMW: u64 = 4;
+
+/// One workload's proportions: read, update, insert, scan, read-modify-write.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Mix {
+    read: f64,
+    update: f64,
+    insert: f64,
+    scan: f64,
+    rmw: f64,
+    latest: bool,
+}
+
+fn mix(name: &str) -> Option<Mix> {
+    let m =
+        |read, update, insert, scan, rmw, latest| Mix { read, update, insert, scan, rmw, latest };
+    Some(match name {
+        "ycsb-a" => m(0.5, 0.5, 0.0, 0.0, 0.0, false),
+        "ycsb-b" => m(0.95, 0.05, 0.0, 0.0, 0.0, false),
+        "ycsb-c" => m(1.0, 0.0, 0.0, 0.0, 0.0, false),
+        "ycsb-d" => m(0.95, 0.0, 0.05, 0.0, 0.0, true),
+        "ycsb-e" => m(0.0, 0.0, 0.05, 0.95, 0.0, false),
+        "ycsb-f" => m(0.5, 0.0, 0.0, 0.0, 0.5, false),
+        _ => return None,
+    })
+}
+
+/// The key of field `field` of the record whose key hash is `hash`.
+pub fn field_key(hash: u64, field: u64) -> Key {
+    Key::table(YCSB_TABLE).u64(hash).u64(field).build()
+}
+
+fn record_hash(keynum: u64) -> u64 {
+    fnvhash64(keynum as i64) as u64
+}
+
+/// A field value: the writing request and the record, then filler to 100 bytes.
+fn field_value(request: u64, keynum: u64, field: u64) -> Vec<u8> {
+    let mut value = Vec::with_capacity(FIELD_BYTES);
+    value.extend_from_slice(&request.to_le_bytes());
+    value.extend_from_slice(&keynum.to_le_bytes());
+    let fill = b'a' + (field as u8 % 26);
+    value.resize(FIELD_BYTES, fill);
+    value
+}
+
+fn writer_of(value: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(value.get(..8)?.try_into().ok()?))
+}
+
+/// The workload.
+#[derive(Debug)]
+pub struct Ycsb {
+    name: &'static str,
+    mix: Mix,
+    shards: u32,
+    records: u64,
+    hash_per_shard: u64,
+    ops: u64,
+    inserts: Arc<Mutex<AcknowledgedCounter>>,
+}
+
+impl Ycsb {
+    /// Checks the options and builds workload `name` (`ycsb-a` … `ycsb-f`).
+    pub fn new(name: &str, options: &WorkloadOptions) -> Result<Self, ConfigError> {
+        let mix =
+            mix(name).ok_or_else(|| ConfigError::new(format!("unknown YCSB workload '{name}'")))?;
+        let name = crate::WORKLOADS.iter().find(|w| **w == name).copied().unwrap_or("ycsb");
+        if options.shards == 0 {
+            return Err(ConfigError::new(format!("{name} needs at least one shard")));
+        }
+        if options.zipf_theta.is_some() {
+            return Err(ConfigError::new(format!(
+                "{name} uses YCSB's own key distribution (zipfian θ = 0.99 or latest); --zipf does not apply"
+            )));
+        }
+        let records = u64::from(options.shards) * options.keys_per_shard;
+        let ops = options.ops_max.unwrap_or(1);
+        if !(1..=YCSB_OPS_LIMIT).contains(&ops) || u64::from(ops) > records {
+            return Err(ConfigError::new(format!(
+                "--ops-max must be in 1..={YCSB_OPS_LIMIT} and at most the record count ({records}), got {ops}"
+            )));
+        }
+        Ok(Self {
+            name,
+            mix,
+            shards: options.shards,
+            records,
+            hash_per_shard: (i64::MAX as u64 / u64::from(options.shards)) + 1,
+            ops: u64::from(ops),
+            inserts: Arc::new(Mutex::new(AcknowledgedCounter::new(records))),
+        })
+    }
+
+    fn key_space(&self) -> u64 {
+        if self.mix.insert > 0.0 && !self.mix.latest {
+            self.records + self.records / 10
+        } else {
+            self.records
+        }
+    }
+}
+
+impl Workload for Ycsb {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        let m = self.mix;
+        serde_json::json!({
+            "name": self.name,
+            "recordcount": self.records,
+            "fieldcount": FIELD_COUNT,
+            "fieldlength": FIELD_BYTES,
+            "proportions": {"read": m.read, "update": m.update, "insert": m.insert, "scan": m.scan, "readmodifywrite": m.rmw},
+            "requestdistribution": if m.latest { "latest" } else { "zipfian (scrambled)" },
+            "maxscanlength": SCAN_RECORDS_MAX,
+            "ops_per_txn": self.ops,
+        })
+    }
+
+    fn registry(&self) -> Registry {
+        let mut registry = Registry::default();
+        registry.register(Arc::new(YcsbTxn {
+            hash_per_shard: self.hash_per_shard,
+            shards: self.shards,
+        }));
+        registry
+    }
+
+    fn partitioner(&self) -> Partitioner {
+        Partitioner::new(
+            self.shards,
+            PartitionRule::LeadingInt { base: 0, per_shard: self.hash_per_shard },
+        )
+        .expect("validated in new")
+    }
+
+    fn load(&self, shard: ShardId, store: &mut MvccStore) {
+        for keynum in 0..self.records {
+            let hash = record_hash(keynum);
+            if hash / self.hash_per_shard == u64::from(shard.0) {
+                for field in 0..FIELD_COUNT {
+                    store.load(field_key(hash, field), field_value(LOADED, keynum, field));
+                }
+            }
+        }
+    }
+
+    fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
+        let counter = self.inserts.lock().expect("insert counter");
+        Box::new(YcsbGenerator {
+            rng: child_rng(seed, "ycsb-client", u64::from(client)),
+            mix: self.mix,
+            ops: self.ops,
+            zipfian: ScrambledZipfian::new(0, self.key_space()).expect("records > 0"),
+            latest: SkewedLatest::new(&counter).expect("records > 0"),
+            inserts: self.inserts.clone(),
+            pending: BTreeMap::new(),
+        })
+    }
+
+    fn checker(&self) -> Box<dyn InvariantCheck> {
+        Box::new(YcsbCheck::default())
+    }
+}
+
+struct YcsbGenerator {
+    rng: Rng,
+    mix: Mix,
+    ops: u64,
+    zipfian: ScrambledZipfian,
+    latest: SkewedLatest,
+    inserts: Arc<Mutex<AcknowledgedCounter>>,
+    /// Insert ids of requests in flight, acknowledged when their reply arrives.
+    pending: BTreeMap<RequestId, Vec<u64>>,
+}
+
+impl YcsbGenerator {
+    /// A record already inserted: YCSB's `nextKeynum`.
+    fn existing(&mut self, counter: &AcknowledgedCounter) -> u64 {
+        if self.mix.latest {
+            return self.latest.next(&mut self.rng, counter);
+        }
+        let last = counter.last_value();
+        for _ in 0..REDRAWS_MAX {
+            let keynum = self.zipfian.next(&mut self.rng);
+            if keynum <= last {
+                return keynum;
+            }
+        }
+        uniform_u64(&mut self.rng, last + 1)
+    }
+}
+
+impl TxnGenerator for YcsbGenerator {
+    fn next(&mut self, request: RequestId) -> TxnRequest {
+        let inserts = self.inserts.clone();
+        let mut counter = inserts.lock().expect("insert counter");
+        let mut ops: Vec<Datum> = Vec::new();
+        let mut used: Vec<u64> = Vec::new();
+        let mut new_ids = Vec::new();
+        for _ in 0..self.ops {
+            let roll = uniform_f64(&mut self.rng);
+            let m = self.mix;
+            let kind = if roll < m.read {
+                READ
+            } else if roll < m.read + m.update {
+                UPDATE
+            } else if roll < m.read + m.update + m.insert {
+                INSERT
+            } else if roll < m.read + m.update + m.insert + m.scan {
+                SCAN
+            } else {
+                RMW
+            };
+            let keynum = if kind == INSERT {
+                let id = counter.next_id();
+                new_ids.push(id);
+                id
+            } else {
+                let mut keynum = self.existing(&counter);
+                let mut draws = 0;
+                while used.contains(&keynum) && draws < REDRAWS_MAX {
+                    keynum = self.existing(&counter);
+                    draws += 1;
+                }
+                if used.contains(&keynum) {
+                    continue; // A tiny key space: run fewer operations rather than repeat one.
+                }
+                keynum
+            };
+            used.push(keynum);
+            let extra = match kind {
+                UPDATE | RMW => uniform_u64(&mut self.rng, FIELD_COUNT),
+                SCAN => 1 + uniform_u64(&mut self.rng, SCAN_RECORDS_MAX),
+                _ => 0,
+            };
+            ops.push(Datum::List(vec![Datum::Uint(kind), Datum::Uint(keynum), Datum::Uint(extra)]));
+        }
+        if !new_ids.is_empty() {
+            self.pending.insert(request, new_ids);
+        }
+        TxnRequest { proc: ProcId(0), args: vec![Datum::List(ops), Datum::Uint(request.0)] }
+    }
+
+    fn on_reply(&mut self, request: RequestId, _outcome: &TxnOutcome) {
+        // YCSB acknowledges an insert whatever its outcome (CoreWorkload's `finally`).
+        if let Some(ids) = self.pending.remove(&request) {
+            let mut counter = self.inserts.lock().expect("insert counter");
+            for id in ids {
+                let _ = counter.acknowledge(id);
+            }
+        }
+    }
+}
+
+/// Parsed operations: (kind, keynum, field or scan length), and the request id.
+type Ops = Vec<(u64, u64, u64)>;
+
+fn parse(args: &Args) -> Result<(Ops, u64), ProcError> {
+    let bad = || ProcError::BadArgs("ycsb takes [[[kind, keynum, extra]...], request]".into());
+    let [Datum::List(ops), Datum::Uint(request)] = args.as_slice() else { return Err(bad()) };
+    let mut parsed = Vec::with_capacity(ops.len());
+    for op in ops {
+        let Datum::List(parts) = op else { return Err(bad()) };
+        match parts.as_slice() {
+            [Datum::Uint(kind @ READ..=RMW), Datum::Uint(keynum), Datum::Uint(extra)] => {
+                let extra_ok = match *kind {
+                    UPDATE | RMW => *extra < FIELD_COUNT,
+                    SCAN => (1..=SCAN_RECORDS_MAX).contains(extra),
+                    _ => true,
+                };
+                if !extra_ok {
+                    return Err(bad());
+                }
+                parsed.push((*kind, *keynum, *extra));
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok((parsed, *request))
+}
+
+/// The one YCSB procedure: a piece per shard touched, operations in argument order.
+#[derive(Debug)]
+struct YcsbTxn {
+    hash_per_shard: u64,
+    shards: u32,
+}
+
+impl YcsbTxn {
+    fn shard_of(&self, keynum: u64) -> u64 {
+        (record_hash(keynum) / self.hash_per_shard).min(u64::from(self.shards) - 1)
+    }
+
+    fn on_piece(&self, piece: u32, ops: &Ops) -> Result<Ops, ProcError> {
+        let shards = crate::shards_of(ops.iter().map(|op| self.shard_of(op.1)), 1);
+        let shard = *shards
+            .get(piece as usize)
+            .ok_or_else(|| ProcError::BadArgs(format!("no piece {piece}")))?;
+        Ok(ops.iter().copied().filter(|op| self.shard_of(op.1) == shard).collect())
+    }
+
+    fn scan_range(&self, keynum: u64, records: u64) -> ScanRange {
+        let hash = record_hash(keynum);
+        let shard = self.shard_of(keynum);
+        let end = if shard + 1 >= u64::from(self.shards) {
+            Key::table(YCSB_TABLE + 1).build()
+        } else {
+            field_key((shard + 1) * self.hash_per_shard, 0)
+        };
+        ScanRange {
+            start: field_key(hash, 0),
+            end,
+            limit: (records * FIELD_COUNT) as u32,
+            reverse: false,
+        }
+    }
+}
+
+impl Procedure for YcsbTxn {
+    fn name(&self) -> &'static str {
+        "ycsb"
+    }
+
+    fn plan(&self, args: &Args, context: PlanContext<'_>) -> Result<Plan, ProcError> {
+        let (ops, _) = parse(args)?;
+        let shards = crate::shards_of(ops.iter().map(|op| self.shard_of(op.1)), 1);
+        crate::piece_per_shard(shards, context, "a record")
+    }
+
+    fn keys(&self, piece: u32, args: &Args, _inputs: &[&PieceOutput]) -> Result<KeySet, ProcError> {
+        let (ops, _) = parse(args)?;
+        let mut keys = KeySet::default();
+        for (kind, keynum, extra) in self.on_piece(piece, &ops)? {
+            let hash = record_hash(keynum);
+            match kind {
+                READ | RMW => keys.reads.extend((0..FIELD_COUNT).map(|f| field_key(hash, f))),
+                SCAN => keys.scans.push(self.scan_range(keynum, extra)),
+                _ => {}
+            }
+            match kind {
+                UPDATE | RMW => keys.writes.push(field_key(hash, extra)),
+                INSERT => keys.writes.extend((0..FIELD_COUNT).map(|f| field_key(hash, f))),
+                _ => {}
+            }
+        }
+        Ok(keys)
+    }
+
+    fn execute(
+        &self,
+        piece: u32,
+        args: &Args,
+        _inputs: &[&PieceOutput],
+        reads: &Reads,
+    ) -> Result<PieceEffects, UserAbort> {
+        let (ops, request) = parse(args).map_err(|e| UserAbort(e.to_string()))?;
+        let here = self.on_piece(piece, &ops).map_err(|e| UserAbort(e.to_string()))?;
+        let mut effects = PieceEffects::default();
+        let (mut read_at, mut scan_at) = (0usize, 0usize);
+        for (kind, keynum, extra) in here {
+            let hash = record_hash(keynum);
+            match kind {
+                READ | RMW => {
+                    let fields =
+                        reads.values.get(read_at..read_at + FIELD_COUNT as usize).unwrap_or(&[]);
+                    read_at += FIELD_COUNT as usize;
+                    effects
+                        .output
+                        .push(Datum::Uint(fields.iter().filter(|v| v.is_some()).count() as u64));
+                }
+                SCAN => {
+                    let rows = reads.scans.get(scan_at).map_or(0, Vec::len);
+                    scan_at += 1;
+                    effects.output.push(Datum::Uint(rows as u64));
+                }
+                _ => {}
+            }
+            match kind {
+                UPDATE | RMW => effects.writes.push(Write {
+                    key: field_key(hash, extra),
+                    value: Some(field_value(request, keynum, extra)),
+                }),
+                INSERT => effects.writes.extend((0..FIELD_COUNT).map(|f| Write {
+                    key: field_key(hash, f),
+                    value: Some(field_value(request, keynum, f)),
+                })),
+                _ => {}
+            }
+        }
+        Ok(effects)
+    }
+}
+
+/// The last-writer invariant (see the module documentation).
+#[derive(Default)]
+struct YcsbCheck {
+    // Per field key: (commit ts, request) of the newest committed writer. Hot: hashed.
+    last: FixedHashMap<Key, (Timestamp, u64)>,
+    unknown: FixedHashMap<Key, Vec<u64>>,
+    committed: u64,
+}
+
+fn writes_of(txn: &TxnRequest) -> Vec<(Key, u64)> {
+    let Ok((ops, request)) = parse(&txn.args) else { return Vec::new() };
+    let mut keys = Vec::new();
+    for (kind, keynum, extra) in ops {
+        let hash = record_hash(keynum);
+        match kind {
+            UPDATE | RMW => keys.push((field_key(hash, extra), request)),
+            INSERT => keys.extend((0..FIELD_COUNT).map(|f| (field_key(hash, f), request))),
+            _ => {}
+        }
+    }
+    keys
+}
+
+impl InvariantCheck for YcsbCheck {
+    fn observe(&mut self, completion: &Completion) {
+        let (TxnResult::Committed, Some(ts)) =
+            (&completion.outcome.result, completion.outcome.commit_ts)
+        else {
+            return;
+        };
+        self.committed += 1;
+        for (key, request) in writes_of(&completion.txn) {
+            let entry = self.last.entry(key).or_insert((Timestamp::ZERO, LOADED));
+            if ts > entry.0 {
+                *entry = (ts, request);
+            }
+        }
+    }
+
+    fn unanswered(&mut self, _client: u32, _request: RequestId, txn: &TxnRequest, _at: Time) {
+        for (key, request) in writes_of(txn) {
+            self.unknown.entry(key).or_default().push(request);
+        }
+    }
+
+    fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {
+        let mut problems = Vec::new();
+        let mut expected: BTreeMap<&Key, u64> =
+            self.last.iter().map(|(k, &(_, r))| (k, r)).collect();
+        let mut fields = 0u64;
+        for (_, store) in stores {
+            for (key, version) in store.latest_values() {
+                fields += 1;
+                let found = version.value.as_deref().and_then(writer_of);
+                let want = expected.remove(key).unwrap_or(LOADED);
+                let maybe =
+                    self.unknown.get(key).is_some_and(|rs| found.is_some_and(|f| rs.contains(&f)));
+                if found != Some(want) && !maybe && problems.len() < 5 {
+                    problems.push(format!("{key:?} holds the write of {found:?}, expected {want}"));
+                }
+            }
+        }
+        let missing = expected.len();
+        if missing > 0 {
+            problems.push(format!("{missing} committed field writes are missing"));
+        }
+        let passed = problems.is_empty();
+        let detail = if passed {
+            format!("{fields} fields hold their last committed write ({} commits)", self.committed)
+        } else {
+            problems.join("; ")
+        };
+        vec![CheckResult { name: "ycsb-last-writer".into(), passed, detail }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{apply_serially, check_stores, completion, loaded_stores};
+
+    fn ycsb(name: &str, ops: Option<u32>) -> Ycsb {
+        let options =
+            WorkloadOptions { shards: 2, keys_per_shard: 100, zipf_theta: None, ops_max: ops };
+        Ycsb::new(name, &options).unwrap()
+    }
+
+    #[test]
+    fn mixes_follow_the_workload_files_and_the_last_writer_check_holds() {
+        for (name, kind, share) in [
+            ("ycsb-a", UPDATE, 0.5),
+            ("ycsb-b", READ, 0.95),
+            ("ycsb-c", READ, 1.0),
+            ("ycsb-d", INSERT, 0.05),
+            ("ycsb-e", SCAN, 0.95),
+            ("ycsb-f", RMW, 0.5),
+        ] {
+            let w = ycsb(name, None);
+            let mut stores = loaded_stores(&w, 2);
+            assert_eq!(stores.iter().map(|s| s.latest_values().count()).sum::<usize>(), 2_000);
+            let mut generator = w.generator(0, 1);
+            let mut check = w.checker();
+            let mut counted = 0;
+            for ts in 1..2_000u64 {
+                let txn = generator.next(RequestId(ts));
+                let (ops, _) = parse(&txn.args).unwrap();
+                counted += ops.iter().filter(|op| op.0 == kind).count();
+                let outcome = apply_serially(&w, &mut stores, &txn, ts);
+                generator.on_reply(RequestId(ts), &outcome);
+                check.observe(&completion(ts, txn, outcome));
+            }
+            let found = counted as f64 / 1_999.0;
+            assert!((found - share).abs() < 0.03, "{name}: {found} vs {share}");
+            let result = check_stores(check.as_ref(), &stores);
+            assert!(result.passed, "{name}: {}", result.detail);
+        }
+    }
+
+    #[test]
+    fn latest_reads_inserted_records_and_the_check_catches_a_lost_update() {
+        let w = ycsb("ycsb-d", Some(4));
+        let mut stores = loaded_stores(&w, 2);
+        let mut generator = w.generator(0, 2);
+        let mut check = w.checker();
+        for ts in 1..1_000u64 {
+            let txn = generator.next(RequestId(ts));
+            let outcome = apply_serially(&w, &mut stores, &txn, ts);
+            // Reads find every field: latest never picks a record not yet inserted.
+            for output in &outcome.outputs {
+                assert!(output.iter().all(|d| *d == Datum::Uint(FIELD_COUNT)), "{output:?}");
+            }
+            generator.on_reply(RequestId(ts), &outcome);
+            check.observe(&completion(ts, txn, outcome));
+        }
+        assert!(w.inserts.lock().unwrap().last_value() > 200, "records were inserted");
+        assert!(check_stores(check.as_ref(), &stores).passed);
+        // Put back the loaded value of a field a committed insert wrote.
+        let (key, _) = stores[0]
+            .latest_values()
+            .find(|(_, v)| writer_of(v.value.as_ref().unwrap()) != Some(LOADED))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        stores[0].load(key, field_value(LOADED, 0, 0));
+        assert!(!check_stores(check.as_ref(), &stores).passed);
+        let bad =
+            WorkloadOptions { shards: 1, keys_per_shard: 10, zipf_theta: Some(0.5), ops_max: None };
+        assert!(Ycsb::new("ycsb-a", &bad).unwrap_err().0.contains("--zipf does not apply"));
+    }
+
+    #[test]
+    fn scans_stay_on_their_shard_and_return_whole_records() {
+        let w = ycsb("ycsb-e", None);
+        let txn = YcsbTxn { hash_per_shard: w.hash_per_shard, shards: 2 };
+        let partitioner = w.partitioner();
+        for keynum in 0..50 {
+            let range = txn.scan_range(keynum, 7);
+            assert_eq!(range.limit, 70);
+            assert_eq!(partitioner.shard_of(&range.start).0 as u64, txn.shard_of(keynum));
+            assert!(range.start < range.end);
+        }
+    }
+}
