@@ -38,7 +38,7 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         ),
         (
             &["bench", "--workload", "tpcx", "--out", out],
-            "unknown workload 'tpcx'; accepted: micro-luigi, micro-tiga, bank, smallbank, list-append, rw-register, ycsb-a",
+            "unknown workload 'tpcx'; accepted: micro-luigi, micro-tiga, bank, smallbank, retwis, list-append, rw-register, ycsb-a",
         ),
         (&["bench", "--network", "moon", "--out", out], "unknown network preset 'moon'"),
         (&["bench", "--clock", "sundial", "--out", out], "unknown clock preset 'sundial'"),

@@ -10,6 +10,7 @@ pub mod clients;
 pub mod dist;
 pub mod elle;
 pub mod micro;
+pub mod retwis;
 pub mod smallbank;
 #[cfg(test)]
 mod testkit;
@@ -25,11 +26,12 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 12] = [
+pub const WORKLOADS: [&str; 13] = [
     "micro-luigi",
     "micro-tiga",
     "bank",
     "smallbank",
+    "retwis",
     "list-append",
     "rw-register",
     "ycsb-a",
@@ -152,6 +154,7 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
         "micro-tiga" => Ok(Box::new(tiga::MicroTiga::new(options)?)),
         "bank" => Ok(Box::new(bank::Bank::new(options)?)),
         "smallbank" => Ok(Box::new(smallbank::SmallBank::new(options)?)),
+        "retwis" => Ok(Box::new(retwis::Retwis::new(options)?)),
         ycsb if ycsb.starts_with("ycsb-") && WORKLOADS.contains(&ycsb) => {
             Ok(Box::new(ycsb::Ycsb::new(ycsb, options)?))
         }
