@@ -140,6 +140,9 @@ pub(crate) struct SimArgs {
     /// Write the recorded history (elle-cli JSON) of a single-seed run here.
     #[arg(long)]
     history: Option<PathBuf>,
+    /// Print the last N events of a single-seed run (a failing run prints its last 40).
+    #[arg(long)]
+    trace: Option<usize>,
 }
 
 #[derive(Args)]

@@ -14,6 +14,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Events of a failing seed's trace printed after it (replayed with tracing on).
+const FAILURE_TRACE_EVENTS: usize = 40;
+
 /// Largest history file `meridian check` reads.
 const HISTORY_BYTES_MAX: u64 = 4 << 30;
 /// Most seeds one swarm may run.
@@ -66,6 +69,30 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
         line += " --faults";
     }
     line + &format!(" --seed {seed}")
+}
+
+/// Replays a failed seed with its event tail kept, and prints the tail. The replay must give
+/// the same trace hash; a different one is reported (it would mean non-determinism).
+fn print_failure_trace(
+    options: &SimRunOptions,
+    report: &SimRunReport,
+    workload: Arc<dyn meridian_workloads::Workload>,
+) {
+    let mut replay = options.clone();
+    replay.trace_tail = FAILURE_TRACE_EVENTS;
+    match run_sim(&replay, workload) {
+        Ok(again) if again.trace_hash == report.trace_hash => {
+            println!("  last {} events:", again.trace_tail.len());
+            for line in &again.trace_tail {
+                println!("    {line}");
+            }
+        }
+        Ok(again) => println!(
+            "  replay diverged: trace hash {:016x} instead of {:016x} (non-determinism)",
+            again.trace_hash, report.trace_hash
+        ),
+        Err(e) => println!("  replay failed: {e}"),
+    }
 }
 
 fn print_checks(report: &SimRunReport) {
@@ -134,11 +161,12 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     }
     let (mut options, plan) = seed_options(&r, args, &topology, r.seed, txns);
     options.keep_history = args.history.is_some();
+    options.trace_tail = args.trace.unwrap_or(0);
     if let Some(plan) = &plan {
         println!("faults: {plan}");
     }
     let started = Instant::now();
-    let report = run_sim(&options, workload)?;
+    let report = run_sim(&options, workload.clone())?;
     let wall_s = started.elapsed().as_secs_f64();
     println!(
         "seed {}: {} committed, {} user aborts, {} failed, {} retries, {} cross-shard; latency p50 {:.1} ms p99 {:.1} ms (virtual)",
@@ -166,6 +194,12 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     );
     print_checks(&report);
     println!("trace hash {:016x}", report.trace_hash);
+    if !report.trace_tail.is_empty() {
+        println!("last {} events:", report.trace_tail.len());
+        for line in &report.trace_tail {
+            println!("  {line}");
+        }
+    }
     if let Some(path) = &args.history {
         match &report.history_json {
             Some(json) => std::fs::write(path, json).map_err(|e| {
@@ -181,6 +215,9 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         println!("history: {}", path.display());
     }
     if !report.passed() {
+        if report.trace_tail.is_empty() {
+            print_failure_trace(&options, &report, workload);
+        }
         println!("REPRODUCE: {}", reproduce(&args.cluster, args, &r, report.seed, txns));
         return Err(Failure::Run("the run failed a check".into()));
     }
@@ -211,6 +248,7 @@ fn swarm_worker(
             println!("FAIL seed {seed}: {}", reasons.join("; "));
             println!("  faults: {}", plan.as_deref().unwrap_or("none"));
             println!("  trace hash {:016x}", report.trace_hash);
+            print_failure_trace(&options, &report, workload.clone());
             println!("REPRODUCE: {}", reproduce(&args.cluster, args, r, seed, txns));
             failed.push(seed);
         }

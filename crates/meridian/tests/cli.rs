@@ -255,3 +255,19 @@ fn a_recorded_history_checks_and_a_broken_one_is_refused_with_its_line() {
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("G1a: 1 found"), "{stdout}");
 }
+
+#[test]
+fn a_failing_run_prints_the_last_events_of_its_replay_and_trace_prints_on_demand() {
+    // One virtual second is too short for geo round trips: the liveness check fails.
+    let output = run(&["sim", "--network", "geo", "--txns", "500", "--time-limit-s", "1"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("check liveness"), "{stdout}");
+    assert!(stdout.contains("last 40 events:"), "{stdout}");
+    assert!(stdout.contains("deliver n"), "{stdout}");
+    assert!(stdout.contains("REPRODUCE: meridian sim"), "{stdout}");
+    let output = run(&["sim", "--network", "metro", "--txns", "50", "--trace", "5"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("last 5 events:"), "{stdout}");
+}

@@ -29,7 +29,7 @@ use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
 use meridian_core::{NodeId, Time};
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 /// Virtual time at which a simulation starts. Far from zero so that clocks with negative offsets
 /// never read below zero.
@@ -69,7 +69,15 @@ pub struct SimConfig {
     pub record_history: bool,
     /// Network misbehaviour beyond the link model, for swarms.
     pub chaos: Chaos,
+    /// Keep a readable line for each of the last this many events (0: none; at most
+    /// [`TRACE_TAIL_MAX`]). Costs a `Debug` format per event, so only for replays.
+    pub trace_tail: usize,
 }
+
+/// Most event lines a trace tail keeps.
+pub const TRACE_TAIL_MAX: usize = 10_000;
+/// Longest rendering of one message in a trace line.
+const TRACE_MSG_CHARS_MAX: usize = 200;
 
 /// Network misbehaviour applied to every message sent before `until_ns` (relative to the
 /// start), on top of the link model; after it the network behaves (the healing phase).
@@ -101,6 +109,7 @@ impl SimConfig {
             faults: Vec::new(),
             record_history: false,
             chaos: Chaos::default(),
+            trace_tail: 0,
         }
     }
 }
@@ -185,6 +194,7 @@ pub struct Sim<N: Node, C: ClientDriver> {
     outbox: Outbox<N::Msg>,
     scratch: Vec<u8>,
     chaos_rng: Rng,
+    tail: VecDeque<String>,
 }
 
 impl<N: Node, C: ClientDriver> Sim<N, C> {
@@ -222,6 +232,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             outbox: Outbox::new(),
             scratch: Vec::new(),
             chaos_rng: child_rng(config.seed, "sim-chaos", 0),
+            tail: VecDeque::new(),
             config,
         };
         for (at, fault) in sim.config.faults.clone() {
@@ -336,7 +347,44 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         self.trace_hash = fnv1a(h, &b.to_le_bytes());
     }
 
+    /// The last events processed, oldest first (when `trace_tail` is on).
+    pub fn trace_tail(&self) -> Vec<String> {
+        self.tail.iter().cloned().collect()
+    }
+
+    fn trace(&mut self, kind: &EventKind<N::Msg>) {
+        let keep = self.config.trace_tail.min(TRACE_TAIL_MAX);
+        if keep == 0 {
+            return;
+        }
+        let at_ms = (self.now - SIM_EPOCH_NS) as f64 / 1e6;
+        let what = match kind {
+            EventKind::Deliver { from, to, msg } => {
+                let mut text = format!("{msg:?}");
+                if text.len() > TRACE_MSG_CHARS_MAX {
+                    let cut = (0..=TRACE_MSG_CHARS_MAX).rev().find(|&i| text.is_char_boundary(i));
+                    text.truncate(cut.unwrap_or(0));
+                    text.push('…');
+                }
+                format!("deliver n{} -> n{}: {text}", from.0, to.0)
+            }
+            EventKind::Timer { node, timer, .. } => format!("timer n{} #{}", node.0, timer.0),
+            EventKind::Persisted { node, token, .. } => {
+                format!("persisted n{} #{}", node.0, token.0)
+            }
+            EventKind::Submit { node, request } => {
+                format!("submit n{} request {}", node.0, request.id.0)
+            }
+            EventKind::Fault(fault) => format!("fault {fault:?}"),
+        };
+        if self.tail.len() == keep {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(format!("{at_ms:>12.3} ms  {what}"));
+    }
+
     fn process(&mut self, kind: EventKind<N::Msg>) {
+        self.trace(&kind);
         match kind {
             EventKind::Deliver { from, to, msg } => {
                 self.scratch.clear();

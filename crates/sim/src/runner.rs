@@ -52,6 +52,8 @@ pub struct SimRunOptions {
     pub disk_sync_ns: Option<Time>,
     /// Keep the workload's recorded history (elle-cli JSON) in the report.
     pub keep_history: bool,
+    /// Keep a readable line for each of the last this many events (for replays of failures).
+    pub trace_tail: usize,
 }
 
 impl SimRunOptions {
@@ -76,6 +78,7 @@ impl SimRunOptions {
             chaos: Chaos::default(),
             disk_sync_ns: None,
             keep_history: false,
+            trace_tail: 0,
         }
     }
 
@@ -120,6 +123,8 @@ pub struct SimRunReport {
     pub checks: Vec<CheckResult>,
     /// The recorded history (elle-cli JSON), when asked for and the workload records one.
     pub history_json: Option<String>,
+    /// The last events, when `trace_tail` asked for them.
+    pub trace_tail: Vec<String>,
 }
 
 impl SimRunReport {
@@ -185,6 +190,7 @@ fn run_with<N: ProtocolNode>(
     let mut config = SimConfig::new(seed, options.network.clone(), options.clock);
     config.faults = options.faults.clone();
     config.chaos = options.chaos;
+    config.trace_tail = options.trace_tail;
     if let Some(ns) = options.disk_sync_ns {
         config.disk_sync_ns = ns;
     }
@@ -205,6 +211,7 @@ fn run_with<N: ProtocolNode>(
         stats: SimStats::default(),
         checks: Vec::new(),
         history_json: None,
+        trace_tail: Vec::new(),
     };
     let mut latencies = Vec::new();
     let mut completed = 0u64;
@@ -255,6 +262,7 @@ fn run_with<N: ProtocolNode>(
     report.latency_ns_p99 = quantile(0.99);
     report.virtual_ns = sim.elapsed_ns();
     report.trace_hash = sim.trace_hash();
+    report.trace_tail = sim.trace_tail();
     report.stats = sim.stats().clone();
     if !report.live {
         report.checks.push(CheckResult {
