@@ -125,7 +125,7 @@ pub(crate) struct SimArgs {
     #[arg(long)]
     txns: Option<u64>,
     /// Virtual seconds by which every request must be answered.
-    #[arg(long, default_value_t = 3_600)]
+    #[arg(long, default_value_t = simcmd::TIME_LIMIT_S_DEFAULT)]
     time_limit_s: u64,
     /// Run a swarm over the seeds A..B (B excluded) instead of one `--seed`.
     #[arg(long)]

@@ -21,6 +21,8 @@ const FAILURE_TRACE_EVENTS: usize = 40;
 const HISTORY_BYTES_MAX: u64 = 4 << 30;
 /// Most seeds one swarm may run.
 const SWARM_SEEDS_MAX: u64 = 100_000_000;
+/// `--time-limit-s` when not given (keep equal to the flag's default in main.rs).
+pub(crate) const TIME_LIMIT_S_DEFAULT: u64 = 3_600;
 /// Most worker processes.
 const JOBS_MAX: usize = 256;
 
@@ -64,6 +66,12 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     }
     if let Some(z) = c.zipf {
         line += &format!(" --zipf {z}");
+    }
+    if let Some(k) = c.ops_max {
+        line += &format!(" --ops-max {k}");
+    }
+    if args.time_limit_s != TIME_LIMIT_S_DEFAULT {
+        line += &format!(" --time-limit-s {}", args.time_limit_s);
     }
     if args.faults {
         line += " --faults";
