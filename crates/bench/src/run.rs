@@ -445,7 +445,18 @@ async fn serve<N: ProtocolNode>(
         ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
     })?;
     tracing::info!(node = %id, addr = %file.addrs[id.0 as usize], "serving");
-    let _ = tokio::signal::ctrl_c().await;
+    // Stop on Ctrl-C (SIGINT) or SIGTERM (what `meridian cluster down` and most supervisors send).
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
     tracing::info!(node = %id, "stopping");
     drop(cluster.stop().await);
     Ok(())

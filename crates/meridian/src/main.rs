@@ -16,6 +16,7 @@ use meridian_protocols::ProtocolKind;
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
+mod clustercmd;
 mod simcmd;
 use std::process::ExitCode;
 
@@ -48,6 +49,8 @@ enum Command {
     Sim(SimArgs),
     /// Check a recorded history for serializability anomalies.
     Check(CheckArgs),
+    /// Start, stop or inspect a local multi-process cluster (one `server` per replica node).
+    Cluster(ClusterCmdArgs),
     /// Run one node of the cluster described by a cluster file until interrupted.
     Server(ServerArgs),
 }
@@ -143,6 +146,30 @@ pub(crate) struct SimArgs {
     /// Print the last N events of a single-seed run (a failing run prints its last 40).
     #[arg(long)]
     trace: Option<usize>,
+}
+
+/// What `meridian cluster` does.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum ClusterOp {
+    /// Start a server per replica node and wait until each listens.
+    Up,
+    /// Stop the recorded servers (SIGTERM, then SIGKILL).
+    Down,
+    /// Report each server: process and address.
+    Status,
+}
+
+#[derive(Args)]
+pub(crate) struct ClusterCmdArgs {
+    /// up, down or status.
+    #[arg(value_enum)]
+    op: ClusterOp,
+    /// The cluster file.
+    #[arg(long)]
+    config: PathBuf,
+    /// Where process ids and server logs go (default: .meridian-<file stem> beside the file).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -358,6 +385,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Sim(args) => simcmd::sim(args),
         Command::Check(args) => simcmd::check_history(args),
+        Command::Cluster(args) => clustercmd::cluster(args, &cli.log_level),
         Command::Server(args) => server(args),
     };
     match result {

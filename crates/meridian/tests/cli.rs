@@ -271,3 +271,47 @@ fn a_failing_run_prints_the_last_events_of_its_replay_and_trace_prints_on_demand
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("last 5 events:"), "{stdout}");
 }
+
+#[test]
+fn cluster_up_status_down_manage_server_processes_by_recorded_pid() {
+    let dir = scratch("cluster");
+    let (a, b, c) = (free_port(), free_port(), free_port());
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "protocol = \"occ\"\nworkload = \"bank\"\nshards = 2\nreplicas = 1\nnetwork = \"lan\"\n\
+             keys_per_shard = 100\n\
+             [[node]]\nid = 0\nregion = \"r0\"\naddr = \"127.0.0.1:{a}\"\nreplicas = [[0, 0]]\n\
+             [[node]]\nid = 1\nregion = \"r0\"\naddr = \"127.0.0.1:{b}\"\nreplicas = [[1, 0]]\n\
+             [[node]]\nid = 2\nregion = \"r0\"\naddr = \"127.0.0.1:{c}\"\ncoordinator = true\n"
+        ),
+    )
+    .unwrap();
+    let config = file.to_str().unwrap();
+    let up = run(&["cluster", "up", "--config", config]);
+    let stdout = String::from_utf8_lossy(&up.stdout);
+    assert!(up.status.success(), "{stdout}{}", String::from_utf8_lossy(&up.stderr));
+    assert!(stdout.contains("cluster up: 2 servers"), "{stdout}");
+    let status = run(&["cluster", "status", "--config", config]);
+    assert!(status.status.success());
+    assert!(String::from_utf8_lossy(&status.stdout).contains("2/2 servers up"));
+    // A second `up` refuses and changes nothing.
+    let again = run(&["cluster", "up", "--config", config]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already up"));
+    // The cluster serves a benchmark.
+    let out = dir.join("results");
+    let bench = run_words(
+        "bench --clients 4 --duration 1 --warmup 0.2 --quiet --out",
+        &[out.to_str().unwrap(), "--cluster", config],
+    );
+    assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+    let down = run(&["cluster", "down", "--config", config]);
+    assert!(down.status.success());
+    assert!(String::from_utf8_lossy(&down.stdout).contains("cluster down"));
+    let status = run(&["cluster", "status", "--config", config]);
+    assert_eq!(status.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("0/2 servers up"));
+    assert_eq!(run(&["cluster", "up", "--config", "/nonexistent/c.toml"]).status.code(), Some(2));
+}
