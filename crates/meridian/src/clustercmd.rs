@@ -163,21 +163,21 @@ fn up(
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        println!("node {node} up: pid {pid}, listening on {addr}");
+        say!("node {node} up: pid {pid}, listening on {addr}");
     }
-    println!("cluster up: {} servers; state in {}", pids.len(), dir.display());
+    say!("cluster up: {} servers; state in {}", pids.len(), dir.display());
     Ok(())
 }
 
 fn down(dir: &Path) -> Result<(), Failure> {
     let pids = read_pids(dir)?;
     if pids.is_empty() {
-        println!("cluster down: nothing recorded in {}", dir.display());
+        say!("cluster down: nothing recorded in {}", dir.display());
         return Ok(());
     }
     for &(node, pid) in &pids {
         if is_our_server(pid) && !signal(pid, "TERM") {
-            println!("node {node}: could not signal pid {pid}");
+            say!("node {node}: could not signal pid {pid}");
         }
     }
     let started = Instant::now();
@@ -187,14 +187,14 @@ fn down(dir: &Path) -> Result<(), Failure> {
         }
         if is_our_server(pid) {
             signal(pid, "KILL");
-            println!("node {node}: pid {pid} ignored SIGTERM for {STOP_GRACE:?}; killed");
+            say!("node {node}: pid {pid} ignored SIGTERM for {STOP_GRACE:?}; killed");
         } else {
-            println!("node {node}: pid {pid} stopped");
+            say!("node {node}: pid {pid} stopped");
         }
     }
     std::fs::remove_file(dir.join("pids"))
         .map_err(|e| Failure::Run(format!("cannot remove {}: {e}", dir.join("pids").display())))?;
-    println!("cluster down");
+    say!("cluster down");
     Ok(())
 }
 
@@ -208,14 +208,14 @@ fn status(file: &ClusterFile, dir: &Path) -> Result<(), Failure> {
         let alive = pid.is_some_and(is_our_server);
         let listening = reachable(addr);
         healthy += usize::from(alive && listening);
-        println!(
+        say!(
             "node {node}  {addr:<21}  pid {:<8}  {}  {}",
             pid.map_or("-".to_string(), |p| p.to_string()),
             if alive { "running" } else { "not running" },
             if listening { "listening" } else { "not listening" }
         );
     }
-    println!("{healthy}/{} servers up", servers.len());
+    say!("{healthy}/{} servers up", servers.len());
     if healthy == servers.len() {
         Ok(())
     } else {

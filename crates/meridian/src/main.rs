@@ -16,6 +16,23 @@ use meridian_protocols::ProtocolKind;
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
+/// `println!` that ignores a closed stdout (`meridian sim --seeds 0..9 | head`): the command
+/// goes on and exits with its own status instead of panicking on a broken pipe.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` with the same behaviour as [`say!`].
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod clustercmd;
 mod simcmd;
 use std::process::ExitCode;
@@ -331,10 +348,10 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
             run_embedded(&experiment)?
         }
     };
-    print!("{}", report::table(&output));
+    say_raw!("{}", report::table(&output));
     let folder = report::write_results(&args.out, &output)
         .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
-    println!("results: {}", folder.join("stats.json").display());
+    say!("results: {}", folder.join("stats.json").display());
     if !output.checks_passed() {
         let failed: Vec<&str> =
             output.checks.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();

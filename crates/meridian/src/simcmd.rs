@@ -90,22 +90,23 @@ fn print_failure_trace(
     replay.trace_tail = FAILURE_TRACE_EVENTS;
     match run_sim(&replay, workload) {
         Ok(again) if again.trace_hash == report.trace_hash => {
-            println!("  last {} events:", again.trace_tail.len());
+            say!("  last {} events:", again.trace_tail.len());
             for line in &again.trace_tail {
-                println!("    {line}");
+                say!("    {line}");
             }
         }
-        Ok(again) => println!(
+        Ok(again) => say!(
             "  replay diverged: trace hash {:016x} instead of {:016x} (non-determinism)",
-            again.trace_hash, report.trace_hash
+            again.trace_hash,
+            report.trace_hash
         ),
-        Err(e) => println!("  replay failed: {e}"),
+        Err(e) => say!("  replay failed: {e}"),
     }
 }
 
 fn print_checks(report: &SimRunReport) {
     for check in &report.checks {
-        println!(
+        say!(
             "check {:<20} {}  {}",
             check.name,
             if check.passed { "PASS" } else { "FAIL" },
@@ -171,12 +172,12 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     options.keep_history = args.history.is_some();
     options.trace_tail = args.trace.unwrap_or(0);
     if let Some(plan) = &plan {
-        println!("faults: {plan}");
+        say!("faults: {plan}");
     }
     let started = Instant::now();
     let report = run_sim(&options, workload.clone())?;
     let wall_s = started.elapsed().as_secs_f64();
-    println!(
+    say!(
         "seed {}: {} committed, {} user aborts, {} failed, {} retries, {} cross-shard; latency p50 {:.1} ms p99 {:.1} ms (virtual)",
         report.seed,
         report.committed,
@@ -188,7 +189,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         report.latency_ns_p99 as f64 / 1e6,
     );
     let s = &report.stats;
-    println!(
+    say!(
         "virtual {:.2} s, wall {:.2} s, {} deliveries ({:.0} per wall second), {} lost, {} blocked, {} duplicated, {} reordered, {} events",
         report.virtual_ns as f64 / 1e9,
         wall_s,
@@ -201,11 +202,11 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         s.events,
     );
     print_checks(&report);
-    println!("trace hash {:016x}", report.trace_hash);
+    say!("trace hash {:016x}", report.trace_hash);
     if !report.trace_tail.is_empty() {
-        println!("last {} events:", report.trace_tail.len());
+        say!("last {} events:", report.trace_tail.len());
         for line in &report.trace_tail {
-            println!("  {line}");
+            say!("  {line}");
         }
     }
     if let Some(path) = &args.history {
@@ -220,13 +221,13 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
                 )))
             }
         }
-        println!("history: {}", path.display());
+        say!("history: {}", path.display());
     }
     if !report.passed() {
         if report.trace_tail.is_empty() {
             print_failure_trace(&options, &report, workload);
         }
-        println!("REPRODUCE: {}", reproduce(&args.cluster, args, &r, report.seed, txns));
+        say!("REPRODUCE: {}", reproduce(&args.cluster, args, &r, report.seed, txns));
         return Err(Failure::Run("the run failed a check".into()));
     }
     Ok(())
@@ -253,17 +254,17 @@ fn swarm_worker(
                 .filter(|c| !c.passed)
                 .map(|c| format!("{}: {}", c.name, c.detail))
                 .collect();
-            println!("FAIL seed {seed}: {}", reasons.join("; "));
-            println!("  faults: {}", plan.as_deref().unwrap_or("none"));
-            println!("  trace hash {:016x}", report.trace_hash);
+            say!("FAIL seed {seed}: {}", reasons.join("; "));
+            say!("  faults: {}", plan.as_deref().unwrap_or("none"));
+            say!("  trace hash {:016x}", report.trace_hash);
             print_failure_trace(&options, &report, workload.clone());
-            println!("REPRODUCE: {}", reproduce(&args.cluster, args, r, seed, txns));
+            say!("REPRODUCE: {}", reproduce(&args.cluster, args, r, seed, txns));
             failed.push(seed);
         }
     }
     let wall_s = started.elapsed().as_secs_f64();
     let seeds = end - first;
-    println!(
+    say!(
         "SWARM {} seeds {first}..{end}: {} passed, {} failed in {:.1} s ({:.0} seeds per minute)",
         r.protocol.name(),
         seeds - failed.len() as u64,
@@ -321,7 +322,7 @@ fn swarm_parent((first, end): (u64, u64), jobs: usize) -> Result<(), Failure> {
             if line.starts_with("FAIL seed ") {
                 failed += 1;
             }
-            println!("{line}");
+            say!("{line}");
         }
         let status =
             child.wait().map_err(|e| Failure::Run(format!("a swarm worker vanished: {e}")))?;
@@ -330,7 +331,7 @@ fn swarm_parent((first, end): (u64, u64), jobs: usize) -> Result<(), Failure> {
         }
     }
     let wall_s = started.elapsed().as_secs_f64();
-    println!(
+    say!(
         "SWARM seeds {first}..{end} in {jobs} processes: {} passed, {failed} failed in {:.1} s ({:.0} seeds per minute)",
         seeds - failed,
         wall_s,
@@ -368,8 +369,8 @@ pub fn check_history(args: &CheckArgs) -> Result<(), Failure> {
     let parsed_s = started.elapsed().as_secs_f64();
     let (report, txns) = meridian_check::check(&history, model, consistency)
         .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
-    print!("{}", report.render(&history, &txns));
-    println!(
+    say_raw!("{}", report.render(&history, &txns));
+    say!(
         "{} operations, {} transactions; parsed in {:.2} s, checked in {:.2} s",
         history.ops.len(),
         txns.len(),
