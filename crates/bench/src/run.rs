@@ -12,6 +12,7 @@ use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_protocols::occ::OccNode;
 use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
 use meridian_runtime::clock::WallClock;
+use meridian_runtime::metrics::{self, MetricsHub};
 use meridian_runtime::node_task::{ClusterConfig, LocalNode};
 use meridian_runtime::tcp::TcpConfig;
 use meridian_runtime::{Cluster, LinkDelays};
@@ -199,6 +200,7 @@ async fn embedded<N: ProtocolNode>(
         clock: experiment.clock,
         seed: experiment.seed,
         tcp: None,
+        metrics: None,
     };
     let cluster = Cluster::start(config, local)
         .await
@@ -373,6 +375,7 @@ fn tcp_cluster_config(
             addrs: file.addrs.clone(),
             fingerprint: fingerprint(file, workload),
         }),
+        metrics: None,
     }
 }
 
@@ -408,8 +411,13 @@ async fn remote<N: ProtocolNode>(
     Ok(out)
 }
 
-/// Runs node `node` of a cluster file until the process is interrupted.
-pub fn run_server(file: &ClusterFile, node: u32) -> Result<(), ConfigError> {
+/// Runs node `node` of a cluster file until the process is interrupted; with `metrics_addr`,
+/// serves Prometheus metrics at `http://ADDR/metrics`.
+pub fn run_server(
+    file: &ClusterFile,
+    node: u32,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> Result<(), ConfigError> {
     let id = NodeId(node);
     if node as usize >= file.topology.nodes.len() {
         return Err(ConfigError::new(format!(
@@ -422,7 +430,9 @@ pub fn run_server(file: &ClusterFile, node: u32) -> Result<(), ConfigError> {
     let topology = Arc::new(file.topology.clone());
     runtime()?.block_on(async {
         match file.protocol {
-            ProtocolKind::Occ => serve::<OccNode>(file, id, workload, topology, OccNode::new).await,
+            ProtocolKind::Occ => {
+                serve::<OccNode>(file, id, workload, topology, OccNode::new, metrics_addr).await
+            }
         }
     })
 }
@@ -433,13 +443,24 @@ async fn serve<N: ProtocolNode>(
     workload: Arc<dyn Workload>,
     topology: Arc<Topology>,
     build: fn(NodeContext) -> N,
+    metrics_addr: Option<std::net::SocketAddr>,
 ) -> Result<(), ConfigError> {
     let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
     let mut node = build(context(id));
     for (shard, store) in node.stores_mut() {
         workload.load(shard, store);
     }
-    let config = tcp_cluster_config(file, &topology, &workload);
+    let mut config = tcp_cluster_config(file, &topology, &workload);
+    let mut metrics_task = None;
+    if let Some(addr) = metrics_addr {
+        let hub = Arc::new(MetricsHub::default());
+        metrics_task =
+            Some(metrics::serve(addr, hub.clone()).await.map_err(|e| {
+                ConfigError::new(format!("--metrics-addr {addr}: cannot listen: {e}"))
+            })?);
+        tracing::info!(node = %id, %addr, "metrics at /metrics");
+        config.metrics = Some(hub);
+    }
     let local: Vec<LocalNode<N, ClosedLoopClients>> = vec![(id, node, None)];
     let cluster = Cluster::start(config, local).await.map_err(|e| {
         ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
@@ -458,6 +479,9 @@ async fn serve<N: ProtocolNode>(
         }
     }
     tracing::info!(node = %id, "stopping");
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     drop(cluster.stop().await);
     Ok(())
 }

@@ -227,6 +227,11 @@ pub trait Node: Send + 'static {
     fn on_persisted(&mut self, now: Time, token: PersistToken, out: &mut Outbox<Self::Msg>);
     /// A client submitted a transaction.
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<Self::Msg>);
+    /// The protocol's counters (names ending in `_total`, monotonic) and gauges, for metrics.
+    /// Read between calls, never during one; must not change the node.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Supplies client requests to coordinators and consumes their replies. Both drivers use the same

@@ -209,6 +209,9 @@ struct ServerArgs {
     /// This node's id in the file.
     #[arg(long)]
     node: u32,
+    /// Serve Prometheus metrics at http://ADDR/metrics (for example 127.0.0.1:9100).
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Resolved cluster settings with the defaults applied.
@@ -381,7 +384,7 @@ fn validate_times(experiment: &Experiment) -> Result<(), ConfigError> {
 
 fn server(args: &ServerArgs) -> Result<(), Failure> {
     let file = ClusterFile::load(&args.config)?;
-    run_server(&file, args.node)?;
+    run_server(&file, args.node, args.metrics_addr)?;
     Ok(())
 }
 

@@ -181,10 +181,12 @@ coordinator = true
 #[test]
 fn bench_drives_a_server_process_over_tcp() {
     let dir = scratch("tcp");
-    let (server_port, client_port) = (free_port(), free_port());
+    let (server_port, client_port, metrics_port) = (free_port(), free_port(), free_port());
     let file = cluster_file(&dir, server_port, client_port);
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let child = meridian()
         .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
+        .args(["--metrics-addr", &metrics_addr])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -206,6 +208,30 @@ fn bench_drives_a_server_process_over_tcp() {
         .and_then(|n| n.parse().ok())
         .expect("a window line");
     assert!(committed > 100, "{stdout}");
+    // The server's metrics count what it received and committed (published once a second).
+    std::thread::sleep(Duration::from_millis(1_200));
+    let metrics = http_get(&metrics_addr, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("meridian_messages_received_total{node=\"0\",from=\"1\"}"),
+        "{metrics}"
+    );
+    let committed_here = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("meridian_occ_participant_committed_total{node=\"0\"} "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("a committed counter");
+    assert!(committed_here >= committed, "{committed_here} < {committed}");
+    assert!(http_get(&metrics_addr, "/").starts_with("HTTP/1.1 404"));
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("metrics listen");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
 }
 
 #[test]

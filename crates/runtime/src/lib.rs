@@ -7,8 +7,9 @@
 //!   over TCP ([`tcp`]): length-delimited postcard frames, one connection per ordered node pair,
 //!   a writer task per connection that batches whatever is queued.
 //! - WAN delay is injected on the sender side, per directed link, from the same link model the
-//!   simulator uses: a message's delivery time is sampled when it is sent, and a delay line per
-//!   link holds it until then ([`delay`]). Zero-delay links skip the delay line.
+//!   simulator uses: a message's delivery time is sampled when it is sent, and the process's
+//!   delay thread holds it until then ([`delay`]). Zero-delay links skip it.
+//! - [`metrics`]: node tasks publish snapshots for an optional Prometheus endpoint.
 //! - Every received message carries its sender's wall-clock send time; receivers record the
 //!   one-way delay per link so reports can show that the emulation matched the configuration.
 //! - Clocks are the wall clock plus the node's configured skew. Persist effects complete at
@@ -17,6 +18,7 @@
 
 pub mod clock;
 pub mod delay;
+pub mod metrics;
 pub mod node_task;
 pub mod tcp;
 

@@ -7,6 +7,7 @@
 
 use crate::clock::WallClock;
 use crate::delay::DelayThread;
+use crate::metrics::{LinkSnapshot, MetricsHub, NodeSnapshot, METRICS_INTERVAL_NS};
 use crate::tcp::{self, TcpConfig};
 use hdrhistogram::Histogram;
 use meridian_core::clock::{ClockModel, NodeClock};
@@ -133,6 +134,8 @@ pub struct ClusterConfig {
     pub seed: u64,
     /// TCP settings when some nodes live in other processes.
     pub tcp: Option<TcpConfig>,
+    /// Where node tasks publish metrics snapshots, when an endpoint serves them.
+    pub metrics: Option<Arc<MetricsHub>>,
 }
 
 /// A node to run in this process: its id, the node, and (for a coordinator driven by clients in
@@ -195,6 +198,9 @@ impl<N: Node> Cluster<N> {
                 network: config.network.clone(),
                 topology: topology.clone(),
                 delay: delay.clone(),
+                metrics: config.metrics.clone(),
+                started_ns: clock.now_ns(),
+                published_ns: 0,
             };
             let (done, result) = oneshot::channel();
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -294,6 +300,9 @@ struct NodeTask<N: Node, C> {
     network: NetworkModel,
     topology: Arc<Topology>,
     delay: DelayThread,
+    metrics: Option<Arc<MetricsHub>>,
+    started_ns: u64,
+    published_ns: u64,
 }
 
 impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
@@ -342,11 +351,40 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                 () = sleep_until(next_timer.unwrap_or_else(Instant::now)), if next_timer.is_some() => {}
             }
             self.fire_due_timers().await;
+            self.maybe_publish();
         }
         let delays = self.delay_report();
         let drawn_p50_us =
             self.drawn.iter().map(|(&to, h)| (to, h.value_at_quantile(0.5))).collect();
         NodeResult { id: self.id, node: self.node, delays, drawn_p50_us }
+    }
+
+    /// Publishes a metrics snapshot when one is due.
+    fn maybe_publish(&mut self) {
+        let Some(hub) = &self.metrics else { return };
+        let now = self.clock.now_ns();
+        if now < self.published_ns + METRICS_INTERVAL_NS {
+            return;
+        }
+        self.published_ns = now;
+        let links = self
+            .delays
+            .iter()
+            .map(|(&from, h)| {
+                let snapshot = LinkSnapshot {
+                    messages: h.len(),
+                    p50_us: h.value_at_quantile(0.5),
+                    p99_us: h.value_at_quantile(0.99),
+                };
+                (from, snapshot)
+            })
+            .collect();
+        let snapshot = NodeSnapshot {
+            links,
+            counters: self.node.counters(),
+            uptime_s: (now - self.started_ns) as f64 / 1e9,
+        };
+        hub.publish(self.id, snapshot);
     }
 
     async fn on_inbound(&mut self, from: NodeId, sent_at_ns: u64, msg: N::Msg) {

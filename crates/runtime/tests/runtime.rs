@@ -59,6 +59,7 @@ async fn a_burst_larger_than_the_inbound_batch_arrives_whole() {
         clock: ClockModel::preset("perfect").unwrap(),
         seed: 1,
         tcp: None,
+        metrics: None,
     };
     let nodes = (0..2)
         .map(|i| {
@@ -127,6 +128,7 @@ impl OccSetup {
             clock: ClockModel::preset("chrony").unwrap(),
             seed: 3,
             tcp: Some(self.tcp.clone()),
+            metrics: None,
         }
     }
 }

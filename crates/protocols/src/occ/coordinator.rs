@@ -107,6 +107,9 @@ pub(super) struct Coordinator {
     requests: BTreeMap<RequestId, RequestState>,
     attempts: BTreeMap<TxnId, Attempt>,
     finishing: BTreeMap<TxnId, Finishing>,
+    /// Requests answered committed, and attempts retried (for metrics).
+    committed_total: u64,
+    retried_total: u64,
 }
 
 impl Coordinator {
@@ -132,7 +135,20 @@ impl Coordinator {
             requests: BTreeMap::new(),
             attempts: BTreeMap::new(),
             finishing: BTreeMap::new(),
+            committed_total: 0,
+            retried_total: 0,
         }
+    }
+
+    /// Counters and gauges for metrics.
+    pub(super) fn counters(&self) -> [(&'static str, u64); 5] {
+        [
+            ("occ_coordinator_requests", self.requests.len() as u64),
+            ("occ_coordinator_attempts", self.attempts.len() as u64),
+            ("occ_coordinator_finishing", self.finishing.len() as u64),
+            ("occ_coordinator_committed_total", self.committed_total),
+            ("occ_coordinator_retried_total", self.retried_total),
+        ]
     }
 
     /// Interval of the coordinator tick: a quarter of the RPC timeout, so a phase times out at
@@ -797,6 +813,7 @@ impl Coordinator {
         };
         state.attempt = None;
         state.retries += 1;
+        self.retried_total += 1;
         if state.retries >= self.context.timing.attempts_max {
             return self.complete(
                 request,
@@ -826,6 +843,9 @@ impl Coordinator {
         let Some(state) = self.requests.remove(&request) else {
             return;
         };
+        if result == TxnResult::Committed {
+            self.committed_total += 1;
+        }
         if let Some((txn, _)) = attempt {
             self.attempts.remove(&txn);
         }

@@ -464,6 +464,20 @@ impl Node for OccNode {
         }
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        // Summed over the shards hosted here.
+        let mut counters: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for participant in self.participants.values() {
+            for (name, value) in participant.counters() {
+                *counters.entry(name).or_default() += value;
+            }
+        }
+        if let Some(c) = &self.coordinator {
+            counters.extend(c.counters());
+        }
+        counters.into_iter().collect()
+    }
+
     fn on_persisted(&mut self, _now: Time, _token: PersistToken, _out: &mut Outbox<OccMsg>) {
         // Nothing is persisted until the replication issue adds the log.
     }

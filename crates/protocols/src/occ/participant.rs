@@ -92,6 +92,12 @@ pub(super) struct Participant {
     decided_order: VecDeque<TxnId>,
     ts_last: Timestamp,
     terminating: BTreeMap<TxnId, Termination>,
+    /// Attempts committed here (for metrics).
+    committed_total: u64,
+    /// Attempts refused or aborted here.
+    aborted_total: u64,
+    /// Attempts this participant decided with its peers.
+    terminated_total: u64,
 }
 
 fn tag(version: Option<&Version>) -> Option<VersionTag> {
@@ -110,6 +116,9 @@ impl Participant {
             decided_order: VecDeque::new(),
             ts_last: Timestamp::ZERO,
             terminating: BTreeMap::new(),
+            committed_total: 0,
+            aborted_total: 0,
+            terminated_total: 0,
         }
     }
 
@@ -487,6 +496,10 @@ impl Participant {
     fn remember(&mut self, txn: TxnId, decision: Decision) {
         if self.decided.insert(txn, decision).is_none() {
             self.decided_order.push_back(txn);
+            match decision {
+                Decision::Committed(_) => self.committed_total += 1,
+                Decision::Aborted => self.aborted_total += 1,
+            }
         }
         while self.decided_order.len() > DECIDED_MAX {
             if let Some(old) = self.decided_order.pop_front() {
@@ -573,6 +586,7 @@ impl Participant {
         };
         let peers: Vec<ShardId> =
             prepared.participants.iter().copied().filter(|&s| s != self.shard).collect();
+        self.terminated_total += 1;
         self.on_decision(txn, decision);
         for shard in peers {
             let msg = match decision {
@@ -581,6 +595,18 @@ impl Participant {
             };
             out.send(leader_of(&self.context, shard), msg);
         }
+    }
+
+    /// Counters and gauges for metrics.
+    pub(super) fn counters(&self) -> [(&'static str, u64); 6] {
+        [
+            ("occ_participant_prepared", self.prepared.len() as u64),
+            ("occ_participant_locked_keys", self.locks.len() as u64),
+            ("occ_participant_terminating", self.terminating.len() as u64),
+            ("occ_participant_committed_total", self.committed_total),
+            ("occ_participant_aborted_total", self.aborted_total),
+            ("occ_participant_terminated_total", self.terminated_total),
+        ]
     }
 
     /// The context this participant was built from (tests build more from it).
