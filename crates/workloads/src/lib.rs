@@ -15,6 +15,7 @@ pub mod smallbank;
 #[cfg(test)]
 mod testkit;
 pub mod tiga;
+pub mod tpcc_gen;
 pub mod ycsb;
 pub mod ycsb_gen;
 
