@@ -18,8 +18,8 @@ use std::path::Path;
 #[serde(deny_unknown_fields)]
 struct FileNode {
     id: u32,
-    region: String,
-    addr: String,
+    region: toml::Spanned<String>,
+    addr: toml::Spanned<String>,
     #[serde(default)]
     replicas: Vec<(u32, u32)>,
     #[serde(default)]
@@ -32,7 +32,7 @@ struct File {
     protocol: String,
     workload: String,
     shards: u32,
-    replicas: u32,
+    replicas: toml::Spanned<u32>,
     network: String,
     #[serde(default)]
     regions: Option<usize>,
@@ -82,6 +82,23 @@ impl ClusterFile {
         let file: File = toml::from_str(text)
             .map_err(|e| ConfigError::new(format!("{name}: {}", e.to_string().trim())))?;
         let bad = |message: String| ConfigError::new(format!("{name}: {message}"));
+        // Errors about one value name the line it is on.
+        let line_of = |span: std::ops::Range<usize>| {
+            text[..span.start.min(text.len())].matches('\n').count() + 1
+        };
+        let bad_at = |span: std::ops::Range<usize>, message: String| {
+            ConfigError::new(format!("{name} line {}: {message}", line_of(span)))
+        };
+        let replicas = *file.replicas.get_ref();
+        if replicas > 0 && replicas.is_multiple_of(2) {
+            return Err(bad_at(
+                file.replicas.span(),
+                format!(
+                    "replicas = {replicas} is even: it tolerates no more failed replicas than {} would, and a split can leave no majority; use an odd count",
+                    replicas - 1
+                ),
+            ));
+        }
         let protocol = ProtocolKind::parse(&file.protocol).map_err(|e| bad(e.0))?;
         let network =
             load_network(&file.network, file.regions.unwrap_or(1), base).map_err(|e| bad(e.0))?;
@@ -96,21 +113,27 @@ impl ClusterFile {
                     node.id
                 )));
             }
+            let region_name = node.region.get_ref();
             let region =
-                network.regions.iter().position(|r| r == &node.region).ok_or_else(|| {
-                    bad(format!(
-                        "node {} is in unknown region '{}'; regions: {}",
-                        node.id,
-                        node.region,
-                        network.regions.join(", ")
-                    ))
+                network.regions.iter().position(|r| r == region_name).ok_or_else(|| {
+                    bad_at(
+                        node.region.span(),
+                        format!(
+                            "node {} is in unknown region '{region_name}'; regions: {}",
+                            node.id,
+                            network.regions.join(", ")
+                        ),
+                    )
                 })?;
-            let addr: SocketAddr = node
-                .addr
-                .parse()
-                .map_err(|e| bad(format!("node {}: address '{}': {e}", node.id, node.addr)))?;
+            let addr_text = node.addr.get_ref();
+            let addr: SocketAddr = addr_text.parse().map_err(|e| {
+                bad_at(node.addr.span(), format!("node {}: address '{addr_text}': {e}", node.id))
+            })?;
             if let Some(other) = addrs.iter().position(|a| *a == addr) {
-                return Err(bad(format!("nodes {other} and {} share the address {addr}", node.id)));
+                return Err(bad_at(
+                    node.addr.span(),
+                    format!("nodes {other} and {} share the address {addr}", node.id),
+                ));
             }
             addrs.push(addr);
             nodes.push(NodeInfo {
@@ -123,12 +146,8 @@ impl ClusterFile {
                 coordinator: node.coordinator,
             });
         }
-        let topology = Topology {
-            regions: network.regions.clone(),
-            nodes,
-            shards: file.shards,
-            replicas: file.replicas,
-        };
+        let topology =
+            Topology { regions: network.regions.clone(), nodes, shards: file.shards, replicas };
         topology.validate().map_err(|e| bad(e.0))?;
         protocol.check_topology(&topology).map_err(|e| bad(e.0))?;
         let workload_options = WorkloadOptions {
@@ -207,13 +226,13 @@ mod tests {
     #[test]
     fn bad_files_are_refused_with_the_reason() {
         let cases = [
-            (GOOD.replace("7101", "7100"), "share the address"),
+            (GOOD.replace("7101", "7100"), "line 15: nodes 0 and 1 share the address"),
             (
                 GOOD.replace(
                     "region = \"r0\"\n        addr = \"127.0.0.1:7101\"",
                     "region = \"mars\"\n        addr = \"127.0.0.1:7101\"",
                 ),
-                "unknown region 'mars'",
+                "line 14: node 1 is in unknown region 'mars'",
             ),
             (GOOD.replace("\"occ\"", "\"paxos\""), "unknown protocol 'paxos'"),
             (GOOD.replace("micro-luigi", "tpcx"), "unknown workload 'tpcx'"),
@@ -223,11 +242,12 @@ mod tests {
             (GOOD.replace("shards = 1", "shards = \"one\""), "invalid type"),
             (GOOD.replace("network = \"lan\"", "network = \"moon\""), "unknown network preset"),
             (GOOD.replace("replicas = 1", "replicas = 3"), "replica 1 is hosted by 0 nodes"),
+            (GOOD.replace("replicas = 1\n", "replicas = 2\n"), "line 5: replicas = 2 is even"),
         ];
         for (text, expected) in cases {
             let err = ClusterFile::parse("c.toml", &text, None).unwrap_err();
             assert!(err.0.contains(expected), "expected '{expected}' in: {err}");
-            assert!(err.0.starts_with("c.toml: "), "{err}");
+            assert!(err.0.starts_with("c.toml"), "{err}");
         }
     }
 

@@ -243,6 +243,12 @@ impl ClusterArgs {
         if shards == 0 {
             return Err(ConfigError::new("--shards must be at least 1"));
         }
+        if let Some(replicas) = self.replicas.filter(|r| *r > 0 && r.is_multiple_of(2)) {
+            return Err(ConfigError::new(format!(
+                "--replicas {replicas} is even: it tolerates no more failed replicas than {} would, and a split can leave no majority; use an odd count",
+                replicas - 1
+            )));
+        }
         if let Some(theta) = self.zipf {
             if !(theta > 0.0 && theta < 1.0) {
                 return Err(ConfigError::new(format!("--zipf must be in (0, 1), got {theta}")));
