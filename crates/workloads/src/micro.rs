@@ -271,6 +271,9 @@ pub struct MicroCheck {
     last: FixedHashMap<u64, (Timestamp, u64)>,
     committed: u64,
     duplicate_ts: Vec<String>,
+    /// Items written by requests of unknown outcome, and those requests: any of them may hold
+    /// the item's latest value.
+    unknown: FixedHashMap<u64, Vec<u64>>,
 }
 
 impl InvariantCheck for MicroCheck {
@@ -295,6 +298,19 @@ impl InvariantCheck for MicroCheck {
         }
     }
 
+    fn unanswered(
+        &mut self,
+        _client: u32,
+        _request: RequestId,
+        txn: &TxnRequest,
+        _submitted_at: meridian_core::Time,
+    ) {
+        let Ok(args) = parse(&txn.args) else { return };
+        for id in args.writes.iter().filter_map(Datum::as_uint) {
+            self.unknown.entry(id).or_default().push(args.request);
+        }
+    }
+
     fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {
         let mut problems: Vec<String> = self.duplicate_ts.clone();
         let mut keys_checked = 0u64;
@@ -309,7 +325,12 @@ impl InvariantCheck for MicroCheck {
                 };
                 keys_checked += 1;
                 let value = version.value.as_deref().unwrap_or_default();
+                let unknown_writer = self
+                    .unknown
+                    .get(&id)
+                    .is_some_and(|rs| rs.iter().any(|&r| value == micro_value(r, id).as_slice()));
                 match expected_keys.remove(&id) {
+                    _ if unknown_writer => {}
                     Some((_, request)) if value == micro_value(request, id).as_slice() => {}
                     Some((ts, request)) => problems.push(format!(
                         "item {id}: holds {value:?}, expected the write of request {request} (commit ts {})",
@@ -477,5 +498,9 @@ mod tests {
             .unwrap();
         let results = check.check(&[(ShardId(0), &store)]);
         assert!(!results[0].passed && results[0].detail.contains("item 7"), "{:?}", results);
+        // Had request 3 never been answered (its coordinator crashed), its write may stand.
+        check.unanswered(0, RequestId(3), &txn(3, &[7]), 0);
+        let results = check.check(&[(ShardId(0), &store)]);
+        assert!(results[0].passed, "{:?}", results);
     }
 }
