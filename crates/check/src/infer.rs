@@ -22,6 +22,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// relation is quadratic, so beyond this the extra edges (which only add detection power) are
 /// left out.
 pub const INITIAL_READ_EDGES_PER_KEY_MAX: usize = 100_000;
+/// Writers a read gets real-time anti-dependency edges to (rw-register, strict checks): the
+/// first writers that began after the read version's writer finished.
+pub const REALTIME_FRONTIER_MAX: usize = 64;
 /// Edges to the committed appends of a key that no read observed, per key (the same kind of
 /// bound: these edges are quadratic and only add detection power).
 pub const UNREAD_APPEND_EDGES_PER_KEY_MAX: usize = 100_000;
@@ -294,7 +297,7 @@ fn internal_list_check(t: u32, txn: &Txn, direct: &mut Vec<DirectAnomaly>) {
 }
 
 /// Infers an rw-register history.
-pub fn rw_register(txns: &[Txn]) -> Result<Inferred, String> {
+pub fn rw_register(txns: &[Txn], realtime_versions: bool) -> Result<Inferred, String> {
     let writer = writers(txns)?;
     let mut direct = Vec::new();
     let mut committed: Vec<bool> = txns.iter().map(|t| t.status == Status::Ok).collect();
@@ -411,10 +414,81 @@ pub fn rw_register(txns: &[Txn]) -> Result<Inferred, String> {
             }
         }
     }
+    if realtime_versions {
+        realtime_successors(txns, &writer, &readers, &committed, &mut graph);
+    }
     for (t, txn) in txns.iter().enumerate() {
         if txn.status == Status::Fail {
             committed[t] = false;
         }
     }
     Ok(Inferred { graph, committed, direct })
+}
+
+/// Under strict serializability a write whose transaction completed before another writer of
+/// the key was invoked comes first in the key's version order (Elle's real-time version
+/// inference). So a reader of a version anti-depends on the writers that began after that
+/// version's writer finished: the first of them in real time (the frontier; the rest follow
+/// it through real-time edges). This is what catches a stale read of a register.
+fn realtime_successors(
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    readers: &BTreeMap<(u32, Option<i64>), Vec<u32>>,
+    committed: &[bool],
+    graph: &mut Graph,
+) {
+    let timed = txns.iter().all(|t| {
+        t.invoke_time.is_some() && (t.complete_pos.is_none() || t.complete_time.is_some())
+    });
+    let invoked = |t: &Txn| if timed { t.invoke_time.unwrap_or(0) } else { t.invoke_pos as u64 };
+    let completed = |t: &Txn| match (t.status, timed) {
+        (Status::Ok, true) => t.complete_time,
+        (Status::Ok, false) => t.complete_pos.map(|p| p as u64),
+        _ => None, // An unknown outcome may take effect at any later time.
+    };
+    // Per key: its committed writers sorted by invocation, with the earliest completion among
+    // each suffix.
+    let mut by_key: BTreeMap<u32, Vec<(u64, u64, u32)>> = BTreeMap::new();
+    for (&(key, _), w) in writer.iter() {
+        let txn = &txns[w.txn as usize];
+        if w.last_to_key && committed[w.txn as usize] {
+            by_key.entry(key).or_default().push((
+                invoked(txn),
+                completed(txn).unwrap_or(u64::MAX),
+                w.txn,
+            ));
+        }
+    }
+    for writers in by_key.values_mut() {
+        writers.sort_unstable();
+    }
+    let suffix_min: BTreeMap<u32, Vec<u64>> = by_key
+        .iter()
+        .map(|(&key, ws)| {
+            let mut mins = vec![u64::MAX; ws.len() + 1];
+            for i in (0..ws.len()).rev() {
+                mins[i] = mins[i + 1].min(ws[i].1);
+            }
+            (key, mins)
+        })
+        .collect();
+    for (&(key, value), rs) in readers {
+        let Some(v) = value else { continue };
+        let Some(w) = writer.get(&(key, v)) else { continue };
+        let Some(done) = completed(&txns[w.txn as usize]) else { continue };
+        let (Some(ws), Some(mins)) = (by_key.get(&key), suffix_min.get(&key)) else { continue };
+        // Writers invoked after `done`; the frontier ends where one of them has completed.
+        let first = ws.partition_point(|&(inv, _, _)| inv <= done);
+        let bound = mins[first];
+        for &(inv, _, successor) in
+            ws[first..].iter().take_while(|&&(inv, _, _)| inv < bound).take(REALTIME_FRONTIER_MAX)
+        {
+            debug_assert!(inv > done);
+            for &r in rs {
+                if committed[r as usize] && r != successor {
+                    graph.add(r, successor, EdgeKind::Rw, key);
+                }
+            }
+        }
+    }
 }

@@ -151,7 +151,9 @@ pub fn check(
     let txns = history.transactions()?;
     let inferred = match model {
         Model::ListAppend => infer::list_append(&txns),
-        Model::RwRegister => infer::rw_register(&txns),
+        Model::RwRegister => {
+            infer::rw_register(&txns, consistency == Consistency::StrictSerializable)
+        }
     }
     .map_err(|message| HistoryError { line: None, message })?;
     let mut graph = inferred.graph.restricted(&inferred.committed);

@@ -299,3 +299,33 @@ fn with_recorded_times_equal_times_are_concurrent() {
     assert!(verdict(10), "invoked when the other completed: concurrent, may read before it");
     assert!(!verdict(11), "invoked after the other completed: must see its append");
 }
+
+#[test]
+fn a_stale_register_read_breaks_strict_serializability_only() {
+    // T0 writes 1, then T1 overwrites it with 2, then T2 (invoked after both finished) reads 1.
+    let steps = [
+        Txn(0, "ok", r#"[["w",1,1]]"#),
+        Txn(1, "ok", r#"[["w",1,2]]"#),
+        Txn(2, "ok", r#"[["r",1,1]]"#),
+    ];
+    assert!(run(RR, SER, &steps).valid, "serializable: T2 may come before T1");
+    let strict = run(RR, STRICT, &steps);
+    assert!(!strict.valid);
+    assert_eq!(strict.classes(), ["G-single-realtime"]);
+    // Reading the newest value is fine.
+    let fresh = [
+        Txn(0, "ok", r#"[["w",1,1]]"#),
+        Txn(1, "ok", r#"[["w",1,2]]"#),
+        Txn(2, "ok", r#"[["r",1,2]]"#),
+    ];
+    assert!(run(RR, STRICT, &fresh).valid);
+    // Concurrent writers give no order, so either value may be read.
+    let concurrent = [
+        Txn(0, "ok", r#"[["w",1,1]]"#),
+        Invoke(1, r#"[["w",1,2]]"#),
+        Invoke(2, r#"[["r",1,1]]"#),
+        Complete(1, "ok", r#"[["w",1,2]]"#),
+        Complete(2, "ok", r#"[["r",1,1]]"#),
+    ];
+    assert!(run(RR, STRICT, &concurrent).valid);
+}
