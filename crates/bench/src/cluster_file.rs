@@ -43,6 +43,8 @@ struct File {
     #[serde(default)]
     ops_max: Option<u32>,
     #[serde(default)]
+    distribution: Option<String>,
+    #[serde(default)]
     node: Vec<FileNode>,
 }
 
@@ -155,6 +157,7 @@ impl ClusterFile {
             keys_per_shard: file.keys_per_shard.unwrap_or(100_000),
             zipf_theta: file.zipf,
             ops_max: file.ops_max,
+            distribution: file.distribution.clone(),
         };
         meridian_workloads::build(&file.workload, &workload_options).map_err(|e| bad(e.0))?;
         Ok(Self {

@@ -103,9 +103,14 @@ pub(crate) struct ClusterArgs {
     /// Zipf skew in (0, 1); uniform key choice when absent.
     #[arg(long)]
     zipf: Option<f64>,
-    /// Most operations per transaction (list-append, rw-register: 1..=64, default 4).
+    /// Most operations per transaction (list-append, rw-register: 1..=64, default 4; YCSB:
+    /// operations per transaction, 1..=16, default 1).
     #[arg(long)]
     ops_max: Option<u32>,
+    /// YCSB's request distribution: zipfian, uniform, latest or hotspot (default: the
+    /// workload's).
+    #[arg(long)]
+    distribution: Option<String>,
     /// Closed-loop clients, spread over the coordinators.
     #[arg(long)]
     clients: Option<u32>,
@@ -259,6 +264,7 @@ impl ClusterArgs {
             keys_per_shard: self.keys_per_shard.unwrap_or(100_000),
             zipf_theta: self.zipf,
             ops_max: self.ops_max,
+            distribution: self.distribution.clone(),
         };
         Ok(Resolved {
             protocol,
@@ -286,6 +292,7 @@ impl ClusterArgs {
             (self.keys_per_shard.is_some(), "--keys-per-shard"),
             (self.zipf.is_some(), "--zipf"),
             (self.ops_max.is_some(), "--ops-max"),
+            (self.distribution.is_some(), "--distribution"),
             (self.seed.is_some(), "--seed"),
         ]
         .into_iter()

@@ -67,6 +67,11 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
             "bank needs at least 4 accounts in all, got 2",
         ),
         (&["sim", "--workload", "list-append", "--ops-max", "0"], "--ops-max must be in 1..=64"),
+        (&["sim", "--distribution", "uniform"], "--distribution applies to the YCSB workloads"),
+        (
+            &["sim", "--workload", "ycsb-b", "--distribution", "pareto"],
+            "unknown request distribution 'pareto'",
+        ),
         (
             &["sim", "--workload", "micro-tiga", "--keys-per-shard", "2"],
             "micro-tiga needs at least 3 keys per shard, got 2",

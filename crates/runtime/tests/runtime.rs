@@ -101,6 +101,7 @@ impl OccSetup {
                     keys_per_shard: 1_000,
                     zipf_theta: Some(0.9),
                     ops_max: None,
+                    distribution: None,
                 },
             )
             .unwrap(),

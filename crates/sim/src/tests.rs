@@ -37,7 +37,13 @@ fn micro_keys(
     Arc::from(
         meridian_workloads::build(
             "micro-luigi",
-            &WorkloadOptions { shards, keys_per_shard, zipf_theta: theta, ops_max: None },
+            &WorkloadOptions {
+                shards,
+                keys_per_shard,
+                zipf_theta: theta,
+                ops_max: None,
+                distribution: None,
+            },
         )
         .unwrap(),
     )
@@ -167,7 +173,13 @@ fn swarm_seed(seed: u64) -> SimRunReport {
     let workload = Arc::from(
         meridian_workloads::build(
             "list-append",
-            &WorkloadOptions { shards: 3, keys_per_shard: 4, zipf_theta: None, ops_max: None },
+            &WorkloadOptions {
+                shards: 3,
+                keys_per_shard: 4,
+                zipf_theta: None,
+                ops_max: None,
+                distribution: None,
+            },
         )
         .unwrap(),
     );
@@ -198,7 +210,13 @@ fn bank_swarm_seed(seed: u64) -> SimRunReport {
     let workload = Arc::from(
         meridian_workloads::build(
             "bank",
-            &WorkloadOptions { shards: 3, keys_per_shard: 5, zipf_theta: None, ops_max: None },
+            &WorkloadOptions {
+                shards: 3,
+                keys_per_shard: 5,
+                zipf_theta: None,
+                ops_max: None,
+                distribution: None,
+            },
         )
         .unwrap(),
     );

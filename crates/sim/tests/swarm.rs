@@ -34,7 +34,13 @@ fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
     let workload: Arc<dyn meridian_workloads::Workload> = Arc::from(
         meridian_workloads::build(
             workload,
-            &WorkloadOptions { shards, keys_per_shard: 4, zipf_theta: None, ops_max: None },
+            &WorkloadOptions {
+                shards,
+                keys_per_shard: 4,
+                zipf_theta: None,
+                ops_max: None,
+                distribution: None,
+            },
         )
         .expect("workload"),
     );

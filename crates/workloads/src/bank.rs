@@ -391,8 +391,13 @@ mod tests {
     use meridian_core::txn::TxnResult;
 
     fn bank() -> Bank {
-        let options =
-            WorkloadOptions { shards: 2, keys_per_shard: 10, zipf_theta: None, ops_max: None };
+        let options = WorkloadOptions {
+            shards: 2,
+            keys_per_shard: 10,
+            zipf_theta: None,
+            ops_max: None,
+            distribution: None,
+        };
         Bank::new(&options).unwrap()
     }
 
@@ -442,8 +447,13 @@ mod tests {
         stores[1].load(account_key(13), (INITIAL_BALANCE_CENTS * 2 + 5).to_le_bytes().to_vec());
         let result = check_stores(w.checker().as_ref(), &stores);
         assert!(result.detail.contains("overdrawn"), "{}", result.detail);
-        let options =
-            WorkloadOptions { shards: 1, keys_per_shard: 2, zipf_theta: None, ops_max: None };
+        let options = WorkloadOptions {
+            shards: 1,
+            keys_per_shard: 2,
+            zipf_theta: None,
+            ops_max: None,
+            distribution: None,
+        };
         assert!(Bank::new(&options).unwrap_err().0.contains("at least 4 accounts"));
     }
 }

@@ -537,7 +537,13 @@ mod tests {
     fn workload(kind: Kind) -> ElleWorkload {
         ElleWorkload::new(
             kind,
-            &WorkloadOptions { shards: 2, keys_per_shard: 3, zipf_theta: None, ops_max: None },
+            &WorkloadOptions {
+                shards: 2,
+                keys_per_shard: 3,
+                zipf_theta: None,
+                ops_max: None,
+                distribution: None,
+            },
         )
         .expect("valid")
     }

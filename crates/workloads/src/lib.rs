@@ -119,6 +119,9 @@ pub struct WorkloadOptions {
     /// Most micro-operations per transaction (`list-append`, `rw-register`); their default
     /// when `None`.
     pub ops_max: Option<u32>,
+    /// YCSB's `requestdistribution` (zipfian, uniform, latest, hotspot); the workload file's
+    /// when `None`. Other workloads refuse it.
+    pub distribution: Option<String>,
 }
 
 /// The shards holding `ids` when item `id` lives on shard `id / per_shard`, ascending, each
@@ -150,6 +153,11 @@ pub(crate) fn piece_per_shard(
 
 /// Builds a workload by name.
 pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>, ConfigError> {
+    if options.distribution.is_some() && WORKLOADS.contains(&name) && !name.starts_with("ycsb-") {
+        return Err(ConfigError::new(format!(
+            "--distribution applies to the YCSB workloads, not {name}"
+        )));
+    }
     match name {
         "micro-luigi" => Ok(Box::new(micro::MicroLuigi::new(options)?)),
         "micro-tiga" => Ok(Box::new(tiga::MicroTiga::new(options)?)),

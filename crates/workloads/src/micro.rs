@@ -374,6 +374,7 @@ mod tests {
             keys_per_shard: 1_000,
             zipf_theta: Some(0.9),
             ops_max: None,
+            distribution: None,
         })
         .unwrap()
     }

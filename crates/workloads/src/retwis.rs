@@ -303,8 +303,13 @@ mod tests {
 
     #[test]
     fn the_mix_and_shapes_follow_tapir_and_the_check_catches_a_torn_value() {
-        let options =
-            WorkloadOptions { shards: 2, keys_per_shard: 50, zipf_theta: Some(0.8), ops_max: None };
+        let options = WorkloadOptions {
+            shards: 2,
+            keys_per_shard: 50,
+            zipf_theta: Some(0.8),
+            ops_max: None,
+            distribution: None,
+        };
         let w = Retwis::new(&options).unwrap();
         let mut stores = loaded_stores(&w, 2);
         let mut generator = w.generator(0, 4);
@@ -331,7 +336,13 @@ mod tests {
         assert!(check_stores(w.checker().as_ref(), &stores).passed);
         stores[1].load(retwis_key(60), b"key6".to_vec());
         assert!(!check_stores(w.checker().as_ref(), &stores).passed);
-        let few = WorkloadOptions { shards: 1, keys_per_shard: 5, zipf_theta: None, ops_max: None };
+        let few = WorkloadOptions {
+            shards: 1,
+            keys_per_shard: 5,
+            zipf_theta: None,
+            ops_max: None,
+            distribution: None,
+        };
         assert!(Retwis::new(&few).unwrap_err().0.contains("at least 10 keys"));
     }
 }

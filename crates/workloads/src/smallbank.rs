@@ -493,6 +493,7 @@ mod tests {
             keys_per_shard: 6,
             zipf_theta: None,
             ops_max: None,
+            distribution: None,
         })
         .unwrap()
     }
@@ -566,6 +567,7 @@ mod tests {
             keys_per_shard: 1,
             zipf_theta: None,
             ops_max: None,
+            distribution: None,
         });
         assert!(bad.unwrap_err().0.contains("at least 2 customers"));
     }

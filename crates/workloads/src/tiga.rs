@@ -294,8 +294,13 @@ mod tests {
 
     #[test]
     fn three_increments_on_three_shards_and_the_check_counts_them() {
-        let options =
-            WorkloadOptions { shards: 3, keys_per_shard: 50, zipf_theta: Some(0.9), ops_max: None };
+        let options = WorkloadOptions {
+            shards: 3,
+            keys_per_shard: 50,
+            zipf_theta: Some(0.9),
+            ops_max: None,
+            distribution: None,
+        };
         let w = MicroTiga::new(&options).unwrap();
         let partitioner = w.partitioner();
         let registry = w.registry();

@@ -12,7 +12,8 @@
 //! | E | | | 0.05 | 0.95 (1–100 records, uniform) | | zipfian |
 //! | F | 0.50 | | | | 0.50 | zipfian |
 //!
-//! `zipfian` is YCSB's scrambled Zipfian; it redraws keys not yet inserted, as YCSB does. For
+//! `--distribution` overrides the workload file's `requestdistribution` (zipfian, uniform,
+//! latest, hotspot), as a YCSB properties file can. `zipfian` is YCSB's scrambled Zipfian; it redraws keys not yet inserted, as YCSB does. For
 //! E the key space is sized `recordcount + recordcount / 10` (YCSB sizes it from the operation
 //! count, which a closed-loop run by duration does not fix). `latest` follows the inserts the
 //! clients of this process acknowledged (YCSB's acknowledged counter, shared by the clients).
@@ -30,7 +31,7 @@
 //! outcome wrote, possibly that one's), the loaded value when nobody wrote it, and every
 //! committed insert is present.
 
-use crate::ycsb_gen::{fnvhash64, AcknowledgedCounter, ScrambledZipfian, SkewedLatest};
+use crate::ycsb_gen::{fnvhash64, AcknowledgedCounter, Hotspot, ScrambledZipfian, SkewedLatest};
 use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
 use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
@@ -65,6 +66,43 @@ const UPDATE: u64 = 1;
 const INSERT: u64 = 2;
 const SCAN: u64 = 3;
 const RMW: u64 = 4;
+
+/// YCSB's request distributions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestDistribution {
+    /// The scrambled Zipfian (θ = 0.99).
+    Zipfian,
+    /// Every inserted record alike.
+    Uniform,
+    /// The newest acknowledged inserts most.
+    Latest,
+    /// 80% of operations on the first 20% of the records.
+    Hotspot,
+}
+
+impl RequestDistribution {
+    /// Parses YCSB's name.
+    pub fn parse(name: &str) -> Result<Self, ConfigError> {
+        match name {
+            "zipfian" => Ok(Self::Zipfian),
+            "uniform" => Ok(Self::Uniform),
+            "latest" => Ok(Self::Latest),
+            "hotspot" => Ok(Self::Hotspot),
+            other => Err(ConfigError::new(format!(
+                "unknown request distribution '{other}'; accepted: zipfian, uniform, latest, hotspot"
+            ))),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Zipfian => "zipfian (scrambled)",
+            Self::Uniform => "uniform",
+            Self::Latest => "latest",
+            Self::Hotspot => "hotspot (0.2 of the records, 0.8 of the operations)",
+        }
+    }
+}
 
 /// One workload's proportions: read, update, insert, scan, read-modify-write.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -119,6 +157,7 @@ fn writer_of(value: &[u8]) -> Option<u64> {
 pub struct Ycsb {
     name: &'static str,
     mix: Mix,
+    distribution: RequestDistribution,
     shards: u32,
     records: u64,
     hash_per_shard: u64,
@@ -147,9 +186,15 @@ impl Ycsb {
                 "--ops-max must be in 1..={YCSB_OPS_LIMIT} and at most the record count ({records}), got {ops}"
             )));
         }
+        let distribution = match &options.distribution {
+            Some(name) => RequestDistribution::parse(name)?,
+            None if mix.latest => RequestDistribution::Latest,
+            None => RequestDistribution::Zipfian,
+        };
         Ok(Self {
             name,
             mix,
+            distribution,
             shards: options.shards,
             records,
             hash_per_shard: (i64::MAX as u64 / u64::from(options.shards)) + 1,
@@ -159,7 +204,7 @@ impl Ycsb {
     }
 
     fn key_space(&self) -> u64 {
-        if self.mix.insert > 0.0 && !self.mix.latest {
+        if self.mix.insert > 0.0 && self.distribution != RequestDistribution::Latest {
             self.records + self.records / 10
         } else {
             self.records
@@ -180,7 +225,7 @@ impl Workload for Ycsb {
             "fieldcount": FIELD_COUNT,
             "fieldlength": FIELD_BYTES,
             "proportions": {"read": m.read, "update": m.update, "insert": m.insert, "scan": m.scan, "readmodifywrite": m.rmw},
-            "requestdistribution": if m.latest { "latest" } else { "zipfian (scrambled)" },
+            "requestdistribution": self.distribution.name(),
             "maxscanlength": SCAN_RECORDS_MAX,
             "ops_per_txn": self.ops,
         })
@@ -219,6 +264,8 @@ impl Workload for Ycsb {
         Box::new(YcsbGenerator {
             rng: child_rng(seed, "ycsb-client", u64::from(client)),
             mix: self.mix,
+            distribution: self.distribution,
+            hotspot: Hotspot::new(0, self.key_space() - 1, 0.2, 0.8).expect("valid fractions"),
             ops: self.ops,
             zipfian: ScrambledZipfian::new(0, self.key_space()).expect("records > 0"),
             latest: SkewedLatest::new(&counter).expect("records > 0"),
@@ -235,6 +282,8 @@ impl Workload for Ycsb {
 struct YcsbGenerator {
     rng: Rng,
     mix: Mix,
+    distribution: RequestDistribution,
+    hotspot: Hotspot,
     ops: u64,
     zipfian: ScrambledZipfian,
     latest: SkewedLatest,
@@ -246,12 +295,14 @@ struct YcsbGenerator {
 impl YcsbGenerator {
     /// A record already inserted: YCSB's `nextKeynum`.
     fn existing(&mut self, counter: &AcknowledgedCounter) -> u64 {
-        if self.mix.latest {
-            return self.latest.next(&mut self.rng, counter);
-        }
         let last = counter.last_value();
         for _ in 0..REDRAWS_MAX {
-            let keynum = self.zipfian.next(&mut self.rng);
+            let keynum = match self.distribution {
+                RequestDistribution::Latest => return self.latest.next(&mut self.rng, counter),
+                RequestDistribution::Uniform => return uniform_u64(&mut self.rng, last + 1),
+                RequestDistribution::Zipfian => self.zipfian.next(&mut self.rng),
+                RequestDistribution::Hotspot => self.hotspot.next(&mut self.rng),
+            };
             if keynum <= last {
                 return keynum;
             }
@@ -543,8 +594,13 @@ mod tests {
     use crate::testkit::{apply_serially, check_stores, completion, loaded_stores};
 
     fn ycsb(name: &str, ops: Option<u32>) -> Ycsb {
-        let options =
-            WorkloadOptions { shards: 2, keys_per_shard: 100, zipf_theta: None, ops_max: ops };
+        let options = WorkloadOptions {
+            shards: 2,
+            keys_per_shard: 100,
+            zipf_theta: None,
+            ops_max: ops,
+            distribution: None,
+        };
         Ycsb::new(name, &options).unwrap()
     }
 
@@ -605,9 +661,38 @@ mod tests {
             .unwrap();
         stores[0].load(key, field_value(LOADED, 0, 0));
         assert!(!check_stores(check.as_ref(), &stores).passed);
-        let bad =
-            WorkloadOptions { shards: 1, keys_per_shard: 10, zipf_theta: Some(0.5), ops_max: None };
+        let bad = WorkloadOptions {
+            shards: 1,
+            keys_per_shard: 10,
+            zipf_theta: Some(0.5),
+            ops_max: None,
+            distribution: None,
+        };
         assert!(Ycsb::new("ycsb-a", &bad).unwrap_err().0.contains("--zipf does not apply"));
+    }
+
+    #[test]
+    fn request_distributions_can_be_chosen_and_hotspot_concentrates() {
+        let options = |d: &str| WorkloadOptions {
+            shards: 2,
+            keys_per_shard: 100,
+            zipf_theta: None,
+            ops_max: None,
+            distribution: Some(d.into()),
+        };
+        let w = Ycsb::new("ycsb-c", &options("hotspot")).unwrap();
+        let mut generator = w.generator(0, 3);
+        let hot = (0..2_000u64)
+            .filter(|&r| {
+                let (ops, _) = parse(&generator.next(RequestId(r)).args).unwrap();
+                ops[0].1 < 40
+            })
+            .count();
+        assert!((1_450..1_750).contains(&hot), "80% on the first 20% of 200 records: {hot}");
+        assert!(Ycsb::new("ycsb-a", &options("uniform")).is_ok());
+        let err = Ycsb::new("ycsb-a", &options("pareto")).unwrap_err();
+        assert!(err.0.contains("accepted: zipfian, uniform, latest, hotspot"), "{err}");
+        assert!(crate::build("bank", &options("uniform")).is_err());
     }
 
     #[test]
