@@ -126,7 +126,7 @@ fn up(
         .map_err(|e| ConfigError::new(format!("cannot create {}: {e}", dir.display())))?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Run(format!("cannot find this executable: {e}")))?;
-    let mut pids = Vec::new();
+    let mut children = Vec::new();
     let mut record = String::new();
     for node in servers(file) {
         let log_path = dir.join(format!("node-{node}.log"));
@@ -142,19 +142,20 @@ fn up(
             .stderr(err)
             .spawn()
             .map_err(|e| Failure::Run(format!("cannot start node {node}: {e}")))?;
-        pids.push((node, child.id()));
         record.push_str(&format!("{node} {}\n", child.id()));
-        // The server outlives this command: dropping the handle neither waits nor kills.
-        drop(child);
+        children.push((node, child));
     }
     std::fs::write(dir.join("pids"), &record).map_err(|e| {
         Failure::Run(format!("cannot record the process ids in {}: {e}", dir.display()))
     })?;
     let started = Instant::now();
-    for &(node, pid) in &pids {
-        let addr = file.addrs[node as usize];
+    for (node, child) in &mut children {
+        let (node, pid, addr) = (*node, child.id(), file.addrs[*node as usize]);
         while !reachable(addr) {
-            if !is_our_server(pid) || started.elapsed() > START_WAIT_MAX {
+            // The handle, not /proc, says whether it exited: right after the fork /proc shows
+            // this command's own command line until the server's exec.
+            let exited = !matches!(child.try_wait(), Ok(None));
+            if exited || started.elapsed() > START_WAIT_MAX {
                 let _ = down(dir);
                 return Err(Failure::Run(format!(
                     "node {node} (pid {pid}) did not start listening on {addr}; see {}",
@@ -165,7 +166,9 @@ fn up(
         }
         say!("node {node} up: pid {pid}, listening on {addr}");
     }
-    say!("cluster up: {} servers; state in {}", pids.len(), dir.display());
+    say!("cluster up: {} servers; state in {}", children.len(), dir.display());
+    // The servers outlive this command: dropping the handles neither waits nor kills.
+    drop(children);
     Ok(())
 }
 
