@@ -164,33 +164,27 @@ fn bad_options_are_refused() {
     assert!(run(&opts, micro(2, None)).is_err());
 }
 
-/// The swarm setup the bugs below were found with: `list-append` on 3 shards × 1 replica,
-/// `metro`, 4 keys per shard, 8 clients, 200 transactions, the seed's fault plan.
-fn swarm_seed(seed: u64) -> SimRunReport {
+/// The swarm setup the bugs below were found with: `workload` on 3 shards × 1 replica with
+/// `keys_per_shard` keys each, `metro`, 8 clients, 200 transactions, the seed's fault plan.
+fn swarm_seed(workload: &str, keys_per_shard: u64, seed: u64) -> SimRunReport {
     let mut base = options(seed, "metro", 3, 200);
     base.clients = 8;
     let (opts, _) = crate::swarm::seed_options(&base, seed, true);
-    let workload = Arc::from(
-        meridian_workloads::build(
-            "list-append",
-            &WorkloadOptions {
-                shards: 3,
-                keys_per_shard: 4,
-                zipf_theta: None,
-                ops_max: None,
-                distribution: None,
-            },
-        )
-        .unwrap(),
-    );
-    run(&opts, workload).unwrap()
+    let options = WorkloadOptions {
+        shards: 3,
+        keys_per_shard,
+        zipf_theta: None,
+        ops_max: None,
+        distribution: None,
+    };
+    run(&opts, Arc::from(meridian_workloads::build(workload, &options).unwrap())).unwrap()
 }
 
 #[test]
 fn seed_2_a_restarted_coordinator_never_reuses_a_transaction_id() {
     // The restarted coordinator numbered attempts from 0 again; participants took the new
     // attempts for old ones (their locks, their decisions): G2 cycles in the history.
-    let report = swarm_seed(2);
+    let report = swarm_seed("list-append", 4, 2);
     assert_passed(&report);
     assert!(report.checks.iter().any(|c| c.name == "elle-list-append" && c.passed));
 }
@@ -199,28 +193,7 @@ fn seed_2_a_restarted_coordinator_never_reuses_a_transaction_id() {
 fn seed_116_a_refused_one_round_commit_stays_refused() {
     // A duplicated one-round commit request, delivered after the coordinator had retried, was
     // committed too: the same append appeared twice in a list.
-    assert_passed(&swarm_seed(116));
-}
-
-/// `bank` under the swarm setup (3 shards, 5 accounts each).
-fn bank_swarm_seed(seed: u64) -> SimRunReport {
-    let mut base = options(seed, "metro", 3, 200);
-    base.clients = 8;
-    let (opts, _) = crate::swarm::seed_options(&base, seed, true);
-    let workload = Arc::from(
-        meridian_workloads::build(
-            "bank",
-            &WorkloadOptions {
-                shards: 3,
-                keys_per_shard: 5,
-                zipf_theta: None,
-                ops_max: None,
-                distribution: None,
-            },
-        )
-        .unwrap(),
-    );
-    run(&opts, workload).unwrap()
+    assert_passed(&swarm_seed("list-append", 4, 116));
 }
 
 #[test]
@@ -228,7 +201,7 @@ fn seed_31_a_coordinator_crash_after_its_commit_decision_leaves_no_half_transfer
     // The coordinator decided a transfer, one shard's commit message was lost, and the
     // coordinator crashed: the other shard stayed prepared forever and the money was off by the
     // transfer. Participants now settle such attempts among themselves.
-    let report = bank_swarm_seed(31);
+    let report = swarm_seed("bank", 5, 31);
     assert_passed(&report);
     assert!(report.checks.iter().any(|c| c.name == "bank-total" && c.passed));
 }

@@ -12,14 +12,13 @@
 //! negative, and the balances sum to the initial total. A transfer applied on one side only, a
 //! lost update or a write of an aborted transfer breaks the sum.
 
-use crate::dist::KeyDist;
+use crate::dist::{KeyDist, ShardedKeys};
 use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
-    PlanContext, ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, UserAbort,
-    Write,
+    Args, Datum, KeySet, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan, PlanContext,
+    ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId};
 use meridian_storage::MvccStore;
@@ -35,8 +34,6 @@ pub const TRANSFER_CENTS_MAX: u64 = 500;
 pub const AUDIT_ACCOUNTS: usize = 4;
 /// Percent of transactions that are transfers.
 pub const TRANSFER_PERCENT: u64 = 90;
-/// Draws spent looking for an account not yet in the transaction.
-const DISTINCT_DRAWS_MAX: u32 = 100;
 
 const TRANSFER: ProcId = ProcId(0);
 const AUDIT: ProcId = ProcId(1);
@@ -54,9 +51,7 @@ fn balance_of(value: Option<&Vec<u8>>) -> Option<i64> {
 /// The workload.
 #[derive(Debug)]
 pub struct Bank {
-    shards: u32,
-    accounts_per_shard: u64,
-    dist: KeyDist,
+    keys: ShardedKeys,
 }
 
 impl Bank {
@@ -72,11 +67,13 @@ impl Bank {
             )));
         }
         let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
-        Ok(Self { shards: options.shards, accounts_per_shard: options.keys_per_shard, dist })
+        Ok(Self {
+            keys: ShardedKeys { shards: options.shards, per_shard: options.keys_per_shard, dist },
+        })
     }
 
     fn accounts(&self) -> u64 {
-        u64::from(self.shards) * self.accounts_per_shard
+        self.keys.items()
     }
 }
 
@@ -93,29 +90,25 @@ impl Workload for Bank {
             "transfer_percent": TRANSFER_PERCENT,
             "transfer_cents_max": TRANSFER_CENTS_MAX,
             "audit_accounts": AUDIT_ACCOUNTS,
-            "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
+            "distribution": match &self.keys.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
         })
     }
 
     fn registry(&self) -> Registry {
         let mut registry = Registry::default();
-        let per_shard = self.accounts_per_shard;
+        let per_shard = self.keys.per_shard;
         registry.register(Arc::new(Transfer { per_shard }));
         registry.register(Arc::new(Audit { per_shard }));
         registry
     }
 
     fn partitioner(&self) -> Partitioner {
-        Partitioner::new(
-            self.shards,
-            PartitionRule::LeadingInt { base: 0, per_shard: self.accounts_per_shard },
-        )
-        .expect("validated in new")
+        self.keys.partitioner()
     }
 
     fn load(&self, shard: ShardId, store: &mut MvccStore) {
-        let first = u64::from(shard.0) * self.accounts_per_shard;
-        for account in first..first + self.accounts_per_shard {
+        let first = u64::from(shard.0) * self.keys.per_shard;
+        for account in first..first + self.keys.per_shard {
             store.load(account_key(account), INITIAL_BALANCE_CENTS.to_le_bytes().to_vec());
         }
     }
@@ -123,9 +116,7 @@ impl Workload for Bank {
     fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
         Box::new(BankGenerator {
             rng: child_rng(seed, "bank-client", u64::from(client)),
-            shards: self.shards,
-            per_shard: self.accounts_per_shard,
-            dist: self.dist.clone(),
+            keys: self.keys.clone(),
         })
     }
 
@@ -136,45 +127,20 @@ impl Workload for Bank {
 
 struct BankGenerator {
     rng: Rng,
-    shards: u32,
-    per_shard: u64,
-    dist: KeyDist,
-}
-
-impl BankGenerator {
-    fn accounts(&mut self, count: usize) -> Vec<u64> {
-        let total = u64::from(self.shards) * self.per_shard;
-        let mut chosen: Vec<u64> = Vec::with_capacity(count);
-        while chosen.len() < count {
-            let mut draws = 0;
-            let mut account = self.draw();
-            while chosen.contains(&account) {
-                draws += 1;
-                account =
-                    if draws < DISTINCT_DRAWS_MAX { self.draw() } else { (account + 1) % total };
-            }
-            chosen.push(account);
-        }
-        chosen
-    }
-
-    fn draw(&mut self) -> u64 {
-        let shard = uniform_u64(&mut self.rng, u64::from(self.shards));
-        shard * self.per_shard + self.dist.sample(&mut self.rng)
-    }
+    keys: ShardedKeys,
 }
 
 impl TxnGenerator for BankGenerator {
     fn next(&mut self, _request: RequestId) -> TxnRequest {
         if uniform_u64(&mut self.rng, 100) < TRANSFER_PERCENT {
-            let accounts = self.accounts(2);
+            let accounts = self.keys.distinct(&mut self.rng, 2);
             let cents = 1 + uniform_u64(&mut self.rng, TRANSFER_CENTS_MAX);
             TxnRequest {
                 proc: TRANSFER,
                 args: vec![Datum::Uint(accounts[0]), Datum::Uint(accounts[1]), Datum::Uint(cents)],
             }
         } else {
-            let accounts = self.accounts(AUDIT_ACCOUNTS);
+            let accounts = self.keys.distinct(&mut self.rng, AUDIT_ACCOUNTS);
             TxnRequest {
                 proc: AUDIT,
                 args: vec![Datum::List(accounts.into_iter().map(Datum::Uint).collect())],

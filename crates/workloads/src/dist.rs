@@ -40,6 +40,61 @@ impl KeyDist {
     }
 }
 
+/// Draws of a key not yet taken before falling back to the next free one.
+const DISTINCT_DRAWS_MAX: u32 = 100;
+
+/// Chooses items spread over every shard: a shard uniformly, then an item within it from `dist`
+/// (item `id` lives on shard `id / per_shard`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardedKeys {
+    /// Number of shards.
+    pub shards: u32,
+    /// Items per shard.
+    pub per_shard: u64,
+    /// Choice within a shard.
+    pub dist: KeyDist,
+}
+
+impl ShardedKeys {
+    /// Items in all.
+    pub fn items(&self) -> u64 {
+        u64::from(self.shards) * self.per_shard
+    }
+
+    /// Draws an item.
+    pub fn draw(&self, rng: &mut Rng) -> u64 {
+        let shard = uniform_u64(rng, u64::from(self.shards));
+        shard * self.per_shard + self.dist.sample(rng)
+    }
+
+    /// Draws an item not in `taken`: redraws, then falls back to the next free id (bounded:
+    /// the callers take fewer items than exist).
+    pub fn draw_not_in(&self, rng: &mut Rng, taken: &[u64]) -> u64 {
+        let mut id = self.draw(rng);
+        let mut draws = 0;
+        while taken.contains(&id) {
+            draws += 1;
+            id = if draws < DISTINCT_DRAWS_MAX { self.draw(rng) } else { (id + 1) % self.items() };
+        }
+        id
+    }
+
+    /// `count` distinct items, in draw order.
+    pub fn distinct(&self, rng: &mut Rng, count: usize) -> Vec<u64> {
+        let mut chosen = Vec::with_capacity(count);
+        while chosen.len() < count {
+            let id = self.draw_not_in(rng, &chosen);
+            chosen.push(id);
+        }
+        chosen
+    }
+
+    /// The partitioner that places items as [`Self::draw`] assumes.
+    pub fn partitioner(&self) -> meridian_core::txn::Partitioner {
+        crate::leading_int_partitioner(self.shards, self.per_shard)
+    }
+}
+
 /// Gray et al.'s Zipfian generator over `0..items`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Zipf {

@@ -15,15 +15,15 @@
 //! never answered count as unknown (`info`). The history is also kept for export.
 
 use crate::clients::REQUEST_COUNTER_MASK;
-use crate::dist::KeyDist;
+use crate::dist::{KeyDist, ShardedKeys};
 use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
 use meridian_check::history::{History, HistoryBuilder, KeyName, Mop, OpType};
 use meridian_check::{check, Consistency};
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext,
-    ProcError, ProcId, Procedure, Reads, Registry, TxnRequest, TxnResult, UserAbort, Write,
+    Args, Datum, KeySet, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext, ProcError,
+    ProcId, Procedure, Reads, Registry, TxnRequest, TxnResult, UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId, Time};
 use meridian_storage::MvccStore;
@@ -41,8 +41,6 @@ pub const LIST_ELEMENTS_MAX: usize = 100_000;
 /// Most operations a recorded history keeps; later ones are counted, not recorded, and the
 /// check says so.
 pub const HISTORY_OPS_MAX: usize = 4_000_000;
-/// Draws spent looking for a key not yet in the transaction before taking the next free one.
-const DISTINCT_DRAWS_MAX: u32 = 100;
 
 const READ: u64 = 0;
 const WRITE: u64 = 1;
@@ -82,9 +80,7 @@ pub fn elle_key(id: u64) -> Key {
 pub struct ElleWorkload {
     kind: Kind,
     ops_max: u64,
-    shards: u32,
-    keys_per_shard: u64,
-    dist: KeyDist,
+    keys: ShardedKeys,
 }
 
 impl ElleWorkload {
@@ -109,9 +105,7 @@ impl ElleWorkload {
         Ok(Self {
             kind,
             ops_max: u64::from(ops_max),
-            shards: options.shards,
-            keys_per_shard: options.keys_per_shard,
-            dist,
+            keys: ShardedKeys { shards: options.shards, per_shard: options.keys_per_shard, dist },
         })
     }
 }
@@ -126,8 +120,8 @@ impl Workload for ElleWorkload {
             "name": self.kind.name(),
             "ops_per_txn": format!("1..={}", self.ops_max),
             "read_fraction": 0.5,
-            "keys_per_shard": self.keys_per_shard,
-            "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
+            "keys_per_shard": self.keys.per_shard,
+            "distribution": match &self.keys.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
             "checked_as": "strict-serializable",
         })
     }
@@ -135,16 +129,12 @@ impl Workload for ElleWorkload {
     fn registry(&self) -> Registry {
         let mut registry = Registry::default();
         registry
-            .register(Arc::new(ElleTxn { kind: self.kind, keys_per_shard: self.keys_per_shard }));
+            .register(Arc::new(ElleTxn { kind: self.kind, keys_per_shard: self.keys.per_shard }));
         registry
     }
 
     fn partitioner(&self) -> Partitioner {
-        Partitioner::new(
-            self.shards,
-            PartitionRule::LeadingInt { base: 0, per_shard: self.keys_per_shard },
-        )
-        .expect("validated in new")
+        self.keys.partitioner()
     }
 
     fn load(&self, _shard: ShardId, _store: &mut MvccStore) {
@@ -155,43 +145,28 @@ impl Workload for ElleWorkload {
         Box::new(ElleGenerator {
             ops_max: self.ops_max,
             rng: child_rng(seed, "elle-client", u64::from(client)),
-            shards: self.shards,
-            keys_per_shard: self.keys_per_shard,
-            dist: self.dist.clone(),
+            keys: self.keys.clone(),
         })
     }
 
     fn checker(&self) -> Box<dyn InvariantCheck> {
-        Box::new(ElleCheck::new(self.kind, self.keys_per_shard))
+        Box::new(ElleCheck::new(self.kind, self.keys.per_shard))
     }
 }
 
 struct ElleGenerator {
     ops_max: u64,
     rng: Rng,
-    shards: u32,
-    keys_per_shard: u64,
-    dist: KeyDist,
+    keys: ShardedKeys,
 }
 
 impl TxnGenerator for ElleGenerator {
     fn next(&mut self, request: RequestId) -> TxnRequest {
-        let items = u64::from(self.shards) * self.keys_per_shard;
-        let ops = (1 + uniform_u64(&mut self.rng, self.ops_max)).min(items);
+        let ops = (1 + uniform_u64(&mut self.rng, self.ops_max)).min(self.keys.items());
         let mut ids: Vec<u64> = Vec::new();
         let mut mops = Vec::new();
         for _ in 0..ops {
-            let draw = |rng: &mut Rng| {
-                let shard = uniform_u64(rng, u64::from(self.shards));
-                shard * self.keys_per_shard + self.dist.sample(rng)
-            };
-            let mut id = draw(&mut self.rng);
-            let mut draws = 0;
-            while ids.contains(&id) {
-                draws += 1;
-                id =
-                    if draws < DISTINCT_DRAWS_MAX { draw(&mut self.rng) } else { (id + 1) % items };
-            }
+            let id = self.keys.draw_not_in(&mut self.rng, &ids);
             ids.push(id);
             let kind = uniform_u64(&mut self.rng, 2);
             mops.push(Datum::List(vec![Datum::Uint(kind), Datum::Uint(id)]));

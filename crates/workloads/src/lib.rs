@@ -124,6 +124,16 @@ pub struct WorkloadOptions {
     pub distribution: Option<String>,
 }
 
+/// Places item `id` (a key's leading integer) on shard `id / per_shard`.
+pub(crate) fn leading_int_partitioner(
+    shards: u32,
+    per_shard: u64,
+) -> meridian_core::txn::Partitioner {
+    use meridian_core::txn::{PartitionRule, Partitioner};
+    Partitioner::new(shards, PartitionRule::LeadingInt { base: 0, per_shard })
+        .expect("workloads check shards and keys per shard before building")
+}
+
 /// The shards holding `ids` when item `id` lives on shard `id / per_shard`, ascending, each
 /// once. Plans with a piece per shard run piece `i` on the `i`-th of them.
 pub(crate) fn shards_of(ids: impl IntoIterator<Item = u64>, per_shard: u64) -> Vec<u64> {

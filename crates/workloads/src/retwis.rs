@@ -16,13 +16,13 @@
 //! name. Retwis writes carry no information beyond that, so this catches lost keys, torn or
 //! foreign values, not lost updates (the history workloads do that).
 
-use crate::dist::KeyDist;
+use crate::dist::{KeyDist, ShardedKeys};
 use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext,
-    ProcError, ProcId, Procedure, Reads, Registry, TxnRequest, UserAbort, Write,
+    Args, Datum, KeySet, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext, ProcError,
+    ProcId, Procedure, Reads, Registry, TxnRequest, UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId};
 use meridian_storage::MvccStore;
@@ -36,8 +36,6 @@ pub const WEIGHTS: [u64; 4] = [5, 15, 30, 50];
 pub const TIMELINE_GETS_MAX: u64 = 10;
 /// Keys a transaction may touch at most (PostTweet: 3 read-modify-writes + 2 puts).
 pub const KEYS_PER_TXN_MAX: usize = 10;
-/// Draws spent looking for a key not yet in the transaction.
-const DISTINCT_DRAWS_MAX: u32 = 100;
 
 const _: () = assert!(TIMELINE_GETS_MAX as usize <= KEYS_PER_TXN_MAX);
 
@@ -54,9 +52,7 @@ pub fn retwis_name(id: u64) -> Vec<u8> {
 /// The workload.
 #[derive(Debug)]
 pub struct Retwis {
-    shards: u32,
-    per_shard: u64,
-    dist: KeyDist,
+    keys: ShardedKeys,
 }
 
 impl Retwis {
@@ -72,7 +68,9 @@ impl Retwis {
             )));
         }
         let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
-        Ok(Self { shards: options.shards, per_shard: options.keys_per_shard, dist })
+        Ok(Self {
+            keys: ShardedKeys { shards: options.shards, per_shard: options.keys_per_shard, dist },
+        })
     }
 }
 
@@ -84,29 +82,25 @@ impl Workload for Retwis {
     fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "name": "retwis",
-            "keys": u64::from(self.shards) * self.per_shard,
+            "keys": self.keys.items(),
             "mix_percent": {"add_user": 5, "follow": 15, "post_tweet": 30, "get_timeline": 50},
-            "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
+            "distribution": match &self.keys.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
         })
     }
 
     fn registry(&self) -> Registry {
         let mut registry = Registry::default();
-        registry.register(Arc::new(RetwisTxn { per_shard: self.per_shard }));
+        registry.register(Arc::new(RetwisTxn { per_shard: self.keys.per_shard }));
         registry
     }
 
     fn partitioner(&self) -> Partitioner {
-        Partitioner::new(
-            self.shards,
-            PartitionRule::LeadingInt { base: 0, per_shard: self.per_shard },
-        )
-        .expect("validated in new")
+        self.keys.partitioner()
     }
 
     fn load(&self, shard: ShardId, store: &mut MvccStore) {
-        let first = u64::from(shard.0) * self.per_shard;
-        for id in first..first + self.per_shard {
+        let first = u64::from(shard.0) * self.keys.per_shard;
+        for id in first..first + self.keys.per_shard {
             store.load(retwis_key(id), retwis_name(id));
         }
     }
@@ -114,45 +108,26 @@ impl Workload for Retwis {
     fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
         Box::new(RetwisGenerator {
             rng: child_rng(seed, "retwis-client", u64::from(client)),
-            shards: self.shards,
-            per_shard: self.per_shard,
-            dist: self.dist.clone(),
+            keys: self.keys.clone(),
         })
     }
 
     fn checker(&self) -> Box<dyn InvariantCheck> {
-        Box::new(RetwisCheck { keys: u64::from(self.shards) * self.per_shard })
+        Box::new(RetwisCheck { keys: self.keys.items() })
     }
 }
 
 struct RetwisGenerator {
     rng: Rng,
-    shards: u32,
-    per_shard: u64,
-    dist: KeyDist,
+    keys: ShardedKeys,
 }
 
 impl RetwisGenerator {
     /// `count` distinct keys, sorted.
     fn keys(&mut self, count: usize) -> Vec<u64> {
-        let total = u64::from(self.shards) * self.per_shard;
-        let mut keys: Vec<u64> = Vec::with_capacity(count);
-        while keys.len() < count {
-            let mut draws = 0;
-            let mut id = self.draw();
-            while keys.contains(&id) {
-                draws += 1;
-                id = if draws < DISTINCT_DRAWS_MAX { self.draw() } else { (id + 1) % total };
-            }
-            keys.push(id);
-        }
+        let mut keys = self.keys.distinct(&mut self.rng, count);
         keys.sort_unstable();
         keys
-    }
-
-    fn draw(&mut self) -> u64 {
-        let shard = uniform_u64(&mut self.rng, u64::from(self.shards));
-        shard * self.per_shard + self.dist.sample(&mut self.rng)
     }
 }
 

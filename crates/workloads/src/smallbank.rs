@@ -23,14 +23,14 @@
 //! transactions (each reports the amount it moved); transactions of unknown outcome widen the
 //! allowed range by what they could have moved. Amalgamate and SendPayment conserve money.
 
-use crate::dist::KeyDist;
+use crate::dist::{KeyDist, ShardedKeys};
 use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, fnv1a, uniform_u64, Rng, FNV_OFFSET};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
-    PlanContext, ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, TxnResult,
-    UserAbort, Write,
+    Args, Datum, KeySet, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan, PlanContext,
+    ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, TxnResult, UserAbort,
+    Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId, Time};
 use meridian_storage::MvccStore;
@@ -54,8 +54,6 @@ pub const SAVINGS_WITHDRAWAL_CENTS: i64 = 2_020;
 pub const OVERDRAFT_PENALTY_CENTS: i64 = 100;
 /// Transaction weights, in the order of [`Kind`].
 pub const WEIGHTS: [u64; 6] = [15, 15, 15, 25, 15, 15];
-/// Draws spent looking for a second customer different from the first.
-const DISTINCT_DRAWS_MAX: u32 = 100;
 
 const _: () = assert!(OPENING_CENTS_MIN <= OPENING_CENTS_MAX);
 
@@ -138,9 +136,7 @@ fn write(key: Key, cents: i64) -> Write {
 /// The workload.
 #[derive(Debug)]
 pub struct SmallBank {
-    shards: u32,
-    per_shard: u64,
-    dist: KeyDist,
+    keys: ShardedKeys,
 }
 
 impl SmallBank {
@@ -156,11 +152,13 @@ impl SmallBank {
             )));
         }
         let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
-        Ok(Self { shards: options.shards, per_shard: options.keys_per_shard, dist })
+        Ok(Self {
+            keys: ShardedKeys { shards: options.shards, per_shard: options.keys_per_shard, dist },
+        })
     }
 
     fn customers(&self) -> u64 {
-        u64::from(self.shards) * self.per_shard
+        self.keys.items()
     }
 }
 
@@ -175,29 +173,25 @@ impl Workload for SmallBank {
             "customers": self.customers(),
             "weights": {"amalgamate": 15, "balance": 15, "deposit_checking": 15, "send_payment": 25, "transact_savings": 15, "write_check": 15},
             "opening_cents": [OPENING_CENTS_MIN, OPENING_CENTS_MAX],
-            "distribution": match &self.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
+            "distribution": match &self.keys.dist { KeyDist::Uniform { .. } => "uniform", KeyDist::Zipf(_) => "zipf" },
         })
     }
 
     fn registry(&self) -> Registry {
         let mut registry = Registry::default();
         for kind in KINDS {
-            registry.register(Arc::new(SmallBankTxn { kind, per_shard: self.per_shard }));
+            registry.register(Arc::new(SmallBankTxn { kind, per_shard: self.keys.per_shard }));
         }
         registry
     }
 
     fn partitioner(&self) -> Partitioner {
-        Partitioner::new(
-            self.shards,
-            PartitionRule::LeadingInt { base: 0, per_shard: self.per_shard },
-        )
-        .expect("validated in new")
+        self.keys.partitioner()
     }
 
     fn load(&self, shard: ShardId, store: &mut MvccStore) {
-        let first = u64::from(shard.0) * self.per_shard;
-        for customer in first..first + self.per_shard {
+        let first = u64::from(shard.0) * self.keys.per_shard;
+        for customer in first..first + self.keys.per_shard {
             let savings = opening_cents(SAVINGS_TABLE, customer);
             store.load(savings_key(customer), savings.to_le_bytes().to_vec());
             let checking = opening_cents(CHECKING_TABLE, customer);
@@ -208,9 +202,7 @@ impl Workload for SmallBank {
     fn generator(&self, client: u32, seed: u64) -> Box<dyn TxnGenerator> {
         Box::new(SmallBankGenerator {
             rng: child_rng(seed, "smallbank-client", u64::from(client)),
-            shards: self.shards,
-            per_shard: self.per_shard,
-            dist: self.dist.clone(),
+            keys: self.keys.clone(),
         })
     }
 
@@ -224,16 +216,7 @@ impl Workload for SmallBank {
 
 struct SmallBankGenerator {
     rng: Rng,
-    shards: u32,
-    per_shard: u64,
-    dist: KeyDist,
-}
-
-impl SmallBankGenerator {
-    fn customer(&mut self) -> u64 {
-        let shard = uniform_u64(&mut self.rng, u64::from(self.shards));
-        shard * self.per_shard + self.dist.sample(&mut self.rng)
-    }
+    keys: ShardedKeys,
 }
 
 impl TxnGenerator for SmallBankGenerator {
@@ -245,19 +228,7 @@ impl TxnGenerator for SmallBankGenerator {
             index += 1;
         }
         let kind = KINDS[index];
-        let first = self.customer();
-        let mut customers = vec![first];
-        if kind.customers() == 2 {
-            let total = u64::from(self.shards) * self.per_shard;
-            let mut second = self.customer();
-            let mut draws = 0;
-            while second == first {
-                draws += 1;
-                second =
-                    if draws < DISTINCT_DRAWS_MAX { self.customer() } else { (first + 1) % total };
-            }
-            customers.push(second);
-        }
+        let customers = self.keys.distinct(&mut self.rng, kind.customers());
         TxnRequest {
             proc: ProcId(index as u32),
             args: customers.into_iter().map(Datum::Uint).collect(),

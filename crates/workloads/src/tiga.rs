@@ -18,8 +18,8 @@ use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext,
-    ProcError, ProcId, Procedure, Reads, Registry, TxnRequest, TxnResult, UserAbort, Write,
+    Args, Datum, KeySet, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext, ProcError,
+    ProcId, Procedure, Reads, Registry, TxnRequest, TxnResult, UserAbort, Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId};
 use meridian_storage::MvccStore;
@@ -91,11 +91,7 @@ impl Workload for MicroTiga {
     }
 
     fn partitioner(&self) -> Partitioner {
-        Partitioner::new(
-            self.shards,
-            PartitionRule::LeadingInt { base: 0, per_shard: self.keys_per_shard },
-        )
-        .expect("validated in new")
+        crate::leading_int_partitioner(self.shards, self.keys_per_shard)
     }
 
     fn load(&self, _shard: ShardId, _store: &mut MvccStore) {

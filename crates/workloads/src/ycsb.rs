@@ -37,9 +37,9 @@ use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, uniform_f64, uniform_u64, Rng};
 use meridian_core::txn::{
-    Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext,
-    ProcError, ProcId, Procedure, Reads, Registry, ScanRange, TxnOutcome, TxnRequest, TxnResult,
-    UserAbort, Write,
+    Args, Datum, KeySet, Partitioner, PieceEffects, PieceOutput, Plan, PlanContext, ProcError,
+    ProcId, Procedure, Reads, Registry, ScanRange, TxnOutcome, TxnRequest, TxnResult, UserAbort,
+    Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId, Time, Timestamp};
 use meridian_storage::MvccStore;
@@ -241,11 +241,7 @@ impl Workload for Ycsb {
     }
 
     fn partitioner(&self) -> Partitioner {
-        Partitioner::new(
-            self.shards,
-            PartitionRule::LeadingInt { base: 0, per_shard: self.hash_per_shard },
-        )
-        .expect("validated in new")
+        crate::leading_int_partitioner(self.shards, self.hash_per_shard)
     }
 
     fn load(&self, shard: ShardId, store: &mut MvccStore) {

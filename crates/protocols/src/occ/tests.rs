@@ -686,19 +686,19 @@ fn unknown_procedures_and_non_coordinators_get_clear_failures() {
     );
 }
 
+/// True for what a coordinator gone after sending its prepares would never hear: votes,
+/// query answers and acknowledgements.
+fn gone(to: NodeId, msg: &OccMsg) -> bool {
+    to == COORDINATOR
+        && matches!(msg, OccMsg::Prepared { .. } | OccMsg::State { .. } | OccMsg::Finished { .. })
+}
+
 /// Both participants prepared; the coordinator hears nothing more (as if it crashed). The
 /// participants find each other prepared and commit on their own, at the same timestamp.
 #[test]
 fn participants_commit_an_attempt_all_of_them_prepared_when_the_coordinator_is_gone() {
     let mut net = Net::new();
-    net.filter = Box::new(|to, msg| match msg {
-        OccMsg::Prepared { .. } | OccMsg::State { .. } | OccMsg::Finished { .. }
-            if to == COORDINATOR =>
-        {
-            Delivery::Drop
-        }
-        _ => Delivery::Deliver,
-    });
+    net.filter = Box::new(|to, msg| if gone(to, msg) { Delivery::Drop } else { Delivery::Deliver });
     net.submit(1, rw(&[5, 105], &[(5, 55), (105, 155)]));
     net.run_until(|net| net.value(5).is_some() && net.value(105).is_some());
     assert!(!net.replies.contains_key(&RequestId(1)), "the coordinator never heard");
@@ -716,11 +716,7 @@ fn participants_commit_an_attempt_all_of_them_prepared_when_the_coordinator_is_g
 fn participants_abort_an_attempt_one_of_them_never_prepared() {
     let mut net = Net::new();
     net.filter = Box::new(|to, msg| match msg {
-        OccMsg::Prepared { .. } | OccMsg::State { .. } | OccMsg::Finished { .. }
-            if to == COORDINATOR =>
-        {
-            Delivery::Drop
-        }
+        _ if gone(to, msg) => Delivery::Drop,
         OccMsg::Prepare { shard: ShardId(1), .. } => Delivery::Drop,
         _ => Delivery::Deliver,
     });
