@@ -45,6 +45,16 @@ struct File {
     #[serde(default)]
     distribution: Option<String>,
     #[serde(default)]
+    warehouses_per_shard: Option<u64>,
+    #[serde(default)]
+    remote_item_pct: Option<u64>,
+    #[serde(default)]
+    remote_payment_pct: Option<u64>,
+    #[serde(default)]
+    tpcc_mode: Option<String>,
+    #[serde(default)]
+    tpcc_scale: Option<String>,
+    #[serde(default)]
     node: Vec<FileNode>,
 }
 
@@ -158,6 +168,14 @@ impl ClusterFile {
             zipf_theta: file.zipf,
             ops_max: file.ops_max,
             distribution: file.distribution.clone(),
+            tpcc: meridian_workloads::tpcc::TpccOptions::from_flags(
+                file.warehouses_per_shard,
+                file.remote_item_pct,
+                file.remote_payment_pct,
+                file.tpcc_mode.as_deref(),
+                file.tpcc_scale.as_deref(),
+            )
+            .map_err(|e| bad(e.0))?,
         };
         meridian_workloads::build(&file.workload, &workload_options).map_err(|e| bad(e.0))?;
         Ok(Self {

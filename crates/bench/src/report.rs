@@ -83,6 +83,10 @@ pub fn table(output: &RunOutput) -> String {
         "window {:.1} s, {} committed, {} retried attempts, {} user aborts, {} failed; p90 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
         s.window_s, s.committed, s.retries, s.user_aborted, s.failed, s.latency_ms_p90, s.latency_ms_p999, s.latency_ms_max
     );
+    if let Some(load) = &output.load {
+        let rss = load.peak_rss_mib.map_or(String::new(), |m| format!(", peak RSS {m:.0} MiB"));
+        let _ = writeln!(text, "load {:.2} s{rss}", load.seconds);
+    }
     if let Some(failure) = &output.first_failure {
         let _ = writeln!(text, "first failure: {failure}");
     }

@@ -21,7 +21,7 @@ use meridian_workloads::clients::ClosedLoopClients;
 use meridian_workloads::{CheckResult, InvariantCheck, Workload};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the harness drains completions.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -94,12 +94,32 @@ pub struct RunOutput {
     pub checks: Vec<CheckResult>,
     /// Why checks did not run, when they did not.
     pub checks_note: Option<String>,
+    /// Seconds the bulk load of the embedded cluster's stores took, and the process's peak
+    /// resident memory after it (MiB, where the platform tells).
+    pub load: Option<LoadReport>,
     /// Per-link delays.
     pub links: Vec<LinkReport>,
     /// The recorded history (elle-cli JSON) for workloads that record one; written beside
     /// `stats.json` as `history.json`.
     #[serde(skip)]
     pub history_json: Option<String>,
+}
+
+/// How long the bulk load took and how much memory it left in use.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LoadReport {
+    /// Wall seconds.
+    pub seconds: f64,
+    /// Peak resident set of the process after the load, MiB (Linux `VmHWM`).
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// The process's peak resident set size in MiB, from `/proc/self/status` (Linux only).
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 impl RunOutput {
@@ -185,15 +205,19 @@ async fn embedded<N: ProtocolNode>(
     let context = contexts(&topology, &workload, experiment.network.owd_ns_max(), experiment.seed);
     let pools =
         client_pools(&topology.coordinators(), experiment.clients, &workload, experiment.seed);
-    let mut local = Vec::new();
-    for id in topology.node_ids() {
-        let mut node = build(context(id));
-        for (shard, store) in node.stores_mut() {
-            workload.load(shard, store);
-        }
-        let pool = pools.iter().find(|(n, _)| *n == id).map(|(_, p)| p.clone());
-        local.push((id, node, pool));
-    }
+    let mut nodes: Vec<(NodeId, N)> =
+        topology.node_ids().map(|id| (id, build(context(id)))).collect();
+    let load_started = Instant::now();
+    load_in_parallel(workload.as_ref(), nodes.iter_mut().map(|(_, node)| node));
+    let load =
+        LoadReport { seconds: load_started.elapsed().as_secs_f64(), peak_rss_mib: peak_rss_mib() };
+    let local: Vec<_> = nodes
+        .into_iter()
+        .map(|(id, node)| {
+            let pool = pools.iter().find(|(n, _)| *n == id).map(|(_, p)| p.clone());
+            (id, node, pool)
+        })
+        .collect();
     let config = ClusterConfig {
         topology: topology.clone(),
         network: experiment.network.clone(),
@@ -212,8 +236,23 @@ async fn embedded<N: ProtocolNode>(
     let checks = checker.check(&stores);
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
+    out.load = Some(load);
     out.history_json = checker.history_json();
     Ok(out)
+}
+
+/// Bulk-loads every store of `nodes`, one thread per store (a 20-warehouse TPC-C is ~10M rows;
+/// loading shards side by side divides the wait by the cores).
+fn load_in_parallel<'a, N: ProtocolNode + 'a>(
+    workload: &dyn Workload,
+    nodes: impl Iterator<Item = &'a mut N>,
+) {
+    let stores: Vec<(ShardId, &mut MvccStore)> = nodes.flat_map(|node| node.stores_mut()).collect();
+    std::thread::scope(|scope| {
+        for (shard, store) in stores {
+            scope.spawn(move || workload.load(shard, store));
+        }
+    });
 }
 
 fn leader_stores<'a, N: ProtocolNode>(
@@ -327,6 +366,7 @@ fn output(
         first_failure: stats.first_failure.clone(),
         checks,
         checks_note,
+        load: None,
         links,
         history_json: None,
     }
@@ -447,9 +487,7 @@ async fn serve<N: ProtocolNode>(
 ) -> Result<(), ConfigError> {
     let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
     let mut node = build(context(id));
-    for (shard, store) in node.stores_mut() {
-        workload.load(shard, store);
-    }
+    load_in_parallel(workload.as_ref(), std::iter::once(&mut node));
     let mut config = tcp_cluster_config(file, &topology, &workload);
     let mut metrics_task = None;
     if let Some(addr) = metrics_addr {

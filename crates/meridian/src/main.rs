@@ -111,6 +111,23 @@ pub(crate) struct ClusterArgs {
     /// workload's).
     #[arg(long)]
     distribution: Option<String>,
+    /// TPC-C: warehouses on each shard (default 1).
+    #[arg(long)]
+    warehouses_per_shard: Option<u64>,
+    /// TPC-C: percent of order lines supplied by another warehouse (default 1, the spec's).
+    #[arg(long)]
+    remote_item_pct: Option<u64>,
+    /// TPC-C: percent of payments for another warehouse's customer (default 15, the spec's).
+    #[arg(long)]
+    remote_payment_pct: Option<u64>,
+    /// TPC-C: spec (the five transactions, 1% rollback) or paper-compat (NewOrder only, no
+    /// rollback).
+    #[arg(long)]
+    tpcc_mode: Option<String>,
+    /// TPC-C: spec (the specification's table sizes) or small (a hundredth of the customers
+    /// and items; for simulation).
+    #[arg(long)]
+    tpcc_scale: Option<String>,
     /// Closed-loop clients, spread over the coordinators.
     #[arg(long)]
     clients: Option<u32>,
@@ -265,6 +282,13 @@ impl ClusterArgs {
             zipf_theta: self.zipf,
             ops_max: self.ops_max,
             distribution: self.distribution.clone(),
+            tpcc: meridian_workloads::tpcc::TpccOptions::from_flags(
+                self.warehouses_per_shard,
+                self.remote_item_pct,
+                self.remote_payment_pct,
+                self.tpcc_mode.as_deref(),
+                self.tpcc_scale.as_deref(),
+            )?,
         };
         Ok(Resolved {
             protocol,
@@ -293,6 +317,11 @@ impl ClusterArgs {
             (self.zipf.is_some(), "--zipf"),
             (self.ops_max.is_some(), "--ops-max"),
             (self.distribution.is_some(), "--distribution"),
+            (self.warehouses_per_shard.is_some(), "--warehouses-per-shard"),
+            (self.remote_item_pct.is_some(), "--remote-item-pct"),
+            (self.remote_payment_pct.is_some(), "--remote-payment-pct"),
+            (self.tpcc_mode.is_some(), "--tpcc-mode"),
+            (self.tpcc_scale.is_some(), "--tpcc-scale"),
             (self.seed.is_some(), "--seed"),
         ]
         .into_iter()

@@ -70,6 +70,24 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     if let Some(k) = c.ops_max {
         line += &format!(" --ops-max {k}");
     }
+    if let Some(d) = &c.distribution {
+        line += &format!(" --distribution {d}");
+    }
+    if let Some(n) = c.warehouses_per_shard {
+        line += &format!(" --warehouses-per-shard {n}");
+    }
+    if let Some(p) = c.remote_item_pct {
+        line += &format!(" --remote-item-pct {p}");
+    }
+    if let Some(p) = c.remote_payment_pct {
+        line += &format!(" --remote-payment-pct {p}");
+    }
+    if let Some(m) = &c.tpcc_mode {
+        line += &format!(" --tpcc-mode {m}");
+    }
+    if let Some(s) = &c.tpcc_scale {
+        line += &format!(" --tpcc-scale {s}");
+    }
     if args.time_limit_s != TIME_LIMIT_S_DEFAULT {
         line += &format!(" --time-limit-s {}", args.time_limit_s);
     }

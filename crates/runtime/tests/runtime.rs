@@ -102,6 +102,7 @@ impl OccSetup {
                     zipf_theta: Some(0.9),
                     ops_max: None,
                     distribution: None,
+                    tpcc: Default::default(),
                 },
             )
             .unwrap(),

@@ -16,6 +16,18 @@ use std::sync::Arc;
 const SEEDS_DEFAULT: u64 = 250;
 
 fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
+    swarm_with(protocol, workload, first_seed, WorkloadOptions::default(), "")
+}
+
+/// A swarm of `workload` built with `options` (shards and keys per shard set here); `flags`
+/// are the extra `meridian sim` flags that rebuild those options in the REPRODUCE line.
+fn swarm_with(
+    protocol: ProtocolKind,
+    workload: &str,
+    first_seed: u64,
+    options: WorkloadOptions,
+    flags: &str,
+) {
     let seeds = std::env::var("MERIDIAN_SWARM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -34,13 +46,7 @@ fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
     let workload: Arc<dyn meridian_workloads::Workload> = Arc::from(
         meridian_workloads::build(
             workload,
-            &WorkloadOptions {
-                shards,
-                keys_per_shard: 4,
-                zipf_theta: None,
-                ops_max: None,
-                distribution: None,
-            },
+            &WorkloadOptions { shards, keys_per_shard: 4, ..options },
         )
         .expect("workload"),
     );
@@ -52,7 +58,7 @@ fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
             failures.push(format!(
                 "seed {seed} ({}): {:?}\nREPRODUCE: meridian sim --protocol {} --workload {} \
                  --shards 3 --replicas 1 --clients 8 --txns 100 --network metro \
-                 --keys-per-shard 4 --faults --seed {seed}",
+                 --keys-per-shard 4{flags} --faults --seed {seed}",
                 plan.unwrap_or_default(),
                 report.checks.iter().filter(|c| !c.passed).collect::<Vec<_>>(),
                 protocol.name(),
@@ -96,4 +102,14 @@ fn occ_ycsb_e_swarm() {
 #[test]
 fn occ_micro_tiga_swarm() {
     swarm(ProtocolKind::Occ, "micro-tiga", 40_000);
+}
+
+#[test]
+fn occ_tpcc_swarm() {
+    let small = meridian_workloads::tpcc::TpccOptions {
+        scale: meridian_workloads::tpcc::load::SMALL,
+        ..Default::default()
+    };
+    let options = WorkloadOptions { tpcc: small, ..WorkloadOptions::default() };
+    swarm_with(ProtocolKind::Occ, "tpcc", 80_000, options, " --tpcc-scale small");
 }

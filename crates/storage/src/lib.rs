@@ -285,6 +285,22 @@ impl MvccStore {
         self.versions
     }
 
+    /// Keys in `[start, end)` with their newest committed values (deletes skipped), in key
+    /// order. Unbounded, unlike [`MvccStore::scan`]: for checks over a whole table.
+    pub fn latest_range<'a>(
+        &'a self,
+        start: &Key,
+        end: &Key,
+    ) -> impl Iterator<Item = (&'a Key, &'a Version)> + 'a {
+        // An empty or inverted range reads nothing (`BTreeSet::range` would panic on it).
+        let end = if start < end { end.clone() } else { start.clone() };
+        let bounds = (Bound::Included(start.clone()), Bound::Excluded(end));
+        self.order.range::<Key, _>(bounds).filter_map(|k| {
+            let chain = self.map.get(k)?;
+            Self::visible(chain, Timestamp::MAX).filter(|v| v.value.is_some()).map(|v| (k, v))
+        })
+    }
+
     /// Every key with its newest committed value (deletes skipped), in key order.
     pub fn latest_values(&self) -> impl Iterator<Item = (&Key, &Version)> {
         self.order.iter().filter_map(|k| {

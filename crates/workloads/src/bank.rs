@@ -363,6 +363,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            tpcc: Default::default(),
         };
         Bank::new(&options).unwrap()
     }
@@ -419,6 +420,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            tpcc: Default::default(),
         };
         assert!(Bank::new(&options).unwrap_err().0.contains("at least 4 accounts"));
     }

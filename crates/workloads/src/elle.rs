@@ -518,6 +518,7 @@ mod tests {
                 zipf_theta: None,
                 ops_max: None,
                 distribution: None,
+                tpcc: Default::default(),
             },
         )
         .expect("valid")

@@ -15,6 +15,7 @@ pub mod smallbank;
 #[cfg(test)]
 mod testkit;
 pub mod tiga;
+pub mod tpcc;
 pub mod tpcc_gen;
 pub mod ycsb;
 pub mod ycsb_gen;
@@ -27,7 +28,7 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 13] = [
+pub const WORKLOADS: [&str; 14] = [
     "micro-luigi",
     "micro-tiga",
     "bank",
@@ -41,6 +42,7 @@ pub const WORKLOADS: [&str; 13] = [
     "ycsb-d",
     "ycsb-e",
     "ycsb-f",
+    "tpcc",
 ];
 
 /// Produces one client's transactions.
@@ -122,6 +124,21 @@ pub struct WorkloadOptions {
     /// YCSB's `requestdistribution` (zipfian, uniform, latest, hotspot); the workload file's
     /// when `None`. Other workloads refuse it.
     pub distribution: Option<String>,
+    /// TPC-C's settings (warehouses per shard, remote percentages, mode, scale).
+    pub tpcc: tpcc::TpccOptions,
+}
+
+impl Default for WorkloadOptions {
+    fn default() -> Self {
+        Self {
+            shards: 2,
+            keys_per_shard: 100_000,
+            zipf_theta: None,
+            ops_max: None,
+            distribution: None,
+            tpcc: tpcc::TpccOptions::default(),
+        }
+    }
 }
 
 /// Places item `id` (a key's leading integer) on shard `id / per_shard`.
@@ -168,6 +185,11 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
             "--distribution applies to the YCSB workloads, not {name}"
         )));
     }
+    if options.tpcc != tpcc::TpccOptions::default() && WORKLOADS.contains(&name) && name != "tpcc" {
+        return Err(ConfigError::new(format!(
+            "the TPC-C settings (warehouses per shard, remote percentages, mode, scale) apply to tpcc, not {name}"
+        )));
+    }
     match name {
         "micro-luigi" => Ok(Box::new(micro::MicroLuigi::new(options)?)),
         "micro-tiga" => Ok(Box::new(tiga::MicroTiga::new(options)?)),
@@ -179,6 +201,7 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
         }
         "list-append" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::ListAppend, options)?)),
         "rw-register" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::RwRegister, options)?)),
+        "tpcc" => Ok(Box::new(tpcc::Tpcc::new(options)?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),
     }
 }

@@ -370,6 +370,7 @@ mod tests {
             zipf_theta: Some(0.9),
             ops_max: None,
             distribution: None,
+            tpcc: Default::default(),
         })
         .unwrap()
     }

@@ -465,6 +465,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            tpcc: Default::default(),
         })
         .unwrap()
     }
@@ -539,6 +540,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            tpcc: Default::default(),
         });
         assert!(bad.unwrap_err().0.contains("at least 2 customers"));
     }

@@ -1,14 +1,18 @@
 //! Test helpers shared by the workloads' unit tests: a serial executor that runs a
 //! transaction's pieces straight against per-shard stores (dependencies in plan order, writes
-//! installed only when every piece ran), loading and checking helpers.
+//! installed only when every piece ran; a piece reads the earlier pieces' writes to its keys,
+//! scans see the stores only; pieces on replicated tables run on shard 0), loading and
+//! checking helpers.
 
 use crate::{Completion, InvariantCheck, Workload};
+use meridian_core::key::{Key, Value};
 use meridian_core::time::Timestamp;
 use meridian_core::txn::{
     PieceOutput, PlanContext, Reads, ShardTarget, TxnOutcome, TxnRequest, TxnResult,
 };
 use meridian_core::{NodeId, RequestId, ShardId, TxnId};
 use meridian_storage::{MvccStore, VersionState};
+use std::collections::BTreeMap;
 
 /// One store per shard, bulk-loaded by `workload`.
 pub(crate) fn loaded_stores(workload: &dyn Workload, shards: u32) -> Vec<MvccStore> {
@@ -34,15 +38,37 @@ pub(crate) fn apply_serially(
     let plan = procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).expect("plans");
     let mut outputs: Vec<PieceOutput> = Vec::new();
     let mut writes = Vec::new();
+    let mut pending: BTreeMap<(ShardId, Key), Option<Value>> = BTreeMap::new();
     for (piece, spec) in plan.iter().enumerate() {
-        let ShardTarget::Shard(shard) = spec.target else { panic!("pieces are bound to shards") };
+        let shard = match spec.target {
+            ShardTarget::Shard(shard) => shard,
+            ShardTarget::Any => ShardId(0),
+        };
         let inputs: Vec<&PieceOutput> = spec.deps.iter().map(|&d| &outputs[d as usize]).collect();
         let keys = procedure.keys(piece as u32, &txn.args, &inputs).expect("keys");
         let store = &stores[shard.0 as usize];
-        let values = keys.reads.iter().map(|k| store.get_at(k, Timestamp::MAX).cloned()).collect();
-        let reads = Reads { values, scans: Vec::new() };
+        let values = keys
+            .reads
+            .iter()
+            .map(|k| match pending.get(&(shard, k.clone())) {
+                Some(own) => own.clone(),
+                None => store.get_at(k, Timestamp::MAX).cloned(),
+            })
+            .collect();
+        let scans = keys
+            .scans
+            .iter()
+            .map(|range| {
+                let rows = store.scan(range, Timestamp::MAX);
+                rows.into_iter().filter_map(|(k, v)| v.value.map(|value| (k, value))).collect()
+            })
+            .collect();
+        let reads = Reads { values, scans };
         match procedure.execute(piece as u32, &txn.args, &inputs, &reads) {
             Ok(effects) => {
+                for w in &effects.writes {
+                    pending.insert((shard, w.key.clone()), w.value.clone());
+                }
                 writes.push((shard, effects.writes));
                 outputs.push(effects.output);
             }

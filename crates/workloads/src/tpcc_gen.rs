@@ -44,14 +44,14 @@ pub fn nurand(rng: &mut Rng, a: u64, x: u64, y: u64, c: u64) -> u64 {
     (((rand_range(rng, 0, a) | rand_range(rng, x, y)) + c) % (y - x + 1)) + x
 }
 
-/// A customer id for a transaction: NURand(1023, 1, 3000).
-pub fn customer_id(rng: &mut Rng, constants: &NurandConstants) -> u64 {
-    nurand(rng, 1023, 1, 3000, constants.c_id)
+/// A customer id for a transaction: NURand(1023, 1, 3000) (`customers` = 3000 at spec scale).
+pub fn customer_id(rng: &mut Rng, constants: &NurandConstants, customers: u64) -> u64 {
+    nurand(rng, 1023, 1, customers, constants.c_id)
 }
 
-/// An item id for an order line: NURand(8191, 1, 100000).
-pub fn item_id(rng: &mut Rng, constants: &NurandConstants) -> u64 {
-    nurand(rng, 8191, 1, 100_000, constants.ol_i_id)
+/// An item id for an order line: NURand(8191, 1, 100000) (`items` = 100,000 at spec scale).
+pub fn item_id(rng: &mut Rng, constants: &NurandConstants, items: u64) -> u64 {
+    nurand(rng, 8191, 1, items, constants.ol_i_id)
 }
 
 /// The last name numbered `number` (0..=999): three syllables by its digits (§4.3.2.3).
@@ -62,16 +62,26 @@ pub fn last_name(number: u64) -> String {
 
 /// A last name for a transaction: NURand(255, 0, 999) with the run-time constant.
 pub fn run_last_name(rng: &mut Rng, constants: &NurandConstants) -> String {
-    last_name(nurand(rng, 255, 0, 999, constants.c_last_run))
+    last_name(run_last_number(rng, constants))
+}
+
+/// The number of a last name for a transaction: NURand(255, 0, 999), run-time constant.
+pub fn run_last_number(rng: &mut Rng, constants: &NurandConstants) -> u64 {
+    nurand(rng, 255, 0, 999, constants.c_last_run)
 }
 
 /// The last name of loaded customer `c_id` (1..=3000): the first 1,000 take the numbers
 /// 0..=999 in order, the rest NURand(255, 0, 999) with the load constant (§4.3.3.1).
 pub fn load_last_name(rng: &mut Rng, c_id: u64, constants: &NurandConstants) -> String {
+    last_name(load_last_number(rng, c_id, constants))
+}
+
+/// The number (0..=999) of loaded customer `c_id`'s last name; see [`load_last_name`].
+pub fn load_last_number(rng: &mut Rng, c_id: u64, constants: &NurandConstants) -> u64 {
     if c_id <= 1_000 {
-        last_name(c_id - 1)
+        c_id - 1
     } else {
-        last_name(nurand(rng, 255, 0, 999, constants.c_last_load))
+        nurand(rng, 255, 0, 999, constants.c_last_load)
     }
 }
 
@@ -137,7 +147,7 @@ mod tests {
         let mut rng = child_rng(2, "nurand", 0);
         let mut counts = vec![0u32; 3_001];
         for _ in 0..300_000 {
-            let c = customer_id(&mut rng, &NURAND_CONSTANTS);
+            let c = customer_id(&mut rng, &NURAND_CONSTANTS, 3_000);
             assert!((1..=3_000).contains(&c));
             counts[c as usize] += 1;
         }
@@ -145,7 +155,7 @@ mod tests {
         let mean = 300_000 / 3_000;
         assert!(max > 2 * mean, "NURand concentrates on some ids: max {max}, mean {mean}");
         for _ in 0..10_000 {
-            assert!((1..=100_000).contains(&item_id(&mut rng, &NURAND_CONSTANTS)));
+            assert!((1..=100_000).contains(&item_id(&mut rng, &NURAND_CONSTANTS, 100_000)));
             let name = run_last_name(&mut rng, &NURAND_CONSTANTS);
             assert!(name.len() >= 9 && name.len() <= 15, "{name}");
         }

@@ -596,6 +596,7 @@ mod tests {
             zipf_theta: None,
             ops_max: ops,
             distribution: None,
+            tpcc: Default::default(),
         };
         Ycsb::new(name, &options).unwrap()
     }
@@ -663,6 +664,7 @@ mod tests {
             zipf_theta: Some(0.5),
             ops_max: None,
             distribution: None,
+            tpcc: Default::default(),
         };
         assert!(Ycsb::new("ycsb-a", &bad).unwrap_err().0.contains("--zipf does not apply"));
     }
@@ -675,6 +677,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: Some(d.into()),
+            tpcc: Default::default(),
         };
         let w = Ycsb::new("ycsb-c", &options("hotspot")).unwrap();
         let mut generator = w.generator(0, 3);
