@@ -78,7 +78,8 @@ pub(crate) struct ClusterArgs {
     /// Protocol: occ.
     #[arg(long)]
     protocol: Option<String>,
-    /// Workload: micro-luigi.
+    /// Workload: micro-luigi, micro-tiga, bank, smallbank, retwis, ycsb-a..f, tpcc, list-append,
+    /// rw-register.
     #[arg(long)]
     workload: Option<String>,
     /// Number of shards.
