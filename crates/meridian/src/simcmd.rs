@@ -264,7 +264,26 @@ fn swarm_worker(
     let mut failed = Vec::new();
     for seed in first..end {
         let (options, plan) = seed_options(r, args, topology, seed, txns);
-        let report = run_sim(&options, workload.clone())?;
+        // A panic in a node (an assertion, or raft-rs refusing a log that lost entries) fails
+        // this seed and the swarm goes on.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_sim(&options, workload.clone())
+        }));
+        let report = match outcome {
+            Ok(report) => report?,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic");
+                say!("FAIL seed {seed}: panic: {message}");
+                say!("  faults: {}", plan.as_deref().unwrap_or("none"));
+                say!("REPRODUCE: {}", reproduce(&args.cluster, args, r, seed, txns));
+                failed.push(seed);
+                continue;
+            }
+        };
         if !report.passed() {
             let reasons: Vec<String> = report
                 .checks

@@ -44,7 +44,6 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         (&["bench", "--clock", "sundial", "--out", out], "unknown clock preset 'sundial'"),
         (&["bench", "--shards", "0", "--out", out], "--shards must be at least 1"),
         (&["bench", "--replicas", "0", "--out", out], "--replicas must be in 1..=9"),
-        (&["bench", "--replicas", "3", "--out", out], "occ is not replicated yet"),
         (&["bench", "--replicas", "2", "--out", out], "--replicas 2 is even"),
         (&["bench", "--zipf", "1.5", "--out", out], "--zipf must be in (0, 1)"),
         (

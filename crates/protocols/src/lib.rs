@@ -43,25 +43,29 @@ impl ProtocolKind {
         }
     }
 
-    /// Checks that this protocol can run on `topology` as built today.
+    /// Checks that this protocol can run on `topology`: one replica per shard (in memory) or
+    /// an odd number (a Raft group per shard).
     pub fn check_topology(self, topology: &Topology) -> Result<(), ConfigError> {
         match self {
-            // The replicated log arrives with the replication issue; until then occ runs one
-            // replica per shard and says so rather than silently ignoring the others.
-            Self::Occ if topology.replicas != 1 => Err(ConfigError::new(format!(
-                "occ is not replicated yet: it runs with --replicas 1 (got {})",
-                topology.replicas
-            ))),
+            Self::Occ if topology.replicas != 1 && topology.replicas.is_multiple_of(2) => {
+                Err(ConfigError::new(format!(
+                    "occ replicates each shard with Raft, which needs an odd replica count (got {})",
+                    topology.replicas
+                )))
+            }
             Self::Occ => Ok(()),
         }
     }
 
     /// True when `node` may crash (losing everything it had not synced) without the protocol
-    /// losing acknowledged data, so swarms may crash it. Unreplicated `occ` keeps shard data
-    /// only in memory: only coordinators that host no replica qualify.
+    /// losing acknowledged data, so swarms may crash it. With replicated shards every node
+    /// qualifies (its log is durable and its group has other members); unreplicated `occ`
+    /// keeps shard data only in memory, so only coordinators that host no replica do.
     pub fn may_crash(self, topology: &Topology, node: NodeId) -> bool {
         match self {
-            Self::Occ => topology.nodes[node.0 as usize].replicas.is_empty(),
+            Self::Occ => {
+                topology.replicas >= 3 || topology.nodes[node.0 as usize].replicas.is_empty()
+            }
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct Timing {
     pub requests_in_flight_max: usize,
     /// How much timestamp history (ns) stores keep below the newest commit.
     pub gc_retention_ns: u64,
+    /// One Raft tick: heartbeats every 2, elections after 10–20 (replicated shards only).
+    pub raft_tick_ns: u64,
 }
 
 impl Timing {
@@ -94,6 +100,11 @@ impl Timing {
             attempts_max: 1_000,
             requests_in_flight_max: 1 << 16,
             gc_retention_ns: 1_000 * NS_PER_MS,
+            // Elections wait 10–20 ticks: 5–10 slowest one-way delays (2.5–5 round trips), and
+            // at least 250 ms, because a vote needs a synced write at the candidate and at each
+            // voter first (a slow disk syncs in 50 ms). Shorter, and a candidate times out
+            // before its votes arrive, again and again (swarm seed 1 of `bank`, 3 replicas).
+            raft_tick_ns: (owd_ns_max / 2).max(25 * NS_PER_MS),
         }
     }
 }

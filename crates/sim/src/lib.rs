@@ -72,6 +72,35 @@ pub struct SimConfig {
     /// Keep a readable line for each of the last this many events (0: none; at most
     /// [`TRACE_TAIL_MAX`]). Costs a `Debug` format per event, so only for replays.
     pub trace_tail: usize,
+    /// Crashes tied to a message rather than a time, each fired once (scenario tests:
+    /// "the leader crashes while preparing").
+    pub crash_triggers: Vec<CrashTrigger>,
+}
+
+/// Where a [`CrashTrigger`] looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TriggerPoint {
+    /// The node crashes right after handling a matching message, before any effect of that
+    /// call is carried out (nothing it sent or persisted in that call happens).
+    Receive,
+    /// The node crashes when it is about to send a matching message: that message and the
+    /// rest of the call's effects are lost.
+    Send,
+}
+
+/// Crash `node` at the first matching message, and restart it `restart_after_ns` later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashTrigger {
+    /// The node.
+    pub node: NodeId,
+    /// Receive or send.
+    pub on: TriggerPoint,
+    /// Text the message's `Debug` rendering contains.
+    pub contains: String,
+    /// Not before this time (relative to the start).
+    pub after_ns: Time,
+    /// Restart this long after the crash.
+    pub restart_after_ns: Time,
 }
 
 /// Most event lines a trace tail keeps.
@@ -110,6 +139,7 @@ impl SimConfig {
             record_history: false,
             chaos: Chaos::default(),
             trace_tail: 0,
+            crash_triggers: Vec::new(),
         }
     }
 }
@@ -133,6 +163,8 @@ pub struct SimStats {
     pub persists: u64,
     /// Messages delivered out of FIFO order on purpose (chaos).
     pub reordered: u64,
+    /// Crash triggers that fired.
+    pub triggered: u64,
     /// Messages delivered twice on purpose (chaos).
     pub duplicated: u64,
 }
@@ -394,11 +426,18 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 self.scratch = bytes;
                 self.hash(1, (from.0 << 16) | to.0, digest);
                 let now = self.node_now(to);
+                let trigger = self.trigger_index(to, TriggerPoint::Receive, &msg);
                 match self.nodes[to.0 as usize].as_mut() {
                     Some(node) => {
                         self.stats.deliveries += 1;
                         node.on_message(now, from, msg, &mut self.outbox);
-                        self.carry_out(to);
+                        match trigger {
+                            Some(index) => {
+                                self.outbox.drain().for_each(drop);
+                                self.fire_trigger(index);
+                            }
+                            None => self.carry_out(to),
+                        }
                     }
                     None => self.stats.dropped_crashed += 1,
                 }
@@ -480,14 +519,49 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         }
     }
 
+    /// The first unfired crash trigger for `node` at `point` that `msg` matches.
+    fn trigger_index(&self, node: NodeId, point: TriggerPoint, msg: &N::Msg) -> Option<usize> {
+        let elapsed = self.elapsed_ns();
+        let mut candidates = self
+            .config
+            .crash_triggers
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.node == node && t.on == point && elapsed >= t.after_ns)
+            .peekable();
+        candidates.peek()?;
+        // Rendering costs; only nodes with a pending trigger pay it.
+        let text = format!("{msg:?}");
+        candidates.find(|(_, t)| text.contains(&t.contains)).map(|(i, _)| i)
+    }
+
+    /// Crashes the trigger's node now and schedules its restart; the trigger is spent.
+    fn fire_trigger(&mut self, index: usize) {
+        let trigger = self.config.crash_triggers.remove(index);
+        self.stats.triggered += 1;
+        self.apply(Fault::Crash(trigger.node));
+        self.schedule(
+            self.now + trigger.restart_after_ns,
+            EventKind::Fault(Fault::Restart(trigger.node)),
+        );
+    }
+
     /// Carries out the effects `node` just emitted, in order.
     fn carry_out(&mut self, node: NodeId) {
         // The outbox is swapped out so effects can be carried out while `self` is borrowed; its
         // buffer is reused across calls.
         let mut outbox = std::mem::take(&mut self.outbox);
-        for effect in outbox.drain() {
+        let mut effects = outbox.drain();
+        while let Some(effect) = effects.next() {
             match effect {
-                Effect::Send { to, msg } => self.send(node, to, msg),
+                Effect::Send { to, msg } => {
+                    if let Some(index) = self.trigger_index(node, TriggerPoint::Send, &msg) {
+                        effects.by_ref().for_each(drop);
+                        self.fire_trigger(index);
+                        break;
+                    }
+                    self.send(node, to, msg)
+                }
                 Effect::SetTimer { timer, after_ns } => {
                     let after = self.clocks[node.0 as usize].true_duration(after_ns);
                     let incarnation = self.incarnations[node.0 as usize];
@@ -512,6 +586,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 }
             }
         }
+        drop(effects);
         self.outbox = outbox;
     }
 

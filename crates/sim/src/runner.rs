@@ -16,6 +16,7 @@ use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
 use meridian_storage::MvccStore;
 use meridian_workloads::clients::ClosedLoopClients;
 use meridian_workloads::{CheckResult, Workload};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// RPC timeouts of virtual time given to in-flight decisions after the last client is answered.
@@ -54,6 +55,8 @@ pub struct SimRunOptions {
     pub keep_history: bool,
     /// Keep a readable line for each of the last this many events (for replays of failures).
     pub trace_tail: usize,
+    /// Crashes tied to messages (scenario tests).
+    pub crash_triggers: Vec<crate::CrashTrigger>,
 }
 
 impl SimRunOptions {
@@ -79,6 +82,7 @@ impl SimRunOptions {
             disk_sync_ns: None,
             keep_history: false,
             trace_tail: 0,
+            crash_triggers: Vec::new(),
         }
     }
 
@@ -148,14 +152,21 @@ pub fn run(
         return Err(ConfigError::new("the network model has fewer regions than the topology"));
     }
     match options.protocol {
-        ProtocolKind::Occ => Ok(run_with(options, workload, OccNode::new)),
+        ProtocolKind::Occ => Ok(run_with(options, workload, |context, disk| {
+            // The simulated disk holds only what the node wrote; a log that does not restore
+            // is a bug to stop at.
+            OccNode::restore(context, disk).unwrap_or_else(|e| panic!("restart failed: {e}"))
+        })),
     }
 }
+
+/// Builds a node from its context and what its disk holds.
+type BuildNode<N> = fn(NodeContext, &BTreeMap<Vec<u8>, Vec<u8>>) -> N;
 
 fn run_with<N: ProtocolNode>(
     options: &SimRunOptions,
     workload: Arc<dyn Workload>,
-    build: fn(NodeContext) -> N,
+    build: BuildNode<N>,
 ) -> SimRunReport {
     let topology = Arc::new(options.topology.clone());
     let registry = Arc::new(workload.registry());
@@ -165,8 +176,8 @@ fn run_with<N: ProtocolNode>(
     let seed = options.seed;
     let factory_workload = workload.clone();
     let factory_topology = topology.clone();
-    let factory = Box::new(move |id: NodeId, _disk: &_| {
-        let mut node = build(NodeContext {
+    let factory = Box::new(move |id: NodeId, disk: &BTreeMap<Vec<u8>, Vec<u8>>| {
+        let context = NodeContext {
             id,
             topology: factory_topology.clone(),
             registry: registry.clone(),
@@ -174,7 +185,9 @@ fn run_with<N: ProtocolNode>(
             seed,
             timing: timing.clone(),
             record_history: false,
-        });
+        };
+        // The initial data first, then the replicated log replays on top of it.
+        let mut node = build(context, disk);
         for (shard, store) in node.stores_mut() {
             factory_workload.load(shard, store);
         }
@@ -191,6 +204,7 @@ fn run_with<N: ProtocolNode>(
     config.faults = options.faults.clone();
     config.chaos = options.chaos;
     config.trace_tail = options.trace_tail;
+    config.crash_triggers = options.crash_triggers.clone();
     if let Some(ns) = options.disk_sync_ns {
         config.disk_sync_ns = ns;
     }
@@ -280,10 +294,55 @@ fn run_with<N: ProtocolNode>(
     }
     let stores = leader_stores(&topology, sim.nodes());
     report.checks.extend(checker.check(&stores));
+    if topology.replicas > 1 && report.live {
+        report.checks.push(replicas_equal(&topology, sim.nodes()));
+    }
     if options.keep_history {
         report.history_json = checker.history_json();
     }
     report
+}
+
+/// After the drain every replica of a shard has applied the same log, so every replica's
+/// latest committed state equals replica 0's.
+fn replicas_equal<N: ProtocolNode>(topology: &Topology, nodes: &[Option<N>]) -> CheckResult {
+    let mut problems = Vec::new();
+    let mut compared = 0;
+    for s in 0..topology.shards {
+        let shard = ShardId(s);
+        let store_of = |slot: u32| {
+            let node = topology.replica_node(shard, slot)?;
+            let hosted = nodes[node.0 as usize].as_ref()?.stores();
+            hosted.into_iter().find(|(hs, _)| *hs == shard).map(|(_, store)| (node, store))
+        };
+        let Some((first_node, first)) = store_of(0) else { continue };
+        for slot in 1..topology.replicas {
+            let Some((node, other)) = store_of(slot) else { continue };
+            compared += 1;
+            let a: Vec<_> = first.latest_values().map(|(k, v)| (k, &v.value, v.ts)).collect();
+            let b: Vec<_> = other.latest_values().map(|(k, v)| (k, &v.value, v.ts)).collect();
+            if a != b {
+                let differing =
+                    a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+                problems.push(format!(
+                    "shard {s}: n{} ({} keys) and n{} ({} keys) differ from key #{differing}",
+                    first_node.0,
+                    a.len(),
+                    node.0,
+                    b.len()
+                ));
+            }
+        }
+    }
+    CheckResult {
+        name: "replicas-equal".into(),
+        passed: problems.is_empty(),
+        detail: if problems.is_empty() {
+            format!("{compared} replicas equal their shard's replica 0")
+        } else {
+            problems.join("; ")
+        },
+    }
 }
 
 /// One store per shard: replica 0's, when its node is up.

@@ -142,8 +142,9 @@ fn a_crashed_coordinator_loses_its_requests_and_others_go_on() {
 
 #[test]
 fn crashing_an_unreplicated_shard_loses_writes_and_the_check_says_so() {
-    // occ is not replicated yet: a crashed server restarts empty. The last-writer invariant must
-    // notice the lost writes. This shows the check can fail.
+    // With one replica per shard, occ keeps shard data in memory only: a crashed server
+    // restarts empty. The last-writer invariant must notice the lost writes. This shows the
+    // check can fail (with 3 replicas the same crash loses nothing: see below).
     let mut opts = options(17, "metro", 2, 300);
     opts.faults = vec![
         (500 * NS_PER_MS, Fault::Crash(NodeId(0))),
@@ -157,9 +158,9 @@ fn crashing_an_unreplicated_shard_loses_writes_and_the_check_says_so() {
 #[test]
 fn bad_options_are_refused() {
     let mut opts = options(1, "lan", 2, 10);
-    opts.topology = Topology::standard(regions(3), 2, 3).unwrap();
+    opts.topology = Topology::standard(regions(3), 2, 2).unwrap();
     let err = run(&opts, micro(2, None)).err().unwrap();
-    assert!(err.0.contains("--replicas 1"), "{err}");
+    assert!(err.0.contains("odd replica count"), "{err}");
     let mut opts = options(1, "lan", 2, 10);
     opts.clients = 0;
     assert!(run(&opts, micro(2, None)).is_err());
@@ -206,4 +207,107 @@ fn seed_31_a_coordinator_crash_after_its_commit_decision_leaves_no_half_transfer
     let report = swarm_seed("bank", 5, 31);
     assert_passed(&report);
     assert!(report.checks.iter().any(|c| c.name == "bank-total" && c.passed));
+}
+
+// ---------------------------------------------------------------------------------------------
+// occ over Raft: 2 shards × 3 replicas. Every scenario must stay live, lose no acknowledged
+// write (`micro-last-writer` checks every key against its committed writers), and end with
+// every replica of a shard equal (`replicas-equal`).
+
+fn replicated(seed: u64, network: &str) -> SimRunOptions {
+    let mut options = options(seed, network, 2, 300);
+    options.topology = Topology::standard(regions(3), 2, 3).unwrap();
+    options
+}
+
+/// The node holding replica `slot` of `shard`.
+fn replica(options: &SimRunOptions, shard: u32, slot: u32) -> NodeId {
+    options.topology.replica_node(meridian_core::ShardId(shard), slot).unwrap()
+}
+
+fn crash_on(node: NodeId, on: crate::TriggerPoint, contains: &str) -> crate::CrashTrigger {
+    crate::CrashTrigger {
+        node,
+        on,
+        contains: contains.into(),
+        after_ns: 300 * NS_PER_MS,
+        restart_after_ns: NS_PER_S,
+    }
+}
+
+fn assert_replicated_run_passed(report: &SimRunReport) {
+    assert_passed(report);
+    assert!(report.live);
+    assert!(report.committed >= 300, "{} committed", report.committed);
+    let equal = report.checks.iter().find(|c| c.name == "replicas-equal").expect("checked");
+    assert!(equal.passed, "{equal:?}");
+}
+
+#[test]
+fn replicated_occ_commits_and_keeps_replicas_equal() {
+    let report = run(&replicated(21, "metro"), micro(2, Some(0.9))).unwrap();
+    assert_replicated_run_passed(&report);
+    assert!(report.stats.persists > 0, "the log is persisted");
+}
+
+#[test]
+fn a_shard_leader_crashing_during_prepare_loses_nothing() {
+    let mut opts = replicated(22, "metro");
+    opts.crash_triggers =
+        vec![crash_on(replica(&opts, 0, 0), crate::TriggerPoint::Receive, "Prepare {")];
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1, "the leader crashed holding a prepare");
+    assert_replicated_run_passed(&report);
+}
+
+#[test]
+fn a_shard_leader_crashing_during_commit_loses_nothing() {
+    let mut opts = replicated(23, "metro");
+    opts.crash_triggers =
+        vec![crash_on(replica(&opts, 1, 0), crate::TriggerPoint::Receive, "Commit {")];
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert_replicated_run_passed(&report);
+}
+
+#[test]
+fn a_shard_leader_crashing_after_its_vote_committed_but_before_sending_it_loses_nothing() {
+    // The prepare is in the log on a quorum; the vote never leaves. The next leader has it.
+    let mut opts = replicated(24, "metro");
+    opts.crash_triggers =
+        vec![crash_on(replica(&opts, 0, 0), crate::TriggerPoint::Send, "Prepared {")];
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert_replicated_run_passed(&report);
+}
+
+#[test]
+fn a_partitioned_shard_leader_is_replaced_and_nothing_is_lost() {
+    let mut opts = replicated(25, "metro");
+    let leader = replica(&opts, 0, 0);
+    let others: Vec<NodeId> =
+        (0..opts.topology.nodes.len() as u32).map(NodeId).filter(|&n| n != leader).collect();
+    for &other in &others {
+        opts.faults.push((300 * NS_PER_MS, Fault::Block(leader, other)));
+        opts.faults.push((300 * NS_PER_MS, Fault::Block(other, leader)));
+    }
+    opts.faults.push((3 * NS_PER_S, Fault::Heal));
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert!(report.stats.blocked > 0);
+    assert_replicated_run_passed(&report);
+}
+
+#[test]
+fn crashing_a_minority_of_every_shard_at_once_loses_nothing() {
+    for slot in [0, 1] {
+        let mut opts = replicated(26 + u64::from(slot), "metro");
+        for shard in 0..2 {
+            let node = replica(&opts, shard, slot);
+            opts.faults.push((400 * NS_PER_MS, Fault::Crash(node)));
+            opts.faults.push((2 * NS_PER_S, Fault::Restart(node)));
+        }
+        let report = run(&opts, micro(2, None)).unwrap();
+        assert!(report.stats.dropped_crashed > 0, "slot {slot}: the crashes cost messages");
+        assert_replicated_run_passed(&report);
+    }
 }

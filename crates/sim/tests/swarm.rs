@@ -16,7 +16,7 @@ use std::sync::Arc;
 const SEEDS_DEFAULT: u64 = 250;
 
 fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
-    swarm_with(protocol, workload, first_seed, WorkloadOptions::default(), "")
+    swarm_with(protocol, workload, first_seed, WorkloadOptions::default(), "", 1)
 }
 
 /// A swarm of `workload` built with `options` (shards and keys per shard set here); `flags`
@@ -27,6 +27,7 @@ fn swarm_with(
     first_seed: u64,
     options: WorkloadOptions,
     flags: &str,
+    replicas: u32,
 ) {
     let seeds = std::env::var("MERIDIAN_SWARM_SEEDS")
         .ok()
@@ -36,7 +37,7 @@ fn swarm_with(
     let shards = 3;
     let mut base = SimRunOptions::new(
         protocol,
-        Topology::standard(regions, shards, 1).expect("valid topology"),
+        Topology::standard(regions, shards, replicas).expect("valid topology"),
         NetworkModel::preset("metro", 3).expect("preset"),
         ClockModel::preset("perfect").expect("preset"),
         0,
@@ -57,7 +58,7 @@ fn swarm_with(
         if !report.passed() {
             failures.push(format!(
                 "seed {seed} ({}): {:?}\nREPRODUCE: meridian sim --protocol {} --workload {} \
-                 --shards 3 --replicas 1 --clients 8 --txns 100 --network metro \
+                 --shards 3 --replicas {replicas} --clients 8 --txns 100 --network metro \
                  --keys-per-shard 4{flags} --faults --seed {seed}",
                 plan.unwrap_or_default(),
                 report.checks.iter().filter(|c| !c.passed).collect::<Vec<_>>(),
@@ -111,5 +112,17 @@ fn occ_tpcc_swarm() {
         ..Default::default()
     };
     let options = WorkloadOptions { tpcc: small, ..WorkloadOptions::default() };
-    swarm_with(ProtocolKind::Occ, "tpcc", 80_000, options, " --tpcc-scale small");
+    swarm_with(ProtocolKind::Occ, "tpcc", 80_000, options, " --tpcc-scale small", 1);
+}
+
+/// occ over Raft, 3 shards × 3 replicas: any node may crash (losing unsynced log writes) and
+/// restart from its log.
+#[test]
+fn occ_replicated_bank_swarm() {
+    swarm_with(ProtocolKind::Occ, "bank", 90_000, WorkloadOptions::default(), "", 3);
+}
+
+#[test]
+fn occ_replicated_list_append_swarm() {
+    swarm_with(ProtocolKind::Occ, "list-append", 100_000, WorkloadOptions::default(), "", 3);
 }

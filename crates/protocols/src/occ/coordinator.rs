@@ -197,6 +197,37 @@ impl Coordinator {
         self.leaders[shard.0 as usize]
     }
 
+    /// `node` answered for `shard`: it leads the shard (only leaders answer).
+    pub(super) fn note_leader(&mut self, shard: ShardId, node: NodeId) {
+        let hosts = self
+            .context
+            .topology
+            .nodes
+            .get(node.0 as usize)
+            .is_some_and(|info| info.replicas.iter().any(|slot| slot.shard == shard));
+        if let (true, Some(leader)) = (hosts, self.leaders.get_mut(shard.0 as usize)) {
+            *leader = node;
+        }
+    }
+
+    /// `shard` did not answer in time: its leader may be down or deposed, so the next request
+    /// goes to the next replica, which answers if it leads or forwards to the leader it knows.
+    fn suspect(&mut self, shard: ShardId) {
+        let topology = &self.context.topology;
+        if topology.replicas <= 1 {
+            return;
+        }
+        let current = self.leaders[shard.0 as usize];
+        let slot = topology.nodes[current.0 as usize]
+            .replicas
+            .iter()
+            .find(|s| s.shard == shard)
+            .map_or(0, |s| s.replica);
+        if let Some(next) = topology.replica_node(shard, (slot + 1) % topology.replicas) {
+            self.leaders[shard.0 as usize] = next;
+        }
+    }
+
     pub(super) fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
         let id = request.id;
         if self.requests.contains_key(&id) {
@@ -348,11 +379,18 @@ impl Coordinator {
     pub(super) fn on_reply(
         &mut self,
         now: Time,
-        _from: NodeId,
+        from: NodeId,
         msg: OccMsg,
         timers: &mut Timers,
         out: &mut Outbox<OccMsg>,
     ) {
+        if let OccMsg::Executed { shard, .. }
+        | OccMsg::ExecutedCommit { shard, .. }
+        | OccMsg::Prepared { shard, .. }
+        | OccMsg::Finished { shard, .. } = &msg
+        {
+            self.note_leader(*shard, from);
+        }
         match msg {
             OccMsg::Executed { txn, shard, result } => {
                 self.on_executed(now, txn, shard, result, timers, out)
@@ -703,7 +741,7 @@ impl Coordinator {
                     self.start_attempt(now, request, out);
                 }
             }
-            TimerPurpose::Gc | TimerPurpose::CoordinatorTick => {}
+            TimerPurpose::Gc | TimerPurpose::CoordinatorTick | TimerPurpose::RaftTick => {}
         }
     }
 
@@ -764,12 +802,18 @@ impl Coordinator {
             let Some(mut attempt) = self.attempts.remove(&txn) else { continue };
             match attempt.phase {
                 // Execution keeps no state at participants: just start over.
-                Phase::Executing => self.retry(now, attempt, timers, out),
+                Phase::Executing => {
+                    for &shard in &attempt.waiting {
+                        self.suspect(shard);
+                    }
+                    self.retry(now, attempt, timers, out)
+                }
                 // Votes are missing. Aborting now could contradict participants that, all
                 // prepared, commit on their own (see `Participant::try_terminate`); instead ask
                 // the silent ones, which refuse the attempt if they have not prepared it.
                 Phase::Preparing => {
                     for &shard in &attempt.waiting {
+                        self.suspect(shard);
                         out.send(self.leaders[shard.0 as usize], OccMsg::Query { txn, shard });
                     }
                     attempt.deadline = now + self.context.timing.rpc_timeout_ns;
@@ -781,12 +825,22 @@ impl Coordinator {
                 | Phase::Resolving(shard) => {
                     attempt.phase = Phase::Resolving(shard);
                     attempt.deadline = now + self.context.timing.rpc_timeout_ns;
+                    self.suspect(shard);
                     out.send(self.leader(shard), OccMsg::Abort { txn, shard });
                     self.attempts.insert(txn, attempt);
                 }
             }
         }
         let rpc_timeout_ns = self.context.timing.rpc_timeout_ns;
+        let overdue: BTreeSet<ShardId> = self
+            .finishing
+            .values()
+            .filter(|f| f.retransmit_at <= now)
+            .flat_map(|f| f.unacked.iter().copied())
+            .collect();
+        for shard in overdue {
+            self.suspect(shard);
+        }
         for (&txn, finishing) in self.finishing.iter_mut().filter(|(_, f)| f.retransmit_at <= now) {
             for &shard in &finishing.unacked {
                 let msg = match finishing.decision {

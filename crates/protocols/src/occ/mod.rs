@@ -59,6 +59,8 @@ use meridian_core::txn::{
     Args, PieceEffects, PieceOutput, ProcError, ProcId, ScanRange, UserAbort, Write,
 };
 use meridian_core::{NodeId, ShardId, Time, Timestamp, TxnId};
+use meridian_replication::raft::{RaftReplica, RaftTiming};
+use meridian_replication::{Replica, ReplicaEffect, ReplicaMsg};
 use meridian_storage::MvccStore;
 use participant::{Participant, PrepareArgs};
 use serde::{Deserialize, Serialize};
@@ -267,6 +269,76 @@ pub enum OccMsg {
         /// Where it stands.
         state: PeerState,
     },
+    /// Replica → replica of one shard: Raft messages of one pass, coalesced.
+    Raft {
+        /// The shard (Raft group).
+        shard: ShardId,
+        /// The sender's slot in the group.
+        from_slot: u32,
+        /// The messages.
+        msgs: Vec<ReplicaMsg>,
+    },
+    /// A follower hands a request it received to the leader it knows; the leader answers
+    /// `origin`. Never forwarded twice.
+    Forward {
+        /// Who sent the request.
+        origin: NodeId,
+        /// The request (`Execute`, `ExecuteCommit`, `Prepare`, `Commit`, `Abort`, `Query`).
+        msg: Box<OccMsg>,
+    },
+}
+
+impl OccMsg {
+    /// The shard a request to a participant is for.
+    fn request_shard(&self) -> Option<ShardId> {
+        match self {
+            Self::Execute { shard, .. }
+            | Self::ExecuteCommit { shard, .. }
+            | Self::Prepare { shard, .. }
+            | Self::Commit { shard, .. }
+            | Self::Abort { shard, .. }
+            | Self::Query { shard, .. } => Some(*shard),
+            _ => None,
+        }
+    }
+}
+
+/// A state change of one shard's participant, as its Raft log carries it. Every replica
+/// applies the same commands in the same order with the same inputs (the leader's clock
+/// reading included), so every replica's participant reaches the same state; only the leader
+/// answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+enum ShardCommand {
+    Prepare {
+        reply_to: NodeId,
+        now: Time,
+        txn: TxnId,
+        reads: Vec<(Key, Option<VersionTag>)>,
+        scans: Vec<ScanCheck>,
+        writes: Vec<Write>,
+        one_phase: bool,
+        participants: Vec<ShardId>,
+    },
+    ExecuteCommit {
+        reply_to: NodeId,
+        now: Time,
+        txn: TxnId,
+        proc: ProcId,
+        args: Args,
+        want_sets: bool,
+    },
+    /// A decision from the coordinator (`reply_to`), or reached by this shard's termination
+    /// (`peers` to tell).
+    Decide {
+        reply_to: Option<NodeId>,
+        txn: TxnId,
+        decision: Decision,
+        peers: Vec<ShardId>,
+    },
+    Query {
+        reply_to: NodeId,
+        txn: TxnId,
+    },
 }
 
 /// Where an attempt stands at one participant.
@@ -287,6 +359,8 @@ enum TimerPurpose {
     CoordinatorTick,
     /// Start the next attempt of a request after backoff.
     Retry { request: meridian_core::RequestId },
+    /// Tick every Raft group hosted here.
+    RaftTick,
 }
 
 /// How often participants raise their GC watermark.
@@ -318,42 +392,305 @@ impl Timers {
     }
 }
 
+/// One shard replica hosted by a node: the participant (the state machine) and, when shards
+/// are replicated, its member of the shard's Raft group.
+struct ShardHost {
+    participant: Participant,
+    raft: Option<RaftReplica>,
+}
+
+impl ShardHost {
+    /// True when this replica acts for the shard: the only replica, or the Raft leader.
+    fn leads(&self) -> bool {
+        self.raft.as_ref().is_none_or(|r| r.is_leader())
+    }
+}
+
+/// Most persists of this node's Raft groups outstanding at once (each group bounds its own;
+/// this bounds the token table).
+const PERSISTS_PENDING_MAX: usize = 1 << 20;
+
 /// A node running `occ`: participants for the shards it hosts, and a coordinator if clients
 /// submit here.
 pub struct OccNode {
     id: NodeId,
-    participants: BTreeMap<ShardId, Participant>,
+    context: NodeContext,
+    hosts: BTreeMap<ShardId, ShardHost>,
     coordinator: Option<Coordinator>,
     timers: Timers,
+    /// Node persist token → (shard, the group's own token).
+    persists: BTreeMap<u64, (ShardId, u64)>,
+    persist_next: u64,
+    /// True when the Raft groups started from an empty log (a first start, not a restart).
+    fresh: bool,
 }
 
 impl OccNode {
-    /// Builds the node described by `context`.
+    /// Builds the node described by `context` on an empty disk.
     pub fn new(context: NodeContext) -> Self {
-        let info = &context.topology.nodes[context.id.0 as usize];
-        let participants = info
-            .replicas
-            .iter()
-            .map(|slot| (slot.shard, Participant::new(slot.shard, context.clone())))
-            .collect();
+        Self::restore(context, &BTreeMap::new()).expect("an empty log always restores")
+    }
+
+    /// Builds the node described by `context` from what its disk holds (`durable`): each
+    /// hosted Raft group rebuilds its log and replays the committed commands into the
+    /// participant, whose store the caller has bulk-loaded with the initial data.
+    pub fn restore(
+        context: NodeContext,
+        durable: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, String> {
+        let topology = context.topology.clone();
+        let info = &topology.nodes[context.id.0 as usize];
+        let mut hosts = BTreeMap::new();
+        for slot in &info.replicas {
+            let raft = if topology.replicas > 1 {
+                // Each member's election offset comes from the seed: deterministic, different.
+                let mut rng = meridian_core::rng::child_rng(
+                    context.seed,
+                    "raft-election",
+                    (u64::from(slot.shard.0) << 32) | u64::from(slot.replica),
+                );
+                let offset = meridian_core::rng::uniform_u64(&mut rng, 10) as usize;
+                let replica = RaftReplica::restore(
+                    slot.shard.0,
+                    slot.replica,
+                    topology.replicas,
+                    RaftTiming::standard(offset),
+                    durable,
+                )
+                .map_err(|e| format!("node {}: {e}", context.id))?;
+                Some(replica)
+            } else {
+                None
+            };
+            let participant = Participant::new(slot.shard, context.clone());
+            hosts.insert(slot.shard, ShardHost { participant, raft });
+        }
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone()));
-        Self { id: context.id, participants, coordinator, timers: Timers::default() }
+        Ok(Self {
+            id: context.id,
+            context,
+            hosts,
+            coordinator,
+            timers: Timers::default(),
+            persists: BTreeMap::new(),
+            persist_next: 0,
+            fresh: durable.is_empty(),
+        })
     }
 
     /// Replaces the procedure registry everywhere in this node (tests register extra procedures).
     #[cfg(test)]
     fn set_registry(&mut self, registry: std::sync::Arc<meridian_core::txn::Registry>) {
-        for participant in self.participants.values_mut() {
-            participant.set_registry(registry.clone());
+        for host in self.hosts.values_mut() {
+            host.participant.set_registry(registry.clone());
         }
         if let Some(c) = self.coordinator.as_mut() {
             c.set_registry(registry);
         }
     }
 
-    /// The participant for `shard`, if hosted here.
-    fn participant(&mut self, shard: ShardId) -> Option<&mut Participant> {
-        self.participants.get_mut(&shard)
+    /// A request for one of this node's shards, from `origin`. A follower forwards it to the
+    /// leader it knows (once: `may_forward` is false for forwarded requests) and drops it when
+    /// it knows none; the coordinator's timeouts resend.
+    fn on_shard_request(
+        &mut self,
+        now: Time,
+        origin: NodeId,
+        msg: OccMsg,
+        may_forward: bool,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let Some(shard) = msg.request_shard() else { return };
+        let Some(host) = self.hosts.get_mut(&shard) else { return };
+        if !host.leads() {
+            let leader = host.raft.as_ref().and_then(|r| r.leader());
+            let node = leader.and_then(|slot| self.context.topology.replica_node(shard, slot));
+            if let Some(node) = node.filter(|&n| may_forward && n != self.id) {
+                out.send(node, OccMsg::Forward { origin, msg: Box::new(msg) });
+            }
+            return;
+        }
+        let command = match msg {
+            OccMsg::Execute { txn, shard, proc, args, calls, overlay } => {
+                // Reads only: served from the leader's state; prepare validates them.
+                let result = host.participant.on_execute(txn, proc, &args, &calls, overlay);
+                out.send(origin, OccMsg::Executed { txn, shard, result });
+                return;
+            }
+            OccMsg::ExecuteCommit { txn, proc, args, want_sets, .. } => {
+                ShardCommand::ExecuteCommit { reply_to: origin, now, txn, proc, args, want_sets }
+            }
+            OccMsg::Prepare { txn, reads, scans, writes, one_phase, participants, .. } => {
+                ShardCommand::Prepare {
+                    reply_to: origin,
+                    now,
+                    txn,
+                    reads,
+                    scans,
+                    writes,
+                    one_phase,
+                    participants,
+                }
+            }
+            OccMsg::Commit { txn, ts, .. } => ShardCommand::Decide {
+                reply_to: Some(origin),
+                txn,
+                decision: Decision::Committed(ts),
+                peers: Vec::new(),
+            },
+            OccMsg::Abort { txn, .. } => ShardCommand::Decide {
+                reply_to: Some(origin),
+                txn,
+                decision: Decision::Aborted,
+                peers: Vec::new(),
+            },
+            OccMsg::Query { txn, .. } => ShardCommand::Query { reply_to: origin, txn },
+            _ => return,
+        };
+        self.run_command(shard, command, out);
+    }
+
+    /// Applies `command` to `shard` at once (unreplicated), or proposes it to the shard's log
+    /// (it is applied, and answered, when committed).
+    fn run_command(&mut self, shard: ShardId, command: ShardCommand, out: &mut Outbox<OccMsg>) {
+        let Some(host) = self.hosts.get_mut(&shard) else { return };
+        let Some(raft) = host.raft.as_mut() else {
+            Self::apply(&self.context, shard, &mut host.participant, command, true, out);
+            return;
+        };
+        let bytes = postcard::to_allocvec(&command).expect("commands encode");
+        let mut effects = Vec::new();
+        // Refused (no longer leader, or a transfer in progress): the sender's timeout resends.
+        let _ = raft.propose(bytes, &mut effects);
+        self.carry_out_replica(shard, effects, out);
+    }
+
+    /// Carries out what `shard`'s Raft member asked for.
+    fn carry_out_replica(
+        &mut self,
+        shard: ShardId,
+        effects: Vec<ReplicaEffect>,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        for effect in effects {
+            match effect {
+                ReplicaEffect::Send { to, msgs } => {
+                    let Some(host) = self.hosts.get(&shard) else { continue };
+                    let from_slot = self.context.topology.nodes[self.id.0 as usize]
+                        .replicas
+                        .iter()
+                        .find(|s| s.shard == shard)
+                        .map_or(0, |s| s.replica);
+                    debug_assert!(host.raft.is_some());
+                    if let Some(node) = self.context.topology.replica_node(shard, to) {
+                        out.send(node, OccMsg::Raft { shard, from_slot, msgs });
+                    }
+                }
+                ReplicaEffect::Persist { token, records, sync } => {
+                    assert!(
+                        self.persists.len() < PERSISTS_PENDING_MAX,
+                        "persists stopped completing"
+                    );
+                    let node_token = self.persist_next;
+                    self.persist_next += 1;
+                    self.persists.insert(node_token, (shard, token));
+                    let records = records
+                        .into_iter()
+                        .map(|(key, value)| meridian_core::node::PersistRecord { key, value })
+                        .collect();
+                    let durability = if sync {
+                        meridian_core::node::Durability::Synced
+                    } else {
+                        meridian_core::node::Durability::Buffered
+                    };
+                    out.persist(PersistToken(node_token), records, durability);
+                }
+                ReplicaEffect::Apply { command, .. } => {
+                    let Some(host) = self.hosts.get_mut(&shard) else { continue };
+                    // Entries come from our own group; one that does not decode is skipped
+                    // identically on every replica.
+                    let Ok(command) = postcard::from_bytes::<ShardCommand>(&command) else {
+                        continue;
+                    };
+                    let leads = host.leads();
+                    Self::apply(&self.context, shard, &mut host.participant, command, leads, out);
+                }
+                ReplicaEffect::Leadership(_) => {}
+            }
+        }
+    }
+
+    /// Applies one command to a participant; the leader (`answer`) sends the replies.
+    fn apply(
+        context: &NodeContext,
+        shard: ShardId,
+        participant: &mut Participant,
+        command: ShardCommand,
+        answer: bool,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        match command {
+            ShardCommand::Prepare {
+                reply_to,
+                now,
+                txn,
+                reads,
+                scans,
+                writes,
+                one_phase,
+                participants,
+            } => {
+                let args = PrepareArgs { reads, scans, writes, one_phase, participants };
+                let vote = participant.on_prepare(now, txn, args);
+                if answer {
+                    out.send(reply_to, OccMsg::Prepared { txn, shard, vote });
+                }
+            }
+            ShardCommand::ExecuteCommit { reply_to, now, txn, proc, args, want_sets } => {
+                let mut result = participant.on_execute_commit(now, txn, proc, &args);
+                if !answer {
+                    return;
+                }
+                if !want_sets {
+                    // Dropped here, where they were allocated, rather than on the coordinator.
+                    for run in result.iter_mut().flat_map(|(runs, _)| runs.iter_mut()) {
+                        run.reads = Vec::new();
+                        run.scans = Vec::new();
+                        if let Ok(effects) = run.effects.as_mut() {
+                            effects.writes = Vec::new();
+                        }
+                    }
+                }
+                out.send(reply_to, OccMsg::ExecutedCommit { txn, shard, result });
+            }
+            ShardCommand::Decide { reply_to, txn, decision, peers } => {
+                let decision = participant.on_decision(txn, decision);
+                if !peers.is_empty() {
+                    participant.note_terminated();
+                }
+                if !answer {
+                    return;
+                }
+                for peer in peers {
+                    for node in participant::replicas_of(context, peer) {
+                        let msg = match decision {
+                            Decision::Committed(ts) => OccMsg::Commit { txn, shard: peer, ts },
+                            Decision::Aborted => OccMsg::Abort { txn, shard: peer },
+                        };
+                        out.send(node, msg);
+                    }
+                }
+                if let Some(to) = reply_to {
+                    out.send(to, OccMsg::Finished { txn, shard, decision });
+                }
+            }
+            ShardCommand::Query { reply_to, txn } => {
+                let state = participant.on_query(txn);
+                if answer {
+                    out.send(reply_to, OccMsg::State { txn, shard, state });
+                }
+            }
+        }
     }
 }
 
@@ -361,8 +698,31 @@ impl Node for OccNode {
     type Msg = OccMsg;
 
     fn on_start(&mut self, _now: Time, out: &mut Outbox<OccMsg>) {
-        if !self.participants.is_empty() {
+        if !self.hosts.is_empty() {
             self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
+        }
+        if self.hosts.values().any(|h| h.raft.is_some()) {
+            self.timers.set(TimerPurpose::RaftTick, self.context.timing.raft_tick_ns, out);
+            if self.fresh {
+                // Replica 0 sits where the topology puts each shard's leader: on a first
+                // start it campaigns at once instead of waiting out an election timeout.
+                let shards: Vec<ShardId> = self.hosts.keys().copied().collect();
+                for shard in shards {
+                    let slot = self.context.topology.nodes[self.id.0 as usize]
+                        .replicas
+                        .iter()
+                        .find(|s| s.shard == shard)
+                        .map_or(1, |s| s.replica);
+                    if slot == 0 {
+                        let mut effects = Vec::new();
+                        if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut())
+                        {
+                            raft.campaign(&mut effects);
+                        }
+                        self.carry_out_replica(shard, effects, out);
+                    }
+                }
+            }
         }
         if let Some(c) = &self.coordinator {
             self.timers.set(TimerPurpose::CoordinatorTick, c.tick_ns(), out);
@@ -371,62 +731,41 @@ impl Node for OccNode {
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
         match msg {
-            OccMsg::Execute { txn, shard, proc, args, calls, overlay } => {
-                if let Some(p) = self.participant(shard) {
-                    let result = p.on_execute(txn, proc, &args, &calls, overlay);
-                    out.send(from, OccMsg::Executed { txn, shard, result });
+            OccMsg::Raft { shard, from_slot, msgs } => {
+                let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) else {
+                    return;
+                };
+                // The sender must be the node holding that slot; anything else is dropped.
+                if self.context.topology.replica_node(shard, from_slot) != Some(from) {
+                    return;
                 }
+                let mut effects = Vec::new();
+                raft.on_message(from_slot, msgs, &mut effects);
+                self.carry_out_replica(shard, effects, out);
             }
-            OccMsg::ExecuteCommit { txn, shard, proc, args, want_sets } => {
-                if let Some(p) = self.participant(shard) {
-                    let mut result = p.on_execute_commit(now, txn, proc, &args);
-                    if !want_sets {
-                        // Dropped here, where they were allocated, rather than on the coordinator.
-                        for run in result.iter_mut().flat_map(|(runs, _)| runs.iter_mut()) {
-                            run.reads = Vec::new();
-                            run.scans = Vec::new();
-                            if let Ok(effects) = run.effects.as_mut() {
-                                effects.writes = Vec::new();
-                            }
-                        }
-                    }
-                    out.send(from, OccMsg::ExecutedCommit { txn, shard, result });
-                }
-            }
-            OccMsg::Prepare { txn, shard, reads, scans, writes, one_phase, participants } => {
-                if let Some(p) = self.participant(shard) {
-                    let vote = p.on_prepare(
-                        now,
-                        txn,
-                        PrepareArgs { reads, scans, writes, one_phase, participants },
-                    );
-                    out.send(from, OccMsg::Prepared { txn, shard, vote });
-                }
-            }
-            OccMsg::Commit { txn, shard, ts } => {
-                if let Some(p) = self.participant(shard) {
-                    let decision = p.on_decision(txn, Decision::Committed(ts));
-                    out.send(from, OccMsg::Finished { txn, shard, decision });
-                }
-            }
-            OccMsg::Abort { txn, shard } => {
-                if let Some(p) = self.participant(shard) {
-                    let decision = p.on_decision(txn, Decision::Aborted);
-                    out.send(from, OccMsg::Finished { txn, shard, decision });
-                }
-            }
-            OccMsg::Query { txn, shard } => {
-                if let Some(p) = self.participant(shard) {
-                    let state = p.on_query(txn);
-                    out.send(from, OccMsg::State { txn, shard, state });
-                }
-            }
+            OccMsg::Forward { origin, msg } => self.on_shard_request(now, origin, *msg, false, out),
+            request @ (OccMsg::Execute { .. }
+            | OccMsg::ExecuteCommit { .. }
+            | OccMsg::Prepare { .. }
+            | OccMsg::Commit { .. }
+            | OccMsg::Abort { .. }
+            | OccMsg::Query { .. }) => self.on_shard_request(now, from, request, true, out),
             OccMsg::State { txn, shard, state } => {
                 // For whoever asked: a participant terminating the attempt, or the coordinator.
-                for participant in self.participants.values_mut() {
-                    participant.on_peer_state(txn, shard, state, out);
+                let mut verdicts = Vec::new();
+                for (&mine, host) in self.hosts.iter_mut() {
+                    if let Some((decision, peers)) =
+                        host.participant.on_peer_state(txn, shard, state)
+                    {
+                        verdicts.push((mine, decision, peers));
+                    }
+                }
+                for (mine, decision, peers) in verdicts {
+                    let command = ShardCommand::Decide { reply_to: None, txn, decision, peers };
+                    self.run_command(mine, command, out);
                 }
                 if let Some(c) = self.coordinator.as_mut() {
+                    c.note_leader(shard, from);
                     c.on_state(now, txn, shard, state, &mut self.timers, out);
                 }
             }
@@ -444,10 +783,22 @@ impl Node for OccNode {
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<OccMsg>) {
         match self.timers.take(timer) {
             Some(TimerPurpose::Gc) => {
-                for participant in self.participants.values_mut() {
-                    participant.on_gc_tick(now, out);
+                for host in self.hosts.values_mut() {
+                    let leads = host.leads();
+                    host.participant.on_gc_tick(now, leads, out);
                 }
                 self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
+            }
+            Some(TimerPurpose::RaftTick) => {
+                let shards: Vec<ShardId> = self.hosts.keys().copied().collect();
+                for shard in shards {
+                    let mut effects = Vec::new();
+                    if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
+                        raft.tick(&mut effects);
+                    }
+                    self.carry_out_replica(shard, effects, out);
+                }
+                self.timers.set(TimerPurpose::RaftTick, self.context.timing.raft_tick_ns, out);
             }
             Some(TimerPurpose::CoordinatorTick) => {
                 if let Some(c) = self.coordinator.as_mut() {
@@ -467,9 +818,12 @@ impl Node for OccNode {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         // Summed over the shards hosted here.
         let mut counters: BTreeMap<&'static str, u64> = BTreeMap::new();
-        for participant in self.participants.values() {
-            for (name, value) in participant.counters() {
+        for host in self.hosts.values() {
+            for (name, value) in host.participant.counters() {
                 *counters.entry(name).or_default() += value;
+            }
+            if host.raft.as_ref().is_some_and(|r| r.is_leader()) {
+                *counters.entry("occ_raft_groups_led").or_default() += 1;
             }
         }
         if let Some(c) = &self.coordinator {
@@ -478,8 +832,13 @@ impl Node for OccNode {
         counters.into_iter().collect()
     }
 
-    fn on_persisted(&mut self, _now: Time, _token: PersistToken, _out: &mut Outbox<OccMsg>) {
-        // Nothing is persisted until the replication issue adds the log.
+    fn on_persisted(&mut self, _now: Time, token: PersistToken, out: &mut Outbox<OccMsg>) {
+        let Some((shard, group_token)) = self.persists.remove(&token.0) else { return };
+        let mut effects = Vec::new();
+        if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
+            raft.on_persisted(group_token, &mut effects);
+        }
+        self.carry_out_replica(shard, effects, out);
     }
 
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
@@ -497,11 +856,11 @@ impl Node for OccNode {
 
 impl ProtocolNode for OccNode {
     fn stores(&self) -> Vec<(ShardId, &MvccStore)> {
-        self.participants.iter().map(|(&shard, p)| (shard, p.store())).collect()
+        self.hosts.iter().map(|(&shard, h)| (shard, h.participant.store())).collect()
     }
 
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)> {
-        self.participants.iter_mut().map(|(&shard, p)| (shard, p.store_mut())).collect()
+        self.hosts.iter_mut().map(|(&shard, h)| (shard, h.participant.store_mut())).collect()
     }
 }
 

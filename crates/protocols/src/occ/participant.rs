@@ -34,9 +34,13 @@ const TERMINATE_AFTER_TIMEOUTS: u64 = 3;
 /// Prepared attempts whose termination one GC tick starts or continues.
 const TERMINATIONS_PER_TICK_MAX: usize = 1_024;
 
-/// The node hosting `shard`'s participant (replica 0 until replication arrives).
-fn leader_of(context: &NodeContext, shard: ShardId) -> meridian_core::NodeId {
-    context.topology.replica_node(shard, 0).expect("a validated topology hosts every shard")
+/// Every node hosting a replica of `shard`. A participant's rare messages to its peers
+/// (termination queries and decisions) go to all of them: only the leader acts, the others
+/// forward, so no leader knowledge is needed.
+pub(super) fn replicas_of(context: &NodeContext, shard: ShardId) -> Vec<meridian_core::NodeId> {
+    (0..context.topology.replicas)
+        .filter_map(|slot| context.topology.replica_node(shard, slot))
+        .collect()
 }
 
 /// Locks one key holds.
@@ -509,15 +513,20 @@ impl Participant {
     }
 
     /// Raises the GC watermark: keep `gc_retention_ns` of history, and never pass a prepared
-    /// attempt's proposal (its commit will write at or above it). Then starts or continues the
-    /// termination of prepared attempts whose coordinator has been quiet too long.
-    pub(super) fn on_gc_tick(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
+    /// attempt's proposal (its commit will write at or above it). Then, when `terminate` (this
+    /// replica leads its shard), starts or continues the termination of prepared attempts whose
+    /// coordinator has been quiet too long.
+    pub(super) fn on_gc_tick(&mut self, now: Time, terminate: bool, out: &mut Outbox<OccMsg>) {
         let mut watermark =
             Timestamp(self.ts_last.0.saturating_sub(self.context.timing.gc_retention_ns));
         if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
             watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
         }
         self.store.set_gc_watermark(watermark);
+        if !terminate {
+            self.terminating.clear();
+            return;
+        }
         let quiet_ns = TERMINATE_AFTER_TIMEOUTS * self.context.timing.rpc_timeout_ns;
         let stale = self
             .prepared
@@ -528,7 +537,9 @@ impl Participant {
             let termination = self.terminating.entry(txn).or_default();
             for &shard in prepared.participants.iter().filter(|&&s| s != self.shard) {
                 if !termination.states.contains_key(&shard) {
-                    out.send(leader_of(&self.context, shard), OccMsg::Query { txn, shard });
+                    for node in replicas_of(&self.context, shard) {
+                        out.send(node, OccMsg::Query { txn, shard });
+                    }
                 }
             }
         }
@@ -547,28 +558,27 @@ impl Participant {
         PeerState::Decided(Decision::Aborted)
     }
 
-    /// A peer's answer for an attempt this participant is terminating.
+    /// A peer's answer for an attempt this participant is terminating. Returns the decision
+    /// once the answers allow one, with the peers to tell; the caller puts it through the
+    /// shard's log ([`Participant::on_decision`] applies it) and informs the peers.
     pub(super) fn on_peer_state(
         &mut self,
         txn: TxnId,
         shard: ShardId,
         state: PeerState,
-        out: &mut Outbox<OccMsg>,
-    ) {
-        let Some(termination) = self.terminating.get_mut(&txn) else { return };
+    ) -> Option<(Decision, Vec<ShardId>)> {
+        let termination = self.terminating.get_mut(&txn)?;
         termination.states.insert(shard, state);
-        self.try_terminate(txn, out);
+        let verdict = self.termination_verdict(txn)?;
+        // Decided: stop asking; a lost decision restarts the termination on a later tick.
+        self.terminating.remove(&txn);
+        Some(verdict)
     }
 
-    /// Decides `txn` once the answers allow: a peer that decided settles it; all prepared
-    /// means the coordinator could only have committed (at the largest proposal). The decision
-    /// is applied here and sent to the other participants.
-    fn try_terminate(&mut self, txn: TxnId, out: &mut Outbox<OccMsg>) {
-        let (Some(termination), Some(prepared)) =
-            (self.terminating.get(&txn), self.prepared.get(&txn))
-        else {
-            return;
-        };
+    /// The decision the answers allow: a peer that decided settles it; all prepared means the
+    /// coordinator could only have committed (at the largest proposal).
+    fn termination_verdict(&self, txn: TxnId) -> Option<(Decision, Vec<ShardId>)> {
+        let (termination, prepared) = (self.terminating.get(&txn)?, self.prepared.get(&txn)?);
         let mut decided = None;
         let mut ts_max = prepared.proposal;
         let mut all_prepared = true;
@@ -582,19 +592,15 @@ impl Participant {
         let decision = match decided {
             Some(d) => d,
             None if all_prepared => Decision::Committed(ts_max),
-            None => return,
+            None => return None,
         };
-        let peers: Vec<ShardId> =
-            prepared.participants.iter().copied().filter(|&s| s != self.shard).collect();
+        let peers = prepared.participants.iter().copied().filter(|&s| s != self.shard).collect();
+        Some((decision, peers))
+    }
+
+    /// Counts an attempt this participant decided with its peers.
+    pub(super) fn note_terminated(&mut self) {
         self.terminated_total += 1;
-        self.on_decision(txn, decision);
-        for shard in peers {
-            let msg = match decision {
-                Decision::Committed(ts) => OccMsg::Commit { txn, shard, ts },
-                Decision::Aborted => OccMsg::Abort { txn, shard },
-            };
-            out.send(leader_of(&self.context, shard), msg);
-        }
     }
 
     /// Counters and gauges for metrics.

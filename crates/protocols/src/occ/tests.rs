@@ -304,7 +304,7 @@ impl Net {
             self.drain(node, &mut out);
         }
         for node in &self.nodes {
-            for (shard, p) in &node.participants {
+            for (shard, p) in node.hosts.iter().map(|(s, h)| (s, &h.participant)) {
                 eprintln!("shard {shard:?}: {}", p.debug_state());
             }
             if let Some(c) = &node.coordinator {
@@ -326,7 +326,7 @@ impl Net {
     }
 
     fn value(&self, id: u64) -> Option<u64> {
-        let store = self.nodes[shard_of(id).0 as usize].participants[&shard_of(id)].store();
+        let store = self.nodes[shard_of(id).0 as usize].hosts[&shard_of(id)].participant.store();
         store
             .get_at(&key(id), Timestamp::MAX)
             .map(|v| u64::from_le_bytes(v[..8].try_into().unwrap()))
@@ -339,7 +339,7 @@ impl Net {
     /// Every participant is idle: nothing prepared, nothing locked.
     fn assert_quiescent(&self) {
         for node in &self.nodes {
-            for p in node.participants.values() {
+            for p in node.hosts.values().map(|h| &h.participant) {
                 assert_eq!(
                     (p.prepared_count(), p.lock_count()),
                     (0, 0),
@@ -491,7 +491,7 @@ fn conflicting_increments_serialize() {
     let mut net = Net::new();
     for node in &mut net.nodes {
         let mut registry = (*node.coordinator.as_ref().map_or_else(
-            || node.participants.values().next().unwrap().registry(),
+            || node.hosts.values().map(|h| &h.participant).next().unwrap().registry(),
             |c| c.registry(),
         ))
         .clone();
@@ -526,7 +526,7 @@ fn lost_replies_never_commit_a_request_twice() {
     net.answered(&[1]);
     assert_eq!(net.outcome(1).result, TxnResult::Committed);
     assert_eq!(net.outcome(1).retries, 0, "resolved, not retried");
-    let versions = net.nodes[0].participants[&ShardId(0)].store().versions(&key(5)).len();
+    let versions = net.nodes[0].hosts[&ShardId(0)].participant.store().versions(&key(5)).len();
     assert_eq!(versions, 1, "written once");
 }
 
@@ -569,8 +569,10 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
 #[test]
 fn late_prepare_after_abort_is_refused() {
     let net = Net::new();
-    let mut participant =
-        Participant::new(ShardId(0), net.nodes[0].participants[&ShardId(0)].context_for_tests());
+    let mut participant = Participant::new(
+        ShardId(0),
+        net.nodes[0].hosts[&ShardId(0)].participant.context_for_tests(),
+    );
     let txn = TxnId { origin: COORDINATOR, seq: 9 };
     assert_eq!(participant.on_decision(txn, Decision::Aborted), Decision::Aborted);
     let vote = participant.on_prepare(
@@ -591,7 +593,7 @@ fn late_prepare_after_abort_is_refused() {
 #[test]
 fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
     let net = Net::new();
-    let context = net.nodes[0].participants[&ShardId(0)].context_for_tests();
+    let context = net.nodes[0].hosts[&ShardId(0)].participant.context_for_tests();
     let mut participant = Participant::new(ShardId(0), context);
     let (t1, t2) = (TxnId { origin: COORDINATOR, seq: 1 }, TxnId { origin: COORDINATOR, seq: 2 });
     assert!(matches!(
@@ -704,7 +706,8 @@ fn participants_commit_an_attempt_all_of_them_prepared_when_the_coordinator_is_g
     assert!(!net.replies.contains_key(&RequestId(1)), "the coordinator never heard");
     assert_eq!((net.value(5), net.value(105)), (Some(55), Some(155)));
     let ts = |shard: u32, id: u64| {
-        net.nodes[shard as usize].participants[&ShardId(shard)].store().versions(&key(id))[0].ts
+        net.nodes[shard as usize].hosts[&ShardId(shard)].participant.store().versions(&key(id))[0]
+            .ts
     };
     assert_eq!(ts(0, 5), ts(1, 105), "one commit timestamp on both shards");
     net.assert_quiescent();
@@ -721,11 +724,11 @@ fn participants_abort_an_attempt_one_of_them_never_prepared() {
         _ => Delivery::Deliver,
     });
     net.submit(1, rw(&[5, 105], &[(5, 55), (105, 155)]));
-    net.run_until(|net| net.nodes[0].participants[&ShardId(0)].prepared_count() == 1);
-    net.run_until(|net| net.nodes[0].participants[&ShardId(0)].prepared_count() == 0);
+    net.run_until(|net| net.nodes[0].hosts[&ShardId(0)].participant.prepared_count() == 1);
+    net.run_until(|net| net.nodes[0].hosts[&ShardId(0)].participant.prepared_count() == 0);
     assert_eq!((net.value(5), net.value(105)), (None, None), "nothing installed");
     net.assert_quiescent();
-    let shard1 = net.nodes[1].participants.get_mut(&ShardId(1)).unwrap();
+    let shard1 = &mut net.nodes[1].hosts.get_mut(&ShardId(1)).unwrap().participant;
     let txn = TxnId { origin: COORDINATOR, seq: 1_000 * NS_PER_MS };
     assert_eq!(shard1.on_query(txn), PeerState::Decided(Decision::Aborted));
 }
