@@ -42,6 +42,8 @@ pub struct Experiment {
     pub out_dir: PathBuf,
     /// Show a progress bar.
     pub progress: bool,
+    /// How durable the replicas' logs are (`memory` keeps them in memory only).
+    pub durability: meridian_runtime::logstore::DurabilityMode,
 }
 
 impl Experiment {

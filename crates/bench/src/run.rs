@@ -12,6 +12,7 @@ use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_protocols::occ::OccNode;
 use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
 use meridian_runtime::clock::WallClock;
+use meridian_runtime::logstore::{DurabilityMode, LogFile, Storage};
 use meridian_runtime::metrics::{self, MetricsHub};
 use meridian_runtime::node_task::{ClusterConfig, LocalNode};
 use meridian_runtime::tcp::TcpConfig;
@@ -20,6 +21,8 @@ use meridian_storage::MvccStore;
 use meridian_workloads::clients::ClosedLoopClients;
 use meridian_workloads::{CheckResult, InvariantCheck, Workload};
 use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -145,7 +148,7 @@ pub fn run_embedded(experiment: &Experiment) -> Result<RunOutput, ConfigError> {
     runtime()?.block_on(async {
         match experiment.protocol {
             ProtocolKind::Occ => {
-                embedded::<OccNode>(experiment, workload, topology, OccNode::new).await
+                embedded::<OccNode>(experiment, workload, topology, OccNode::restore).await
             }
         }
     })
@@ -196,17 +199,55 @@ fn client_pools(
         .collect()
 }
 
+/// What a log holds: its live key-value records.
+type Durable = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Builds a node from its context and what its log holds.
+pub type BuildNode<N> = fn(NodeContext, &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<N, String>;
+
+/// Opens the log in `dir` for `identity` and starts the storage thread, or `None` for memory
+/// durability. Reports a discarded torn tail.
+fn open_storage(
+    mode: DurabilityMode,
+    dir: Option<&Path>,
+    identity: &str,
+) -> Result<(Option<Storage>, Durable), ConfigError> {
+    if mode == DurabilityMode::Memory {
+        return Ok((None, BTreeMap::new()));
+    }
+    let dir = dir.ok_or_else(|| {
+        ConfigError::new(format!("--durability {} needs --data-dir", mode.name()))
+    })?;
+    let (log, recovered) = LogFile::open(dir, identity).map_err(ConfigError::new)?;
+    if recovered.torn_bytes_discarded > 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            bytes = recovered.torn_bytes_discarded,
+            "discarded a torn write at the end of the log"
+        );
+    }
+    tracing::info!(dir = %dir.display(), records = recovered.records.len(), "log opened");
+    Ok((Some(Storage::start(log, mode)), recovered.records))
+}
+
 async fn embedded<N: ProtocolNode>(
     experiment: &Experiment,
     workload: Arc<dyn Workload>,
     topology: Arc<Topology>,
-    build: fn(NodeContext) -> N,
+    build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
     let context = contexts(&topology, &workload, experiment.network.owd_ns_max(), experiment.seed);
     let pools =
         client_pools(&topology.coordinators(), experiment.clients, &workload, experiment.seed);
-    let mut nodes: Vec<(NodeId, N)> =
-        topology.node_ids().map(|id| (id, build(context(id)))).collect();
+    // An embedded run starts from empty logs in a scratch directory of its own.
+    let data_dir = std::env::temp_dir().join(format!("meridian-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let (storage, durable) =
+        open_storage(experiment.durability, Some(&data_dir), "embedded benchmark")?;
+    let mut nodes = Vec::new();
+    for id in topology.node_ids() {
+        nodes.push((id, build(context(id), &durable).map_err(ConfigError::new)?));
+    }
     let load_started = Instant::now();
     load_in_parallel(workload.as_ref(), nodes.iter_mut().map(|(_, node)| node));
     let load =
@@ -225,6 +266,7 @@ async fn embedded<N: ProtocolNode>(
         seed: experiment.seed,
         tcp: None,
         metrics: None,
+        storage,
     };
     let cluster = Cluster::start(config, local)
         .await
@@ -237,6 +279,9 @@ async fn embedded<N: ProtocolNode>(
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
     out.load = Some(load);
+    if experiment.durability != DurabilityMode::Memory {
+        let _ = std::fs::remove_dir_all(&data_dir);
+    }
     out.history_json = checker.history_json();
     Ok(out)
 }
@@ -350,6 +395,7 @@ fn output(
             "owd_ms_max": experiment.network.owd_ns_max() as f64 / 1e6,
         },
         "clock": experiment.clock.name,
+        "durability": experiment.durability.name(),
         "load": "closed-loop, one request outstanding per client, no think time",
         "clients": experiment.clients,
         "duration_s": experiment.duration_s,
@@ -389,7 +435,7 @@ pub fn run_cluster(file: &ClusterFile, experiment: &Experiment) -> Result<RunOut
     runtime()?.block_on(async {
         match file.protocol {
             ProtocolKind::Occ => {
-                remote::<OccNode>(file, experiment, workload, topology, OccNode::new).await
+                remote::<OccNode>(file, experiment, workload, topology, OccNode::restore).await
             }
         }
     })
@@ -416,6 +462,7 @@ fn tcp_cluster_config(
             fingerprint: fingerprint(file, workload),
         }),
         metrics: None,
+        storage: None,
     }
 }
 
@@ -424,12 +471,19 @@ async fn remote<N: ProtocolNode>(
     experiment: &Experiment,
     workload: Arc<dyn Workload>,
     topology: Arc<Topology>,
-    build: fn(NodeContext) -> N,
+    build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
     let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
     let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
-    let local =
-        pools.iter().map(|(id, pool)| (*id, build(context(*id)), Some(pool.clone()))).collect();
+    let empty = BTreeMap::new();
+    let mut local = Vec::new();
+    for (id, pool) in &pools {
+        local.push((
+            *id,
+            build(context(*id), &empty).map_err(ConfigError::new)?,
+            Some(pool.clone()),
+        ));
+    }
     let config = tcp_cluster_config(file, &topology, &workload);
     let cluster = Cluster::start(config, local)
         .await
@@ -457,6 +511,8 @@ pub fn run_server(
     file: &ClusterFile,
     node: u32,
     metrics_addr: Option<std::net::SocketAddr>,
+    durability: DurabilityMode,
+    data_dir: Option<&Path>,
 ) -> Result<(), ConfigError> {
     let id = NodeId(node);
     if node as usize >= file.topology.nodes.len() {
@@ -468,27 +524,48 @@ pub fn run_server(
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
+    // What a data directory belongs to: the layout, protocol and workload, and the node.
+    let identity = format!(
+        "meridian {} {} {}x{} over {} nodes; node {node}",
+        file.protocol.name(),
+        file.workload,
+        topology.shards,
+        topology.replicas,
+        topology.nodes.len()
+    );
+    let (storage, durable) = open_storage(durability, data_dir, &identity)?;
     runtime()?.block_on(async {
         match file.protocol {
             ProtocolKind::Occ => {
-                serve::<OccNode>(file, id, workload, topology, OccNode::new, metrics_addr).await
+                let server = Server { id, storage, durable: &durable, metrics_addr };
+                serve::<OccNode>(file, workload, topology, OccNode::restore, server).await
             }
         }
     })
 }
 
+/// What one server process runs with.
+struct Server<'a> {
+    id: NodeId,
+    storage: Option<Storage>,
+    durable: &'a BTreeMap<Vec<u8>, Vec<u8>>,
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
 async fn serve<N: ProtocolNode>(
     file: &ClusterFile,
-    id: NodeId,
     workload: Arc<dyn Workload>,
     topology: Arc<Topology>,
-    build: fn(NodeContext) -> N,
-    metrics_addr: Option<std::net::SocketAddr>,
+    build: BuildNode<N>,
+    server: Server<'_>,
 ) -> Result<(), ConfigError> {
+    let Server { id, storage, durable, metrics_addr } = server;
     let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
-    let mut node = build(context(id));
+    // The initial data first; the log replays on top of it once the node runs.
+    let mut node = build(context(id), durable).map_err(ConfigError::new)?;
     load_in_parallel(workload.as_ref(), std::iter::once(&mut node));
     let mut config = tcp_cluster_config(file, &topology, &workload);
+    config.storage = storage;
     let mut metrics_task = None;
     if let Some(addr) = metrics_addr {
         let hub = Arc::new(MetricsHub::default());

@@ -134,9 +134,14 @@ fn up(
             .map_err(|e| Failure::Run(format!("cannot create {}: {e}", log_path.display())))?;
         let err =
             log.try_clone().map_err(|e| Failure::Run(format!("cannot share the log: {e}")))?;
+        // Each server keeps its log under the state directory; `up` after `down` (or after a
+        // crash) restarts every server from its log.
+        let data_dir = dir.join(format!("data-node-{node}"));
         let child = Command::new(&exe)
             .args(["--log-level", log_level, "server", "--node", &node.to_string(), "--config"])
             .arg(&args.config)
+            .arg("--data-dir")
+            .arg(&data_dir)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)

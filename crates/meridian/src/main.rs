@@ -13,6 +13,7 @@ use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
 use meridian_core::ConfigError;
 use meridian_protocols::ProtocolKind;
+use meridian_runtime::logstore::DurabilityMode;
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
@@ -157,6 +158,10 @@ struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Embedded runs: memory (logs in memory only), buffered (written to a scratch log file,
+    /// never synced) or fsync (synced once per group commit). Default memory.
+    #[arg(long)]
+    durability: Option<String>,
 }
 
 #[derive(Args)]
@@ -235,6 +240,14 @@ struct ServerArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (for example 127.0.0.1:9100).
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Where this node keeps its log (created if missing; refused if it belongs to another
+    /// cluster or node). Required unless --durability memory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// fsync (default: a commit is on disk before it counts), buffered (written, not synced:
+    /// survives a process crash, not a power loss) or memory (nothing survives a restart).
+    #[arg(long, default_value = "fsync")]
+    durability: String,
 }
 
 /// Resolved cluster settings with the defaults applied.
@@ -348,6 +361,12 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let default_clients = 96;
     let output = match &args.cluster_file {
         Some(path) => {
+            if args.durability.is_some() {
+                return Err(ConfigError::new(
+                    "--durability contradicts --cluster: each server sets its own",
+                )
+                .into());
+            }
             if let Some(flag) = args.cluster.fixed_by_file() {
                 return Err(ConfigError::new(format!(
                     "{flag} contradicts --cluster: the cluster file sets it"
@@ -369,6 +388,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 seed: file.seed,
                 out_dir: args.out.clone(),
                 progress: !args.quiet,
+                durability: DurabilityMode::Memory,
             };
             validate_times(&experiment)?;
             run_cluster(&file, &experiment)?
@@ -389,6 +409,8 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 seed: r.seed,
                 out_dir: args.out.clone(),
                 progress: !args.quiet,
+                durability: DurabilityMode::parse(args.durability.as_deref().unwrap_or("memory"))
+                    .map_err(ConfigError::new)?,
             };
             experiment.validate()?;
             run_embedded(&experiment)?
@@ -426,8 +448,9 @@ fn validate_times(experiment: &Experiment) -> Result<(), ConfigError> {
 }
 
 fn server(args: &ServerArgs) -> Result<(), Failure> {
+    let durability = DurabilityMode::parse(&args.durability).map_err(ConfigError::new)?;
     let file = ClusterFile::load(&args.config)?;
-    run_server(&file, args.node, args.metrics_addr)?;
+    run_server(&file, args.node, args.metrics_addr, durability, args.data_dir.as_deref())?;
     Ok(())
 }
 

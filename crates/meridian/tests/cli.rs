@@ -80,6 +80,11 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         (&["check", "/nonexistent/h.json"], "cannot read /nonexistent/h.json"),
         (&["check", "--model", "bank", "/nonexistent/h.json"], "unknown history model 'bank'"),
         (&["server", "--config", "/nonexistent/c.toml", "--node", "0"], "/nonexistent/c.toml"),
+        (
+            &["server", "--config", "/nonexistent/c.toml", "--node", "0", "--durability", "disk"],
+            "unknown durability 'disk'",
+        ),
+        (&["bench", "--durability", "paper", "--out", out], "unknown durability 'paper'"),
     ];
     for (args, expected) in cases {
         let output = run(args);
@@ -192,6 +197,8 @@ fn bench_drives_a_server_process_over_tcp() {
     let child = meridian()
         .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
         .args(["--metrics-addr", &metrics_addr])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

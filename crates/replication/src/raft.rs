@@ -12,12 +12,14 @@
 //! committed prefix is applied again from the start: the state machine is rebuilt by replay.
 //! (No snapshots or log compaction yet: the log grows with the run.)
 //!
-//! Determinism: raft-rs draws its randomized election timeout from `thread_rng`; pinning
-//! `max_election_tick = min_election_tick + 1` makes the draw constant. The offset above
-//! `election_tick` comes from the caller (the simulator draws it from the seed), so replicas
-//! still time out at different ticks.
+//! Determinism: raft-rs draws a randomized election timeout from `thread_rng` whenever a member
+//! changes term, role or leader. This replica overrides that draw at once, before it can
+//! matter, with one from its own seeded stream, so timeouts stay random (two members that
+//! always timed out together would split every vote forever: swarm seed 206678 of
+//! `list-append`) and runs stay reproducible.
 
 use crate::{ProposeError, Replica, ReplicaEffect, ReplicaMsg, Slot};
+use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message};
 use raft::storage::MemStorage;
@@ -38,18 +40,19 @@ pub const PENDING_PERSISTS_MAX: usize = 1 << 16;
 /// Timing of one group's members, in ticks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RaftTiming {
-    /// Ticks without a leader's word before a follower campaigns (the minimum).
+    /// Ticks without a leader's word before a follower campaigns (the minimum; each timeout
+    /// is drawn from `election_ticks..2 * election_ticks`).
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats.
     pub heartbeat_ticks: usize,
-    /// This member's extra election ticks, `0..election_ticks`, drawn from the seed.
-    pub election_offset: usize,
+    /// Seeds this member's election timeouts.
+    pub seed: u64,
 }
 
 impl RaftTiming {
-    /// 10 election ticks, heartbeat every 2: with a 10 ms tick, elections after 100–200 ms.
-    pub fn standard(election_offset: usize) -> Self {
-        Self { election_ticks: 10, heartbeat_ticks: 2, election_offset }
+    /// 10 election ticks, heartbeat every 2: with a 25 ms tick, elections after 250–500 ms.
+    pub fn standard(seed: u64) -> Self {
+        Self { election_ticks: 10, heartbeat_ticks: 2, seed }
     }
 }
 
@@ -103,6 +106,11 @@ pub struct RaftReplica {
     /// Highest log index the durable records hold.
     durable_last_index: u64,
     leading: bool,
+    /// Draws election timeouts.
+    rng: Rng,
+    election_ticks: usize,
+    /// Term, role and leader when the timeout was last drawn.
+    drawn_for: (u64, StateRole, u64),
 }
 
 impl std::fmt::Debug for RaftReplica {
@@ -178,8 +186,8 @@ impl RaftReplica {
             id: u64::from(slot) + 1,
             election_tick: timing.election_ticks,
             heartbeat_tick: timing.heartbeat_ticks,
-            min_election_tick: timing.election_ticks + timing.election_offset,
-            max_election_tick: timing.election_ticks + timing.election_offset + 1,
+            min_election_tick: timing.election_ticks,
+            max_election_tick: 2 * timing.election_ticks,
             // The state machine lives in memory: replay the whole committed log.
             applied: 0,
             max_size_per_msg: MSG_BYTES_MAX,
@@ -192,7 +200,35 @@ impl RaftReplica {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&config, storage, &logger)
             .map_err(|e| RestoreError(format!("group {group}: {e}")))?;
-        Ok(Self { node, group, pending: VecDeque::new(), durable_last_index, leading: false })
+        let mut replica = Self {
+            node,
+            group,
+            pending: VecDeque::new(),
+            durable_last_index,
+            leading: false,
+            rng: child_rng(
+                timing.seed,
+                "raft-election",
+                (u64::from(group) << 32) | u64::from(slot),
+            ),
+            election_ticks: timing.election_ticks,
+            drawn_for: (u64::MAX, StateRole::Follower, u64::MAX),
+        };
+        replica.redraw_election_timeout();
+        Ok(replica)
+    }
+
+    /// Replaces raft-rs's `thread_rng` draw with a seeded one whenever it drew anew.
+    fn redraw_election_timeout(&mut self) {
+        let raft = &self.node.raft;
+        let now = (raft.term, raft.state, raft.leader_id);
+        if now == self.drawn_for {
+            return;
+        }
+        self.drawn_for = now;
+        let ticks =
+            self.election_ticks + uniform_u64(&mut self.rng, self.election_ticks as u64) as usize;
+        self.node.raft.set_randomized_election_timeout(ticks);
     }
 
     /// The group (shard) this replica belongs to.
@@ -293,6 +329,7 @@ impl RaftReplica {
                 }
             }
         }
+        self.redraw_election_timeout();
         let leading = self.node.raft.state == StateRole::Leader;
         if leading != self.leading {
             self.leading = leading;

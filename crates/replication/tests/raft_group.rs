@@ -34,10 +34,10 @@ const MEMBERS: u32 = 3;
 
 impl Group {
     fn new(seed: u64) -> Self {
-        let mut rng = child_rng(seed, "raft-group", 0);
+        let rng = child_rng(seed, "raft-group", 0);
         let members = (0..MEMBERS)
             .map(|slot| {
-                let timing = RaftTiming::standard(uniform_u64(&mut rng, 10) as usize);
+                let timing = RaftTiming::standard(seed * 31 + u64::from(slot));
                 Member {
                     replica: Some(
                         RaftReplica::restore(7, slot, MEMBERS, timing, &BTreeMap::new()).unwrap(),
@@ -153,7 +153,7 @@ impl Group {
                 member.applied.clear();
             }
             94..=97 if faults && self.members[slot as usize].replica.is_none() => {
-                let timing = RaftTiming::standard(uniform_u64(&mut self.rng, 10) as usize);
+                let timing = RaftTiming::standard(uniform_u64(&mut self.rng, u64::MAX));
                 let member = &mut self.members[slot as usize];
                 member.replica =
                     Some(RaftReplica::restore(7, slot, MEMBERS, timing, &member.durable).unwrap());
@@ -178,7 +178,7 @@ impl Group {
                         7,
                         slot,
                         MEMBERS,
-                        RaftTiming::standard(slot as usize),
+                        RaftTiming::standard(u64::from(slot) + 1_000),
                         &member.durable,
                     )
                     .unwrap(),

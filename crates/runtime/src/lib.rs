@@ -12,12 +12,15 @@
 //! - [`metrics`]: node tasks publish snapshots for an optional Prometheus endpoint.
 //! - Every received message carries its sender's wall-clock send time; receivers record the
 //!   one-way delay per link so reports can show that the emulation matched the configuration.
-//! - Clocks are the wall clock plus the node's configured skew. Persist effects complete at
-//!   once (memory durability) until the replication issue adds the storage thread.
+//! - Clocks are the wall clock plus the node's configured skew.
+//! - [`logstore`]: persist effects go to one storage thread per process, which appends them to
+//!   a checksummed log file and syncs once per group of requests (`--durability fsync`), or
+//!   complete at once (`memory`).
 #![deny(unsafe_code)]
 
 pub mod clock;
 pub mod delay;
+pub mod logstore;
 pub mod metrics;
 pub mod node_task;
 pub mod tcp;

@@ -7,6 +7,7 @@
 
 use crate::clock::WallClock;
 use crate::delay::DelayThread;
+use crate::logstore::{PersistJob, Storage};
 use crate::metrics::{LinkSnapshot, MetricsHub, NodeSnapshot, METRICS_INTERVAL_NS};
 use crate::tcp::{self, TcpConfig};
 use hdrhistogram::Histogram;
@@ -47,6 +48,11 @@ pub enum Inbound<M> {
         sent_at_ns: u64,
         /// The message.
         msg: M,
+    },
+    /// The storage thread made this persist durable.
+    Persisted {
+        /// The node's token.
+        token: PersistToken,
     },
     /// Finish and hand the node back.
     Stop,
@@ -136,6 +142,8 @@ pub struct ClusterConfig {
     pub tcp: Option<TcpConfig>,
     /// Where node tasks publish metrics snapshots, when an endpoint serves them.
     pub metrics: Option<Arc<MetricsHub>>,
+    /// The process's storage thread; `None` is memory durability (persists complete at once).
+    pub storage: Option<Storage>,
 }
 
 /// A node to run in this process: its id, the node, and (for a coordinator driven by clients in
@@ -192,6 +200,8 @@ impl<N: Node> Cluster<N> {
                 clients,
                 pending_submits: VecDeque::new(),
                 persisted: VecDeque::new(),
+                storage: config.storage.clone(),
+                self_inbox: inboxes[&id].clone(),
                 outbox: Outbox::new(),
                 delays: BTreeMap::new(),
                 drawn: BTreeMap::new(),
@@ -294,6 +304,9 @@ struct NodeTask<N: Node, C> {
     clients: Option<Arc<Mutex<C>>>,
     pending_submits: VecDeque<ClientRequest>,
     persisted: VecDeque<PersistToken>,
+    storage: Option<Storage>,
+    /// This node's own inbox, for the storage thread's completions.
+    self_inbox: mpsc::Sender<Inbound<N::Msg>>,
     outbox: Outbox<N::Msg>,
     delays: BTreeMap<NodeId, Histogram<u64>>,
     drawn: BTreeMap<NodeId, Histogram<u64>>,
@@ -336,6 +349,11 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                     loop {
                         match next {
                             Some(Inbound::Msg { from, sent_at_ns, msg }) => self.on_inbound(from, sent_at_ns, msg).await,
+                            Some(Inbound::Persisted { token }) => {
+                                let now = self.node_now();
+                                self.node.on_persisted(now, token, &mut self.outbox);
+                                self.carry_out().await;
+                            }
                             Some(Inbound::Stop) | None => break 'serve,
                         }
                         handled += 1;
@@ -416,8 +434,9 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         }
     }
 
-    /// Carries out the outbox in order; persists complete at once (memory durability), and their
-    /// completions are handed back after the effects before them.
+    /// Carries out the outbox in order. Persists go to the storage thread, whose completions
+    /// come back through the inbox in order; without one (memory durability) they complete at
+    /// once, handed back after the effects before them.
     async fn carry_out(&mut self) {
         loop {
             let mut outbox = std::mem::take(&mut self.outbox);
@@ -430,7 +449,19 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                         self.timer_seq += 1;
                         self.timers.push(Reverse((at, self.timer_seq, timer)));
                     }
-                    Effect::Persist { token, .. } => self.persisted.push_back(token),
+                    Effect::Persist { token, records, durability } => match &self.storage {
+                        Some(storage) => {
+                            let inbox = self.self_inbox.clone();
+                            storage.submit(PersistJob {
+                                records,
+                                durability,
+                                done: Box::new(move || {
+                                    let _ = inbox.blocking_send(Inbound::Persisted { token });
+                                }),
+                            });
+                        }
+                        None => self.persisted.push_back(token),
+                    },
                     Effect::Reply { request, outcome } => {
                         if let Some(clients) = &self.clients {
                             let next = clients.lock().expect("client lock").on_reply(

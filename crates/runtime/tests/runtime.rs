@@ -60,6 +60,7 @@ async fn a_burst_larger_than_the_inbound_batch_arrives_whole() {
         seed: 1,
         tcp: None,
         metrics: None,
+        storage: None,
     };
     let nodes = (0..2)
         .map(|i| {
@@ -131,6 +132,7 @@ impl OccSetup {
             seed: 3,
             tcp: Some(self.tcp.clone()),
             metrics: None,
+            storage: None,
         }
     }
 }

@@ -311,3 +311,33 @@ fn crashing_a_minority_of_every_shard_at_once_loses_nothing() {
         assert_replicated_run_passed(&report);
     }
 }
+
+/// The replicated swarm setup: `workload` on 3 shards × 3 replicas, otherwise as `swarm_seed`.
+fn replicated_swarm_seed(workload: &str, keys_per_shard: u64, seed: u64) -> SimRunReport {
+    let mut base = options(seed, "metro", 3, 200);
+    base.topology = Topology::standard(regions(3), 3, 3).unwrap();
+    base.clients = 8;
+    let (opts, _) = crate::swarm::seed_options(&base, seed, true);
+    let options = WorkloadOptions { shards: 3, keys_per_shard, ..WorkloadOptions::default() };
+    run(&opts, Arc::from(meridian_workloads::build(workload, &options).unwrap())).unwrap()
+}
+
+#[test]
+fn seed_206678_members_with_equal_election_timeouts_still_elect_a_leader() {
+    // Election timeouts were pinned per member: two followers with the same timeout
+    // campaigned together forever, splitting the vote, and the member with the longer log was
+    // reset by their vote requests before it could campaign. Timeouts are now redrawn from
+    // the seed on every term, role or leader change.
+    let report = replicated_swarm_seed("list-append", 16, 206_678);
+    assert_passed(&report);
+    assert!(report.live);
+}
+
+#[test]
+fn seed_1_of_bank_elections_outlast_slow_disk_syncs() {
+    // With 50 ms disk syncs a vote needs 100 ms of syncs; a 100 ms election timeout expired
+    // first, every time. Elections now wait at least 250 ms.
+    let report = replicated_swarm_seed("bank", 16, 1);
+    assert_passed(&report);
+    assert!(report.live);
+}

@@ -443,18 +443,12 @@ impl OccNode {
         let mut hosts = BTreeMap::new();
         for slot in &info.replicas {
             let raft = if topology.replicas > 1 {
-                // Each member's election offset comes from the seed: deterministic, different.
-                let mut rng = meridian_core::rng::child_rng(
-                    context.seed,
-                    "raft-election",
-                    (u64::from(slot.shard.0) << 32) | u64::from(slot.replica),
-                );
-                let offset = meridian_core::rng::uniform_u64(&mut rng, 10) as usize;
+                // Election timeouts are drawn from the run's seed: random, yet reproducible.
                 let replica = RaftReplica::restore(
                     slot.shard.0,
                     slot.replica,
                     topology.replicas,
-                    RaftTiming::standard(offset),
+                    RaftTiming::standard(context.seed ^ (u64::from(context.id.0) << 48)),
                     durable,
                 )
                 .map_err(|e| format!("node {}: {e}", context.id))?;
