@@ -1,0 +1,145 @@
+//! A live 3-replica cluster of `meridian server` processes under load, with a random server
+//! killed by `kill -9` (SIGKILL, by process id) and restarted from its data directory, again
+//! and again. The load is `list-append`: the benchmark checks its recorded history, so an
+//! acknowledged append that a later read does not see (a lost commit), or sees out of order,
+//! fails the run. `MERIDIAN_KILLS` sets the number of kills (default 20).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn meridian() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_meridian"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Servers {
+    file: PathBuf,
+    dir: PathBuf,
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+}
+
+impl Servers {
+    fn start(&mut self, node: usize) {
+        let log = std::fs::File::create(self.dir.join(format!("node-{node}.log"))).unwrap();
+        let child = meridian()
+            .args(["--log-level", "info", "server", "--node", &node.to_string(), "--config"])
+            .arg(&self.file)
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("data-{node}")))
+            .args(["--durability", "fsync"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children[node] = Some(child);
+        wait_for_port(self.ports[node]);
+    }
+
+    /// SIGKILL: no shutdown code runs, unsynced writes are the kernel's business.
+    fn kill(&mut self, node: usize) {
+        if let Some(mut child) = self.children[node].take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for node in 0..self.children.len() {
+            self.kill(node);
+        }
+    }
+}
+
+fn cluster_file(dir: &Path, ports: &[u16]) -> PathBuf {
+    let mut text = String::from(
+        "protocol = \"occ\"\nworkload = \"list-append\"\nshards = 1\nreplicas = 3\nnetwork = \"lan\"\nkeys_per_shard = 8\n",
+    );
+    for (node, port) in ports.iter().enumerate() {
+        text += &format!("\n[[node]]\nid = {node}\nregion = \"r0\"\naddr = \"127.0.0.1:{port}\"\n");
+        if node < 3 {
+            text += &format!("replicas = [[0, {node}]]\n");
+        } else {
+            text += "coordinator = true\n";
+        }
+    }
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn kill_9_of_random_servers_under_load_loses_no_acknowledged_commit() {
+    let kills: u64 =
+        std::env::var("MERIDIAN_KILLS").ok().and_then(|k| k.parse().ok()).unwrap_or(20);
+    let dir = std::env::temp_dir().join(format!("meridian-kill9-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let file = cluster_file(&dir, &ports);
+    let mut servers =
+        Servers { file: file.clone(), dir: dir.clone(), ports, children: vec![None, None, None] };
+    for node in 0..3 {
+        servers.start(node);
+    }
+    // The load runs through every kill and a little after.
+    let duration_s = kills as f64 * 0.9 + 3.0;
+    let bench = meridian()
+        .args(["bench", "--clients", "8", "--warmup", "0", "--quiet", "--cluster"])
+        .arg(&file)
+        .args(["--duration", &duration_s.to_string(), "--out"])
+        .arg(dir.join("results"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut victims = Vec::new();
+    std::thread::sleep(Duration::from_millis(800));
+    for _ in 0..kills {
+        state =
+            state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let victim = ((state >> 33) % 3) as usize;
+        victims.push(victim);
+        servers.kill(victim);
+        std::thread::sleep(Duration::from_millis(150));
+        servers.start(victim);
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    let output = bench.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "victims {victims:?}\n{stdout}\n{stderr}");
+    assert!(stdout.contains("elle-list-append") && stdout.contains("PASS"), "{stdout}");
+    let committed: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("window ").and_then(|rest| rest.split(", ").nth(1)))
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a window line");
+    assert!(committed > 100, "{stdout}");
+    eprintln!("{} kills of {victims:?}; the run:\n{stdout}", victims.len());
+    // Every restarted server found its log.
+    for node in 0..3 {
+        let log = std::fs::read_to_string(dir.join(format!("node-{node}.log"))).unwrap();
+        if victims.contains(&node) {
+            assert!(log.contains("log opened"), "node {node}: {log}");
+        }
+    }
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&dir);
+}
