@@ -362,6 +362,23 @@ mod tests {
     }
 
     #[test]
+    fn replay_of_random_and_mutated_bytes_never_panics() {
+        // The bounded version of the `log_file` fuzz target.
+        let mut rng = meridian_core::rng::child_rng(7, "log-replay", 0);
+        let good = image(&[vec![record(1, Some(1)), record(2, None)], vec![record(3, Some(3))]]);
+        for _ in 0..20_000 {
+            let mut bytes = good.clone();
+            let flips = 1 + meridian_core::rng::uniform_u64(&mut rng, 4);
+            for _ in 0..flips {
+                let at = meridian_core::rng::uniform_u64(&mut rng, bytes.len() as u64) as usize;
+                bytes[at] = meridian_core::rng::uniform_u64(&mut rng, 256) as u8;
+            }
+            let cut = meridian_core::rng::uniform_u64(&mut rng, bytes.len() as u64 + 1) as usize;
+            let _ = replay(&bytes[..cut]);
+        }
+    }
+
+    #[test]
     fn crc32_matches_the_standard_check_value() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
     }
