@@ -341,3 +341,36 @@ fn seed_1_of_bank_elections_outlast_slow_disk_syncs() {
     assert_passed(&report);
     assert!(report.live);
 }
+
+/// The longest stretch without a commit that starts after `from_ns`.
+fn longest_commit_gap_after(report: &SimRunReport, from_ns: u64) -> u64 {
+    let mut previous = from_ns;
+    let mut gap = 0;
+    for &at in report.commit_times_ns.iter().filter(|&&at| at >= from_ns) {
+        gap = gap.max(at - previous);
+        previous = at;
+    }
+    gap
+}
+
+#[test]
+fn a_shard_serves_commits_again_within_two_election_timeouts_of_losing_its_leader() {
+    // Every micro-luigi transaction touches both shards, so a shard without a leader stops all
+    // commits: the longest gap after the crash is the failover time. Election timeouts are
+    // 10–20 Raft ticks of 25 ms here (metro), so two of them are at most 1 s.
+    let mut opts = replicated(31, "metro");
+    opts.txns = 2_000;
+    let crash_at = NS_PER_S;
+    let leader = replica(&opts, 0, 0);
+    opts.faults = vec![(crash_at, Fault::Crash(leader)), (20 * NS_PER_S, Fault::Restart(leader))];
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert_replicated_run_passed(&report);
+    let gap_ms = longest_commit_gap_after(&report, crash_at) / NS_PER_MS;
+    let election_ms_max = 20 * 25;
+    eprintln!("failover: longest commit gap after the leader crash {gap_ms} ms");
+    assert!(gap_ms <= 2 * election_ms_max, "commits stopped for {gap_ms} ms");
+    assert!(
+        gap_ms >= 250,
+        "the gap ({gap_ms} ms) is shorter than any election: no failover measured"
+    );
+}
