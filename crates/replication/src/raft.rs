@@ -246,6 +246,17 @@ impl RaftReplica {
         self.node.raft.raft_log.committed
     }
 
+    /// True when this replica leads and the member in `slot` has every entry this leader has
+    /// and answered recently: handing leadership to it now costs no wait.
+    pub fn is_caught_up(&self, slot: Slot) -> bool {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader || raft.lead_transferee.is_some() {
+            return false;
+        }
+        let last = raft.raft_log.last_index();
+        raft.prs().get(u64::from(slot) + 1).is_some_and(|p| p.recent_active && p.matched == last)
+    }
+
     /// Starts an election now (tests and leader hand-over).
     pub fn campaign(&mut self, out: &mut Vec<ReplicaEffect>) {
         let _ = self.node.campaign();

@@ -131,6 +131,8 @@ pub struct SimRunReport {
     pub trace_tail: Vec<String>,
     /// Virtual completion time (since the start) of every committed request, in order.
     pub commit_times_ns: Vec<Time>,
+    /// Each live node's protocol counters at the end.
+    pub node_counters: BTreeMap<NodeId, Vec<(&'static str, u64)>>,
 }
 
 impl SimRunReport {
@@ -229,6 +231,7 @@ fn run_with<N: ProtocolNode>(
         history_json: None,
         trace_tail: Vec::new(),
         commit_times_ns: Vec::new(),
+        node_counters: BTreeMap::new(),
     };
     let mut latencies = Vec::new();
     let mut completed = 0u64;
@@ -297,6 +300,11 @@ fn run_with<N: ProtocolNode>(
     }
     for (client, request, txn, submitted_at) in sim.clients_mut().unanswered_requests() {
         checker.unanswered(client, request, &txn, submitted_at);
+    }
+    for (index, node) in sim.nodes().iter().enumerate() {
+        if let Some(node) = node {
+            report.node_counters.insert(NodeId(index as u32), node.counters());
+        }
     }
     let stores = leader_stores(&topology, sim.nodes());
     report.checks.extend(checker.check(&stores));

@@ -374,3 +374,22 @@ fn a_shard_serves_commits_again_within_two_election_timeouts_of_losing_its_leade
         "the gap ({gap_ms} ms) is shorter than any election: no failover measured"
     );
 }
+
+#[test]
+fn leadership_returns_to_the_preferred_replica_after_it_restarts() {
+    let mut opts = replicated(32, "metro");
+    opts.txns = 1_500;
+    let preferred = replica(&opts, 0, 0);
+    opts.faults =
+        vec![(NS_PER_S, Fault::Crash(preferred)), (2 * NS_PER_S, Fault::Restart(preferred))];
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert_replicated_run_passed(&report);
+    let led = |node: NodeId| {
+        report.node_counters[&node]
+            .iter()
+            .find(|(n, _)| *n == "occ_raft_groups_led")
+            .map_or(0, |c| c.1)
+    };
+    assert_eq!(led(preferred), 1, "replica 0 of shard 0 leads it again");
+    assert_eq!(led(replica(&opts, 0, 1)) + led(replica(&opts, 0, 2)), 0);
+}

@@ -789,6 +789,12 @@ impl Node for OccNode {
                     let mut effects = Vec::new();
                     if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
                         raft.tick(&mut effects);
+                        // Replica 0 sits where the topology wants the shard led (beside the
+                        // coordinators of its region): after a failover, hand leadership back
+                        // once it has caught up.
+                        if raft.leader() != Some(0) && raft.is_caught_up(0) {
+                            raft.transfer_leader(0, &mut effects);
+                        }
                     }
                     self.carry_out_replica(shard, effects, out);
                 }
