@@ -10,7 +10,13 @@
 //! `'R' ‖ group:u32 ‖ 0` → hard state; `'R' ‖ group:u32 ‖ 1 ‖ index:u64` → entry (protobuf).
 //! A restarted replica rebuilds its storage from those records with `applied = 0`, so the
 //! committed prefix is applied again from the start: the state machine is rebuilt by replay.
-//! (No snapshots or log compaction yet: the log grows with the run.)
+//!
+//! In-memory compaction without snapshots: the leader knows how far every member's durable log
+//! reaches; entries below that (less a margin) are never sent again, so the group may drop
+//! them from memory. The leader proposes the point through the log and every member compacts
+//! when it applies it ([`RaftReplica::compaction_point`], [`RaftReplica::compact`]). The
+//! durable records stay whole (restart replays them), so memory stays bounded while the disk
+//! log grows; snapshots would bound both.
 //!
 //! Determinism: raft-rs draws a randomized election timeout from `thread_rng` whenever a member
 //! changes term, role or leader. This replica overrides that draw at once, before it can
@@ -23,7 +29,7 @@ use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message};
 use raft::storage::MemStorage;
-use raft::{Config, RawNode, StateRole};
+use raft::{Config, RawNode, StateRole, Storage as _};
 use std::collections::{BTreeMap, VecDeque};
 
 /// First byte of every replication key in the node's log store.
@@ -34,6 +40,11 @@ const KIND_ENTRY: u8 = 1;
 pub const MSG_BYTES_MAX: u64 = 1 << 20;
 /// Most append messages in flight to one follower.
 pub const INFLIGHT_MSGS_MAX: usize = 256;
+/// Entries kept below the lowest index every member holds, so a new leader's probes never
+/// reach a compacted entry.
+pub const COMPACT_MARGIN_ENTRIES: u64 = 1_024;
+/// A compaction is worth proposing once this many entries can go.
+pub const COMPACT_BATCH_ENTRIES: u64 = 8_192;
 /// Most persists that may be outstanding before the replica stops issuing new ones.
 pub const PENDING_PERSISTS_MAX: usize = 1 << 16;
 
@@ -244,6 +255,36 @@ impl RaftReplica {
     /// The highest index this replica knows committed.
     pub fn commit_index(&self) -> u64 {
         self.node.raft.raft_log.committed
+    }
+
+    /// Where the group may compact its in-memory logs: below the lowest index every member holds
+    /// durably and this leader has applied, less [`COMPACT_MARGIN_ENTRIES`]; `None` unless this
+    /// replica leads and at least [`COMPACT_BATCH_ENTRIES`] entries would go.
+    pub fn compaction_point(&self) -> Option<u64> {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader {
+            return None;
+        }
+        let held = raft.prs().iter().map(|(_, p)| p.matched).min()?;
+        let point = held.min(raft.raft_log.applied).saturating_sub(COMPACT_MARGIN_ENTRIES);
+        let first = self.node.store().first_index().ok()?;
+        (point >= first + COMPACT_BATCH_ENTRIES).then_some(point)
+    }
+
+    /// Drops in-memory entries below `below` (never past what this replica applied). Called when
+    /// the leader's compaction point is applied from the log.
+    pub fn compact(&mut self, below: u64) {
+        let to = below.min(self.node.raft.raft_log.applied);
+        if to <= self.durable_last_index {
+            let _ = self.node.mut_store().wl().compact(to);
+        }
+    }
+
+    /// Entries held in memory.
+    pub fn log_entries(&self) -> u64 {
+        let store = self.node.store();
+        let (first, last) = (store.first_index().unwrap_or(1), store.last_index().unwrap_or(0));
+        (last + 1).saturating_sub(first)
     }
 
     /// True when this replica leads and the member in `slot` has every entry this leader has

@@ -393,3 +393,19 @@ fn leadership_returns_to_the_preferred_replica_after_it_restarts() {
     assert_eq!(led(preferred), 1, "replica 0 of shard 0 leads it again");
     assert_eq!(led(replica(&opts, 0, 1)) + led(replica(&opts, 0, 2)), 0);
 }
+
+#[test]
+fn raft_logs_are_compacted_in_memory_during_a_long_run() {
+    // About two log entries per transaction per shard: 10,000 transactions would hold about
+    // 20,000 entries per replica without compaction.
+    let mut opts = replicated(33, "metro");
+    opts.txns = 10_000;
+    opts.clients = 32;
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert_replicated_run_passed(&report);
+    for (node, counters) in &report.node_counters {
+        let entries =
+            counters.iter().find(|(n, _)| *n == "occ_raft_log_entries").map_or(0, |c| c.1);
+        assert!(entries < 14_000, "node {node}: {entries} entries in memory");
+    }
+}

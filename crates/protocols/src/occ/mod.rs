@@ -339,6 +339,10 @@ enum ShardCommand {
         reply_to: NodeId,
         txn: TxnId,
     },
+    /// The leader's compaction point: every replica drops in-memory log entries below it.
+    Compact {
+        below: u64,
+    },
 }
 
 /// Where an attempt stands at one participant.
@@ -397,6 +401,8 @@ impl Timers {
 struct ShardHost {
     participant: Participant,
     raft: Option<RaftReplica>,
+    /// The last compaction point this replica proposed as leader.
+    compact_proposed: u64,
 }
 
 impl ShardHost {
@@ -457,7 +463,7 @@ impl OccNode {
                 None
             };
             let participant = Participant::new(slot.shard, context.clone());
-            hosts.insert(slot.shard, ShardHost { participant, raft });
+            hosts.insert(slot.shard, ShardHost { participant, raft, compact_proposed: 0 });
         }
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone()));
         Ok(Self {
@@ -606,6 +612,12 @@ impl OccNode {
                     let Ok(command) = postcard::from_bytes::<ShardCommand>(&command) else {
                         continue;
                     };
+                    if let ShardCommand::Compact { below } = command {
+                        if let Some(raft) = host.raft.as_mut() {
+                            raft.compact(below);
+                        }
+                        continue;
+                    }
                     let leads = host.leads();
                     Self::apply(&self.context, shard, &mut host.participant, command, leads, out);
                 }
@@ -684,6 +696,8 @@ impl OccNode {
                     out.send(reply_to, OccMsg::State { txn, shard, state });
                 }
             }
+            // Handled by the shard's Raft member, not the participant.
+            ShardCommand::Compact { .. } => {}
         }
     }
 }
@@ -787,13 +801,22 @@ impl Node for OccNode {
                 let shards: Vec<ShardId> = self.hosts.keys().copied().collect();
                 for shard in shards {
                     let mut effects = Vec::new();
-                    if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
+                    let Some(host) = self.hosts.get_mut(&shard) else { continue };
+                    if let Some(raft) = host.raft.as_mut() {
                         raft.tick(&mut effects);
                         // Replica 0 sits where the topology wants the shard led (beside the
                         // coordinators of its region): after a failover, hand leadership back
                         // once it has caught up.
                         if raft.leader() != Some(0) && raft.is_caught_up(0) {
                             raft.transfer_leader(0, &mut effects);
+                        }
+                        if let Some(point) =
+                            raft.compaction_point().filter(|&p| p > host.compact_proposed)
+                        {
+                            host.compact_proposed = point;
+                            let command = ShardCommand::Compact { below: point };
+                            let bytes = postcard::to_allocvec(&command).expect("commands encode");
+                            let _ = raft.propose(bytes, &mut effects);
                         }
                     }
                     self.carry_out_replica(shard, effects, out);
@@ -822,8 +845,9 @@ impl Node for OccNode {
             for (name, value) in host.participant.counters() {
                 *counters.entry(name).or_default() += value;
             }
-            if host.raft.as_ref().is_some_and(|r| r.is_leader()) {
-                *counters.entry("occ_raft_groups_led").or_default() += 1;
+            if let Some(raft) = &host.raft {
+                *counters.entry("occ_raft_groups_led").or_default() += u64::from(raft.is_leader());
+                *counters.entry("occ_raft_log_entries").or_default() += raft.log_entries();
             }
         }
         if let Some(c) = &self.coordinator {
