@@ -159,6 +159,7 @@ fn contexts(
     workload: &Arc<dyn Workload>,
     network_owd_ns_max: u64,
     seed: u64,
+    durable: bool,
 ) -> impl Fn(NodeId) -> NodeContext {
     let registry = Arc::new(workload.registry());
     let partitioner = Arc::new(workload.partitioner());
@@ -172,6 +173,7 @@ fn contexts(
         seed,
         timing: timing.clone(),
         record_history: false,
+        durable,
     }
 }
 
@@ -236,7 +238,9 @@ async fn embedded<N: ProtocolNode>(
     topology: Arc<Topology>,
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
-    let context = contexts(&topology, &workload, experiment.network.owd_ns_max(), experiment.seed);
+    let durable = experiment.durability != DurabilityMode::Memory;
+    let context =
+        contexts(&topology, &workload, experiment.network.owd_ns_max(), experiment.seed, durable);
     let pools =
         client_pools(&topology.coordinators(), experiment.clients, &workload, experiment.seed);
     // An embedded run starts from empty logs in a scratch directory of its own.
@@ -473,7 +477,8 @@ async fn remote<N: ProtocolNode>(
     topology: Arc<Topology>,
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
-    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
+    // Coordinators host no replicas: nothing of theirs is logged.
+    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed, false);
     let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
     let empty = BTreeMap::new();
     let mut local = Vec::new();
@@ -560,7 +565,8 @@ async fn serve<N: ProtocolNode>(
     server: Server<'_>,
 ) -> Result<(), ConfigError> {
     let Server { id, storage, durable, metrics_addr } = server;
-    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed);
+    let context =
+        contexts(&topology, &workload, file.network.owd_ns_max(), file.seed, storage.is_some());
     // The initial data first; the log replays on top of it once the node runs.
     let mut node = build(context(id), durable).map_err(ConfigError::new)?;
     load_in_parallel(workload.as_ref(), std::iter::once(&mut node));

@@ -194,17 +194,20 @@ fn bench_drives_a_server_process_over_tcp() {
     let (server_port, client_port, metrics_port) = (free_port(), free_port(), free_port());
     let file = cluster_file(&dir, server_port, client_port);
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
-    let child = meridian()
-        .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
-        .args(["--metrics-addr", &metrics_addr])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _server = Server(child);
-    wait_for_port(server_port);
+    let start_server = || {
+        let child = meridian()
+            .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
+            .args(["--metrics-addr", &metrics_addr])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_port(server_port);
+        Server(child)
+    };
+    let server = start_server();
     let results = dir.join("results");
     let output = run_words(
         "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
@@ -235,6 +238,27 @@ fn bench_drives_a_server_process_over_tcp() {
         .expect("a committed counter");
     assert!(committed_here >= committed, "{committed_here} < {committed}");
     assert!(http_get(&metrics_addr, "/").starts_with("HTTP/1.1 404"));
+    // kill -9 and restart from the data directory: the single replica's log (fsync, the
+    // server default) replays every commit, so the participant counts them all again.
+    drop(server);
+    let _server = start_server();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let metrics = http_get(&metrics_addr, "/metrics");
+        let replayed = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("meridian_occ_participant_committed_total{node=\"0\"} "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if replayed >= committed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after the restart only {replayed} of {committed} commits"
+        );
+    }
 }
 
 fn http_get(addr: &str, path: &str) -> String {

@@ -126,6 +126,9 @@ pub struct NodeContext {
     pub timing: Timing,
     /// Emit `Record` effects for the history checker.
     pub record_history: bool,
+    /// The driver persists to a durable log: even a single replica per shard then runs its
+    /// log (a one-member Raft group), so a restart loses nothing.
+    pub durable: bool,
 }
 
 /// What the harness needs from any protocol node beyond the state-machine contract.

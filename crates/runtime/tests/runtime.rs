@@ -121,6 +121,7 @@ impl OccSetup {
             seed: 3,
             timing: Timing::for_network(0),
             record_history: false,
+            durable: false,
         })
     }
 

@@ -189,6 +189,7 @@ fn run_with<N: ProtocolNode>(
             seed,
             timing: timing.clone(),
             record_history: false,
+            durable: false,
         };
         // The initial data first, then the replicated log replays on top of it.
         let mut node = build(context, disk);

@@ -448,7 +448,8 @@ impl OccNode {
         let info = &topology.nodes[context.id.0 as usize];
         let mut hosts = BTreeMap::new();
         for slot in &info.replicas {
-            let raft = if topology.replicas > 1 {
+            // One replica and no durable log: the shard lives in memory, with no log at all.
+            let raft = if topology.replicas > 1 || context.durable {
                 // Election timeouts are drawn from the run's seed: random, yet reproducible.
                 let replica = RaftReplica::restore(
                     slot.shard.0,
@@ -711,9 +712,10 @@ impl Node for OccNode {
         }
         if self.hosts.values().any(|h| h.raft.is_some()) {
             self.timers.set(TimerPurpose::RaftTick, self.context.timing.raft_tick_ns, out);
-            if self.fresh {
+            if self.fresh || self.context.topology.replicas == 1 {
                 // Replica 0 sits where the topology puts each shard's leader: on a first
-                // start it campaigns at once instead of waiting out an election timeout.
+                // start it campaigns at once instead of waiting out an election timeout (and a
+                // one-member group always does: it needs no one's vote).
                 let shards: Vec<ShardId> = self.hosts.keys().copied().collect();
                 for shard in shards {
                     let slot = self.context.topology.nodes[self.id.0 as usize]

@@ -217,6 +217,7 @@ impl Net {
                     seed: 1,
                     timing: timing.clone(),
                     record_history: false,
+                    durable: false,
                 })
             })
             .collect();
