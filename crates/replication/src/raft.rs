@@ -116,6 +116,8 @@ pub struct RaftReplica {
     pending: VecDeque<PendingPersist>,
     /// Highest log index the durable records hold.
     durable_last_index: u64,
+    /// The last index of the log this replica was restored with.
+    restored_last_index: u64,
     leading: bool,
     /// Draws election timeouts.
     rng: Rng,
@@ -216,6 +218,7 @@ impl RaftReplica {
             group,
             pending: VecDeque::new(),
             durable_last_index,
+            restored_last_index: durable_last_index,
             leading: false,
             rng: child_rng(
                 timing.seed,
@@ -278,6 +281,12 @@ impl RaftReplica {
         if to <= self.durable_last_index {
             let _ = self.node.mut_store().wl().compact(to);
         }
+    }
+
+    /// The last log index this replica held when it was restored (0 on a first start): the
+    /// entries up to it are a replay.
+    pub fn restored_last_index(&self) -> u64 {
+        self.restored_last_index
     }
 
     /// Entries held in memory.

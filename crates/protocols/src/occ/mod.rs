@@ -606,7 +606,7 @@ impl OccNode {
                     };
                     out.persist(PersistToken(node_token), records, durability);
                 }
-                ReplicaEffect::Apply { command, .. } => {
+                ReplicaEffect::Apply { index, command } => {
                     let Some(host) = self.hosts.get_mut(&shard) else { continue };
                     // Entries come from our own group; one that does not decode is skipped
                     // identically on every replica.
@@ -619,8 +619,12 @@ impl OccNode {
                         }
                         continue;
                     }
-                    let leads = host.leads();
-                    Self::apply(&self.context, shard, &mut host.participant, command, leads, out);
+                    // Commands replayed from this node's own log after a restart are old: their
+                    // senders have given up on them or asked again, so they get no answer.
+                    let replayed =
+                        host.raft.as_ref().is_some_and(|r| index <= r.restored_last_index());
+                    let answer = host.leads() && !replayed;
+                    Self::apply(&self.context, shard, &mut host.participant, command, answer, out);
                 }
                 ReplicaEffect::Leadership(_) => {}
             }
