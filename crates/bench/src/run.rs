@@ -530,15 +530,7 @@ pub fn run_server(
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
     // What a data directory belongs to: the layout, protocol and workload, and the node.
-    let identity = format!(
-        "meridian {} {} {}x{} over {} nodes; node {node}",
-        file.protocol.name(),
-        file.workload,
-        topology.shards,
-        topology.replicas,
-        topology.nodes.len()
-    );
-    let (storage, durable) = open_storage(durability, data_dir, &identity)?;
+    let (storage, durable) = open_storage(durability, data_dir, &data_identity(file, node))?;
     runtime()?.block_on(async {
         match file.protocol {
             ProtocolKind::Occ => {
@@ -547,6 +539,50 @@ pub fn run_server(
             }
         }
     })
+}
+
+/// The identity of node `node`'s data directory in the cluster of `file`.
+fn data_identity(file: &ClusterFile, node: u32) -> String {
+    format!(
+        "meridian {} {} {}x{} over {} nodes; node {node}",
+        file.protocol.name(),
+        file.workload,
+        file.topology.shards,
+        file.topology.replicas,
+        file.topology.nodes.len()
+    )
+}
+
+/// Rebuilds node `node` offline from its data directory, as a restart would (initial data,
+/// then every command its log holds as committed), and runs the workload's checks that need
+/// only the stores. Returns the checks and the number of commands replayed. Cross-shard
+/// invariants need every shard: with several shards, only a node's own shards are checked.
+pub fn verify_data_dir(
+    file: &ClusterFile,
+    node: u32,
+    dir: &Path,
+) -> Result<(Vec<CheckResult>, u64), ConfigError> {
+    if node as usize >= file.topology.nodes.len() {
+        return Err(ConfigError::new(format!(
+            "--node {node}: the cluster file has nodes 0..{}",
+            file.topology.nodes.len()
+        )));
+    }
+    let recovered = LogFile::read(dir, &data_identity(file, node)).map_err(ConfigError::new)?;
+    let workload: Arc<dyn Workload> =
+        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
+    let topology = Arc::new(file.topology.clone());
+    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed, true);
+    match file.protocol {
+        ProtocolKind::Occ => {
+            let mut built = OccNode::restore(context(NodeId(node)), &recovered.records)
+                .map_err(ConfigError::new)?;
+            load_in_parallel(workload.as_ref(), std::iter::once(&mut built));
+            let replayed = built.replay_committed();
+            let checker = workload.checker();
+            Ok((checker.check(&built.stores()), replayed))
+        }
+    }
 }
 
 /// What one server process runs with.

@@ -71,6 +71,22 @@ enum Command {
     Cluster(ClusterCmdArgs),
     /// Run one node of the cluster described by a cluster file until interrupted.
     Server(ServerArgs),
+    /// Rebuild a stopped server's state from its data directory, as a restart would, and run
+    /// the workload's store checks on it.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The cluster file.
+    #[arg(long)]
+    config: PathBuf,
+    /// The node whose data directory this is.
+    #[arg(long)]
+    node: u32,
+    /// The data directory (of a stopped server).
+    #[arg(long)]
+    data_dir: PathBuf,
 }
 
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
@@ -447,6 +463,30 @@ fn validate_times(experiment: &Experiment) -> Result<(), ConfigError> {
     Ok(())
 }
 
+fn verify(args: &VerifyArgs) -> Result<(), Failure> {
+    let file = ClusterFile::load(&args.config)?;
+    let (checks, replayed) =
+        meridian_bench::run::verify_data_dir(&file, args.node, &args.data_dir)?;
+    say!(
+        "node {}: replayed {replayed} committed commands from {}",
+        args.node,
+        args.data_dir.display()
+    );
+    for check in &checks {
+        say!(
+            "check {:<20} {}  {}",
+            check.name,
+            if check.passed { "PASS" } else { "FAIL" },
+            check.detail
+        );
+    }
+    if checks.iter().all(|c| c.passed) {
+        Ok(())
+    } else {
+        Err(Failure::Run("a check failed on the replayed state".into()))
+    }
+}
+
 fn server(args: &ServerArgs) -> Result<(), Failure> {
     let durability = DurabilityMode::parse(&args.durability).map_err(ConfigError::new)?;
     let file = ClusterFile::load(&args.config)?;
@@ -473,6 +513,7 @@ fn main() -> ExitCode {
         Command::Check(args) => simcmd::check_history(args),
         Command::Cluster(args) => clustercmd::cluster(args, &cli.log_level),
         Command::Server(args) => server(args),
+        Command::Verify(args) => verify(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

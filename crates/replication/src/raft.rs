@@ -307,6 +307,12 @@ impl RaftReplica {
         raft.prs().get(u64::from(slot) + 1).is_some_and(|p| p.recent_active && p.matched == last)
     }
 
+    /// Hands out whatever raft-rs has ready (after a restore: the committed entries of the
+    /// log, to replay), without a tick or a message.
+    pub fn poll(&mut self, out: &mut Vec<ReplicaEffect>) {
+        self.handle_ready(out);
+    }
+
     /// Starts an election now (tests and leader hand-over).
     pub fn campaign(&mut self, out: &mut Vec<ReplicaEffect>) {
         let _ = self.node.campaign();

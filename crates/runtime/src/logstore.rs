@@ -161,6 +161,24 @@ impl LogFile {
         Ok((Self { dir: dir.to_path_buf(), file }, recovered))
     }
 
+    /// Reads the log in `dir` without changing anything (no rewrite, no identity written):
+    /// for offline checks. The directory must belong to `identity`.
+    pub fn read(dir: &Path, identity: &str) -> Result<Recovered, String> {
+        let path = dir.join("identity");
+        let found = fs::read_to_string(&path)
+            .map_err(|e| io_error(&path, "cannot read the identity", e))?;
+        if found.trim_end() != identity {
+            return Err(format!(
+                "{} belongs to '{}', not '{identity}'",
+                dir.display(),
+                found.trim_end()
+            ));
+        }
+        let log = dir.join("log");
+        let bytes = fs::read(&log).map_err(|e| io_error(&log, "cannot read the log", e))?;
+        replay(&bytes).map_err(|e| format!("{}: {e}", log.display()))
+    }
+
     /// Appends one batch (buffered by the operating system).
     pub fn append(&mut self, records: &[PersistRecord]) -> Result<(), String> {
         let mut out = Vec::new();
