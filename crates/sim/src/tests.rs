@@ -409,3 +409,48 @@ fn raft_logs_are_compacted_in_memory_during_a_long_run() {
         assert!(entries < 14_000, "node {node}: {entries} entries in memory");
     }
 }
+
+/// Three servers, each hosting a replica of both shards (replica `(shard + server) % 3`, so
+/// each leads one shard at most), and one coordinator per region: the usual shape of a real
+/// cluster, where one node runs several Raft groups.
+fn three_servers_two_shards() -> Topology {
+    use meridian_core::topology::{NodeInfo, ReplicaSlot};
+    use meridian_core::{RegionId, ShardId};
+    let mut nodes: Vec<NodeInfo> = (0..3u32)
+        .map(|server| NodeInfo {
+            region: RegionId(server),
+            replicas: (0..2u32)
+                .map(|shard| ReplicaSlot { shard: ShardId(shard), replica: (shard + server) % 3 })
+                .collect(),
+            coordinator: false,
+        })
+        .collect();
+    nodes.extend((0..3).map(|r| NodeInfo {
+        region: RegionId(r),
+        replicas: Vec::new(),
+        coordinator: true,
+    }));
+    let topology = Topology { regions: regions(3), nodes, shards: 2, replicas: 3 };
+    topology.validate().unwrap();
+    topology
+}
+
+#[test]
+fn nodes_hosting_several_raft_groups_survive_the_crash_of_one_of_them() {
+    let mut opts = replicated(34, "metro");
+    opts.topology = three_servers_two_shards();
+    // Server 0 holds replica 0 (the leader) of shard 0 and replica 1 of shard 1.
+    opts.faults =
+        vec![(NS_PER_S / 2, Fault::Crash(NodeId(0))), (2 * NS_PER_S, Fault::Restart(NodeId(0)))];
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert!(report.stats.dropped_crashed > 0);
+    assert_replicated_run_passed(&report);
+    for seed in 0..40 {
+        let mut base = replicated(seed, "metro");
+        base.topology = three_servers_two_shards();
+        base.txns = 150;
+        let (faulty, plan) = crate::swarm::seed_options(&base, seed, true);
+        let report = run(&faulty, micro(2, None)).unwrap();
+        assert!(report.passed(), "seed {seed} ({plan:?}): {:?}", report.checks);
+    }
+}
