@@ -269,14 +269,11 @@ pub enum OccMsg {
         /// Where it stands.
         state: PeerState,
     },
-    /// Replica → replica of one shard: Raft messages of one pass, coalesced.
+    /// Node → node: the Raft messages of every group the two share, from one call of the
+    /// sender (one frame per destination per pass, however many groups a node runs).
     Raft {
-        /// The shard (Raft group).
-        shard: ShardId,
-        /// The sender's slot in the group.
-        from_slot: u32,
-        /// The messages.
-        msgs: Vec<ReplicaMsg>,
+        /// Per group: the shard, the sender's slot in it, the messages.
+        groups: Vec<RaftGroupMsgs>,
     },
     /// A follower hands a request it received to the leader it knows; the leader answers
     /// `origin`. Never forwarded twice.
@@ -286,6 +283,17 @@ pub enum OccMsg {
         /// The request (`Execute`, `ExecuteCommit`, `Prepare`, `Commit`, `Abort`, `Query`).
         msg: Box<OccMsg>,
     },
+}
+
+/// The Raft messages of one group inside an [`OccMsg::Raft`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RaftGroupMsgs {
+    /// The shard (Raft group).
+    pub shard: ShardId,
+    /// The sender's slot in the group.
+    pub from_slot: u32,
+    /// The messages.
+    pub msgs: Vec<ReplicaMsg>,
 }
 
 impl OccMsg {
@@ -429,6 +437,8 @@ pub struct OccNode {
     persist_next: u64,
     /// True when the Raft groups started from an empty log (a first start, not a restart).
     fresh: bool,
+    /// Raft messages of this call, per destination, sent together at its end.
+    raft_outgoing: BTreeMap<NodeId, Vec<RaftGroupMsgs>>,
 }
 
 impl OccNode {
@@ -476,6 +486,7 @@ impl OccNode {
             persists: BTreeMap::new(),
             persist_next: 0,
             fresh: durable.is_empty(),
+            raft_outgoing: BTreeMap::new(),
         })
     }
 
@@ -495,6 +506,7 @@ impl OccNode {
                 effects.iter().filter(|e| matches!(e, ReplicaEffect::Apply { .. })).count() as u64;
             self.carry_out_replica(shard, effects, &mut out);
         }
+        self.flush_raft(&mut out);
         applied
     }
 
@@ -603,7 +615,8 @@ impl OccNode {
                         .map_or(0, |s| s.replica);
                     debug_assert!(host.raft.is_some());
                     if let Some(node) = self.context.topology.replica_node(shard, to) {
-                        out.send(node, OccMsg::Raft { shard, from_slot, msgs });
+                        let group = RaftGroupMsgs { shard, from_slot, msgs };
+                        self.raft_outgoing.entry(node).or_default().push(group);
                     }
                 }
                 ReplicaEffect::Persist { token, records, sync } => {
@@ -647,6 +660,13 @@ impl OccNode {
                 }
                 ReplicaEffect::Leadership(_) => {}
             }
+        }
+    }
+
+    /// Sends the Raft messages this call produced, one message per destination.
+    fn flush_raft(&mut self, out: &mut Outbox<OccMsg>) {
+        for (node, groups) in std::mem::take(&mut self.raft_outgoing) {
+            out.send(node, OccMsg::Raft { groups });
         }
     }
 
@@ -726,10 +746,10 @@ impl OccNode {
     }
 }
 
-impl Node for OccNode {
-    type Msg = OccMsg;
-
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<OccMsg>) {
+/// The node's entry points; the `Node` methods call them and then send the Raft messages the
+/// call produced, coalesced per destination.
+impl OccNode {
+    fn handle_start(&mut self, _now: Time, out: &mut Outbox<OccMsg>) {
         if !self.hosts.is_empty() {
             self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
         }
@@ -762,19 +782,22 @@ impl Node for OccNode {
         }
     }
 
-    fn on_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
+    fn handle_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
         match msg {
-            OccMsg::Raft { shard, from_slot, msgs } => {
-                let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) else {
-                    return;
-                };
-                // The sender must be the node holding that slot; anything else is dropped.
-                if self.context.topology.replica_node(shard, from_slot) != Some(from) {
-                    return;
+            OccMsg::Raft { groups } => {
+                for RaftGroupMsgs { shard, from_slot, msgs } in groups {
+                    // The sender must be the node holding that slot; anything else is dropped.
+                    if self.context.topology.replica_node(shard, from_slot) != Some(from) {
+                        continue;
+                    }
+                    let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut())
+                    else {
+                        continue;
+                    };
+                    let mut effects = Vec::new();
+                    raft.on_message(from_slot, msgs, &mut effects);
+                    self.carry_out_replica(shard, effects, out);
                 }
-                let mut effects = Vec::new();
-                raft.on_message(from_slot, msgs, &mut effects);
-                self.carry_out_replica(shard, effects, out);
             }
             OccMsg::Forward { origin, msg } => self.on_shard_request(now, origin, *msg, false, out),
             request @ (OccMsg::Execute { .. }
@@ -813,7 +836,7 @@ impl Node for OccNode {
         }
     }
 
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<OccMsg>) {
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<OccMsg>) {
         match self.timers.take(timer) {
             Some(TimerPurpose::Gc) => {
                 for host in self.hosts.values_mut() {
@@ -863,6 +886,34 @@ impl Node for OccNode {
         }
     }
 
+    fn handle_persisted(&mut self, _now: Time, token: PersistToken, out: &mut Outbox<OccMsg>) {
+        let Some((shard, group_token)) = self.persists.remove(&token.0) else { return };
+        let mut effects = Vec::new();
+        if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
+            raft.on_persisted(group_token, &mut effects);
+        }
+        self.carry_out_replica(shard, effects, out);
+    }
+}
+
+impl Node for OccNode {
+    type Msg = OccMsg;
+
+    fn on_start(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
+        self.handle_start(now, out);
+        self.flush_raft(out);
+    }
+
+    fn on_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
+        self.handle_message(now, from, msg, out);
+        self.flush_raft(out);
+    }
+
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<OccMsg>) {
+        self.handle_timer(now, timer, out);
+        self.flush_raft(out);
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         // Summed over the shards hosted here.
         let mut counters: BTreeMap<&'static str, u64> = BTreeMap::new();
@@ -881,13 +932,9 @@ impl Node for OccNode {
         counters.into_iter().collect()
     }
 
-    fn on_persisted(&mut self, _now: Time, token: PersistToken, out: &mut Outbox<OccMsg>) {
-        let Some((shard, group_token)) = self.persists.remove(&token.0) else { return };
-        let mut effects = Vec::new();
-        if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
-            raft.on_persisted(group_token, &mut effects);
-        }
-        self.carry_out_replica(shard, effects, out);
+    fn on_persisted(&mut self, now: Time, token: PersistToken, out: &mut Outbox<OccMsg>) {
+        self.handle_persisted(now, token, out);
+        self.flush_raft(out);
     }
 
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
