@@ -473,7 +473,9 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                             self.pending_submits.extend(next.into_iter().map(|(_, r)| r));
                         }
                     }
-                    Effect::Record(_) => {} // History recording in the runtime arrives with the checker issue.
+                    // Histories in the runtime come from what the clients saw (the checking
+                    // workloads record each request's reads and writes), not from node events.
+                    Effect::Record(_) => {}
                 }
             }
             self.outbox = outbox;

@@ -134,8 +134,8 @@ fn a_crashed_coordinator_loses_its_requests_and_others_go_on() {
     opts.faults =
         vec![(300 * NS_PER_MS, Fault::Crash(NodeId(3))), (NS_PER_S, Fault::Restart(NodeId(3)))];
     let report = run(&opts, micro(2, None)).unwrap();
-    // Prepared attempts of the crashed coordinator may hold locks forever at participants until
-    // coordinator recovery arrives with the replication issue; the run must still be live.
+    // Prepared attempts of the crashed coordinator are settled by the participants (the
+    // termination protocol); the run must stay live.
     assert!(report.live, "{:?}", report.checks);
     assert!(report.stats.dropped_crashed > 0 || report.committed > 0);
 }

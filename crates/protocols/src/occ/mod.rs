@@ -44,9 +44,17 @@
 //! Coordinators keep no durable state; attempt ids follow the node's clock so that a restarted
 //! coordinator never reuses one.
 //!
-//! Replication seam: this module runs one replica per shard. The replication issue puts each
-//! participant's prepare and decision records through the shard's Raft log (see
-//! `Participant::on_prepare` and `Participant::on_decision`) before votes and acks are sent.
+//! # Replication
+//!
+//! With more than one replica per shard (or a durable driver), each hosted participant sits
+//! behind a member of the shard's Raft group ([`ShardHost`]): every state change is a
+//! [`ShardCommand`] in the log, applied by every replica in log order with the inputs the
+//! leader logged (its clock reading included), and answered by the leader only once committed,
+//! so a vote or an acknowledgement is durable on a quorum before anyone hears it. Reads for
+//! execution come from the leader's state and are validated at prepare. A follower forwards
+//! requests to the leader it knows; coordinators learn leaders from replies and try the next
+//! replica after a timeout. The leader runs its shard's termination, hands leadership back to
+//! replica 0 once it has caught up, and proposes in-memory log compaction points.
 
 mod coordinator;
 mod participant;
