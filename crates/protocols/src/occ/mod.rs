@@ -47,8 +47,8 @@
 //! # Replication
 //!
 //! With more than one replica per shard (or a durable driver), each hosted participant sits
-//! behind a member of the shard's Raft group ([`ShardHost`]): every state change is a
-//! [`ShardCommand`] in the log, applied by every replica in log order with the inputs the
+//! behind a member of the shard's Raft group (`ShardHost`): every state change is a
+//! `ShardCommand` in the log, applied by every replica in log order with the inputs the
 //! leader logged (its clock reading included), and answered by the leader only once committed,
 //! so a vote or an acknowledgement is durable on a quorum before anyone hears it. Reads for
 //! execution come from the leader's state and are validated at prepare. A follower forwards
