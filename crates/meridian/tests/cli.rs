@@ -1,13 +1,12 @@
 //! The `meridian` binary end to end: bad input, a short embedded benchmark, a simulation, and a
 //! server process driven over TCP on loopback.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-fn meridian() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_meridian"))
-}
+use common::{free_port, meridian, wait_for_port};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn run(args: &[&str]) -> Output {
     meridian().args(args).output().expect("the binary runs")
@@ -145,18 +144,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

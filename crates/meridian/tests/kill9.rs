@@ -8,25 +8,12 @@
 //! one's state from its data directory with `meridian verify`: the money must be all there in
 //! every replica's log.
 
+mod common;
+
+use common::{free_port, meridian, wait_for_port};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn meridian() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_meridian"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use std::process::{Child, Stdio};
+use std::time::Duration;
 
 struct Servers {
     file: PathBuf,

@@ -843,10 +843,7 @@ impl Coordinator {
         }
         for (&txn, finishing) in self.finishing.iter_mut().filter(|(_, f)| f.retransmit_at <= now) {
             for &shard in &finishing.unacked {
-                let msg = match finishing.decision {
-                    Decision::Committed(ts) => OccMsg::Commit { txn, shard, ts },
-                    Decision::Aborted => OccMsg::Abort { txn, shard },
-                };
+                let msg = OccMsg::decision(txn, shard, finishing.decision);
                 out.send(self.leaders[shard.0 as usize], msg);
             }
             finishing.retransmit_at = now + rpc_timeout_ns;

@@ -305,6 +305,14 @@ pub struct RaftGroupMsgs {
 }
 
 impl OccMsg {
+    /// The message that carries `decision` on `txn` to `shard`: `Commit` or `Abort`.
+    fn decision(txn: TxnId, shard: ShardId, decision: Decision) -> Self {
+        match decision {
+            Decision::Committed(ts) => Self::Commit { txn, shard, ts },
+            Decision::Aborted => Self::Abort { txn, shard },
+        }
+    }
+
     /// The shard a request to a participant is for.
     fn request_shard(&self) -> Option<ShardId> {
         match self {
@@ -417,6 +425,8 @@ impl Timers {
 struct ShardHost {
     participant: Participant,
     raft: Option<RaftReplica>,
+    /// This replica's slot in the shard's group.
+    slot: u32,
     /// The last compaction point this replica proposed as leader.
     compact_proposed: u64,
 }
@@ -426,6 +436,13 @@ impl ShardHost {
     fn leads(&self) -> bool {
         self.raft.as_ref().is_none_or(|r| r.is_leader())
     }
+}
+
+/// Appends `command` to the shard's log. A refusal (no longer leader, a transfer in progress)
+/// is left to the sender's timeout, which resends.
+fn propose(raft: &mut RaftReplica, command: &ShardCommand, effects: &mut Vec<ReplicaEffect>) {
+    let bytes = postcard::to_allocvec(command).expect("commands encode");
+    let _ = raft.propose(bytes, effects);
 }
 
 /// Most persists of this node's Raft groups outstanding at once (each group bounds its own;
@@ -482,7 +499,8 @@ impl OccNode {
                 None
             };
             let participant = Participant::new(slot.shard, context.clone());
-            hosts.insert(slot.shard, ShardHost { participant, raft, compact_proposed: 0 });
+            let host = ShardHost { participant, raft, slot: slot.replica, compact_proposed: 0 };
+            hosts.insert(slot.shard, host);
         }
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone()));
         Ok(Self {
@@ -598,10 +616,8 @@ impl OccNode {
             Self::apply(&self.context, shard, &mut host.participant, command, true, out);
             return;
         };
-        let bytes = postcard::to_allocvec(&command).expect("commands encode");
         let mut effects = Vec::new();
-        // Refused (no longer leader, or a transfer in progress): the sender's timeout resends.
-        let _ = raft.propose(bytes, &mut effects);
+        propose(raft, &command, &mut effects);
         self.carry_out_replica(shard, effects, out);
     }
 
@@ -616,14 +632,9 @@ impl OccNode {
             match effect {
                 ReplicaEffect::Send { to, msgs } => {
                     let Some(host) = self.hosts.get(&shard) else { continue };
-                    let from_slot = self.context.topology.nodes[self.id.0 as usize]
-                        .replicas
-                        .iter()
-                        .find(|s| s.shard == shard)
-                        .map_or(0, |s| s.replica);
                     debug_assert!(host.raft.is_some());
                     if let Some(node) = self.context.topology.replica_node(shard, to) {
-                        let group = RaftGroupMsgs { shard, from_slot, msgs };
+                        let group = RaftGroupMsgs { shard, from_slot: host.slot, msgs };
                         self.raft_outgoing.entry(node).or_default().push(group);
                     }
                 }
@@ -731,11 +742,7 @@ impl OccNode {
                 }
                 for peer in peers {
                     for node in participant::replicas_of(context, peer) {
-                        let msg = match decision {
-                            Decision::Committed(ts) => OccMsg::Commit { txn, shard: peer, ts },
-                            Decision::Aborted => OccMsg::Abort { txn, shard: peer },
-                        };
-                        out.send(node, msg);
+                        out.send(node, OccMsg::decision(txn, peer, decision));
                     }
                 }
                 if let Some(to) = reply_to {
@@ -767,21 +774,14 @@ impl OccNode {
                 // Replica 0 sits where the topology puts each shard's leader: on a first
                 // start it campaigns at once instead of waiting out an election timeout (and a
                 // one-member group always does: it needs no one's vote).
-                let shards: Vec<ShardId> = self.hosts.keys().copied().collect();
-                for shard in shards {
-                    let slot = self.context.topology.nodes[self.id.0 as usize]
-                        .replicas
-                        .iter()
-                        .find(|s| s.shard == shard)
-                        .map_or(1, |s| s.replica);
-                    if slot == 0 {
-                        let mut effects = Vec::new();
-                        if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut())
-                        {
-                            raft.campaign(&mut effects);
-                        }
-                        self.carry_out_replica(shard, effects, out);
+                let leads: Vec<ShardId> =
+                    self.hosts.iter().filter(|(_, h)| h.slot == 0).map(|(&s, _)| s).collect();
+                for shard in leads {
+                    let mut effects = Vec::new();
+                    if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
+                        raft.campaign(&mut effects);
                     }
+                    self.carry_out_replica(shard, effects, out);
                 }
             }
         }
@@ -870,9 +870,7 @@ impl OccNode {
                             raft.compaction_point().filter(|&p| p > host.compact_proposed)
                         {
                             host.compact_proposed = point;
-                            let command = ShardCommand::Compact { below: point };
-                            let bytes = postcard::to_allocvec(&command).expect("commands encode");
-                            let _ = raft.propose(bytes, &mut effects);
+                            propose(raft, &ShardCommand::Compact { below: point }, &mut effects);
                         }
                     }
                     self.carry_out_replica(shard, effects, out);

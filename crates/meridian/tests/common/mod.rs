@@ -1,0 +1,23 @@
+//! Helpers the end-to-end tests share: the binary under test and loopback ports.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The `meridian` binary this test run built.
+pub fn meridian() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_meridian"))
+}
+
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits (up to 30 s) until something accepts connections on `port`.
+pub fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
