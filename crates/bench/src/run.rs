@@ -554,14 +554,14 @@ fn data_identity(file: &ClusterFile, node: u32) -> String {
 }
 
 /// Rebuilds node `node` offline from its data directory, as a restart would (initial data,
-/// then every command its log holds as committed), and runs the workload's checks that need
-/// only the stores. Returns the checks and the number of commands replayed. Cross-shard
+/// then its snapshots and every command its log holds as committed after them), and runs the
+/// workload's checks that need only the stores. Returns the checks and what was rebuilt. Cross-shard
 /// invariants need every shard: with several shards, only a node's own shards are checked.
 pub fn verify_data_dir(
     file: &ClusterFile,
     node: u32,
     dir: &Path,
-) -> Result<(Vec<CheckResult>, u64), ConfigError> {
+) -> Result<(Vec<CheckResult>, meridian_protocols::occ::Replayed), ConfigError> {
     if node as usize >= file.topology.nodes.len() {
         return Err(ConfigError::new(format!(
             "--node {node}: the cluster file has nodes 0..{}",

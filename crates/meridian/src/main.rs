@@ -468,9 +468,13 @@ fn verify(args: &VerifyArgs) -> Result<(), Failure> {
     let (checks, replayed) =
         meridian_bench::run::verify_data_dir(&file, args.node, &args.data_dir)?;
     say!(
-        "node {}: replayed {replayed} committed commands from {}",
+        "node {}: rebuilt to log index {} from {}: {} snapshots installed, then {} committed \
+         commands replayed",
         args.node,
-        args.data_dir.display()
+        replayed.log_index,
+        args.data_dir.display(),
+        replayed.snapshots,
+        replayed.commands
     );
     for check in &checks {
         say!(

@@ -88,6 +88,9 @@ pub struct Timing {
     pub gc_retention_ns: u64,
     /// One Raft tick: heartbeats every 2, elections after 10–20 (replicated shards only).
     pub raft_tick_ns: u64,
+    /// Commands each shard replica applies between snapshots of its state (replicated or
+    /// durable shards only).
+    pub snapshot_interval_entries: u64,
 }
 
 impl Timing {
@@ -105,9 +108,15 @@ impl Timing {
             // voter first (a slow disk syncs in 50 ms). Shorter, and a candidate times out
             // before its votes arrive, again and again (swarm seed 1 of `bank`, 3 replicas).
             raft_tick_ns: (owd_ns_max / 2).max(25 * NS_PER_MS),
+            snapshot_interval_entries: SNAPSHOT_INTERVAL_ENTRIES,
         }
     }
 }
+
+/// Commands between snapshots by default. A snapshot copies every row written since the load;
+/// at this interval a 2x3 `lan` bench snapshots each shard every few seconds, and a restart
+/// replays at most this many commands after its snapshot.
+pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 50_000;
 
 /// What every node is built from.
 #[derive(Clone, Debug)]

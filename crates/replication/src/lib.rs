@@ -11,7 +11,9 @@
 //! unseeded randomness. Time is `tick()` counts; messages and persistence go out as effects;
 //! persistence completes through `on_persisted(token)`, in the order the persists were asked.
 //! Messages that raft-rs allows only after persistence (votes, a follower's append
-//! acknowledgements) are held until then.
+//! acknowledgements) are held until then. Snapshots bound the log: the driver hands the
+//! replica an image of its state machine when asked (`snapshot_due`), and restores one when
+//! told ([`ReplicaEffect::Restore`]).
 #![deny(unsafe_code)]
 
 pub mod raft;
@@ -51,6 +53,15 @@ pub enum ReplicaEffect {
         index: u64,
         /// The command as proposed.
         command: Vec<u8>,
+    },
+    /// Replace the state machine with a snapshot's image of it at `index` (a snapshot from
+    /// the leader, or the one this replica restarted from); commands after it follow as
+    /// `Apply`.
+    Restore {
+        /// The last log index the image covers.
+        index: u64,
+        /// The image, as the driver produced it for the snapshot.
+        data: Vec<u8>,
     },
     /// This replica became leader (`true`) or stopped being leader (`false`).
     Leadership(bool),

@@ -2,21 +2,27 @@
 //!
 //! Each pass over raft-rs's `Ready` sends what may go at once (a leader's appends), applies
 //! the committed entries this replica already holds durably, appends new entries and the hard
-//! state to the in-memory `MemStorage` raft-rs reads from, and asks the driver to persist the
-//! same records. Messages raft-rs allows only after persistence (votes, append
-//! acknowledgements) wait for that persist's `on_persisted`; persists complete in order.
+//! state to the in-memory log raft-rs reads from, and asks the driver to persist the same
+//! records. Messages raft-rs allows only after persistence (votes, append acknowledgements)
+//! wait for that persist's `on_persisted`; persists complete in order.
 //!
 //! Durable layout (keys in the node's log store, big-endian so key order is log order):
-//! `'R' ‖ group:u32 ‖ 0` → hard state; `'R' ‖ group:u32 ‖ 1 ‖ index:u64` → entry (protobuf).
-//! A restarted replica rebuilds its storage from those records with `applied = 0`, so the
-//! committed prefix is applied again from the start: the state machine is rebuilt by replay.
+//! `'R' ‖ group:u32 ‖ 0` → hard state; `'R' ‖ group:u32 ‖ 1 ‖ index:u64` → entry (protobuf);
+//! `'R' ‖ group:u32 ‖ 2` → the latest snapshot (protobuf: index, term, members, state data).
 //!
-//! In-memory compaction without snapshots: the leader knows how far every member's durable log
-//! reaches; entries below that (less a margin) are never sent again, so the group may drop
-//! them from memory. The leader proposes the point through the log and every member compacts
-//! when it applies it ([`RaftReplica::compaction_point`], [`RaftReplica::compact`]). The
-//! durable records stay whole (restart replays them), so memory stays bounded while the disk
-//! log grows; snapshots would bound both.
+//! Snapshots bound the log. Once [`RaftTiming::snapshot_interval_entries`] entries have been
+//! applied since the last one, the driver hands [`RaftReplica::take_snapshot`] its state
+//! machine's image at the applied index; the replica persists it and, in the same atomic
+//! batch, deletes the durable entries it covers, then drops from memory all but the last
+//! [`RaftTiming::kept_entries`] of them (so a follower that lags a little is still sent
+//! entries, not the whole state). A follower that lags further is sent the snapshot; it
+//! hands the image to its driver as [`ReplicaEffect::Restore`] and replaces its log with it.
+//! A restarted replica restores its snapshot the same way (its first effect), then replays
+//! the committed entries after it: the state machine is rebuilt from snapshot + log.
+//!
+//! A snapshot message can be lost, and raft-rs then waits for it forever; a leader whose
+//! follower has not acknowledged one within [`SNAPSHOT_RETRY_TICKS`] reports it failed, and
+//! raft-rs sends it again.
 //!
 //! Determinism: raft-rs draws a randomized election timeout from `thread_rng` whenever a member
 //! changes term, role or leader. This replica overrides that draw at once, before it can
@@ -27,28 +33,33 @@
 use crate::{ProposeError, Replica, ReplicaEffect, ReplicaMsg, Slot};
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use protobuf::Message as _;
-use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message};
+use raft::eraftpb::{ConfState, Entry, EntryType, HardState, Message, MessageType, Snapshot};
 use raft::storage::MemStorage;
-use raft::{Config, RawNode, StateRole, Storage as _};
+use raft::{
+    Config, GetEntriesContext, ProgressState, RaftState, RawNode, SnapshotStatus, StateRole,
+    Storage, StorageError,
+};
 use std::collections::{BTreeMap, VecDeque};
 
 /// First byte of every replication key in the node's log store.
 pub const KEY_PREFIX: u8 = b'R';
 const KIND_HARD_STATE: u8 = 0;
 const KIND_ENTRY: u8 = 1;
+const KIND_SNAPSHOT: u8 = 2;
 /// Most bytes of entries in one append message.
 pub const MSG_BYTES_MAX: u64 = 1 << 20;
 /// Most append messages in flight to one follower.
 pub const INFLIGHT_MSGS_MAX: usize = 256;
-/// Entries kept below the lowest index every member holds, so a new leader's probes never
-/// reach a compacted entry.
-pub const COMPACT_MARGIN_ENTRIES: u64 = 1_024;
-/// A compaction is worth proposing once this many entries can go.
-pub const COMPACT_BATCH_ENTRIES: u64 = 8_192;
 /// Most persists that may be outstanding before the replica stops issuing new ones.
 pub const PENDING_PERSISTS_MAX: usize = 1 << 16;
+/// Ticks a leader waits for a follower to acknowledge a snapshot before sending it again
+/// (more than an election timeout: a big snapshot takes a while to send and apply).
+pub const SNAPSHOT_RETRY_TICKS: u64 = 40;
+/// Fewest entries between snapshots: a snapshot copies the whole state, so taking one per
+/// handful of commands would cost more than the log it saves.
+pub const SNAPSHOT_INTERVAL_ENTRIES_MIN: u64 = 8;
 
-/// Timing of one group's members, in ticks.
+/// Timing and log bounds of one group's members (time in ticks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RaftTiming {
     /// Ticks without a leader's word before a follower campaigns (the minimum; each timeout
@@ -58,12 +69,25 @@ pub struct RaftTiming {
     pub heartbeat_ticks: usize,
     /// Seeds this member's election timeouts.
     pub seed: u64,
+    /// Entries applied between snapshots.
+    pub snapshot_interval_entries: u64,
 }
 
 impl RaftTiming {
-    /// 10 election ticks, heartbeat every 2: with a 25 ms tick, elections after 250–500 ms.
-    pub fn standard(seed: u64) -> Self {
-        Self { election_ticks: 10, heartbeat_ticks: 2, seed }
+    /// 10 election ticks, heartbeat every 2 (with a 25 ms tick, elections after 250–500 ms), a
+    /// snapshot every `snapshot_interval_entries` applied entries.
+    pub fn standard(seed: u64, snapshot_interval_entries: u64) -> Self {
+        assert!(
+            snapshot_interval_entries >= SNAPSHOT_INTERVAL_ENTRIES_MIN,
+            "a snapshot every {snapshot_interval_entries} entries is below the minimum"
+        );
+        Self { election_ticks: 10, heartbeat_ticks: 2, seed, snapshot_interval_entries }
+    }
+
+    /// Entries kept in memory below a snapshot, so that a follower lagging by fewer is sent
+    /// entries rather than the snapshot: an eighth of the interval.
+    pub fn kept_entries(&self) -> u64 {
+        self.snapshot_interval_entries / 8
     }
 }
 
@@ -76,6 +100,12 @@ fn key_prefix(group: u32) -> Vec<u8> {
 fn hard_state_key(group: u32) -> Vec<u8> {
     let mut key = key_prefix(group);
     key.push(KIND_HARD_STATE);
+    key
+}
+
+fn snapshot_key(group: u32) -> Vec<u8> {
+    let mut key = key_prefix(group);
+    key.push(KIND_SNAPSHOT);
     key
 }
 
@@ -96,34 +126,121 @@ impl std::fmt::Display for RestoreError {
     }
 }
 
+/// What raft-rs reads the log from: the in-memory entries and the latest snapshot (raft-rs's
+/// `MemStorage` alone answers snapshot requests with metadata but no state).
+struct LogStorage {
+    mem: MemStorage,
+    snapshot: Snapshot,
+}
+
+impl LogStorage {
+    fn snapshot_index(&self) -> u64 {
+        self.snapshot.get_metadata().index
+    }
+}
+
+impl Storage for LogStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        self.mem.initial_state()
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.mem.entries(low, high, max_size, context)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let meta = self.snapshot.get_metadata();
+        if idx == meta.index && idx > 0 {
+            return Ok(meta.term);
+        }
+        self.mem.term(idx)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        self.mem.first_index()
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        self.mem.last_index()
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        // The log is only ever compacted below a snapshot this replica holds, so one exists
+        // whenever raft-rs needs it; the request index is 0 unless a follower asked for more.
+        if self.snapshot_index() > 0 && self.snapshot_index() >= request_index {
+            Ok(self.snapshot.clone())
+        } else {
+            Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable))
+        }
+    }
+}
+
 /// A persist the driver has not completed yet.
 #[derive(Debug)]
 struct PendingPersist {
-    /// The token the driver hands back (the first ready number it covers).
+    /// The token the driver hands back.
     token: u64,
-    /// The last ready number it covers: readies with nothing to write that came after it are
-    /// durable as soon as it is.
-    number: u64,
+    /// The last ready number it covers (none for a snapshot of our own): readies with
+    /// nothing to write that came after it are durable as soon as it is.
+    number: Option<u64>,
     /// Messages raft-rs lets go only after these readies are durable.
     after: Vec<Message>,
 }
 
 /// One member of one Raft group.
 pub struct RaftReplica {
-    node: RawNode<MemStorage>,
+    node: RawNode<LogStorage>,
     group: u32,
+    /// The group's members (fixed: membership never changes here).
+    conf_state: ConfState,
     /// Persists outstanding, oldest first.
     pending: VecDeque<PendingPersist>,
-    /// Highest log index the durable records hold.
+    /// Tokens for persists.
+    token_next: u64,
+    /// The durable entries are `durable_first_index..=durable_last_index` (none when first >
+    /// last); everything below is covered by the durable snapshot.
+    durable_first_index: u64,
     durable_last_index: u64,
     /// The last index of the log this replica was restored with.
     restored_last_index: u64,
+    /// The highest index handed to the driver (applied, or restored from a snapshot).
+    applied_index: u64,
+    /// A snapshot restored from disk, handed to the driver with the first effects.
+    restore_pending: Option<Snapshot>,
+    /// The persist of a snapshot received from the leader, until it completes. Meanwhile
+    /// raft-rs's applied index is still below the snapshot (it may only move once the snapshot
+    /// is durable) while its log starts after it, and an election would read the entries in
+    /// between: so no election starts until then.
+    received_snapshot_persist: Option<u64>,
     leading: bool,
     /// Draws election timeouts.
     rng: Rng,
-    election_ticks: usize,
+    timing: RaftTiming,
     /// Term, role and leader when the timeout was last drawn.
     drawn_for: (u64, StateRole, u64),
+    /// Ticks so far, and when each follower the leader is sending a snapshot to started
+    /// waiting for it (raft id → tick).
+    ticks: u64,
+    snapshot_sent_at: BTreeMap<u64, u64>,
+    /// Snapshots taken here, received from a leader, and restored from disk (for metrics).
+    snapshot_counts: SnapshotCounts,
+}
+
+/// How many snapshots a replica has dealt with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotCounts {
+    /// Taken of its own state.
+    pub taken: u64,
+    /// Received from a leader and installed.
+    pub received: u64,
+    /// Restored from disk at start.
+    pub restored: u64,
 }
 
 impl std::fmt::Debug for RaftReplica {
@@ -134,6 +251,7 @@ impl std::fmt::Debug for RaftReplica {
             .field("term", &self.node.raft.term)
             .field("role", &self.node.raft.state)
             .field("commit", &self.node.raft.raft_log.committed)
+            .field("snapshot", &self.node.store().snapshot_index())
             .finish()
     }
 }
@@ -150,83 +268,122 @@ impl RaftReplica {
     ) -> Result<Self, RestoreError> {
         assert!(slot < members, "slot {slot} of a {members}-member group");
         let voters: Vec<u64> = (1..=u64::from(members)).collect();
-        let storage = MemStorage::new_with_conf_state(ConfState::from((voters, Vec::new())));
+        let conf_state = ConfState::from((voters, Vec::new()));
+        let mem = MemStorage::new_with_conf_state(conf_state.clone());
         let mut entries = Vec::new();
         let prefix = key_prefix(group);
         let mut hard_state = None;
+        let mut snapshot = None;
+        let error = |what: String| RestoreError(format!("group {group}: {what}"));
         for (key, value) in durable.range(prefix.clone()..) {
             if !key.starts_with(&prefix) {
                 break;
             }
             match key.get(prefix.len()) {
                 Some(&KIND_HARD_STATE) => {
-                    hard_state = Some(HardState::parse_from_bytes(value).map_err(|e| {
-                        RestoreError(format!("group {group}: hard state does not decode: {e}"))
-                    })?);
+                    hard_state = Some(
+                        HardState::parse_from_bytes(value)
+                            .map_err(|e| error(format!("hard state does not decode: {e}")))?,
+                    );
                 }
                 Some(&KIND_ENTRY) => {
-                    let entry = Entry::parse_from_bytes(value).map_err(|e| {
-                        RestoreError(format!("group {group}: log entry does not decode: {e}"))
-                    })?;
+                    let entry = Entry::parse_from_bytes(value)
+                        .map_err(|e| error(format!("log entry does not decode: {e}")))?;
                     entries.push(entry);
                 }
-                _ => return Err(RestoreError(format!("group {group}: unknown record {key:?}"))),
+                Some(&KIND_SNAPSHOT) => {
+                    let snap = Snapshot::parse_from_bytes(value)
+                        .map_err(|e| error(format!("snapshot does not decode: {e}")))?;
+                    if snap.get_metadata().get_conf_state().voters != conf_state.voters {
+                        return Err(error(format!(
+                            "snapshot names members {:?}, the group has {members}",
+                            snap.get_metadata().get_conf_state().voters
+                        )));
+                    }
+                    snapshot = Some(snap);
+                }
+                _ => return Err(error(format!("unknown record {key:?}"))),
             }
         }
+        let snapshot_index = snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
         for (i, entry) in entries.iter().enumerate() {
-            if entry.index != i as u64 + 1 {
-                return Err(RestoreError(format!(
-                    "group {group}: log has a gap: entry {} where {} was expected",
-                    entry.index,
-                    i + 1
+            let expected = snapshot_index + 1 + i as u64;
+            if entry.index != expected {
+                return Err(error(format!(
+                    "log has a gap: entry {} where {expected} was expected (snapshot at \
+                     {snapshot_index})",
+                    entry.index
                 )));
             }
         }
-        let durable_last_index = entries.last().map_or(0, |e| e.index);
-        if let Some(hs) = &hard_state {
+        let durable_last_index = entries.last().map_or(snapshot_index, |e| e.index);
+        let mut storage = LogStorage { mem, snapshot: Snapshot::default() };
+        if let Some(snap) = &snapshot {
+            storage.mem.wl().apply_snapshot(snap.clone()).map_err(|e| error(e.to_string()))?;
+            storage.snapshot = snap.clone();
+        }
+        if let Some(mut hs) = hard_state {
             if hs.commit > durable_last_index {
-                return Err(RestoreError(format!(
-                    "group {group}: hard state commits {} but the log ends at {durable_last_index}",
+                return Err(error(format!(
+                    "hard state commits {} but the log ends at {durable_last_index}",
                     hs.commit
                 )));
             }
+            // A snapshot is of committed state; the hard state written before it may say less.
+            hs.commit = hs.commit.max(snapshot_index);
+            let snapshot_term = snapshot.as_ref().map_or(0, |s| s.get_metadata().term);
+            if hs.term < snapshot_term {
+                // Never the case when the snapshot was written after the hard state of its
+                // term; kept safe anyway: a newer term, with no vote cast in it.
+                hs.term = snapshot_term;
+                hs.vote = 0;
+            }
+            storage.mem.wl().set_hardstate(hs);
         }
-        storage.wl().append(&entries).map_err(|e| RestoreError(format!("group {group}: {e}")))?;
-        if let Some(hs) = hard_state {
-            storage.wl().set_hardstate(hs);
-        }
+        storage.mem.wl().append(&entries).map_err(|e| error(e.to_string()))?;
         let config = Config {
             id: u64::from(slot) + 1,
             election_tick: timing.election_ticks,
             heartbeat_tick: timing.heartbeat_ticks,
             min_election_tick: timing.election_ticks,
             max_election_tick: 2 * timing.election_ticks,
-            // The state machine lives in memory: replay the whole committed log.
-            applied: 0,
+            // The state machine lives in memory: it is rebuilt from the snapshot, then by
+            // replaying the committed entries after it.
+            applied: snapshot_index,
             max_size_per_msg: MSG_BYTES_MAX,
             max_inflight_msgs: INFLIGHT_MSGS_MAX,
             check_quorum: true,
             pre_vote: true,
             ..Config::default()
         };
-        config.validate().map_err(|e| RestoreError(format!("group {group}: {e}")))?;
+        config.validate().map_err(|e| error(e.to_string()))?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let node = RawNode::new(&config, storage, &logger)
-            .map_err(|e| RestoreError(format!("group {group}: {e}")))?;
+        let node = RawNode::new(&config, storage, &logger).map_err(|e| error(e.to_string()))?;
         let mut replica = Self {
             node,
             group,
+            conf_state,
             pending: VecDeque::new(),
+            token_next: 0,
+            durable_first_index: snapshot_index + 1,
             durable_last_index,
             restored_last_index: durable_last_index,
+            // Until the restored snapshot is handed over (with the first effects), the driver's
+            // state is the initial one.
+            applied_index: 0,
+            restore_pending: snapshot,
+            received_snapshot_persist: None,
             leading: false,
             rng: child_rng(
                 timing.seed,
                 "raft-election",
                 (u64::from(group) << 32) | u64::from(slot),
             ),
-            election_ticks: timing.election_ticks,
+            timing,
             drawn_for: (u64::MAX, StateRole::Follower, u64::MAX),
+            ticks: 0,
+            snapshot_sent_at: BTreeMap::new(),
+            snapshot_counts: SnapshotCounts::default(),
         };
         replica.redraw_election_timeout();
         Ok(replica)
@@ -240,8 +397,8 @@ impl RaftReplica {
             return;
         }
         self.drawn_for = now;
-        let ticks =
-            self.election_ticks + uniform_u64(&mut self.rng, self.election_ticks as u64) as usize;
+        let election_ticks = self.timing.election_ticks;
+        let ticks = election_ticks + uniform_u64(&mut self.rng, election_ticks as u64) as usize;
         self.node.raft.set_randomized_election_timeout(ticks);
     }
 
@@ -260,27 +417,66 @@ impl RaftReplica {
         self.node.raft.raft_log.committed
     }
 
-    /// Where the group may compact its in-memory logs: below the lowest index every member holds
-    /// durably and this leader has applied, less [`COMPACT_MARGIN_ENTRIES`]; `None` unless this
-    /// replica leads and at least [`COMPACT_BATCH_ENTRIES`] entries would go.
-    pub fn compaction_point(&self) -> Option<u64> {
-        let raft = &self.node.raft;
-        if raft.state != StateRole::Leader {
-            return None;
-        }
-        let held = raft.prs().iter().map(|(_, p)| p.matched).min()?;
-        let point = held.min(raft.raft_log.applied).saturating_sub(COMPACT_MARGIN_ENTRIES);
-        let first = self.node.store().first_index().ok()?;
-        (point >= first + COMPACT_BATCH_ENTRIES).then_some(point)
+    /// The index of the latest snapshot this replica holds (0: none).
+    pub fn snapshot_index(&self) -> u64 {
+        self.node.store().snapshot_index()
     }
 
-    /// Drops in-memory entries below `below` (never past what this replica applied). Called when
-    /// the leader's compaction point is applied from the log.
-    pub fn compact(&mut self, below: u64) {
-        let to = below.min(self.node.raft.raft_log.applied);
-        if to <= self.durable_last_index {
-            let _ = self.node.mut_store().wl().compact(to);
+    /// The highest index whose command the driver has been handed (or that a snapshot it
+    /// was handed covers).
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    /// Snapshots taken, received and restored so far.
+    pub fn snapshot_counts(&self) -> SnapshotCounts {
+        self.snapshot_counts
+    }
+
+    /// True when enough entries have been applied since the last snapshot to take another.
+    pub fn snapshot_due(&self) -> bool {
+        self.applied_index >= self.snapshot_index() + self.timing.snapshot_interval_entries
+    }
+
+    /// Takes a snapshot at the applied index: `data` is the driver's state machine after
+    /// applying every command it was handed. Persists it, deletes the durable entries it
+    /// covers (atomically, in the same persist), and drops all but the last
+    /// [`RaftTiming::kept_entries`] of them from memory.
+    pub fn take_snapshot(&mut self, data: Vec<u8>, out: &mut Vec<ReplicaEffect>) {
+        let index = self.applied_index;
+        if index <= self.snapshot_index() {
+            return;
         }
+        // Applied entries are committed and durable here, and still in memory (the log is
+        // only compacted below a snapshot, which is below the applied index).
+        let term = self.node.store().term(index).expect("an applied entry is in the log");
+        let mut snapshot = Snapshot::default();
+        snapshot.set_data(data.into());
+        let meta = snapshot.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(self.conf_state.clone());
+        let mut records = Vec::new();
+        records.push((snapshot_key(self.group), Some(encode(&snapshot))));
+        let covered_last = index.min(self.durable_last_index);
+        for stale in self.durable_first_index..=covered_last {
+            records.push((entry_key(self.group, stale), None));
+        }
+        self.durable_first_index = self.durable_first_index.max(index + 1);
+        self.snapshot_counts.taken += 1;
+        let store = self.node.mut_store();
+        store.snapshot = snapshot;
+        let keep_from = index.saturating_sub(self.timing.kept_entries()).max(1);
+        let _ = store.mem.wl().compact(keep_from);
+        // No message waits for this persist, and nothing depends on it being synced: the
+        // entries it deletes stay until it is durable, and a later sync makes it durable.
+        self.push_persist(None, Vec::new(), records, false, out);
+    }
+
+    /// The snapshot this replica was restored from, until it is handed over: its index and
+    /// the driver's image (so the driver can check the image before it starts).
+    pub fn restored_snapshot(&self) -> Option<(u64, &[u8])> {
+        self.restore_pending.as_ref().map(|s| (s.get_metadata().index, s.get_data()))
     }
 
     /// The last log index this replica held when it was restored (0 on a first start): the
@@ -307,15 +503,17 @@ impl RaftReplica {
         raft.prs().get(u64::from(slot) + 1).is_some_and(|p| p.recent_active && p.matched == last)
     }
 
-    /// Hands out whatever raft-rs has ready (after a restore: the committed entries of the
-    /// log, to replay), without a tick or a message.
+    /// Hands out whatever raft-rs has ready (after a restore: the snapshot, then the committed
+    /// entries of the log to replay), without a tick or a message.
     pub fn poll(&mut self, out: &mut Vec<ReplicaEffect>) {
         self.handle_ready(out);
     }
 
     /// Starts an election now (tests and leader hand-over).
     pub fn campaign(&mut self, out: &mut Vec<ReplicaEffect>) {
-        let _ = self.node.campaign();
+        if self.received_snapshot_persist.is_none() {
+            let _ = self.node.campaign();
+        }
         self.handle_ready(out);
     }
 
@@ -323,8 +521,7 @@ impl RaftReplica {
         let mut by_slot: BTreeMap<Slot, Vec<ReplicaMsg>> = BTreeMap::new();
         for msg in msgs {
             let Some(slot) = msg.to.checked_sub(1) else { continue };
-            let bytes = msg.write_to_bytes().expect("raft messages encode");
-            by_slot.entry(slot as Slot).or_default().push(ReplicaMsg(bytes));
+            by_slot.entry(slot as Slot).or_default().push(ReplicaMsg(encode(&msg)));
         }
         for (to, msgs) in by_slot {
             out.push(ReplicaEffect::Send { to, msgs });
@@ -334,32 +531,85 @@ impl RaftReplica {
     fn apply(&mut self, entries: Vec<Entry>, out: &mut Vec<ReplicaEffect>) {
         let Some(last) = entries.last().map(|e| e.index) else { return };
         for entry in entries {
+            debug_assert!(entry.index > self.applied_index, "entries apply in order, once");
             // A new leader's empty entry commits its term; membership never changes here.
             if entry.get_entry_type() == EntryType::EntryNormal && !entry.data.is_empty() {
                 out.push(ReplicaEffect::Apply { index: entry.index, command: entry.data.to_vec() });
             }
         }
+        self.applied_index = last;
         self.node.advance_apply_to(last);
+    }
+
+    /// Hands `snapshot`'s state to the driver.
+    fn restore_state(&mut self, snapshot: &Snapshot, out: &mut Vec<ReplicaEffect>) {
+        let index = snapshot.get_metadata().index;
+        assert!(
+            index > self.applied_index,
+            "group {}: a snapshot at {index} would move the state back from {}",
+            self.group,
+            self.applied_index,
+        );
+        self.applied_index = index;
+        out.push(ReplicaEffect::Restore { index, data: snapshot.get_data().to_vec() });
+    }
+
+    /// Queues a persist of `records` for the driver.
+    fn push_persist(
+        &mut self,
+        number: Option<u64>,
+        after: Vec<Message>,
+        records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        sync: bool,
+        out: &mut Vec<ReplicaEffect>,
+    ) {
+        assert!(self.pending.len() < PENDING_PERSISTS_MAX, "persists stopped completing");
+        let token = self.token_next;
+        self.token_next += 1;
+        self.pending.push_back(PendingPersist { token, number, after });
+        out.push(ReplicaEffect::Persist { token, records, sync });
     }
 
     /// Drains raft-rs's `Ready` until it has nothing more.
     fn handle_ready(&mut self, out: &mut Vec<ReplicaEffect>) {
+        if let Some(snapshot) = self.restore_pending.take() {
+            self.snapshot_counts.restored += 1;
+            self.restore_state(&snapshot, out);
+        }
         while self.node.has_ready() {
             let mut ready = self.node.ready();
             let number = ready.number();
             self.send(ready.take_messages(), out);
-            // Nothing compacts the log, so no snapshot is ever sent or received.
-            debug_assert!(ready.snapshot().is_empty(), "snapshots are not produced");
+            let mut records = Vec::new();
+            let got_snapshot = !ready.snapshot().is_empty();
+            if got_snapshot {
+                // A leader's snapshot replaces this follower's whole log.
+                let snapshot = ready.snapshot().clone();
+                let index = snapshot.get_metadata().index;
+                for stale in self.durable_first_index..=self.durable_last_index {
+                    records.push((entry_key(self.group, stale), None));
+                }
+                records.push((snapshot_key(self.group), Some(encode(&snapshot))));
+                self.durable_first_index = index + 1;
+                self.durable_last_index = index;
+                let store = self.node.mut_store();
+                store
+                    .mem
+                    .wl()
+                    .apply_snapshot(snapshot.clone())
+                    .expect("raft-rs hands newer snapshots");
+                store.snapshot = snapshot.clone();
+                self.snapshot_counts.received += 1;
+                self.restore_state(&snapshot, out);
+            }
             let committed = ready.take_committed_entries();
             self.apply(committed, out);
-            let mut records = Vec::new();
-            let storage = self.node.mut_store().clone();
+            let store = self.node.mut_store().mem.clone();
             if !ready.entries().is_empty() {
                 let entries = ready.entries();
-                storage.wl().append(entries).expect("raft-rs hands appendable entries");
+                store.wl().append(entries).expect("raft-rs hands appendable entries");
                 for entry in entries {
-                    let bytes = entry.write_to_bytes().expect("entries encode");
-                    records.push((entry_key(self.group, entry.index), Some(bytes)));
+                    records.push((entry_key(self.group, entry.index), Some(encode(entry))));
                 }
                 let last = entries.last().expect("non-empty").index;
                 // A follower's log may be cut back by a new leader: drop the stale tail.
@@ -369,9 +619,8 @@ impl RaftReplica {
                 self.durable_last_index = last;
             }
             if let Some(hs) = ready.hs() {
-                storage.wl().set_hardstate(hs.clone());
-                let bytes = hs.write_to_bytes().expect("hard state encodes");
-                records.push((hard_state_key(self.group), Some(bytes)));
+                store.wl().set_hardstate(hs.clone());
+                records.push((hard_state_key(self.group), Some(encode(hs))));
             }
             let sync = ready.must_sync();
             let after = ready.take_persisted_messages();
@@ -383,16 +632,14 @@ impl RaftReplica {
                 }
                 // Nothing to write: durable once the persist before it is.
                 Some(last) if records.is_empty() => {
-                    last.number = number;
+                    last.number = Some(number);
                     last.after.extend(after);
                 }
                 _ => {
-                    assert!(
-                        self.pending.len() < PENDING_PERSISTS_MAX,
-                        "persists stopped completing"
-                    );
-                    self.pending.push_back(PendingPersist { token: number, number, after });
-                    out.push(ReplicaEffect::Persist { token: number, records, sync });
+                    if got_snapshot {
+                        self.received_snapshot_persist = Some(self.token_next);
+                    }
+                    self.push_persist(Some(number), after, records, sync, out)
                 }
             }
         }
@@ -400,14 +647,47 @@ impl RaftReplica {
         let leading = self.node.raft.state == StateRole::Leader;
         if leading != self.leading {
             self.leading = leading;
+            self.snapshot_sent_at.clear();
             out.push(ReplicaEffect::Leadership(leading));
+        }
+    }
+
+    /// A leader reports a snapshot its follower has not acknowledged in time as failed, so
+    /// raft-rs sends it again instead of waiting forever for a message that was lost.
+    fn retry_lost_snapshots(&mut self) {
+        if self.node.raft.state != StateRole::Leader {
+            return;
+        }
+        let waiting: Vec<u64> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(_, p)| p.state == ProgressState::Snapshot)
+            .map(|(&id, _)| id)
+            .collect();
+        self.snapshot_sent_at.retain(|id, _| waiting.contains(id));
+        for id in waiting {
+            let since = *self.snapshot_sent_at.entry(id).or_insert(self.ticks);
+            if self.ticks - since >= SNAPSHOT_RETRY_TICKS {
+                self.snapshot_sent_at.remove(&id);
+                self.node.report_snapshot(id, SnapshotStatus::Failure);
+            }
         }
     }
 }
 
+fn encode(message: &impl protobuf::Message) -> Vec<u8> {
+    message.write_to_bytes().expect("raft records encode")
+}
+
 impl Replica for RaftReplica {
     fn tick(&mut self, out: &mut Vec<ReplicaEffect>) {
-        self.node.tick();
+        self.ticks += 1;
+        if self.received_snapshot_persist.is_none() {
+            self.node.tick();
+        }
+        self.retry_lost_snapshots();
         self.handle_ready(out);
     }
 
@@ -417,6 +697,12 @@ impl Replica for RaftReplica {
             let Ok(msg) = Message::parse_from_bytes(&bytes) else { continue };
             // A message that lies about its ends is dropped, not stepped.
             if msg.from != u64::from(from) + 1 || msg.to != id {
+                continue;
+            }
+            // A leader hand-over would start an election (see `received_snapshot_persist`).
+            if self.received_snapshot_persist.is_some()
+                && msg.get_msg_type() == MessageType::MsgTimeoutNow
+            {
                 continue;
             }
             let _ = self.node.step(msg);
@@ -444,7 +730,19 @@ impl Replica for RaftReplica {
             return;
         }
         let done = self.pending.pop_front().expect("checked above");
-        self.node.on_persist_ready(done.number);
+        if self.received_snapshot_persist == Some(token) {
+            self.received_snapshot_persist = None;
+        }
+        if let Some(number) = done.number {
+            self.node.on_persist_ready(number);
+            // A snapshot from the leader counts as applied for raft-rs once it is durable
+            // (raft-rs reads the entries after its applied index; those before are gone).
+            let log = &self.node.raft.raft_log;
+            let applied = self.applied_index.min(log.persisted).min(log.committed);
+            if applied > log.applied {
+                self.node.advance_apply_to(applied);
+            }
+        }
         self.send(done.after, out);
         self.handle_ready(out);
     }

@@ -1,7 +1,9 @@
 //! A Raft group under a randomized, deterministic schedule: message loss, duplication and
 //! reordering, partitions, crashes that lose unfinished persists, and restarts from what was
-//! durable. Checks state-machine safety (one command per index, applied in order) and that
-//! every command a leader applied survives: after healing, every replica applies it.
+//! durable. Members take snapshots every few entries, so lagging and restarted members are
+//! brought up to date by snapshot too. Checks state-machine safety (one command per index,
+//! applied in order, snapshots equal to the log they cover) and that every command a leader
+//! applied survives: after healing, every replica holds it.
 
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_replication::raft::{RaftReplica, RaftTiming};
@@ -14,8 +16,30 @@ struct Member {
     replica: Option<RaftReplica>,
     durable: BTreeMap<Vec<u8>, Vec<u8>>,
     persists: VecDeque<(u64, Records)>,
-    /// Indexes applied by the current incarnation, in order.
-    applied: Vec<u64>,
+    /// The state machine: every command applied, by index (restored from snapshots).
+    state: BTreeMap<u64, Vec<u8>>,
+}
+
+/// Snapshot image of a member's state: `index:u64 LE ‖ len:u32 LE ‖ command`, repeated.
+fn encode_state(state: &BTreeMap<u64, Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (index, command) in state {
+        out.extend_from_slice(&index.to_le_bytes());
+        out.extend_from_slice(&(command.len() as u32).to_le_bytes());
+        out.extend_from_slice(command);
+    }
+    out
+}
+
+fn decode_state(mut bytes: &[u8]) -> BTreeMap<u64, Vec<u8>> {
+    let mut state = BTreeMap::new();
+    while !bytes.is_empty() {
+        let index = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        let len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        state.insert(index, bytes[12..12 + len].to_vec());
+        bytes = &bytes[12 + len..];
+    }
+    state
 }
 
 struct Group {
@@ -28,6 +52,10 @@ struct Group {
     /// Commands a leader applied: acknowledged to a client in a real protocol.
     acknowledged: BTreeSet<Vec<u8>>,
     proposals: u64,
+    /// Entries between snapshots.
+    interval: u64,
+    /// Snapshots restored (from a leader or from disk).
+    restores: u64,
 }
 
 const MEMBERS: u32 = 3;
@@ -35,16 +63,17 @@ const MEMBERS: u32 = 3;
 impl Group {
     fn new(seed: u64) -> Self {
         let rng = child_rng(seed, "raft-group", 0);
+        let interval = 8 * (1 + seed % 5);
         let members = (0..MEMBERS)
             .map(|slot| {
-                let timing = RaftTiming::standard(seed * 31 + u64::from(slot));
+                let timing = RaftTiming::standard(seed * 31 + u64::from(slot), interval);
                 Member {
                     replica: Some(
                         RaftReplica::restore(7, slot, MEMBERS, timing, &BTreeMap::new()).unwrap(),
                     ),
                     durable: BTreeMap::new(),
                     persists: VecDeque::new(),
-                    applied: Vec::new(),
+                    state: BTreeMap::new(),
                 }
             })
             .collect();
@@ -56,6 +85,8 @@ impl Group {
             log: BTreeMap::new(),
             acknowledged: BTreeSet::new(),
             proposals: 0,
+            interval,
+            restores: 0,
         }
     }
 
@@ -66,12 +97,29 @@ impl Group {
                 ReplicaEffect::Persist { token, records, .. } => {
                     self.members[slot as usize].persists.push_back((token, records))
                 }
+                ReplicaEffect::Restore { index, data } => {
+                    let member = &mut self.members[slot as usize];
+                    if let Some((&last, _)) = member.state.last_key_value() {
+                        assert!(index > last, "slot {slot} restored {index} over {last}");
+                    }
+                    member.state = decode_state(&data);
+                    self.restores += 1;
+                    for (i, command) in &member.state {
+                        assert!(*i <= index, "a snapshot at {index} holds entry {i}");
+                        match self.log.get(i) {
+                            Some(other) => assert_eq!(other, command, "snapshot differs at {i}"),
+                            None => {
+                                self.log.insert(*i, command.clone());
+                            }
+                        }
+                    }
+                }
                 ReplicaEffect::Apply { index, command } => {
                     let member = &mut self.members[slot as usize];
-                    if let Some(&last) = member.applied.last() {
+                    if let Some((&last, _)) = member.state.last_key_value() {
                         assert!(index > last, "slot {slot} applied {index} after {last}");
                     }
-                    member.applied.push(index);
+                    member.state.insert(index, command.clone());
                     let leader = member.replica.as_ref().is_some_and(|r| r.is_leader());
                     match self.log.get(&index) {
                         Some(other) => {
@@ -96,6 +144,17 @@ impl Group {
             f(replica, &mut out);
         }
         self.carry_out(slot, out);
+        // As a protocol does: snapshot once enough has been applied since the last one.
+        let member = &mut self.members[slot as usize];
+        let Some(replica) = member.replica.as_mut() else { return };
+        if replica.snapshot_due() {
+            let mut out = Vec::new();
+            let upto = replica.applied_index();
+            let image: BTreeMap<u64, Vec<u8>> =
+                member.state.range(..=upto).map(|(i, c)| (*i, c.clone())).collect();
+            replica.take_snapshot(encode_state(&image), &mut out);
+            self.carry_out(slot, out);
+        }
     }
 
     fn step(&mut self, faults: bool) {
@@ -150,10 +209,11 @@ impl Group {
                 let member = &mut self.members[slot as usize];
                 member.replica = None;
                 member.persists.clear();
-                member.applied.clear();
+                member.state.clear();
             }
             94..=97 if faults && self.members[slot as usize].replica.is_none() => {
-                let timing = RaftTiming::standard(uniform_u64(&mut self.rng, u64::MAX));
+                let timing =
+                    RaftTiming::standard(uniform_u64(&mut self.rng, u64::MAX), self.interval);
                 let member = &mut self.members[slot as usize];
                 member.replica =
                     Some(RaftReplica::restore(7, slot, MEMBERS, timing, &member.durable).unwrap());
@@ -178,7 +238,7 @@ impl Group {
                         7,
                         slot,
                         MEMBERS,
-                        RaftTiming::standard(u64::from(slot) + 1_000),
+                        RaftTiming::standard(u64::from(slot) + 1_000, self.interval),
                         &member.durable,
                     )
                     .unwrap(),
@@ -191,7 +251,8 @@ impl Group {
     }
 }
 
-fn run(seed: u64) {
+/// Runs one seed; returns how many snapshots members restored.
+fn run(seed: u64) -> u64 {
     let mut group = Group::new(seed);
     for _ in 0..20_000 {
         group.step(true);
@@ -201,17 +262,17 @@ fn run(seed: u64) {
     for command in &group.acknowledged {
         assert!(applied.contains(command), "seed {seed}: acknowledged {command:?} lost");
     }
-    let committed: Vec<u64> = group.log.keys().copied().collect();
     for (slot, member) in group.members.iter().enumerate() {
-        let mine: BTreeSet<u64> = member.applied.iter().copied().collect();
-        let missing: Vec<_> = committed.iter().filter(|i| !mine.contains(i)).collect();
+        let missing: Vec<_> = group.log.keys().filter(|i| !member.state.contains_key(i)).collect();
         assert!(missing.is_empty(), "seed {seed}: slot {slot} never applied {missing:?}");
+        assert_eq!(member.state, group.log, "seed {seed}: slot {slot} differs from the log");
     }
     assert!(
         group.acknowledged.len() > 10,
         "seed {seed}: only {} commands committed",
         group.acknowledged.len()
     );
+    group.restores
 }
 
 #[test]
@@ -219,9 +280,12 @@ fn raft_groups_keep_every_acknowledged_command_through_faults() {
     // MERIDIAN_RAFT_SEEDS runs more (200 seeds take about 7 s in a debug build).
     let seeds =
         std::env::var("MERIDIAN_RAFT_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let mut restores = 0;
     for seed in 0..seeds {
-        run(seed);
+        restores += run(seed);
     }
+    // Snapshots are exercised: lagging and restarted members were restored from them.
+    assert!(restores > seeds, "only {restores} snapshot restores over {seeds} seeds");
 }
 
 #[test]
@@ -232,7 +296,7 @@ fn a_group_elects_a_leader_and_replicates_without_faults() {
     }
     let leaders = group.members.iter().filter(|m| m.replica.as_ref().unwrap().is_leader()).count();
     assert_eq!(leaders, 1);
-    let applied = group.members.iter().map(|m| m.applied.len()).collect::<Vec<_>>();
+    let applied = group.members.iter().map(|m| m.state.len()).collect::<Vec<_>>();
     assert!(
         group.acknowledged.len() > 50,
         "{} acknowledged, {} proposed, applied {applied:?}",

@@ -11,8 +11,12 @@
 //! - a batch whose checksum fails with more data after it is corruption in the middle: opening
 //!   fails with the offset, rather than serving a log with a hole.
 //!
-//! After a successful open the file is rewritten as one batch of the live records (through a
-//! temporary file, synced, renamed), so restarts read what is live, not the whole history.
+//! After a successful open the file is rewritten as the live records (through a temporary
+//! file, synced, renamed), so restarts read what is live, not the whole history. While the
+//! process runs, the log keeps a copy of the live records (bounded by Raft snapshots: a
+//! group's live records are its latest snapshot, the entries after it and its hard state) and
+//! rewrites the file the same way once it has grown to [`REWRITE_RATIO`] times their size, so
+//! the file stays within a constant factor of the live data.
 //!
 //! `DIR/identity` names the cluster and node the directory belongs to; a server pointed at
 //! another cluster's or node's directory refuses to start.
@@ -30,8 +34,16 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 const HEADER: &[u8] = b"MERIDIAN-LOG v1\n";
-/// Largest batch accepted when reading (a bigger length field is corruption).
-pub const BATCH_BYTES_MAX: usize = 256 << 20;
+/// Largest batch written or read (a bigger length field is corruption). A snapshot is one
+/// record, so this bounds a shard replica's snapshot too.
+pub const BATCH_BYTES_MAX: usize = 1 << 30;
+/// Batches of a rewrite hold about this many bytes each.
+pub const REWRITE_BATCH_BYTES: usize = 64 << 20;
+/// The file is rewritten once it is this many times the size of its live records...
+pub const REWRITE_RATIO: u64 = 4;
+/// ...and at least this big (a small log is not worth a rewrite).
+pub const REWRITE_BYTES_MIN: u64 = 64 << 20;
+const _: () = assert!(REWRITE_BATCH_BYTES < BATCH_BYTES_MAX);
 /// Persist requests one group commit takes at most.
 pub const GROUP_COMMIT_MAX: usize = 4_096;
 /// Persist requests queued for the storage thread before nodes wait.
@@ -110,6 +122,57 @@ pub struct Recovered {
 pub struct LogFile {
     dir: PathBuf,
     file: File,
+    /// The live records, as a replay of the file would find them.
+    live: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Bytes of keys and values in `live`.
+    live_bytes: u64,
+    /// Bytes in the file.
+    file_bytes: u64,
+    /// Rewrites since the file was opened.
+    rewrites: u64,
+    /// The file is not rewritten below this size ([`REWRITE_BYTES_MIN`]; tests lower it).
+    rewrite_bytes_min: u64,
+}
+
+fn record_bytes(key: &[u8], value: &[u8]) -> u64 {
+    (key.len() + value.len()) as u64
+}
+
+/// Writes `records` as the whole log in `dir` (a temporary file, synced, then renamed over the
+/// log, then the directory synced); returns the file's size.
+fn write_image(dir: &Path, records: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<u64, String> {
+    let tmp = dir.join("log.tmp");
+    let path = dir.join("log");
+    let write = || -> io::Result<u64> {
+        let mut file = io::BufWriter::new(File::create(&tmp)?);
+        file.write_all(HEADER)?;
+        let mut written = HEADER.len() as u64;
+        let mut batch: Vec<PersistRecord> = Vec::new();
+        let mut batch_bytes = 0;
+        let mut out = Vec::new();
+        let mut records = records.iter().peekable();
+        while let Some((key, value)) = records.next() {
+            batch_bytes += key.len() + value.len();
+            batch.push(PersistRecord { key: key.clone(), value: Some(value.clone()) });
+            if batch_bytes >= REWRITE_BATCH_BYTES || records.peek().is_none() {
+                out.clear();
+                encode_batch(&batch, &mut out);
+                file.write_all(&out)?;
+                written += out.len() as u64;
+                batch.clear();
+                batch_bytes = 0;
+            }
+        }
+        let file = file.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok(written)
+    };
+    let written = write().map_err(|e| io_error(&tmp, "cannot write the log", e))?;
+    fs::rename(&tmp, &path).map_err(|e| io_error(&path, "cannot replace the log", e))?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(written)
 }
 
 fn io_error(path: &Path, what: &str, e: io::Error) -> String {
@@ -131,34 +194,63 @@ impl LogFile {
                 .map_err(|e| io_error(&path, "cannot read the log", e))?;
         }
         let recovered = replay(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        // Rewrite the live records as one batch, atomically.
-        let tmp = dir.join("log.tmp");
-        let mut out = Vec::with_capacity(HEADER.len() + 64);
-        out.extend_from_slice(HEADER);
-        let live: Vec<PersistRecord> = recovered
-            .records
-            .iter()
-            .map(|(k, v)| PersistRecord { key: k.clone(), value: Some(v.clone()) })
-            .collect();
-        if !live.is_empty() {
-            encode_batch(&live, &mut out);
-        }
-        {
-            let mut file =
-                File::create(&tmp).map_err(|e| io_error(&tmp, "cannot write the log", e))?;
-            file.write_all(&out)
-                .and_then(|()| file.sync_all())
-                .map_err(|e| io_error(&tmp, "cannot write the log", e))?;
-        }
-        fs::rename(&tmp, &path).map_err(|e| io_error(&path, "cannot replace the log", e))?;
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
+        drop(bytes);
+        let file_bytes = write_image(dir, &recovered.records)?;
         let file = OpenOptions::new()
             .append(true)
             .open(&path)
             .map_err(|e| io_error(&path, "cannot open the log", e))?;
-        Ok((Self { dir: dir.to_path_buf(), file }, recovered))
+        let live = recovered.records.clone();
+        let live_bytes = live.iter().map(|(k, v)| record_bytes(k, v)).sum();
+        let log = Self {
+            dir: dir.to_path_buf(),
+            file,
+            live,
+            live_bytes,
+            file_bytes,
+            rewrites: 0,
+            rewrite_bytes_min: REWRITE_BYTES_MIN,
+        };
+        Ok((log, recovered))
+    }
+
+    /// Rewrites the file as its live records if it has grown to [`REWRITE_RATIO`] times their
+    /// size (and past [`REWRITE_BYTES_MIN`]). Call with everything appended durable: the
+    /// rewrite replaces the file atomically. Returns whether it rewrote.
+    pub fn compact_if_grown(&mut self) -> Result<bool, String> {
+        if self.file_bytes < self.rewrite_bytes_min
+            || self.file_bytes < REWRITE_RATIO * (self.live_bytes + HEADER.len() as u64)
+        {
+            return Ok(false);
+        }
+        self.file_bytes = write_image(&self.dir, &self.live)?;
+        let path = self.dir.join("log");
+        self.file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_error(&path, "cannot reopen the log", e))?;
+        self.rewrites += 1;
+        Ok(true)
+    }
+
+    /// Lowers the size below which the file is never rewritten (tests).
+    pub fn set_rewrite_bytes_min(&mut self, bytes: u64) {
+        self.rewrite_bytes_min = bytes;
+    }
+
+    /// Bytes in the file now.
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
+    }
+
+    /// Bytes of the live records' keys and values.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Rewrites since the log was opened.
+    pub fn rewrites(&self) -> u64 {
+        self.rewrites
     }
 
     /// Reads the log in `dir` without changing anything (no rewrite, no identity written):
@@ -183,7 +275,28 @@ impl LogFile {
     pub fn append(&mut self, records: &[PersistRecord]) -> Result<(), String> {
         let mut out = Vec::new();
         encode_batch(records, &mut out);
-        self.file.write_all(&out).map_err(|e| io_error(&self.dir, "log write failed", e))
+        if out.len() - 8 > BATCH_BYTES_MAX {
+            return Err(format!(
+                "{}: a batch of {} bytes is over the log's limit of {BATCH_BYTES_MAX}",
+                self.dir.display(),
+                out.len() - 8
+            ));
+        }
+        self.file.write_all(&out).map_err(|e| io_error(&self.dir, "log write failed", e))?;
+        self.file_bytes += out.len() as u64;
+        for record in records {
+            let old = match &record.value {
+                Some(value) => {
+                    self.live_bytes += record_bytes(&record.key, value);
+                    self.live.insert(record.key.clone(), value.clone())
+                }
+                None => self.live.remove(&record.key),
+            };
+            if let Some(old) = old {
+                self.live_bytes -= record_bytes(&record.key, &old);
+            }
+        }
+        Ok(())
     }
 
     /// Makes everything appended durable.
@@ -333,16 +446,10 @@ impl Storage {
                         batch.iter_mut().flat_map(|j| std::mem::take(&mut j.records)).collect();
                     let needs_sync = mode == DurabilityMode::Fsync
                         && batch.iter().any(|j| j.durability == Durability::Synced);
-                    let result =
-                        log.append(&records).and_then(
-                            |()| {
-                                if needs_sync {
-                                    log.sync()
-                                } else {
-                                    Ok(())
-                                }
-                            },
-                        );
+                    let result = log
+                        .append(&records)
+                        .and_then(|()| if needs_sync { log.sync() } else { Ok(()) })
+                        .and_then(|()| log.compact_if_grown().map(|_| ()));
                     if let Err(e) = result {
                         tracing::error!("{e}; stopping");
                         std::process::exit(3);
@@ -438,6 +545,40 @@ mod tests {
         let error = replay(&bytes).err().unwrap();
         assert!(error.contains("corrupt batch at offset") && error.contains("refusing"), "{error}");
         assert!(replay(b"NOT A LOG AT ALL, REALLY").is_err());
+    }
+
+    #[test]
+    fn a_growing_log_is_rewritten_to_its_live_records_and_reopens_the_same() {
+        let dir = std::env::temp_dir().join(format!("meridian-logstore-rw-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (mut log, _) = LogFile::open(&dir, "cluster a node 2").unwrap();
+        log.set_rewrite_bytes_min(16 << 10);
+        let mut expected = BTreeMap::new();
+        let mut rng = meridian_core::rng::child_rng(3, "log-rewrite", 0);
+        for round in 0..3_000u32 {
+            let key = vec![meridian_core::rng::uniform_u64(&mut rng, 20) as u8];
+            let value = (meridian_core::rng::uniform_u64(&mut rng, 4) > 0)
+                .then(|| round.to_le_bytes().repeat(25));
+            match &value {
+                Some(v) => expected.insert(key.clone(), v.clone()),
+                None => expected.remove(&key),
+            };
+            log.append(&[PersistRecord { key, value }]).unwrap();
+            log.sync().unwrap();
+            log.compact_if_grown().unwrap();
+            let on_disk = fs::metadata(dir.join("log")).unwrap().len();
+            assert_eq!(on_disk, log.file_bytes());
+            assert!(
+                on_disk <= (16 << 10) + REWRITE_RATIO * (log.live_bytes() + 1_000),
+                "round {round}: {on_disk} bytes on disk for {} live",
+                log.live_bytes()
+            );
+        }
+        assert!(log.rewrites() > 5, "{} rewrites", log.rewrites());
+        drop(log);
+        let (_, recovered) = LogFile::open(&dir, "cluster a node 2").unwrap();
+        assert_eq!(recovered.records, expected);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub struct SimRunOptions {
     pub trace_tail: usize,
     /// Crashes tied to messages (scenario tests).
     pub crash_triggers: Vec<crate::CrashTrigger>,
+    /// Commands between snapshots of a replicated shard; `None` draws it from the seed (16,
+    /// 64 or 512), far below a real run's, so runs of a few hundred transactions snapshot,
+    /// send snapshots to lagging replicas and restart from them.
+    pub snapshot_interval_entries: Option<u64>,
 }
 
 impl SimRunOptions {
@@ -83,6 +87,7 @@ impl SimRunOptions {
             keep_history: false,
             trace_tail: 0,
             crash_triggers: Vec::new(),
+            snapshot_interval_entries: None,
         }
     }
 
@@ -175,7 +180,9 @@ fn run_with<N: ProtocolNode>(
     let topology = Arc::new(options.topology.clone());
     let registry = Arc::new(workload.registry());
     let partitioner = Arc::new(workload.partitioner());
-    let timing = Timing::for_network(options.network.owd_ns_max());
+    let mut timing = Timing::for_network(options.network.owd_ns_max());
+    timing.snapshot_interval_entries =
+        options.snapshot_interval_entries.unwrap_or([16, 64, 512][(options.seed % 3) as usize]);
     let timing_for_drain = timing.clone();
     let seed = options.seed;
     let factory_workload = workload.clone();

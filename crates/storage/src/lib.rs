@@ -301,6 +301,28 @@ impl MvccStore {
         })
     }
 
+    /// Every key whose newest committed version a transaction wrote (not the bulk load), with
+    /// that version, deletes included, in key order: what a snapshot of the store must carry
+    /// on top of the deterministic initial load.
+    pub fn written_since_load(&self) -> impl Iterator<Item = (&Key, &Version)> {
+        self.order.iter().filter_map(|k| {
+            let version = Self::visible(self.map.get(k)?, Timestamp::MAX)?;
+            (version.writer != TxnId::LOAD).then_some((k, version))
+        })
+    }
+
+    /// Replaces `key`'s history by one committed version (restoring a snapshot).
+    pub fn restore_latest(&mut self, key: Key, ts: Timestamp, writer: TxnId, value: Option<Value>) {
+        let version = Version { ts, value, writer, state: VersionState::Committed };
+        match self.map.insert(key.clone(), vec![version]) {
+            Some(old) => self.versions -= old.len() as u64,
+            None => {
+                self.order.insert(key);
+            }
+        }
+        self.versions += 1;
+    }
+
     /// Every key with its newest committed value (deletes skipped), in key order.
     pub fn latest_values(&self) -> impl Iterator<Item = (&Key, &Version)> {
         self.order.iter().filter_map(|k| {
@@ -333,6 +355,42 @@ mod tests {
                 VersionState::Committed,
             )
             .unwrap();
+    }
+
+    #[test]
+    fn written_since_load_and_restore_latest_carry_the_latest_state() {
+        let mut store = MvccStore::new();
+        store.load(key(1), b"loaded".to_vec());
+        store.load(key(2), b"loaded".to_vec());
+        store.load(key(3), b"loaded".to_vec());
+        put(&mut store, 2, 10, "a", 1);
+        put(&mut store, 2, 20, "b", 2);
+        store.write(key(3), Timestamp(15), None, txn(3), VersionState::Committed).unwrap();
+        put(&mut store, 4, 12, "new", 4);
+        let written: Vec<(Key, Timestamp, Option<Value>)> =
+            store.written_since_load().map(|(k, v)| (k.clone(), v.ts, v.value.clone())).collect();
+        assert_eq!(
+            written,
+            vec![
+                (key(2), Timestamp(20), Some(b"b".to_vec())),
+                (key(3), Timestamp(15), None),
+                (key(4), Timestamp(12), Some(b"new".to_vec())),
+            ]
+        );
+        // The initial load plus what was written gives the same latest state.
+        let mut copy = MvccStore::new();
+        for k in 1..=3 {
+            copy.load(key(k), b"loaded".to_vec());
+        }
+        for (k, v) in store.written_since_load() {
+            copy.restore_latest(k.clone(), v.ts, v.writer, v.value.clone());
+        }
+        let latest = |s: &MvccStore| -> Vec<(Key, Version)> {
+            s.latest_values().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        assert_eq!(latest(&copy), latest(&store));
+        assert_eq!(copy.read_latest(&key(3)).map(|v| v.ts), Some(Timestamp(15)));
+        assert_eq!(copy.version_count(), 4);
     }
 
     #[test]

@@ -53,8 +53,11 @@
 //! so a vote or an acknowledgement is durable on a quorum before anyone hears it. Reads for
 //! execution come from the leader's state and are validated at prepare. A follower forwards
 //! requests to the leader it knows; coordinators learn leaders from replies and try the next
-//! replica after a timeout. The leader runs its shard's termination, hands leadership back to
-//! replica 0 once it has caught up, and proposes in-memory log compaction points.
+//! replica after a timeout. The leader runs its shard's termination and hands leadership back
+//! to replica 0 once it has caught up. Every replica snapshots its participant (the rows
+//! transactions wrote, prepared attempts, remembered decisions) every
+//! `Timing::snapshot_interval_entries` commands, which bounds its log on disk and in memory; a
+//! replica too far behind, or restarting, installs a snapshot and replays the log after it.
 
 mod coordinator;
 mod participant;
@@ -363,10 +366,17 @@ enum ShardCommand {
         reply_to: NodeId,
         txn: TxnId,
     },
-    /// The leader's compaction point: every replica drops in-memory log entries below it.
-    Compact {
-        below: u64,
-    },
+}
+
+/// What [`OccNode::replay_committed`] rebuilt, summed over the node's shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Snapshots installed.
+    pub snapshots: u64,
+    /// Committed commands applied after them.
+    pub commands: u64,
+    /// The log index the state reached (summed over the node's groups).
+    pub log_index: u64,
 }
 
 /// Where an attempt stands at one participant.
@@ -427,8 +437,9 @@ struct ShardHost {
     raft: Option<RaftReplica>,
     /// This replica's slot in the shard's group.
     slot: u32,
-    /// The last compaction point this replica proposed as leader.
-    compact_proposed: u64,
+    /// The snapshot this replica restarted from, decoded when the node was built (so a bad
+    /// one fails the start with an error), installed when the group hands it over.
+    restored_image: Option<(u64, participant::DecodedImage)>,
 }
 
 impl ShardHost {
@@ -490,7 +501,10 @@ impl OccNode {
                     slot.shard.0,
                     slot.replica,
                     topology.replicas,
-                    RaftTiming::standard(context.seed ^ (u64::from(context.id.0) << 48)),
+                    RaftTiming::standard(
+                        context.seed ^ (u64::from(context.id.0) << 48),
+                        context.timing.snapshot_interval_entries,
+                    ),
                     durable,
                 )
                 .map_err(|e| format!("node {}: {e}", context.id))?;
@@ -498,8 +512,20 @@ impl OccNode {
             } else {
                 None
             };
+            let restored_image = match raft.as_ref().and_then(|r| r.restored_snapshot()) {
+                Some((index, data)) => {
+                    let image = participant::DecodedImage::decode(data).map_err(|e| {
+                        format!(
+                            "node {}: shard {} snapshot at {index}: {e}",
+                            context.id, slot.shard
+                        )
+                    })?;
+                    Some((index, image))
+                }
+                None => None,
+            };
             let participant = Participant::new(slot.shard, context.clone());
-            let host = ShardHost { participant, raft, slot: slot.replica, compact_proposed: 0 };
+            let host = ShardHost { participant, raft, slot: slot.replica, restored_image };
             hosts.insert(slot.shard, host);
         }
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone()));
@@ -516,24 +542,30 @@ impl OccNode {
         })
     }
 
-    /// Applies every command the restored logs hold as committed, answering nobody: the state
-    /// a restarted node reaches before it talks to anyone (`meridian verify` checks it).
-    /// Returns how many commands were applied.
-    pub fn replay_committed(&mut self) -> u64 {
+    /// Installs the snapshots and applies every command the restored logs hold as committed,
+    /// answering nobody: the state a restarted node reaches before it talks to anyone
+    /// (`meridian verify` checks it).
+    pub fn replay_committed(&mut self) -> Replayed {
         let mut out = Outbox::new();
-        let mut applied = 0;
+        let mut replayed = Replayed::default();
         let shards: Vec<ShardId> = self.hosts.keys().copied().collect();
         for shard in shards {
             let mut effects = Vec::new();
             if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
                 raft.poll(&mut effects);
+                replayed.log_index += raft.applied_index();
             }
-            applied +=
-                effects.iter().filter(|e| matches!(e, ReplicaEffect::Apply { .. })).count() as u64;
+            for effect in &effects {
+                match effect {
+                    ReplicaEffect::Apply { .. } => replayed.commands += 1,
+                    ReplicaEffect::Restore { .. } => replayed.snapshots += 1,
+                    _ => {}
+                }
+            }
             self.carry_out_replica(shard, effects, &mut out);
         }
         self.flush_raft(&mut out);
-        applied
+        replayed
     }
 
     /// Replaces the procedure registry everywhere in this node (tests register extra procedures).
@@ -664,12 +696,6 @@ impl OccNode {
                     let Ok(command) = postcard::from_bytes::<ShardCommand>(&command) else {
                         continue;
                     };
-                    if let ShardCommand::Compact { below } = command {
-                        if let Some(raft) = host.raft.as_mut() {
-                            raft.compact(below);
-                        }
-                        continue;
-                    }
                     // Commands replayed from this node's own log after a restart are old: their
                     // senders have given up on them or asked again, so they get no answer.
                     let replayed =
@@ -677,9 +703,32 @@ impl OccNode {
                     let answer = host.leads() && !replayed;
                     Self::apply(&self.context, shard, &mut host.participant, command, answer, out);
                 }
+                ReplicaEffect::Restore { index, data } => {
+                    let Some(host) = self.hosts.get_mut(&shard) else { continue };
+                    let image = match host.restored_image.take() {
+                        Some((at, image)) if at == index => image,
+                        // From the leader: it passed the sender check and its group's checksums,
+                        // so an image that does not decode is a bug, not input.
+                        _ => participant::DecodedImage::decode(&data).unwrap_or_else(|e| {
+                            panic!("shard {shard}: snapshot at {index} from the leader: {e}")
+                        }),
+                    };
+                    host.participant.install_image(image);
+                }
                 ReplicaEffect::Leadership(_) => {}
             }
         }
+        self.snapshot_if_due(shard, out);
+    }
+
+    /// Snapshots `shard`'s participant once its group has applied enough since the last one.
+    fn snapshot_if_due(&mut self, shard: ShardId, out: &mut Outbox<OccMsg>) {
+        let Some(host) = self.hosts.get_mut(&shard) else { return };
+        let Some(raft) = host.raft.as_mut().filter(|r| r.snapshot_due()) else { return };
+        let mut effects = Vec::new();
+        raft.take_snapshot(host.participant.image(), &mut effects);
+        debug_assert!(effects.iter().all(|e| matches!(e, ReplicaEffect::Persist { .. })));
+        self.carry_out_replica(shard, effects, out);
     }
 
     /// Sends the Raft messages this call produced, one message per destination.
@@ -755,8 +804,6 @@ impl OccNode {
                     out.send(reply_to, OccMsg::State { txn, shard, state });
                 }
             }
-            // Handled by the shard's Raft member, not the participant.
-            ShardCommand::Compact { .. } => {}
         }
     }
 }
@@ -770,6 +817,16 @@ impl OccNode {
         }
         if self.hosts.values().any(|h| h.raft.is_some()) {
             self.timers.set(TimerPurpose::RaftTick, self.context.timing.raft_tick_ns, out);
+            // A restarted replica installs its snapshot and replays its committed log now,
+            // before it serves anything.
+            let shards: Vec<ShardId> = self.hosts.keys().copied().collect();
+            for shard in shards {
+                let mut effects = Vec::new();
+                if let Some(raft) = self.hosts.get_mut(&shard).and_then(|h| h.raft.as_mut()) {
+                    raft.poll(&mut effects);
+                }
+                self.carry_out_replica(shard, effects, out);
+            }
             if self.fresh || self.context.topology.replicas == 1 {
                 // Replica 0 sits where the topology puts each shard's leader: on a first
                 // start it campaigns at once instead of waiting out an election timeout (and a
@@ -866,12 +923,6 @@ impl OccNode {
                         if raft.leader() != Some(0) && raft.is_caught_up(0) {
                             raft.transfer_leader(0, &mut effects);
                         }
-                        if let Some(point) =
-                            raft.compaction_point().filter(|&p| p > host.compact_proposed)
-                        {
-                            host.compact_proposed = point;
-                            propose(raft, &ShardCommand::Compact { below: point }, &mut effects);
-                        }
                     }
                     self.carry_out_replica(shard, effects, out);
                 }
@@ -930,6 +981,10 @@ impl Node for OccNode {
             if let Some(raft) = &host.raft {
                 *counters.entry("occ_raft_groups_led").or_default() += u64::from(raft.is_leader());
                 *counters.entry("occ_raft_log_entries").or_default() += raft.log_entries();
+                let snapshots = raft.snapshot_counts();
+                *counters.entry("occ_raft_snapshots_taken").or_default() += snapshots.taken;
+                *counters.entry("occ_raft_snapshots_received").or_default() += snapshots.received;
+                *counters.entry("occ_raft_snapshots_restored").or_default() += snapshots.restored;
             }
         }
         if let Some(c) = &self.coordinator {

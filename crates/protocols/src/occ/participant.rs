@@ -22,8 +22,44 @@ use meridian_core::txn::{
 };
 use meridian_core::{ShardId, Time, Timestamp, TxnId};
 use meridian_storage::{MvccStore, Version, VersionState};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+
+/// A participant's replicated state as a Raft snapshot carries it. The store part holds only
+/// the keys transactions wrote, each with its newest committed version (deletes included):
+/// every replica bulk-loads the same initial data, and `occ` reads only the newest version,
+/// so the initial load plus these rows is the store. Locks follow from `prepared`. Leader-only
+/// state (terminations in progress) is not replicated and not carried.
+#[derive(Serialize, Deserialize)]
+struct Image {
+    rows: Vec<(Key, Timestamp, TxnId, Option<meridian_core::key::Value>)>,
+    prepared: Vec<(TxnId, Prepared)>,
+    /// Oldest first (the eviction order).
+    decided: Vec<(TxnId, Decision)>,
+    ts_last: Timestamp,
+    committed_total: u64,
+    aborted_total: u64,
+    terminated_total: u64,
+}
+
+/// A snapshot image, decoded and checked, ready to install.
+pub(super) struct DecodedImage(Image);
+
+impl DecodedImage {
+    /// Decodes an image; a bad one is an error, never a panic.
+    pub(super) fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let image: Image = postcard::from_bytes(bytes)
+            .map_err(|e| format!("snapshot image does not decode: {e}"))?;
+        if image.decided.len() > DECIDED_MAX {
+            return Err(format!(
+                "snapshot image remembers {} decisions, more than {DECIDED_MAX}",
+                image.decided.len()
+            ));
+        }
+        Ok(Self(image))
+    }
+}
 
 /// Decided attempts remembered per shard, to refuse late prepares and re-acknowledge decisions.
 const DECIDED_MAX: usize = 1 << 20;
@@ -51,7 +87,7 @@ struct KeyLock {
 }
 
 /// A prepared attempt: what it locked and will write.
-#[derive(Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Prepared {
     reads: Vec<Key>,
     scans: Vec<ScanRange>,
@@ -123,6 +159,61 @@ impl Participant {
             committed_total: 0,
             aborted_total: 0,
             terminated_total: 0,
+        }
+    }
+
+    /// This participant's replicated state (see [`Image`]), for a snapshot.
+    pub(super) fn image(&self) -> Vec<u8> {
+        let image = Image {
+            rows: self
+                .store
+                .written_since_load()
+                .map(|(k, v)| (k.clone(), v.ts, v.writer, v.value.clone()))
+                .collect(),
+            prepared: self.prepared.iter().map(|(&txn, p)| (txn, p.clone())).collect(),
+            decided: self.decided_order.iter().map(|txn| (*txn, self.decided[txn])).collect(),
+            ts_last: self.ts_last,
+            committed_total: self.committed_total,
+            aborted_total: self.aborted_total,
+            terminated_total: self.terminated_total,
+        };
+        postcard::to_allocvec(&image).expect("images encode")
+    }
+
+    /// Replaces the replicated state by a snapshot's: the rows go over the store as it is
+    /// (the initial load, or an older state of the same log), everything else is replaced.
+    pub(super) fn install_image(&mut self, DecodedImage(image): DecodedImage) {
+        for (key, ts, writer, value) in image.rows {
+            self.store.restore_latest(key, ts, writer, value);
+        }
+        self.locks.clear();
+        self.prepared.clear();
+        for (txn, prepared) in image.prepared {
+            self.lock(txn, &prepared.reads, &prepared.writes);
+            self.prepared.insert(txn, prepared);
+        }
+        self.decided.clear();
+        self.decided_order.clear();
+        for (txn, decision) in image.decided {
+            self.decided.insert(txn, decision);
+            self.decided_order.push_back(txn);
+        }
+        self.ts_last = image.ts_last;
+        self.terminating.clear();
+        self.committed_total = image.committed_total;
+        self.aborted_total = image.aborted_total;
+        self.terminated_total = image.terminated_total;
+    }
+
+    /// Takes `txn`'s locks: shared on `reads`, exclusive on `writes`.
+    fn lock(&mut self, txn: TxnId, reads: &[Key], writes: &[Write]) {
+        for key in reads {
+            self.locks.entry(key.clone()).or_default().readers.push(txn);
+        }
+        for write in writes {
+            let lock = self.locks.entry(write.key.clone()).or_default();
+            assert!(lock.writer.is_none(), "two prepared writers on {:?}", write.key);
+            lock.writer = Some(txn);
         }
     }
 
@@ -349,14 +440,7 @@ impl Participant {
         }
         // Replication seam: the prepare record goes through the shard's log here, and the vote
         // is sent once it is durable on a quorum.
-        for key in &read_keys {
-            self.locks.entry(key.clone()).or_default().readers.push(txn);
-        }
-        for write in &writes {
-            let lock = self.locks.entry(write.key.clone()).or_default();
-            assert!(lock.writer.is_none(), "two prepared writers on {:?}", write.key);
-            lock.writer = Some(txn);
-        }
+        self.lock(txn, &read_keys, &writes);
         let prepared = Prepared {
             reads: read_keys,
             scans: scan_ranges,
