@@ -55,6 +55,8 @@ struct File {
     #[serde(default)]
     tpcc_scale: Option<String>,
     #[serde(default)]
+    snapshot_interval: Option<toml::Spanned<u64>>,
+    #[serde(default)]
     node: Vec<FileNode>,
 }
 
@@ -75,6 +77,8 @@ pub struct ClusterFile {
     pub clock: ClockModel,
     /// Master seed.
     pub seed: u64,
+    /// Commands each shard replica applies between snapshots (`snapshot_interval`).
+    pub snapshot_interval_entries: u64,
     /// Listening address per node.
     pub addrs: Vec<SocketAddr>,
     /// Hash of the file's text.
@@ -178,6 +182,14 @@ impl ClusterFile {
             .map_err(|e| bad(e.0))?,
         };
         meridian_workloads::build(&file.workload, &workload_options).map_err(|e| bad(e.0))?;
+        let snapshot_interval_entries = match &file.snapshot_interval {
+            Some(spanned) => {
+                crate::experiment::check_snapshot_interval(*spanned.get_ref())
+                    .map_err(|e| bad_at(spanned.span(), format!("snapshot_interval: {e}")))?;
+                *spanned.get_ref()
+            }
+            None => meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES,
+        };
         Ok(Self {
             protocol,
             workload: file.workload,
@@ -186,6 +198,7 @@ impl ClusterFile {
             network,
             clock,
             seed: file.seed.unwrap_or(1),
+            snapshot_interval_entries,
             addrs,
             text_hash: fnv1a(FNV_OFFSET, text.as_bytes()),
         })
@@ -242,6 +255,10 @@ mod tests {
         assert_eq!(file.topology.nodes.len(), 2);
         assert_eq!(file.topology.coordinators(), vec![meridian_core::NodeId(1)]);
         assert_eq!(file.addrs[1].port(), 7101);
+        assert_eq!(file.snapshot_interval_entries, meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES);
+        let tuned = GOOD.replace("network = \"lan\"", "network = \"lan\"\nsnapshot_interval = 64");
+        let file = ClusterFile::parse("c.toml", &tuned, None).unwrap();
+        assert_eq!(file.snapshot_interval_entries, 64);
     }
 
     #[test]
@@ -264,6 +281,10 @@ mod tests {
             (GOOD.replace("network = \"lan\"", "network = \"moon\""), "unknown network preset"),
             (GOOD.replace("replicas = 1", "replicas = 3"), "replica 1 is hosted by 0 nodes"),
             (GOOD.replace("replicas = 1\n", "replicas = 2\n"), "line 5: replicas = 2 is even"),
+            (
+                GOOD.replace("network = \"lan\"", "network = \"lan\"\nsnapshot_interval = 3"),
+                "line 7: snapshot_interval: 3 commands between snapshots; at least 8",
+            ),
         ];
         for (text, expected) in cases {
             let err = ClusterFile::parse("c.toml", &text, None).unwrap_err();

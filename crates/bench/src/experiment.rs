@@ -44,6 +44,17 @@ pub struct Experiment {
     pub progress: bool,
     /// How durable the replicas' logs are (`memory` keeps them in memory only).
     pub durability: meridian_runtime::logstore::DurabilityMode,
+    /// Commands each replicated shard replica applies between snapshots.
+    pub snapshot_interval_entries: u64,
+}
+
+/// Checks a snapshot interval (commands between snapshots).
+pub fn check_snapshot_interval(entries: u64) -> Result<(), String> {
+    let min = meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES_MIN;
+    if entries < min {
+        return Err(format!("{entries} commands between snapshots; at least {min}"));
+    }
+    Ok(())
 }
 
 impl Experiment {
@@ -80,6 +91,8 @@ impl Experiment {
                 self.warmup_s
             )));
         }
+        check_snapshot_interval(self.snapshot_interval_entries)
+            .map_err(|e| ConfigError::new(format!("--snapshot-interval: {e}")))?;
         let topology = self.topology()?;
         self.protocol.check_topology(&topology)?;
         meridian_workloads::build(&self.workload, &self.workload_options)?;

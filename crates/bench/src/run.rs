@@ -160,11 +160,13 @@ fn contexts(
     network_owd_ns_max: u64,
     seed: u64,
     durable: bool,
+    snapshot_interval_entries: u64,
 ) -> impl Fn(NodeId) -> NodeContext {
     let registry = Arc::new(workload.registry());
     let partitioner = Arc::new(workload.partitioner());
     let topology = topology.clone();
-    let timing = Timing::for_network(network_owd_ns_max);
+    let mut timing = Timing::for_network(network_owd_ns_max);
+    timing.snapshot_interval_entries = snapshot_interval_entries;
     move |id| NodeContext {
         id,
         topology: topology.clone(),
@@ -239,8 +241,14 @@ async fn embedded<N: ProtocolNode>(
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
     let durable = experiment.durability != DurabilityMode::Memory;
-    let context =
-        contexts(&topology, &workload, experiment.network.owd_ns_max(), experiment.seed, durable);
+    let context = contexts(
+        &topology,
+        &workload,
+        experiment.network.owd_ns_max(),
+        experiment.seed,
+        durable,
+        experiment.snapshot_interval_entries,
+    );
     let pools =
         client_pools(&topology.coordinators(), experiment.clients, &workload, experiment.seed);
     // An embedded run starts from empty logs in a scratch directory of its own.
@@ -478,7 +486,14 @@ async fn remote<N: ProtocolNode>(
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
     // Coordinators host no replicas: nothing of theirs is logged.
-    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed, false);
+    let context = contexts(
+        &topology,
+        &workload,
+        file.network.owd_ns_max(),
+        file.seed,
+        false,
+        file.snapshot_interval_entries,
+    );
     let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
     let empty = BTreeMap::new();
     let mut local = Vec::new();
@@ -572,7 +587,14 @@ pub fn verify_data_dir(
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
-    let context = contexts(&topology, &workload, file.network.owd_ns_max(), file.seed, true);
+    let context = contexts(
+        &topology,
+        &workload,
+        file.network.owd_ns_max(),
+        file.seed,
+        true,
+        file.snapshot_interval_entries,
+    );
     match file.protocol {
         ProtocolKind::Occ => {
             let mut built = OccNode::restore(context(NodeId(node)), &recovered.records)
@@ -601,8 +623,14 @@ async fn serve<N: ProtocolNode>(
     server: Server<'_>,
 ) -> Result<(), ConfigError> {
     let Server { id, storage, durable, metrics_addr } = server;
-    let context =
-        contexts(&topology, &workload, file.network.owd_ns_max(), file.seed, storage.is_some());
+    let context = contexts(
+        &topology,
+        &workload,
+        file.network.owd_ns_max(),
+        file.seed,
+        storage.is_some(),
+        file.snapshot_interval_entries,
+    );
     // The initial data first; the log replays on top of it once the node runs.
     let mut node = build(context(id), durable).map_err(ConfigError::new)?;
     load_in_parallel(workload.as_ref(), std::iter::once(&mut node));

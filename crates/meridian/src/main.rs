@@ -178,6 +178,11 @@ struct BenchArgs {
     /// never synced) or fsync (synced once per group commit). Default memory.
     #[arg(long)]
     durability: Option<String>,
+    /// Embedded runs: commands each replicated (or durable) shard replica applies between
+    /// snapshots of its state. Default 50000; a cluster file sets its own
+    /// (`snapshot_interval`).
+    #[arg(long = "snapshot-interval")]
+    snapshot_interval: Option<u64>,
 }
 
 #[derive(Args)]
@@ -383,6 +388,13 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 )
                 .into());
             }
+            if args.snapshot_interval.is_some() {
+                return Err(ConfigError::new(
+                    "--snapshot-interval contradicts --cluster: the cluster file sets it \
+                     (snapshot_interval)",
+                )
+                .into());
+            }
             if let Some(flag) = args.cluster.fixed_by_file() {
                 return Err(ConfigError::new(format!(
                     "{flag} contradicts --cluster: the cluster file sets it"
@@ -405,6 +417,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 out_dir: args.out.clone(),
                 progress: !args.quiet,
                 durability: DurabilityMode::Memory,
+                snapshot_interval_entries: file.snapshot_interval_entries,
             };
             validate_times(&experiment)?;
             run_cluster(&file, &experiment)?
@@ -427,6 +440,9 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 progress: !args.quiet,
                 durability: DurabilityMode::parse(args.durability.as_deref().unwrap_or("memory"))
                     .map_err(ConfigError::new)?,
+                snapshot_interval_entries: args
+                    .snapshot_interval
+                    .unwrap_or(meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES),
             };
             experiment.validate()?;
             run_embedded(&experiment)?

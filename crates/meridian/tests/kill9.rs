@@ -61,7 +61,8 @@ static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn cluster_file(dir: &Path, ports: &[u16], workload: &str) -> PathBuf {
     let mut text = format!(
-        "protocol = \"occ\"\nworkload = \"{workload}\"\nshards = 1\nreplicas = 3\nnetwork = \"lan\"\nkeys_per_shard = 8\n",
+        "protocol = \"occ\"\nworkload = \"{workload}\"\nshards = 1\nreplicas = 3\nnetwork = \"lan\"\nkeys_per_shard = 8\n\
+         snapshot_interval = 256\n",
     );
     for (node, port) in ports.iter().enumerate() {
         text += &format!("\n[[node]]\nid = {node}\nregion = \"r0\"\naddr = \"127.0.0.1:{port}\"\n");
@@ -179,6 +180,8 @@ fn kill_9_under_bank_load_leaves_the_money_whole_in_every_replica_log() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         assert!(rebuilt > 100, "node {node} rebuilt only {rebuilt} log entries: {stdout}");
+        // With a snapshot every 256 commands, every replica restarts from one.
+        assert!(stdout.contains(": 1 snapshots installed"), "node {node}: {stdout}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

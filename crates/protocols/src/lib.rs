@@ -117,6 +117,9 @@ impl Timing {
 /// at this interval a 2x3 `lan` bench snapshots each shard every few seconds, and a restart
 /// replays at most this many commands after its snapshot.
 pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 50_000;
+/// The fewest commands between snapshots a run may ask for.
+pub const SNAPSHOT_INTERVAL_ENTRIES_MIN: u64 =
+    meridian_replication::raft::SNAPSHOT_INTERVAL_ENTRIES_MIN;
 
 /// What every node is built from.
 #[derive(Clone, Debug)]

@@ -20,6 +20,10 @@
 //! A restarted replica restores its snapshot the same way (its first effect), then replays
 //! the committed entries after it: the state machine is rebuilt from snapshot + log.
 //!
+//! Messages go as `0 ‖ protobuf`; one bigger than [`MSG_CHUNK_BYTES`] (a snapshot) goes as
+//! chunks, `1 ‖ id ‖ part ‖ parts ‖ bytes`, that the receiver reassembles (one message per
+//! sender at a time; a newer id replaces an unfinished one, which raft-rs will send again).
+//!
 //! A snapshot message can be lost, and raft-rs then waits for it forever; a leader whose
 //! follower has not acknowledged one within [`SNAPSHOT_RETRY_TICKS`] reports it failed, and
 //! raft-rs sends it again.
@@ -55,6 +59,20 @@ pub const PENDING_PERSISTS_MAX: usize = 1 << 16;
 /// Ticks a leader waits for a follower to acknowledge a snapshot before sending it again
 /// (more than an election timeout: a big snapshot takes a while to send and apply).
 pub const SNAPSHOT_RETRY_TICKS: u64 = 40;
+/// A message bigger than this (a snapshot) goes as chunks of this size, so that every piece
+/// fits a wire frame; the receiver reassembles them.
+pub const MSG_CHUNK_BYTES: usize = 2 << 20;
+/// Most bytes a chunked message may reassemble to (bounds a receiver's buffer; also the
+/// largest snapshot a group can send).
+pub const CHUNKED_MSG_BYTES_MAX: usize = 1 << 30;
+const CHUNK_PARTS_MAX: u32 = CHUNKED_MSG_BYTES_MAX.div_ceil(MSG_CHUNK_BYTES) as u32;
+const _: () = assert!(MSG_BYTES_MAX as usize <= MSG_CHUNK_BYTES);
+/// First byte of a [`ReplicaMsg`]: a whole raft-rs message follows, or one chunk of one.
+const WIRE_WHOLE: u8 = 0;
+const WIRE_CHUNK: u8 = 1;
+/// A chunk's header after its first byte: message id (u64), part (u32), parts (u32).
+const CHUNK_HEADER_BYTES: usize = 16;
+
 /// Fewest entries between snapshots: a snapshot copies the whole state, so taking one per
 /// handful of commands would cost more than the log it saves.
 pub const SNAPSHOT_INTERVAL_ENTRIES_MIN: u64 = 8;
@@ -230,6 +248,42 @@ pub struct RaftReplica {
     snapshot_sent_at: BTreeMap<u64, u64>,
     /// Snapshots taken here, received from a leader, and restored from disk (for metrics).
     snapshot_counts: SnapshotCounts,
+    /// Ids for chunked messages sent.
+    chunked_next: u64,
+    /// Chunked messages being reassembled, per sender.
+    reassembly: BTreeMap<Slot, Reassembly>,
+}
+
+/// The chunks of one message received so far.
+#[derive(Debug)]
+struct Reassembly {
+    id: u64,
+    parts: u32,
+    chunks: BTreeMap<u32, Vec<u8>>,
+}
+
+/// Splits an encoded raft-rs message into wire messages.
+fn wire_messages(bytes: Vec<u8>, id: u64) -> Vec<ReplicaMsg> {
+    if bytes.len() <= MSG_CHUNK_BYTES {
+        let mut whole = Vec::with_capacity(1 + bytes.len());
+        whole.push(WIRE_WHOLE);
+        whole.extend_from_slice(&bytes);
+        return vec![ReplicaMsg(whole)];
+    }
+    let parts = bytes.len().div_ceil(MSG_CHUNK_BYTES) as u32;
+    bytes
+        .chunks(MSG_CHUNK_BYTES)
+        .enumerate()
+        .map(|(part, chunk)| {
+            let mut wire = Vec::with_capacity(1 + CHUNK_HEADER_BYTES + chunk.len());
+            wire.push(WIRE_CHUNK);
+            wire.extend_from_slice(&id.to_be_bytes());
+            wire.extend_from_slice(&(part as u32).to_be_bytes());
+            wire.extend_from_slice(&parts.to_be_bytes());
+            wire.extend_from_slice(chunk);
+            ReplicaMsg(wire)
+        })
+        .collect()
 }
 
 /// How many snapshots a replica has dealt with.
@@ -384,6 +438,8 @@ impl RaftReplica {
             ticks: 0,
             snapshot_sent_at: BTreeMap::new(),
             snapshot_counts: SnapshotCounts::default(),
+            chunked_next: 0,
+            reassembly: BTreeMap::new(),
         };
         replica.redraw_election_timeout();
         Ok(replica)
@@ -517,11 +573,18 @@ impl RaftReplica {
         self.handle_ready(out);
     }
 
-    fn send(&self, msgs: Vec<Message>, out: &mut Vec<ReplicaEffect>) {
+    fn send(&mut self, msgs: Vec<Message>, out: &mut Vec<ReplicaEffect>) {
         let mut by_slot: BTreeMap<Slot, Vec<ReplicaMsg>> = BTreeMap::new();
         for msg in msgs {
             let Some(slot) = msg.to.checked_sub(1) else { continue };
-            by_slot.entry(slot as Slot).or_default().push(ReplicaMsg(encode(&msg)));
+            let bytes = encode(&msg);
+            if bytes.len() > MSG_CHUNK_BYTES {
+                self.chunked_next += 1;
+            }
+            by_slot
+                .entry(slot as Slot)
+                .or_default()
+                .extend(wire_messages(bytes, self.chunked_next));
         }
         for (to, msgs) in by_slot {
             out.push(ReplicaEffect::Send { to, msgs });
@@ -677,6 +740,47 @@ impl RaftReplica {
     }
 }
 
+impl RaftReplica {
+    /// The raft-rs message a wire message from `from` completes, if any: a whole one, or the
+    /// last missing chunk of one. Malformed wire messages are dropped.
+    fn receive(&mut self, from: Slot, wire: Vec<u8>) -> Option<Vec<u8>> {
+        match wire.first()? {
+            &WIRE_WHOLE => Some(wire[1..].to_vec()),
+            &WIRE_CHUNK if wire.len() > 1 + CHUNK_HEADER_BYTES => {
+                let field = |at: usize, len: usize| &wire[1 + at..1 + at + len];
+                let id = u64::from_be_bytes(field(0, 8).try_into().ok()?);
+                let part = u32::from_be_bytes(field(8, 4).try_into().ok()?);
+                let parts = u32::from_be_bytes(field(12, 4).try_into().ok()?);
+                if parts < 2 || parts > CHUNK_PARTS_MAX || part >= parts {
+                    return None;
+                }
+                let chunk = wire[1 + CHUNK_HEADER_BYTES..].to_vec();
+                if chunk.len() > MSG_CHUNK_BYTES {
+                    return None;
+                }
+                let entry = self.reassembly.entry(from).or_insert_with(|| Reassembly {
+                    id,
+                    parts,
+                    chunks: BTreeMap::new(),
+                });
+                if entry.id != id || entry.parts != parts {
+                    // Another message: the unfinished one is given up (raft-rs resends a
+                    // snapshot that is not acknowledged). Ids are not compared: a restarted
+                    // sender numbers from 1 again.
+                    *entry = Reassembly { id, parts, chunks: BTreeMap::new() };
+                }
+                entry.chunks.insert(part, chunk);
+                if entry.chunks.len() < parts as usize {
+                    return None;
+                }
+                let done = self.reassembly.remove(&from)?;
+                Some(done.chunks.into_values().flatten().collect())
+            }
+            _ => None,
+        }
+    }
+}
+
 fn encode(message: &impl protobuf::Message) -> Vec<u8> {
     message.write_to_bytes().expect("raft records encode")
 }
@@ -694,6 +798,7 @@ impl Replica for RaftReplica {
     fn on_message(&mut self, from: Slot, msgs: Vec<ReplicaMsg>, out: &mut Vec<ReplicaEffect>) {
         let id = self.node.raft.id;
         for ReplicaMsg(bytes) in msgs {
+            let Some(bytes) = self.receive(from, bytes) else { continue };
             let Ok(msg) = Message::parse_from_bytes(&bytes) else { continue };
             // A message that lies about its ends is dropped, not stepped.
             if msg.from != u64::from(from) + 1 || msg.to != id {
@@ -758,5 +863,47 @@ impl Replica for RaftReplica {
     fn transfer_leader(&mut self, slot: Slot, out: &mut Vec<ReplicaEffect>) {
         self.node.transfer_leader(u64::from(slot) + 1);
         self.handle_ready(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica() -> RaftReplica {
+        RaftReplica::restore(1, 0, 3, RaftTiming::standard(1, 64), &BTreeMap::new()).unwrap()
+    }
+
+    #[test]
+    fn big_messages_go_in_chunks_and_reassemble_in_any_order() {
+        let big: Vec<u8> = (0..5 * MSG_CHUNK_BYTES + 17).map(|i| (i % 251) as u8).collect();
+        let mut wire = wire_messages(big.clone(), 7);
+        assert_eq!(wire.len(), 6);
+        assert!(wire.iter().all(|m| m.0.len() <= 1 + CHUNK_HEADER_BYTES + MSG_CHUNK_BYTES));
+        wire.reverse();
+        wire.insert(2, wire[0].clone()); // a duplicate
+        let mut r = replica();
+        let mut done = Vec::new();
+        for ReplicaMsg(bytes) in wire {
+            done.extend(r.receive(2, bytes));
+        }
+        assert_eq!(done, vec![big.clone()]);
+        // A small message is whole; chunks of another message replace an unfinished one.
+        assert_eq!(r.receive(1, wire_messages(vec![9; 10], 0)[0].0.clone()), Some(vec![9; 10]));
+        let first = wire_messages(big.clone(), 8);
+        let second = wire_messages(big.clone(), 1);
+        assert_eq!(r.receive(2, first[0].0.clone()), None);
+        let mut got = Vec::new();
+        for ReplicaMsg(bytes) in second {
+            got.extend(r.receive(2, bytes));
+        }
+        assert_eq!(got, vec![big]);
+        // Malformed chunks are dropped, never panic.
+        for bad in [vec![], vec![WIRE_CHUNK], vec![WIRE_CHUNK; 17], vec![7, 1, 2]] {
+            assert_eq!(r.receive(0, bad), None);
+        }
+        let mut bad_part = first[1].0.clone();
+        bad_part[9..13].copy_from_slice(&99u32.to_be_bytes());
+        assert_eq!(r.receive(0, bad_part), None);
     }
 }

@@ -162,9 +162,17 @@ pub fn spawn_writer<M: Message>(
                     }
                 }
                 buffer.clear();
-                if let Err(error) = encode_frame(&WireFrame::Batch(batch), &mut buffer) {
-                    tracing::error!(%from, %to, %error, "dropping a batch that cannot be framed");
-                    continue;
+                let frame = WireFrame::Batch(batch);
+                if encode_frame(&frame, &mut buffer).is_err() {
+                    // Too big together (a few snapshot chunks): one frame per message.
+                    let WireFrame::Batch(batch) = frame else { unreachable!("built above") };
+                    for envelope in batch {
+                        if let Err(error) =
+                            encode_frame(&WireFrame::Batch(vec![envelope]), &mut buffer)
+                        {
+                            tracing::error!(%from, %to, %error, "dropping a message that cannot be framed");
+                        }
+                    }
                 }
                 if let Err(error) = stream.write_all(&buffer).await {
                     tracing::warn!(%from, %to, %error, "connection lost; reconnecting");

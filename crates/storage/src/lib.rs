@@ -85,6 +85,9 @@ impl std::error::Error for StoreError {}
 pub struct MvccStore {
     map: FixedHashMap<Key, Vec<Version>>,
     order: BTreeSet<Key>,
+    /// Keys a transaction has written since their bulk load (a superset of those whose newest
+    /// version a transaction wrote), so a snapshot walks these rather than every key.
+    written: BTreeSet<Key>,
     gc_watermark: Timestamp,
     versions: u64,
 }
@@ -104,6 +107,7 @@ impl MvccStore {
             writer: TxnId::LOAD,
             state: VersionState::Committed,
         };
+        self.written.remove(&key);
         match self.map.insert(key.clone(), vec![version]) {
             Some(old) => self.versions -= old.len() as u64,
             None => {
@@ -152,6 +156,9 @@ impl MvccStore {
             return Err(StoreError::BelowWatermark { key, ts });
         }
         let watermark = self.gc_watermark;
+        if writer != TxnId::LOAD && !self.written.contains(&key) {
+            self.written.insert(key.clone());
+        }
         let chain = match self.map.get_mut(&key) {
             Some(chain) => chain,
             None => {
@@ -303,9 +310,11 @@ impl MvccStore {
 
     /// Every key whose newest committed version a transaction wrote (not the bulk load), with
     /// that version, deletes included, in key order: what a snapshot of the store must carry
-    /// on top of the deterministic initial load.
+    /// on top of the deterministic initial load. Walks only the keys transactions wrote. (A
+    /// full [`MvccStore::gc`] sweep forgets keys whose only version is an old delete; a
+    /// store that is snapshotted must not be swept, or the delete would be lost.)
     pub fn written_since_load(&self) -> impl Iterator<Item = (&Key, &Version)> {
-        self.order.iter().filter_map(|k| {
+        self.written.iter().filter_map(|k| {
             let version = Self::visible(self.map.get(k)?, Timestamp::MAX)?;
             (version.writer != TxnId::LOAD).then_some((k, version))
         })
@@ -314,6 +323,11 @@ impl MvccStore {
     /// Replaces `key`'s history by one committed version (restoring a snapshot).
     pub fn restore_latest(&mut self, key: Key, ts: Timestamp, writer: TxnId, value: Option<Value>) {
         let version = Version { ts, value, writer, state: VersionState::Committed };
+        if writer == TxnId::LOAD {
+            self.written.remove(&key);
+        } else {
+            self.written.insert(key.clone());
+        }
         match self.map.insert(key.clone(), vec![version]) {
             Some(old) => self.versions -= old.len() as u64,
             None => {

@@ -456,6 +456,12 @@ fn propose(raft: &mut RaftReplica, command: &ShardCommand, effects: &mut Vec<Rep
     let _ = raft.propose(bytes, effects);
 }
 
+/// Most bytes of Raft messages in one `OccMsg::Raft` (unless one message alone is bigger):
+/// well inside a wire frame, and above a snapshot chunk.
+const RAFT_SEND_BYTES_MAX: usize = 4 << 20;
+const _: () = assert!(RAFT_SEND_BYTES_MAX >= meridian_replication::raft::MSG_CHUNK_BYTES + 64);
+const _: () = assert!(RAFT_SEND_BYTES_MAX < meridian_core::wire::FRAME_BYTES_MAX / 2);
+
 /// Most persists of this node's Raft groups outstanding at once (each group bounds its own;
 /// this bounds the token table).
 const PERSISTS_PENDING_MAX: usize = 1 << 20;
@@ -731,10 +737,34 @@ impl OccNode {
         self.carry_out_replica(shard, effects, out);
     }
 
-    /// Sends the Raft messages this call produced, one message per destination.
+    /// Sends the Raft messages this call produced: one message per destination, or several
+    /// of at most [`RAFT_SEND_BYTES_MAX`] each when they are big (snapshot chunks), so that
+    /// each fits a wire frame.
     fn flush_raft(&mut self, out: &mut Outbox<OccMsg>) {
         for (node, groups) in std::mem::take(&mut self.raft_outgoing) {
-            out.send(node, OccMsg::Raft { groups });
+            let mut batch: Vec<RaftGroupMsgs> = Vec::new();
+            let mut bytes = 0;
+            for RaftGroupMsgs { shard, from_slot, msgs } in groups {
+                let mut part = RaftGroupMsgs { shard, from_slot, msgs: Vec::new() };
+                for msg in msgs {
+                    if bytes > 0 && bytes + msg.0.len() > RAFT_SEND_BYTES_MAX {
+                        if !part.msgs.is_empty() {
+                            let full = RaftGroupMsgs { shard, from_slot, msgs: Vec::new() };
+                            batch.push(std::mem::replace(&mut part, full));
+                        }
+                        out.send(node, OccMsg::Raft { groups: std::mem::take(&mut batch) });
+                        bytes = 0;
+                    }
+                    bytes += msg.0.len();
+                    part.msgs.push(msg);
+                }
+                if !part.msgs.is_empty() {
+                    batch.push(part);
+                }
+            }
+            if !batch.is_empty() {
+                out.send(node, OccMsg::Raft { groups: batch });
+            }
         }
     }
 
