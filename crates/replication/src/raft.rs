@@ -744,14 +744,14 @@ impl RaftReplica {
     /// The raft-rs message a wire message from `from` completes, if any: a whole one, or the
     /// last missing chunk of one. Malformed wire messages are dropped.
     fn receive(&mut self, from: Slot, wire: Vec<u8>) -> Option<Vec<u8>> {
-        match wire.first()? {
-            &WIRE_WHOLE => Some(wire[1..].to_vec()),
-            &WIRE_CHUNK if wire.len() > 1 + CHUNK_HEADER_BYTES => {
+        match *wire.first()? {
+            WIRE_WHOLE => Some(wire[1..].to_vec()),
+            WIRE_CHUNK if wire.len() > 1 + CHUNK_HEADER_BYTES => {
                 let field = |at: usize, len: usize| &wire[1 + at..1 + at + len];
                 let id = u64::from_be_bytes(field(0, 8).try_into().ok()?);
                 let part = u32::from_be_bytes(field(8, 4).try_into().ok()?);
                 let parts = u32::from_be_bytes(field(12, 4).try_into().ok()?);
-                if parts < 2 || parts > CHUNK_PARTS_MAX || part >= parts {
+                if !(2..=CHUNK_PARTS_MAX).contains(&parts) || part >= parts {
                     return None;
                 }
                 let chunk = wire[1 + CHUNK_HEADER_BYTES..].to_vec();
