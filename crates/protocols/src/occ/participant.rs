@@ -162,15 +162,26 @@ impl Participant {
         }
     }
 
-    /// This participant's replicated state (see [`Image`]), for a snapshot.
+    /// This participant's replicated state (see [`Image`]), for a snapshot. Encoded from
+    /// borrows (postcard writes `&T` as `T`), so nothing is copied but the bytes.
     pub(super) fn image(&self) -> Vec<u8> {
-        let image = Image {
+        #[derive(Serialize)]
+        struct ImageRef<'a> {
+            rows: Vec<(&'a Key, Timestamp, TxnId, &'a Option<meridian_core::key::Value>)>,
+            prepared: Vec<(TxnId, &'a Prepared)>,
+            decided: Vec<(TxnId, Decision)>,
+            ts_last: Timestamp,
+            committed_total: u64,
+            aborted_total: u64,
+            terminated_total: u64,
+        }
+        let image = ImageRef {
             rows: self
                 .store
                 .written_since_load()
-                .map(|(k, v)| (k.clone(), v.ts, v.writer, v.value.clone()))
+                .map(|(k, v)| (k, v.ts, v.writer, &v.value))
                 .collect(),
-            prepared: self.prepared.iter().map(|(&txn, p)| (txn, p.clone())).collect(),
+            prepared: self.prepared.iter().map(|(&txn, p)| (txn, p)).collect(),
             decided: self.decided_order.iter().map(|txn| (*txn, self.decided[txn])).collect(),
             ts_last: self.ts_last,
             committed_total: self.committed_total,
