@@ -489,6 +489,18 @@ impl RaftReplica {
         self.snapshot_counts
     }
 
+    /// The index a read arriving now must wait for (read-index, served from the leader's
+    /// lease): `None` unless this replica leads and has committed an entry of its own term
+    /// (until then it may not know everything committed before it). A read is served once
+    /// [`RaftReplica::applied_index`] reaches it. The lease: with check-quorum a leader that
+    /// loses touch with a quorum steps down within an election timeout, and with pre-vote no
+    /// follower that heard from it within its own timeout votes for another, so while it leads
+    /// no other leader has committed anything.
+    pub fn read_index(&self) -> Option<u64> {
+        let raft = &self.node.raft;
+        (raft.in_lease() && raft.commit_to_current_term()).then_some(raft.raft_log.committed)
+    }
+
     /// True when enough entries have been applied since the last snapshot to take another.
     pub fn snapshot_due(&self) -> bool {
         self.applied_index >= self.snapshot_index() + self.timing.snapshot_interval_entries
@@ -872,6 +884,34 @@ mod tests {
 
     fn replica() -> RaftReplica {
         RaftReplica::restore(1, 0, 3, RaftTiming::standard(1, 64), &BTreeMap::new()).unwrap()
+    }
+
+    #[test]
+    fn reads_wait_until_the_leader_has_committed_in_its_term() {
+        let mut solo =
+            RaftReplica::restore(1, 0, 1, RaftTiming::standard(1, 64), &BTreeMap::new()).unwrap();
+        assert_eq!(solo.read_index(), None, "not leading");
+        let mut out = Vec::new();
+        solo.campaign(&mut out);
+        assert!(solo.is_leader());
+        // Its term's empty entry is not durable yet, so not committed: no reads.
+        assert_eq!(solo.read_index(), None);
+        for _ in 0..4 {
+            let tokens: Vec<u64> = out
+                .drain(..)
+                .filter_map(|e| match e {
+                    ReplicaEffect::Persist { token, .. } => Some(token),
+                    _ => None,
+                })
+                .collect();
+            for token in tokens {
+                solo.on_persisted(token, &mut out);
+            }
+        }
+        let index = solo.read_index().expect("committed in its term");
+        assert!(index >= 1 && solo.applied_index() >= index);
+        // A member of a three-member group that has not won an election serves no reads.
+        assert_eq!(replica().read_index(), None);
     }
 
     #[test]

@@ -75,7 +75,7 @@ use meridian_replication::{Replica, ReplicaEffect, ReplicaMsg};
 use meridian_storage::MvccStore;
 use participant::{Participant, PrepareArgs};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// The version a read saw: its timestamp and writer. `None` in a read set means the key was
 /// absent.
@@ -440,7 +440,15 @@ struct ShardHost {
     /// The snapshot this replica restarted from, decoded when the node was built (so a bad
     /// one fails the start with an error), installed when the group hands it over.
     restored_image: Option<(u64, participant::DecodedImage)>,
+    /// Execution requests waiting for the leader's state to be current (read-index): the
+    /// index each waits for (`None` until the leader has committed in its term), who asked,
+    /// and the request. Oldest first; at most [`READS_WAITING_MAX`].
+    reads_waiting: VecDeque<(Option<u64>, NodeId, OccMsg)>,
 }
+
+/// Execution requests one shard replica holds while its state catches up; more are dropped
+/// (the coordinator's timeout resends).
+const READS_WAITING_MAX: usize = 4_096;
 
 impl ShardHost {
     /// True when this replica acts for the shard: the only replica, or the Raft leader.
@@ -531,7 +539,13 @@ impl OccNode {
                 None => None,
             };
             let participant = Participant::new(slot.shard, context.clone());
-            let host = ShardHost { participant, raft, slot: slot.replica, restored_image };
+            let host = ShardHost {
+                participant,
+                raft,
+                slot: slot.replica,
+                restored_image,
+                reads_waiting: VecDeque::new(),
+            };
             hosts.insert(slot.shard, host);
         }
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone()));
@@ -607,10 +621,14 @@ impl OccNode {
             return;
         }
         let command = match msg {
-            OccMsg::Execute { txn, shard, proc, args, calls, overlay } => {
-                // Reads only: served from the leader's state; prepare validates them.
-                let result = host.participant.on_execute(txn, proc, &args, &calls, overlay);
-                out.send(origin, OccMsg::Executed { txn, shard, result });
+            execute @ OccMsg::Execute { .. } => {
+                // Reads only, served from the leader's state once it is current (read-index
+                // under the leader's lease); prepare validates them again.
+                let read_index = host.raft.as_ref().and_then(|r| r.read_index());
+                if host.reads_waiting.len() < READS_WAITING_MAX {
+                    host.reads_waiting.push_back((read_index, origin, execute));
+                }
+                Self::serve_reads(host, out);
                 return;
             }
             OccMsg::ExecuteCommit { txn, proc, args, want_sets, .. } => {
@@ -644,6 +662,32 @@ impl OccNode {
             _ => return,
         };
         self.run_command(shard, command, out);
+    }
+
+    /// Runs the execution requests whose read index the replica has applied, in order. A
+    /// replica that stopped leading drops them: the coordinator's timeout finds the new leader.
+    fn serve_reads(host: &mut ShardHost, out: &mut Outbox<OccMsg>) {
+        while let Some((waiting_for, ..)) = host.reads_waiting.front_mut() {
+            if let Some(raft) = host.raft.as_ref() {
+                if !raft.is_leader() {
+                    host.reads_waiting.clear();
+                    return;
+                }
+                if waiting_for.is_none() {
+                    *waiting_for = raft.read_index();
+                }
+                match *waiting_for {
+                    Some(index) if raft.applied_index() >= index => {}
+                    _ => return,
+                }
+            }
+            let Some((_, origin, msg)) = host.reads_waiting.pop_front() else { return };
+            let OccMsg::Execute { txn, shard, proc, args, calls, overlay } = msg else {
+                unreachable!("only executions wait")
+            };
+            let result = host.participant.on_execute(txn, proc, &args, &calls, overlay);
+            out.send(origin, OccMsg::Executed { txn, shard, result });
+        }
     }
 
     /// Applies `command` to `shard` at once (unreplicated), or proposes it to the shard's log
@@ -725,6 +769,11 @@ impl OccNode {
             }
         }
         self.snapshot_if_due(shard, out);
+        if let Some(host) = self.hosts.get_mut(&shard) {
+            if !host.reads_waiting.is_empty() {
+                Self::serve_reads(host, out);
+            }
+        }
     }
 
     /// Snapshots `shard`'s participant once its group has applied enough since the last one.
