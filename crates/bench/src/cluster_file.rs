@@ -57,6 +57,8 @@ struct File {
     #[serde(default)]
     snapshot_interval: Option<toml::Spanned<u64>>,
     #[serde(default)]
+    log_store: Option<toml::Spanned<String>>,
+    #[serde(default)]
     node: Vec<FileNode>,
 }
 
@@ -79,6 +81,8 @@ pub struct ClusterFile {
     pub seed: u64,
     /// Commands each shard replica applies between snapshots (`snapshot_interval`).
     pub snapshot_interval_entries: u64,
+    /// The servers' durable store (`log_store`: file, the default, or fjall).
+    pub log_store: meridian_runtime::logstore::LogStoreKind,
     /// Listening address per node.
     pub addrs: Vec<SocketAddr>,
     /// Hash of the file's text.
@@ -190,6 +194,11 @@ impl ClusterFile {
             }
             None => meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES,
         };
+        let log_store = match &file.log_store {
+            Some(spanned) => meridian_runtime::logstore::LogStoreKind::parse(spanned.get_ref())
+                .map_err(|e| bad_at(spanned.span(), format!("log_store: {e}")))?,
+            None => meridian_runtime::logstore::LogStoreKind::File,
+        };
         Ok(Self {
             protocol,
             workload: file.workload,
@@ -199,6 +208,7 @@ impl ClusterFile {
             clock,
             seed: file.seed.unwrap_or(1),
             snapshot_interval_entries,
+            log_store,
             addrs,
             text_hash: fnv1a(FNV_OFFSET, text.as_bytes()),
         })
@@ -284,6 +294,10 @@ mod tests {
             (
                 GOOD.replace("network = \"lan\"", "network = \"lan\"\nsnapshot_interval = 3"),
                 "line 7: snapshot_interval: 3 commands between snapshots; at least 8",
+            ),
+            (
+                GOOD.replace("network = \"lan\"", "network = \"lan\"\nlog_store = \"rocks\""),
+                "line 7: log_store: unknown log store 'rocks'; accepted: file, fjall",
             ),
         ];
         for (text, expected) in cases {

@@ -44,6 +44,8 @@ pub struct Experiment {
     pub progress: bool,
     /// How durable the replicas' logs are (`memory` keeps them in memory only).
     pub durability: meridian_runtime::logstore::DurabilityMode,
+    /// The durable store (with durability other than memory).
+    pub log_store: meridian_runtime::logstore::LogStoreKind,
     /// Commands each replicated shard replica applies between snapshots.
     pub snapshot_interval_entries: u64,
 }

@@ -12,7 +12,7 @@ use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_protocols::occ::OccNode;
 use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
 use meridian_runtime::clock::WallClock;
-use meridian_runtime::logstore::{DurabilityMode, LogFile, Storage};
+use meridian_runtime::logstore::{DurabilityMode, LogStore, LogStoreKind, Storage};
 use meridian_runtime::metrics::{self, MetricsHub};
 use meridian_runtime::node_task::{ClusterConfig, LocalNode};
 use meridian_runtime::tcp::TcpConfig;
@@ -213,6 +213,7 @@ pub type BuildNode<N> = fn(NodeContext, &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<N
 /// durability. Reports a discarded torn tail.
 fn open_storage(
     mode: DurabilityMode,
+    kind: LogStoreKind,
     dir: Option<&Path>,
     identity: &str,
 ) -> Result<(Option<Storage>, Durable), ConfigError> {
@@ -222,7 +223,7 @@ fn open_storage(
     let dir = dir.ok_or_else(|| {
         ConfigError::new(format!("--durability {} needs --data-dir", mode.name()))
     })?;
-    let (log, recovered) = LogFile::open(dir, identity).map_err(ConfigError::new)?;
+    let (log, recovered) = LogStore::open(kind, dir, identity).map_err(ConfigError::new)?;
     if recovered.torn_bytes_discarded > 0 {
         tracing::warn!(
             dir = %dir.display(),
@@ -230,7 +231,12 @@ fn open_storage(
             "discarded a torn write at the end of the log"
         );
     }
-    tracing::info!(dir = %dir.display(), records = recovered.records.len(), "log opened");
+    tracing::info!(
+        dir = %dir.display(),
+        store = kind.name(),
+        records = recovered.records.len(),
+        "log opened"
+    );
     Ok((Some(Storage::start(log, mode)), recovered.records))
 }
 
@@ -254,8 +260,12 @@ async fn embedded<N: ProtocolNode>(
     // An embedded run starts from empty logs in a scratch directory of its own.
     let data_dir = std::env::temp_dir().join(format!("meridian-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
-    let (storage, durable) =
-        open_storage(experiment.durability, Some(&data_dir), "embedded benchmark")?;
+    let (storage, durable) = open_storage(
+        experiment.durability,
+        experiment.log_store,
+        Some(&data_dir),
+        "embedded benchmark",
+    )?;
     let mut nodes = Vec::new();
     for id in topology.node_ids() {
         nodes.push((id, build(context(id), &durable).map_err(ConfigError::new)?));
@@ -408,6 +418,7 @@ fn output(
         },
         "clock": experiment.clock.name,
         "durability": experiment.durability.name(),
+        "log_store": experiment.log_store.name(),
         "load": "closed-loop, one request outstanding per client, no think time",
         "clients": experiment.clients,
         "duration_s": experiment.duration_s,
@@ -545,7 +556,8 @@ pub fn run_server(
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
     // What a data directory belongs to: the layout, protocol and workload, and the node.
-    let (storage, durable) = open_storage(durability, data_dir, &data_identity(file, node))?;
+    let (storage, durable) =
+        open_storage(durability, file.log_store, data_dir, &data_identity(file, node))?;
     runtime()?.block_on(async {
         match file.protocol {
             ProtocolKind::Occ => {
@@ -583,7 +595,8 @@ pub fn verify_data_dir(
             file.topology.nodes.len()
         )));
     }
-    let recovered = LogFile::read(dir, &data_identity(file, node)).map_err(ConfigError::new)?;
+    let recovered = LogStore::read(file.log_store, dir, &data_identity(file, node))
+        .map_err(ConfigError::new)?;
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());

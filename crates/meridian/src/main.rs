@@ -13,7 +13,7 @@ use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
 use meridian_core::ConfigError;
 use meridian_protocols::ProtocolKind;
-use meridian_runtime::logstore::DurabilityMode;
+use meridian_runtime::logstore::{DurabilityMode, LogStoreKind};
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
@@ -183,6 +183,10 @@ struct BenchArgs {
     /// (`snapshot_interval`).
     #[arg(long = "snapshot-interval")]
     snapshot_interval: Option<u64>,
+    /// Embedded runs with durability: the durable store, file (default) or fjall. A cluster
+    /// file sets its own (`log_store`).
+    #[arg(long = "log-store")]
+    log_store: Option<String>,
 }
 
 #[derive(Args)]
@@ -388,6 +392,12 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 )
                 .into());
             }
+            if args.log_store.is_some() {
+                return Err(ConfigError::new(
+                    "--log-store contradicts --cluster: the cluster file sets it (log_store)",
+                )
+                .into());
+            }
             if args.snapshot_interval.is_some() {
                 return Err(ConfigError::new(
                     "--snapshot-interval contradicts --cluster: the cluster file sets it \
@@ -418,6 +428,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 progress: !args.quiet,
                 durability: DurabilityMode::Memory,
                 snapshot_interval_entries: file.snapshot_interval_entries,
+                log_store: file.log_store,
             };
             validate_times(&experiment)?;
             run_cluster(&file, &experiment)?
@@ -443,6 +454,8 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 snapshot_interval_entries: args
                     .snapshot_interval
                     .unwrap_or(meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES),
+                log_store: LogStoreKind::parse(args.log_store.as_deref().unwrap_or("file"))
+                    .map_err(|e| ConfigError::new(format!("--log-store: {e}")))?,
             };
             experiment.validate()?;
             run_embedded(&experiment)?

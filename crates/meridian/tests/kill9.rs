@@ -2,11 +2,12 @@
 //! killed by `kill -9` (SIGKILL, by process id) and restarted from its data directory, again
 //! and again. The load is `list-append`: the benchmark checks its recorded history, so an
 //! acknowledged append that a later read does not see (a lost commit), or sees out of order,
-//! fails the run. `MERIDIAN_KILLS` sets the number of kills (default 20).
+//! fails the run. `MERIDIAN_KILLS` sets the number of kills (default 20). Its servers log to
+//! fjall (`log_store = "fjall"`).
 //!
 //! The second test does the same under `bank` load, then kills every server and rebuilds each
 //! one's state from its data directory with `meridian verify`: the money must be all there in
-//! every replica's log.
+//! every replica's log. Its servers log to the log file (the default store).
 
 mod common;
 
@@ -59,10 +60,10 @@ impl Drop for Servers {
 /// The two tests start servers on the same cores; one at a time keeps the kills meaningful.
 static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn cluster_file(dir: &Path, ports: &[u16], workload: &str) -> PathBuf {
+fn cluster_file(dir: &Path, ports: &[u16], workload: &str, log_store: &str) -> PathBuf {
     let mut text = format!(
         "protocol = \"occ\"\nworkload = \"{workload}\"\nshards = 1\nreplicas = 3\nnetwork = \"lan\"\nkeys_per_shard = 8\n\
-         snapshot_interval = 256\n",
+         snapshot_interval = 256\nlog_store = \"{log_store}\"\n",
     );
     for (node, port) in ports.iter().enumerate() {
         text += &format!("\n[[node]]\nid = {node}\nregion = \"r0\"\naddr = \"127.0.0.1:{port}\"\n");
@@ -79,11 +80,16 @@ fn cluster_file(dir: &Path, ports: &[u16], workload: &str) -> PathBuf {
 
 /// Starts a 1x3 cluster of `workload`, runs the benchmark against it while killing a random
 /// server `kills` times, and returns the benchmark's output, the victims and the servers.
-fn run_with_kills(workload: &str, kills: u64, dir: &Path) -> (String, Vec<usize>, Servers) {
+fn run_with_kills(
+    workload: &str,
+    log_store: &str,
+    kills: u64,
+    dir: &Path,
+) -> (String, Vec<usize>, Servers) {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
     let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let file = cluster_file(dir, &ports, workload);
+    let file = cluster_file(dir, &ports, workload, log_store);
     let mut servers = Servers {
         file: file.clone(),
         dir: dir.to_path_buf(),
@@ -145,7 +151,7 @@ fn kill_9_of_random_servers_under_load_loses_no_acknowledged_commit() {
     let kills: u64 =
         std::env::var("MERIDIAN_KILLS").ok().and_then(|k| k.parse().ok()).unwrap_or(20);
     let dir = std::env::temp_dir().join(format!("meridian-kill9-{}", std::process::id()));
-    let (stdout, _, servers) = run_with_kills("list-append", kills, &dir);
+    let (stdout, _, servers) = run_with_kills("list-append", "fjall", kills, &dir);
     assert!(stdout.contains("elle-list-append") && stdout.contains("PASS"), "{stdout}");
     drop(servers);
     let _ = std::fs::remove_dir_all(&dir);
@@ -155,7 +161,7 @@ fn kill_9_of_random_servers_under_load_loses_no_acknowledged_commit() {
 fn kill_9_under_bank_load_leaves_the_money_whole_in_every_replica_log() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("meridian-kill9-bank-{}", std::process::id()));
-    let (_, _, servers) = run_with_kills("bank", 8, &dir);
+    let (_, _, servers) = run_with_kills("bank", "file", 8, &dir);
     let file = servers.file.clone();
     drop(servers); // SIGKILL to every server, mid-flight
     for node in 0..3 {

@@ -20,6 +20,7 @@
 
 pub mod clock;
 pub mod delay;
+pub mod fjall_store;
 pub mod logstore;
 pub mod metrics;
 pub mod node_task;
