@@ -225,6 +225,18 @@ pub trait Node: Send + 'static {
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<Self::Msg>);
     /// A persist request completed.
     fn on_persisted(&mut self, now: Time, token: PersistToken, out: &mut Outbox<Self::Msg>);
+    /// Several persist requests completed, in this order (one group commit's worth). A node
+    /// may override this to coalesce what the completions release; by default, one by one.
+    fn on_persisted_batch(
+        &mut self,
+        now: Time,
+        tokens: &[PersistToken],
+        out: &mut Outbox<Self::Msg>,
+    ) {
+        for &token in tokens {
+            self.on_persisted(now, token, out);
+        }
+    }
     /// A client submitted a transaction.
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<Self::Msg>);
     /// The protocol's counters (names ending in `_total`, monotonic) and gauges, for metrics.

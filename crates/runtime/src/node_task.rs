@@ -346,14 +346,19 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                     // reaching the batch limit never drops one.
                     let mut next = inbound;
                     let mut handled = 0;
+                    // Completions that arrive together (one group commit) are handed over
+                    // together, so what they release leaves as one message per peer.
+                    let mut persisted: Vec<PersistToken> = Vec::new();
                     loop {
+                        if !persisted.is_empty() && !matches!(next, Some(Inbound::Persisted { .. })) {
+                            let now = self.node_now();
+                            self.node.on_persisted_batch(now, &persisted, &mut self.outbox);
+                            persisted.clear();
+                            self.carry_out().await;
+                        }
                         match next {
                             Some(Inbound::Msg { from, sent_at_ns, msg }) => self.on_inbound(from, sent_at_ns, msg).await,
-                            Some(Inbound::Persisted { token }) => {
-                                let now = self.node_now();
-                                self.node.on_persisted(now, token, &mut self.outbox);
-                                self.carry_out().await;
-                            }
+                            Some(Inbound::Persisted { token }) => persisted.push(token),
                             Some(Inbound::Stop) | None => break 'serve,
                         }
                         handled += 1;
@@ -364,6 +369,11 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                             Ok(message) => next = Some(message),
                             Err(_) => break,
                         }
+                    }
+                    if !persisted.is_empty() {
+                        let now = self.node_now();
+                        self.node.on_persisted_batch(now, &persisted, &mut self.outbox);
+                        self.carry_out().await;
                     }
                 }
                 () = sleep_until(next_timer.unwrap_or_else(Instant::now)), if next_timer.is_some() => {}

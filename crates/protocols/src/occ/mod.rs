@@ -1077,6 +1077,14 @@ impl Node for OccNode {
         self.flush_raft(out);
     }
 
+    fn on_persisted_batch(&mut self, now: Time, tokens: &[PersistToken], out: &mut Outbox<OccMsg>) {
+        // The Raft messages the whole group commit releases leave together.
+        for &token in tokens {
+            self.handle_persisted(now, token, out);
+        }
+        self.flush_raft(out);
+    }
+
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
         match self.coordinator.as_mut() {
             Some(c) => c.submit(now, request, out),
