@@ -497,14 +497,7 @@ async fn remote<N: ProtocolNode>(
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
     // Coordinators host no replicas: nothing of theirs is logged.
-    let context = contexts(
-        &topology,
-        &workload,
-        file.network.owd_ns_max(),
-        file.seed,
-        false,
-        file.snapshot_interval_entries,
-    );
+    let context = file_contexts(file, &topology, &workload, false);
     let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
     let empty = BTreeMap::new();
     let mut local = Vec::new();
@@ -568,6 +561,23 @@ pub fn run_server(
     })
 }
 
+/// [`contexts`] for the nodes of a cluster file.
+fn file_contexts(
+    file: &ClusterFile,
+    topology: &Arc<Topology>,
+    workload: &Arc<dyn Workload>,
+    durable: bool,
+) -> impl Fn(NodeId) -> NodeContext {
+    contexts(
+        topology,
+        workload,
+        file.network.owd_ns_max(),
+        file.seed,
+        durable,
+        file.snapshot_interval_entries,
+    )
+}
+
 /// The identity of node `node`'s data directory in the cluster of `file`.
 fn data_identity(file: &ClusterFile, node: u32) -> String {
     format!(
@@ -600,14 +610,7 @@ pub fn verify_data_dir(
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
-    let context = contexts(
-        &topology,
-        &workload,
-        file.network.owd_ns_max(),
-        file.seed,
-        true,
-        file.snapshot_interval_entries,
-    );
+    let context = file_contexts(file, &topology, &workload, true);
     match file.protocol {
         ProtocolKind::Occ => {
             let mut built = OccNode::restore(context(NodeId(node)), &recovered.records)
@@ -636,14 +639,7 @@ async fn serve<N: ProtocolNode>(
     server: Server<'_>,
 ) -> Result<(), ConfigError> {
     let Server { id, storage, durable, metrics_addr } = server;
-    let context = contexts(
-        &topology,
-        &workload,
-        file.network.owd_ns_max(),
-        file.seed,
-        storage.is_some(),
-        file.snapshot_interval_entries,
-    );
+    let context = file_contexts(file, &topology, &workload, storage.is_some());
     // The initial data first; the log replays on top of it once the node runs.
     let mut node = build(context(id), durable).map_err(ConfigError::new)?;
     load_in_parallel(workload.as_ref(), std::iter::once(&mut node));

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{free_port, meridian, wait_for_port};
+use common::{committed_in, free_port, meridian, wait_for_port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -203,12 +203,7 @@ fn bench_drives_a_server_process_over_tcp() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("checks: not run"), "{stdout}");
-    let committed: u64 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("window ").and_then(|rest| rest.split(", ").nth(1)))
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .expect("a window line");
+    let committed = committed_in(&stdout);
     assert!(committed > 100, "{stdout}");
     // The server's metrics count what it received and committed (published once a second).
     std::thread::sleep(Duration::from_millis(1_200));

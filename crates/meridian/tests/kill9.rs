@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{free_port, meridian, wait_for_port};
+use common::{committed_in, free_port, meridian, wait_for_port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -127,12 +127,7 @@ fn run_with_kills(
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "victims {victims:?}\n{stdout}\n{stderr}");
-    let committed: u64 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("window ").and_then(|rest| rest.split(", ").nth(1)))
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .expect("a window line");
+    let committed = committed_in(&stdout);
     assert!(committed > 100, "{stdout}");
     eprintln!("{} kills of {victims:?}; the run:\n{stdout}", victims.len());
     // Every restarted server found its log.

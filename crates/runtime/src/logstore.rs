@@ -164,16 +164,7 @@ impl LogStore {
         match kind {
             LogStoreKind::File => LogFile::read(dir, identity),
             LogStoreKind::Fjall => {
-                let path = dir.join("identity");
-                let found = fs::read_to_string(&path)
-                    .map_err(|e| io_error(&path, "cannot read the identity", e))?;
-                if found.trim_end() != identity {
-                    return Err(format!(
-                        "{} belongs to '{}', not '{identity}'",
-                        dir.display(),
-                        found.trim_end()
-                    ));
-                }
+                require_identity(dir, identity)?;
                 crate::fjall_store::FjallLog::open(dir).map(|(_, r)| r)
             }
         }
@@ -382,16 +373,7 @@ impl LogFile {
     /// Reads the log in `dir` without changing anything (no rewrite, no identity written):
     /// for offline checks. The directory must belong to `identity`.
     pub fn read(dir: &Path, identity: &str) -> Result<Recovered, String> {
-        let path = dir.join("identity");
-        let found = fs::read_to_string(&path)
-            .map_err(|e| io_error(&path, "cannot read the identity", e))?;
-        if found.trim_end() != identity {
-            return Err(format!(
-                "{} belongs to '{}', not '{identity}'",
-                dir.display(),
-                found.trim_end()
-            ));
-        }
+        require_identity(dir, identity)?;
         let log = dir.join("log");
         let bytes = fs::read(&log).map_err(|e| io_error(&log, "cannot read the log", e))?;
         replay(&bytes).map_err(|e| format!("{}: {e}", log.display()))
@@ -519,6 +501,21 @@ pub fn replay(bytes: &[u8]) -> Result<Recovered, String> {
         at += 8 + len;
     }
     Ok(recovered)
+}
+
+/// Checks, without writing anything, that `dir` belongs to `identity` (offline reads).
+fn require_identity(dir: &Path, identity: &str) -> Result<(), String> {
+    let path = dir.join("identity");
+    let found =
+        fs::read_to_string(&path).map_err(|e| io_error(&path, "cannot read the identity", e))?;
+    if found.trim_end() != identity {
+        return Err(format!(
+            "{} belongs to '{}', not '{identity}'",
+            dir.display(),
+            found.trim_end()
+        ));
+    }
+    Ok(())
 }
 
 fn check_identity(dir: &Path, identity: &str) -> Result<(), String> {

@@ -350,11 +350,8 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                     // together, so what they release leaves as one message per peer.
                     let mut persisted: Vec<PersistToken> = Vec::new();
                     loop {
-                        if !persisted.is_empty() && !matches!(next, Some(Inbound::Persisted { .. })) {
-                            let now = self.node_now();
-                            self.node.on_persisted_batch(now, &persisted, &mut self.outbox);
-                            persisted.clear();
-                            self.carry_out().await;
+                        if !matches!(next, Some(Inbound::Persisted { .. })) {
+                            self.complete_persists(&mut persisted).await;
                         }
                         match next {
                             Some(Inbound::Msg { from, sent_at_ns, msg }) => self.on_inbound(from, sent_at_ns, msg).await,
@@ -370,11 +367,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                             Err(_) => break,
                         }
                     }
-                    if !persisted.is_empty() {
-                        let now = self.node_now();
-                        self.node.on_persisted_batch(now, &persisted, &mut self.outbox);
-                        self.carry_out().await;
-                    }
+                    self.complete_persists(&mut persisted).await;
                 }
                 () = sleep_until(next_timer.unwrap_or_else(Instant::now)), if next_timer.is_some() => {}
             }
@@ -442,6 +435,17 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             self.node.submit(now, request, &mut self.outbox);
             self.carry_out().await;
         }
+    }
+
+    /// Hands the node the persist completions gathered so far, if any, as one batch.
+    async fn complete_persists(&mut self, tokens: &mut Vec<PersistToken>) {
+        if tokens.is_empty() {
+            return;
+        }
+        let now = self.node_now();
+        self.node.on_persisted_batch(now, tokens, &mut self.outbox);
+        tokens.clear();
+        self.carry_out().await;
     }
 
     /// Carries out the outbox in order. Persists go to the storage thread, whose completions

@@ -21,3 +21,13 @@ pub fn wait_for_port(port: u16) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The committed count on a benchmark's `window` line.
+pub fn committed_in(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("window ").and_then(|rest| rest.split(", ").nth(1)))
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a window line")
+}
