@@ -11,6 +11,11 @@
 //! Every invocation is paired with the next completion of its process. A completion without an
 //! invocation, a second invocation while one is open, or a completion whose micro-operations do
 //! not match its invocation is rejected. An invocation never completed counts as `info`.
+//!
+//! Histories recorded by Jepsen carry more than client transactions: operations whose `process`
+//! is not an integer (the nemesis, written `"nemesis"`) are skipped whatever their other fields
+//! hold, and an `info` completion whose `value` is `null` (the client did not learn the outcome)
+//! stands for its invocation's micro-operations with unknown results.
 
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
@@ -281,6 +286,8 @@ impl History {
     /// Parses elle-cli JSON: an array of operations or one operation per line.
     pub fn parse(text: &str, model: Model) -> Result<Self, HistoryError> {
         let mut builder = HistoryBuilder::new();
+        // Per process, the position of its last invocation (for value-less info completions).
+        let mut open: BTreeMap<u64, usize> = BTreeMap::new();
         let trimmed = text.trim_start();
         if trimmed.starts_with('[') {
             // Parse the array as a stream of values so errors carry the line.
@@ -292,7 +299,7 @@ impl History {
             }
             let lines = op_lines(text, values.len());
             for (position, value) in values.iter().enumerate() {
-                parse_op(&mut builder, value, model, position)
+                parse_op(&mut builder, &mut open, value, model, position)
                     .map_err(|m| error(lines.get(position).copied(), m))?;
             }
         } else {
@@ -310,7 +317,7 @@ impl History {
                 let value: Json = serde_json::from_str(line.trim_end_matches(','))
                     .map_err(|e| error(Some(line_no + 1), format!("not a JSON operation: {e}")))?;
                 let position = builder.history.ops.len();
-                parse_op(&mut builder, &value, model, position)
+                parse_op(&mut builder, &mut open, &value, model, position)
                     .map_err(|m| error(Some(line_no + 1), m))?;
             }
         }
@@ -461,18 +468,25 @@ fn op_lines(text: &str, count: usize) -> Vec<usize> {
     lines
 }
 
+/// Parses one operation into `builder`, or skips it when it is not a client's (its `process`
+/// is not a number). `open` maps each process to the position of its last invocation.
 fn parse_op(
     builder: &mut HistoryBuilder,
+    open: &mut BTreeMap<u64, usize>,
     value: &Json,
     model: Model,
     position: usize,
 ) -> Result<(), String> {
     let object = value.as_object().ok_or("an operation must be a JSON object")?;
+    let process = match object.get("process") {
+        None => return Err("missing \"process\"".into()),
+        Some(Json::Number(n)) => n.as_u64().ok_or("\"process\" must be a non-negative integer")?,
+        // The nemesis (or another non-client process): not part of any transaction.
+        Some(_) => return Ok(()),
+    };
     let kind_name = object.get("type").and_then(Json::as_str).ok_or("missing \"type\"")?;
     let kind = OpType::parse(kind_name)
         .ok_or_else(|| format!("unknown type '{kind_name}'; accepted: invoke, ok, fail, info"))?;
-    let process =
-        object.get("process").and_then(Json::as_u64).ok_or("missing or non-integer \"process\"")?;
     let index = match object.get("index") {
         None => position as u64,
         Some(i) => i.as_u64().ok_or("\"index\" must be a non-negative integer")?,
@@ -486,6 +500,16 @@ fn parse_op(
             return Err(format!("\"f\" must be \"txn\", found {f}"));
         }
     }
+    let at = builder.history.ops.len();
+    if kind == OpType::Info && object.get("value").is_none_or(Json::is_null) {
+        // Outcome unknown and nothing reported: the invocation's micro-operations (reads
+        // unknown). Without an open invocation the pairing refuses the completion later.
+        let mops = open
+            .remove(&process)
+            .map_or_else(Vec::new, |invoked| builder.history.ops[invoked].mops.clone());
+        builder.history.ops.push(Op { index, process, kind, time_ns, mops });
+        return Ok(());
+    }
     let raw = object.get("value").and_then(Json::as_array).ok_or("\"value\" must be a list")?;
     if raw.len() > MOPS_PER_TXN_MAX {
         return Err(format!("more than {MOPS_PER_TXN_MAX} micro-operations"));
@@ -493,6 +517,11 @@ fn parse_op(
     let mut mops = Vec::with_capacity(raw.len());
     for (i, m) in raw.iter().enumerate() {
         mops.push(parse_mop(builder, m, model).map_err(|e| format!("micro-operation {i}: {e}"))?);
+    }
+    if kind == OpType::Invoke {
+        open.insert(process, at);
+    } else {
+        open.remove(&process);
     }
     builder.history.ops.push(Op { index, process, kind, time_ns, mops });
     Ok(())

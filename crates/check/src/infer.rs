@@ -1,9 +1,17 @@
 //! Inference of dependencies from a paired history: which transactions count as committed,
 //! the write-write, write-read and read-write edges per key, and the anomalies seen without a
-//! cycle (aborted and intermediate reads, garbage, internal inconsistency, incompatible orders).
+//! cycle (aborted and intermediate reads, dirty updates, future reads, garbage, internal
+//! inconsistency, incompatible orders).
 //!
-//! **list-append** is exact: a read returns a prefix of the key's version order, so the longest
-//! read fixes the order of every element it holds, and every read is placed in it.
+//! **list-append** is exact: every committed read, including one made after the reader's own
+//! appends, returns a prefix of the key's version order, so the longest read fixes the order of
+//! every element it holds and every read is placed in it. A reader depends on what it saw from
+//! others (its read without its own appends at the end). A committed append no read shows
+//! comes after the whole order, hence after every reader of the key. With the checks on the
+//! order itself (each element appended once, by a transaction that did not fail, each
+//! transaction's appends in its own order), a history without anomalies has a serial order:
+//! any topological order of the graph replays every read (within the edge bounds below; a brute
+//! force oracle agrees on small histories, `tests/adversarial.rs`).
 //!
 //! **rw-register** is weaker, as in Elle: the version order is known only where a transaction
 //! read a value (or the initial state) of a key and then wrote it, and the initial state comes
@@ -32,8 +40,8 @@ pub const UNREAD_APPEND_EDGES_PER_KEY_MAX: usize = 100_000;
 /// An anomaly found without a cycle.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirectAnomaly {
-    /// Class name (`G1a`, `G1b`, `internal`, `incompatible-order`, `garbage-read`,
-    /// `duplicate-elements`).
+    /// Class name (`G1a`, `G1b`, `dirty-update`, `future-read`, `internal`,
+    /// `incompatible-order`, `garbage-read`, `duplicate-elements`).
     pub class: &'static str,
     /// The transactions involved.
     pub txns: Vec<u32>,
@@ -54,11 +62,13 @@ pub struct Inferred {
     pub direct: Vec<DirectAnomaly>,
 }
 
-/// Where a written value came from: the transaction and whether it was its last write to the key.
+/// Where a written value came from: the transaction, whether it was its last write to the key,
+/// and how many writes to the key the transaction made before it.
 #[derive(Clone, Copy, Debug)]
 struct Writer {
     txn: u32,
     last_to_key: bool,
+    ordinal: u32,
 }
 
 /// Maps each (key, value) written to its writer; values must be unique per key.
@@ -71,9 +81,13 @@ fn writers(txns: &[Txn]) -> Result<FixedHashMap<(u32, i64), Writer>, String> {
                 last.insert(key, value);
             }
         }
+        let mut written: BTreeMap<u32, u32> = BTreeMap::new();
         for mop in &txn.mops {
             if let Mop::Append { key, value } | Mop::Write { key, value } = *mop {
-                let writer = Writer { txn: t as u32, last_to_key: last[&key] == value };
+                let ordinal = written.entry(key).or_default();
+                let writer =
+                    Writer { txn: t as u32, last_to_key: last[&key] == value, ordinal: *ordinal };
+                *ordinal += 1;
                 if let Some(other) = map.insert((key, value), writer) {
                     return Err(format!(
                         "value {value} is written to key #{key} by two transactions \
@@ -87,18 +101,43 @@ fn writers(txns: &[Txn]) -> Result<FixedHashMap<(u32, i64), Writer>, String> {
     Ok(map)
 }
 
-/// The reads of a committed transaction that observe other transactions: the first access of
-/// each key when it is a read. Later reads of a key are checked for internal consistency.
-fn external_reads(txn: &Txn) -> impl Iterator<Item = &Mop> {
-    let mut touched: Vec<u32> = Vec::new();
-    txn.mops.iter().filter(move |mop| {
-        let key = mop.key();
-        if touched.contains(&key) {
-            return false;
+/// A list read of a committed transaction. Every such read is a prefix of the key's final
+/// version order (a read after the reader's own appends shows them at its end), so all of them
+/// place elements; only the part the reader saw from others yields dependencies.
+struct ListRead<'a> {
+    txn: u32,
+    key: u32,
+    list: &'a [i64],
+    /// How many leading elements the transaction saw from others: the list without its own
+    /// appends made before the read. `None` when the read adds nothing external (the key was
+    /// read before) or does not end with those appends (reported as internal).
+    external: Option<usize>,
+}
+
+/// The list reads of one committed transaction, in order.
+fn list_reads(t: u32, txn: &Txn) -> Vec<ListRead<'_>> {
+    // Per key: whether it was read already, and the appends made before its first read.
+    let mut state: BTreeMap<u32, (bool, Vec<i64>)> = BTreeMap::new();
+    let mut reads = Vec::new();
+    for mop in &txn.mops {
+        match mop {
+            Mop::Append { key, value } => {
+                let entry = state.entry(*key).or_default();
+                if !entry.0 {
+                    entry.1.push(*value);
+                }
+            }
+            Mop::ReadList { key, list: Some(list) } => {
+                let entry = state.entry(*key).or_default();
+                let external =
+                    (!entry.0 && list.ends_with(&entry.1)).then(|| list.len() - entry.1.len());
+                entry.0 = true;
+                reads.push(ListRead { txn: t, key: *key, list, external });
+            }
+            _ => {}
         }
-        touched.push(key);
-        matches!(mop, Mop::ReadList { .. } | Mop::ReadRegister { .. })
-    })
+    }
+    reads
 }
 
 /// Infers a list-append history.
@@ -106,94 +145,82 @@ pub fn list_append(txns: &[Txn]) -> Result<Inferred, String> {
     let writer = writers(txns)?;
     let mut direct = Vec::new();
     let mut committed: Vec<bool> = txns.iter().map(|t| t.status == Status::Ok).collect();
-    // The longest committed read of each key is its version order (so far as anyone saw).
-    let mut order: BTreeMap<u32, (u32, &[i64])> = BTreeMap::new();
+    let mut reads: Vec<ListRead> = Vec::new();
     for (t, txn) in txns.iter().enumerate().filter(|(_, t)| t.status == Status::Ok) {
         internal_list_check(t as u32, txn, &mut direct);
-        for mop in external_reads(txn) {
-            let Mop::ReadList { key, list: Some(list) } = mop else { continue };
-            let longest = order.entry(*key).or_insert((t as u32, list.as_slice()));
-            if list.len() > longest.1.len() {
-                *longest = (t as u32, list.as_slice());
-            }
+        reads.extend(list_reads(t as u32, txn));
+    }
+    // Aborted reads: any element of any committed read appended by a failed transaction
+    // (only keys with a failed append need the scan).
+    let failed_keys: BTreeSet<u32> = writer
+        .iter()
+        .filter(|(_, w)| txns[w.txn as usize].status == Status::Fail)
+        .map(|(&(key, _), _)| key)
+        .collect();
+    for read in reads.iter().filter(|r| failed_keys.contains(&r.key)) {
+        aborted_read_check(read, txns, &writer, &mut direct);
+    }
+    // The longest committed read of each key is its version order (so far as anyone saw).
+    let mut order: BTreeMap<u32, (u32, &[i64])> = BTreeMap::new();
+    for read in &reads {
+        let longest = order.entry(read.key).or_insert((read.txn, read.list));
+        if read.list.len() > longest.1.len() {
+            *longest = (read.txn, read.list);
         }
     }
     // Every element of the order must have a writer, appear once, and come from a transaction
-    // that may have committed.
-    let mut bad_keys: Vec<u32> = Vec::new();
+    // that may have committed; each writer's appends must appear in the order it made them.
+    let mut bad_keys: BTreeSet<u32> = BTreeSet::new();
     for (&key, &(reader, list)) in &order {
-        let mut seen: FixedHashMap<i64, ()> = FixedHashMap::default();
-        for &element in list {
-            if seen.insert(element, ()).is_some() {
-                direct.push(DirectAnomaly {
-                    class: "duplicate-elements",
-                    txns: vec![reader],
-                    key,
-                    detail: format!("element {element} appears twice in {list:?}"),
-                });
-                bad_keys.push(key);
-                break;
+        if let Some(anomaly) = order_check(key, reader, list, txns, &writer, &mut committed) {
+            if matches!(anomaly.class, "garbage-read" | "duplicate-elements") {
+                bad_keys.insert(key);
             }
-            match writer.get(&(key, element)) {
-                None => {
-                    direct.push(DirectAnomaly {
-                        class: "garbage-read",
-                        txns: vec![reader],
-                        key,
-                        detail: format!("read element {element}, which no transaction appended"),
-                    });
-                    bad_keys.push(key);
-                    break;
-                }
-                Some(w) if txns[w.txn as usize].status == Status::Info => {
-                    committed[w.txn as usize] = true;
-                }
-                Some(_) => {}
-            }
+            direct.push(anomaly);
+        }
+        if !bad_keys.contains(&key) {
+            direct.extend(dirty_update(key, reader, list, txns, &writer));
         }
     }
     let mut graph = Graph::new(txns.len());
-    for (t, txn) in txns.iter().enumerate().filter(|(_, t)| t.status == Status::Ok) {
-        for mop in external_reads(txn) {
-            let Mop::ReadList { key, list: Some(list) } = mop else { continue };
-            if bad_keys.contains(key) {
-                continue;
-            }
-            let (longest_reader, longest) = order[key];
-            if !longest.starts_with(list) {
+    // Per key: the committed readers with how much each saw from others.
+    let mut readers: BTreeMap<u32, Vec<(u32, usize)>> = BTreeMap::new();
+    for read in &reads {
+        let key = read.key;
+        if bad_keys.contains(&key) {
+            continue;
+        }
+        let (longest_reader, longest) = order[&key];
+        if !longest.starts_with(read.list) {
+            direct.push(DirectAnomaly {
+                class: "incompatible-order",
+                txns: vec![longest_reader, read.txn],
+                key,
+                detail: format!("read {:?}, which is not a prefix of {longest:?}", read.list),
+            });
+            continue;
+        }
+        let Some(seen) = read.external else { continue };
+        readers.entry(key).or_default().push((read.txn, seen));
+        if let Some(&last) = read.list[..seen].last() {
+            let w = writer[&(key, last)];
+            let failed = txns[w.txn as usize].status == Status::Fail;
+            if !failed && !w.last_to_key && w.txn != read.txn {
                 direct.push(DirectAnomaly {
-                    class: "incompatible-order",
-                    txns: vec![longest_reader, t as u32],
-                    key: *key,
-                    detail: format!("read {list:?}, which is not a prefix of {longest:?}"),
+                    class: "G1b",
+                    txns: vec![read.txn, w.txn],
+                    key,
+                    detail: format!(
+                        "read {:?}, which saw others' appends up to an intermediate append \
+                         of its writer",
+                        read.list
+                    ),
                 });
-                continue;
             }
-            if let Some(&last) = list.last() {
-                let w = writer[&(*key, last)];
-                let status = txns[w.txn as usize].status;
-                if status == Status::Fail {
-                    direct.push(DirectAnomaly {
-                        class: "G1a",
-                        txns: vec![t as u32, w.txn],
-                        key: *key,
-                        detail: format!("read element {last}, appended by an aborted transaction"),
-                    });
-                } else if !w.last_to_key && w.txn != t as u32 {
-                    direct.push(DirectAnomaly {
-                        class: "G1b",
-                        txns: vec![t as u32, w.txn],
-                        key: *key,
-                        detail: format!(
-                            "read {list:?}, ending at an intermediate append of the writer"
-                        ),
-                    });
-                }
-                graph.add(w.txn, t as u32, EdgeKind::Wr, *key);
-            }
-            if let Some(&next) = longest.get(list.len()) {
-                graph.add(t as u32, writer[&(*key, next)].txn, EdgeKind::Rw, *key);
-            }
+            graph.add(w.txn, read.txn, EdgeKind::Wr, key);
+        }
+        if let Some(&next) = longest.get(seen) {
+            graph.add(read.txn, writer[&(key, next)].txn, EdgeKind::Rw, key);
         }
     }
     for (&key, &(_, list)) in &order {
@@ -205,52 +232,7 @@ pub fn list_append(txns: &[Txn]) -> Result<Inferred, String> {
             graph.add(a, b, EdgeKind::Ww, key);
         }
     }
-    // Committed appends nobody read come after everything anyone read of that key: the
-    // writer of the last element read, and every reader of the whole list, precede them.
-    // (A transaction with some of its appends read and others not is reported as G1b above.)
-    let mut unread: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-    let mut partly_read: BTreeSet<(u32, u32)> = BTreeSet::new();
-    for (t, txn) in txns.iter().enumerate().filter(|(_, t)| t.status == Status::Ok) {
-        for mop in &txn.mops {
-            let Mop::Append { key, value } = *mop else { continue };
-            if order.get(&key).is_some_and(|(_, list)| list.contains(&value)) {
-                partly_read.insert((key, t as u32));
-            } else if !bad_keys.contains(&key) {
-                unread.entry(key).or_default().insert(t as u32);
-            }
-        }
-    }
-    for (key, appenders) in &mut unread {
-        appenders.retain(|&t| !partly_read.contains(&(*key, t)));
-    }
-    for (key, appenders) in unread {
-        let list = order.get(&key).map_or(&[][..], |(_, list)| *list);
-        let mut predecessors: Vec<u32> =
-            list.last().map(|e| writer[&(key, *e)].txn).into_iter().collect();
-        for (t, txn) in txns.iter().enumerate().filter(|(_, t)| t.status == Status::Ok) {
-            let read_all = external_reads(txn).any(|m| {
-                matches!(m, Mop::ReadList { key: k, list: Some(l) } if *k == key && l.len() == list.len())
-            });
-            if read_all {
-                predecessors.push(t as u32);
-            }
-        }
-        let mut added = 0;
-        'key: for &p in &predecessors {
-            let kind = if Some(&p) == predecessors.first() && !list.is_empty() {
-                EdgeKind::Ww
-            } else {
-                EdgeKind::Rw
-            };
-            for &a in &appenders {
-                if added == UNREAD_APPEND_EDGES_PER_KEY_MAX {
-                    break 'key;
-                }
-                graph.add(p, a, kind, key);
-                added += 1;
-            }
-        }
-    }
+    unobserved_appends(txns, &writer, &order, &bad_keys, &readers, &committed, &mut graph);
     // Aborted transactions keep no edges into the cycle search.
     for (t, txn) in txns.iter().enumerate() {
         if txn.status == Status::Fail {
@@ -260,15 +242,196 @@ pub fn list_append(txns: &[Txn]) -> Result<Inferred, String> {
     Ok(Inferred { graph, committed, direct })
 }
 
+/// G1a: a committed read holding elements appended by failed transactions, wherever they sit
+/// in the list (one anomaly per read).
+fn aborted_read_check(
+    read: &ListRead,
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    direct: &mut Vec<DirectAnomaly>,
+) {
+    let mut elements = Vec::new();
+    let mut involved = vec![read.txn];
+    for &element in read.list {
+        let Some(w) = writer.get(&(read.key, element)) else { continue };
+        if txns[w.txn as usize].status == Status::Fail {
+            elements.push(element);
+            if !involved.contains(&w.txn) {
+                involved.push(w.txn);
+            }
+        }
+    }
+    if !elements.is_empty() {
+        direct.push(DirectAnomaly {
+            class: "G1a",
+            txns: involved,
+            key: read.key,
+            detail: format!(
+                "read {:?}, holding {elements:?} appended by aborted transactions",
+                read.list
+            ),
+        });
+    }
+}
+
+/// Checks a key's version order: every element written once by someone, and each writer's
+/// appends in the order it made them. Marks writers of unknown outcome as committed, since a
+/// committed read saw their appends. Returns the first problem found.
+fn order_check(
+    key: u32,
+    reader: u32,
+    list: &[i64],
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    committed: &mut [bool],
+) -> Option<DirectAnomaly> {
+    let mut seen: FixedHashMap<i64, ()> = FixedHashMap::default();
+    // Per writer: the ordinal of its last append seen so far in the list.
+    let mut last_ordinal: FixedHashMap<u32, u32> = FixedHashMap::default();
+    let mut found = None;
+    for &element in list {
+        if seen.insert(element, ()).is_some() {
+            return Some(DirectAnomaly {
+                class: "duplicate-elements",
+                txns: vec![reader],
+                key,
+                detail: format!("element {element} appears twice in {list:?}"),
+            });
+        }
+        let Some(w) = writer.get(&(key, element)) else {
+            return Some(DirectAnomaly {
+                class: "garbage-read",
+                txns: vec![reader],
+                key,
+                detail: format!("read element {element}, which no transaction appended"),
+            });
+        };
+        if txns[w.txn as usize].status == Status::Info {
+            committed[w.txn as usize] = true;
+        }
+        let before = last_ordinal.insert(w.txn, w.ordinal);
+        if found.is_none() && before.is_some_and(|o| o > w.ordinal) {
+            found = Some(DirectAnomaly {
+                class: "incompatible-order",
+                txns: vec![reader, w.txn],
+                key,
+                detail: format!(
+                    "{list:?} shows element {element} after a later append of the same \
+                     transaction"
+                ),
+            });
+        }
+    }
+    found
+}
+
+/// Dirty update: in a key's version order, an append of a transaction that may have committed
+/// after one of a failed transaction (the committed state built on the aborted one).
+fn dirty_update(
+    key: u32,
+    reader: u32,
+    list: &[i64],
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+) -> Option<DirectAnomaly> {
+    let status = |e: &i64| txns[writer[&(key, *e)].txn as usize].status;
+    let aborted = list.iter().position(|e| status(e) == Status::Fail)?;
+    let after = list[aborted..].iter().find(|e| status(e) != Status::Fail)?;
+    Some(DirectAnomaly {
+        class: "dirty-update",
+        txns: vec![reader, writer[&(key, list[aborted])].txn, writer[&(key, *after)].txn],
+        key,
+        detail: format!(
+            "{list:?} holds element {after}, appended by a transaction that was not aborted, \
+             after {}, appended by an aborted one",
+            list[aborted]
+        ),
+    })
+}
+
+/// A committed append that no read shows comes after every element of the key's version
+/// order: the writer of its last element precedes the appender (ww), and so does every
+/// committed reader of the key (rw: none of them saw the append). This holds for transactions
+/// of unknown outcome counted as committed too: some read saw one of their appends, so all of
+/// them took effect. Other unknown outcomes have no edges at all.
+fn unobserved_appends(
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    order: &BTreeMap<u32, (u32, &[i64])>,
+    bad_keys: &BTreeSet<u32>,
+    readers: &BTreeMap<u32, Vec<(u32, usize)>>,
+    committed: &[bool],
+    graph: &mut Graph,
+) {
+    let mut observed: FixedHashMap<(u32, i64), ()> = FixedHashMap::default();
+    for (&key, &(_, list)) in order {
+        observed.extend(list.iter().map(|&e| ((key, e), ())));
+    }
+    let mut unobserved: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for (t, txn) in txns.iter().enumerate() {
+        if !committed[t] || txn.status == Status::Fail {
+            continue;
+        }
+        for mop in &txn.mops {
+            let Mop::Append { key, value } = *mop else { continue };
+            if !bad_keys.contains(&key) && !observed.contains_key(&(key, value)) {
+                unobserved.entry(key).or_default().insert(t as u32);
+            }
+        }
+    }
+    for (key, appenders) in unobserved {
+        let list = order.get(&key).map_or(&[][..], |(_, list)| *list);
+        if let Some(last) = list.last() {
+            let w = writer[&(key, *last)].txn;
+            for &a in &appenders {
+                graph.add(w, a, EdgeKind::Ww, key);
+            }
+        }
+        // Readers of the whole order first: readers of shorter prefixes already reach the
+        // appenders through the next element's writer, so the bound costs only shortcuts.
+        let mut of_key: Vec<(u32, usize)> = readers.get(&key).cloned().unwrap_or_default();
+        of_key.sort_by_key(|&(r, seen)| (seen != list.len(), r));
+        let mut added = 0;
+        'key: for (r, _) in of_key {
+            for &a in &appenders {
+                if added == UNREAD_APPEND_EDGES_PER_KEY_MAX {
+                    break 'key;
+                }
+                graph.add(r, a, EdgeKind::Rw, key);
+                added += 1;
+            }
+        }
+    }
+}
+
 /// Within one transaction, a read of a key it appended to must show its own appends in order
-/// after what it read before.
+/// after what it read before, and no read may show an element the transaction appends later
+/// (a future read).
 fn internal_list_check(t: u32, txn: &Txn, direct: &mut Vec<DirectAnomaly>) {
     // Per key: the list known so far (from a read), and the appends since.
     let mut state: BTreeMap<u32, (Option<Vec<i64>>, Vec<i64>)> = BTreeMap::new();
+    // Per key: the elements of its reads so far, indexed only once an append follows a read
+    // (most transactions never read a key and then append to it).
+    let mut unindexed: BTreeMap<u32, Vec<&[i64]>> = BTreeMap::new();
+    let mut read: FixedHashMap<(u32, i64), ()> = FixedHashMap::default();
     for mop in &txn.mops {
         match mop {
-            Mop::Append { key, value } => state.entry(*key).or_default().1.push(*value),
+            Mop::Append { key, value } => {
+                for list in unindexed.remove(key).into_iter().flatten() {
+                    read.extend(list.iter().map(|&e| ((*key, e), ())));
+                }
+                if read.contains_key(&(*key, *value)) {
+                    direct.push(DirectAnomaly {
+                        class: "future-read",
+                        txns: vec![t],
+                        key: *key,
+                        detail: format!("read element {value} before appending it"),
+                    });
+                }
+                state.entry(*key).or_default().1.push(*value);
+            }
             Mop::ReadList { key, list: Some(list) } => {
+                unindexed.entry(*key).or_default().push(list);
                 let entry = state.entry(*key).or_default();
                 let consistent = match &entry.0 {
                     Some(known) => {
@@ -336,6 +499,15 @@ pub fn rw_register(txns: &[Txn], realtime_versions: bool) -> Result<Inferred, St
                             key,
                             detail: format!("read {v}, which no transaction wrote"),
                         }),
+                        Some(w) if w.txn == t => {
+                            // Not written before (the key was not accessed), so later.
+                            direct.push(DirectAnomaly {
+                                class: "future-read",
+                                txns: vec![t],
+                                key,
+                                detail: format!("read {v}, which it writes later"),
+                            });
+                        }
                         Some(w) => {
                             let status = txns[w.txn as usize].status;
                             if status == Status::Fail {

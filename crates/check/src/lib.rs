@@ -8,8 +8,9 @@
 //! found. Cycle classes: G0 (ww only), G1c (ww and wr), G-single (exactly one rw), G2 (two or
 //! more rw), each with a `-realtime` variant when the cycle needs a real-time edge (forbidden
 //! only under strict serializability). Direct classes: G1a (aborted read), G1b (intermediate
-//! read), internal inconsistency, incompatible version orders, garbage reads and duplicated
-//! list elements.
+//! read), dirty update (a committed append on top of an aborted one), future read (a read of
+//! the transaction's own later write), internal inconsistency, incompatible version orders,
+//! garbage reads and duplicated list elements.
 
 pub mod graph;
 pub mod history;
@@ -57,7 +58,8 @@ impl Consistency {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Anomaly {
     /// Class name: `G0`, `G1a`, `G1b`, `G1c`, `G-single`, `G2`, a `-realtime` variant, or a
-    /// direct class (`internal`, `incompatible-order`, `garbage-read`, `duplicate-elements`).
+    /// direct class (`dirty-update`, `future-read`, `internal`, `incompatible-order`,
+    /// `garbage-read`, `duplicate-elements`).
     pub class: String,
     /// Human-readable evidence.
     pub explanation: String,

@@ -114,7 +114,9 @@ fn g1a_aborted_read() {
 fn g1b_intermediate_read() {
     let steps =
         [Txn(0, "ok", r#"[["append",1,1],["append",1,2]]"#), Txn(1, "ok", r#"[["r",1,[1]]]"#)];
-    assert_eq!(classes(LA, SER, &steps), ["G1b"]);
+    // The append of 2, which no read shows, comes after the read, so the reader also
+    // anti-depends on the writer it read from: the same anomaly seen as a cycle (as in Elle).
+    assert_eq!(classes(LA, SER, &steps), ["G-single", "G1b"]);
 }
 
 #[test]
