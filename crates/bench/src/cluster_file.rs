@@ -8,7 +8,7 @@ use meridian_core::netmodel::NetworkModel;
 use meridian_core::rng::{fnv1a, FNV_OFFSET};
 use meridian_core::topology::{NodeInfo, ReplicaSlot, Topology};
 use meridian_core::{ConfigError, RegionId, ShardId};
-use meridian_protocols::ProtocolKind;
+use meridian_protocols::{ProtocolKind, ProtocolOptions};
 use meridian_workloads::WorkloadOptions;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -58,6 +58,9 @@ struct File {
     snapshot_interval: Option<toml::Spanned<u64>>,
     #[serde(default)]
     log_store: Option<toml::Spanned<String>>,
+    /// `[protocol_options]`: name = value (strings, numbers or booleans).
+    #[serde(default)]
+    protocol_options: Option<toml::Spanned<toml::Table>>,
     #[serde(default)]
     node: Vec<FileNode>,
 }
@@ -67,6 +70,8 @@ struct File {
 pub struct ClusterFile {
     /// The protocol.
     pub protocol: ProtocolKind,
+    /// The protocol's options (`[protocol_options]`).
+    pub protocol_options: ProtocolOptions,
     /// Workload name.
     pub workload: String,
     /// Workload options.
@@ -120,6 +125,27 @@ impl ClusterFile {
             ));
         }
         let protocol = ProtocolKind::parse(&file.protocol).map_err(|e| bad(e.0))?;
+        let protocol_options = match &file.protocol_options {
+            Some(table) => {
+                let given: Vec<(String, String)> = table
+                    .get_ref()
+                    .iter()
+                    .map(|(name, value)| {
+                        let text = match value {
+                            toml::Value::String(s) => s.clone(),
+                            toml::Value::Boolean(true) => "on".into(),
+                            toml::Value::Boolean(false) => "off".into(),
+                            other => other.to_string(),
+                        };
+                        (name.clone(), text)
+                    })
+                    .collect();
+                protocol
+                    .options(&given)
+                    .map_err(|e| bad_at(table.span(), format!("[protocol_options]: {e}")))?
+            }
+            None => protocol.options(&[]).map_err(|e| bad(e.0))?,
+        };
         let network =
             load_network(&file.network, file.regions.unwrap_or(1), base).map_err(|e| bad(e.0))?;
         let clock =
@@ -201,6 +227,7 @@ impl ClusterFile {
         };
         Ok(Self {
             protocol,
+            protocol_options,
             workload: file.workload,
             workload_options,
             topology,

@@ -4,7 +4,7 @@ use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
 use meridian_core::topology::{Topology, REPLICAS_MAX, SHARDS_MAX};
 use meridian_core::ConfigError;
-use meridian_protocols::ProtocolKind;
+use meridian_protocols::{ProtocolKind, ProtocolOptions};
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
@@ -18,6 +18,8 @@ pub const DURATION_S_MAX: f64 = 86_400.0;
 pub struct Experiment {
     /// The protocol.
     pub protocol: ProtocolKind,
+    /// The protocol's options (validated for it).
+    pub protocol_options: ProtocolOptions,
     /// Workload name.
     pub workload: String,
     /// Workload options (shards, keys, skew).

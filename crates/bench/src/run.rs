@@ -9,9 +9,11 @@ use meridian_core::node::ClientDriver;
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId, ShardId};
-use meridian_protocols::occ::OccNode;
-use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
+use meridian_protocols::{
+    NodeContext, Protocol, ProtocolNode, ProtocolOptions, ProtocolVisitor, Replayed, Timing,
+};
 use meridian_runtime::clock::WallClock;
+use meridian_runtime::incarnation;
 use meridian_runtime::logstore::{DurabilityMode, LogStore, LogStoreKind, Storage};
 use meridian_runtime::metrics::{self, MetricsHub};
 use meridian_runtime::node_task::{ClusterConfig, LocalNode};
@@ -102,6 +104,9 @@ pub struct RunOutput {
     pub load: Option<LoadReport>,
     /// Per-link delays.
     pub links: Vec<LinkReport>,
+    /// Messages the runtime dropped because a queue was full (an inbox, a TCP writer to an
+    /// unreachable or slow peer); the protocols' timeouts recover them.
+    pub messages_dropped: u64,
     /// The recorded history (elle-cli JSON) for workloads that record one; written beside
     /// `stats.json` as `history.json`.
     #[serde(skip)]
@@ -145,37 +150,59 @@ pub fn run_embedded(experiment: &Experiment) -> Result<RunOutput, ConfigError> {
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&experiment.workload, &experiment.workload_options)?);
     let topology = Arc::new(experiment.topology()?);
-    runtime()?.block_on(async {
-        match experiment.protocol {
-            ProtocolKind::Occ => {
-                embedded::<OccNode>(experiment, workload, topology, OccNode::restore).await
-            }
-        }
-    })
+    let rt = runtime()?;
+    experiment.protocol.visit(Embedded { rt: &rt, experiment, workload, topology })
 }
 
-fn contexts(
-    topology: &Arc<Topology>,
-    workload: &Arc<dyn Workload>,
+/// An embedded run with the protocol type chosen at run time.
+struct Embedded<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    experiment: &'a Experiment,
+    workload: Arc<dyn Workload>,
+    topology: Arc<Topology>,
+}
+
+impl ProtocolVisitor for Embedded<'_> {
+    type Output = Result<RunOutput, ConfigError>;
+    fn visit<P: Protocol>(self) -> Self::Output {
+        let Self { rt, experiment, workload, topology } = self;
+        rt.block_on(embedded::<P::Node>(experiment, workload, topology, P::restore))
+    }
+}
+
+/// What every node of one run shares.
+struct ContextBase<'a> {
+    topology: &'a Arc<Topology>,
+    workload: &'a Arc<dyn Workload>,
     network_owd_ns_max: u64,
     seed: u64,
     durable: bool,
     snapshot_interval_entries: u64,
-) -> impl Fn(NodeId) -> NodeContext {
-    let registry = Arc::new(workload.registry());
-    let partitioner = Arc::new(workload.partitioner());
-    let topology = topology.clone();
-    let mut timing = Timing::for_network(network_owd_ns_max);
-    timing.snapshot_interval_entries = snapshot_interval_entries;
-    move |id| NodeContext {
-        id,
-        topology: topology.clone(),
-        registry: registry.clone(),
-        partitioner: partitioner.clone(),
-        seed,
-        timing: timing.clone(),
-        record_history: false,
-        durable,
+    options: &'a ProtocolOptions,
+    incarnation: u64,
+}
+
+fn contexts(base: ContextBase<'_>) -> impl Fn(NodeId) -> NodeContext {
+    let registry = Arc::new(base.workload.registry());
+    let partitioner = Arc::new(base.workload.partitioner());
+    let topology = base.topology.clone();
+    let mut timing = Timing::for_network(base.network_owd_ns_max);
+    timing.snapshot_interval_entries = base.snapshot_interval_entries;
+    let (seed, durable, incarnation) = (base.seed, base.durable, base.incarnation);
+    let options = base.options.clone();
+    move |id| {
+        let mut context = NodeContext::new(
+            id,
+            topology.clone(),
+            registry.clone(),
+            partitioner.clone(),
+            seed,
+            timing.clone(),
+        );
+        context.durable = durable;
+        context.incarnation = incarnation;
+        context.options = options.clone();
+        context
     }
 }
 
@@ -246,15 +273,17 @@ async fn embedded<N: ProtocolNode>(
     topology: Arc<Topology>,
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
-    let durable = experiment.durability != DurabilityMode::Memory;
-    let context = contexts(
-        &topology,
-        &workload,
-        experiment.network.owd_ns_max(),
-        experiment.seed,
-        durable,
-        experiment.snapshot_interval_entries,
-    );
+    // Every node starts fresh (incarnation 0) and none restarts during the run.
+    let context = contexts(ContextBase {
+        topology: &topology,
+        workload: &workload,
+        network_owd_ns_max: experiment.network.owd_ns_max(),
+        seed: experiment.seed,
+        durable: experiment.durability != DurabilityMode::Memory,
+        snapshot_interval_entries: experiment.snapshot_interval_entries,
+        options: &experiment.protocol_options,
+        incarnation: 0,
+    });
     let pools =
         client_pools(&topology.coordinators(), experiment.clients, &workload, experiment.seed);
     // An embedded run starts from empty logs in a scratch directory of its own.
@@ -295,12 +324,14 @@ async fn embedded<N: ProtocolNode>(
         .map_err(|e| ConfigError::new(format!("cannot start the cluster: {e}")))?;
     let mut checker = workload.checker();
     let stats = drive(experiment, &pools, checker.as_mut()).await;
+    let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
     let checks = checker.check(&stores);
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
     out.load = Some(load);
+    out.messages_dropped = dropped;
     if experiment.durability != DurabilityMode::Memory {
         let _ = std::fs::remove_dir_all(&data_dir);
     }
@@ -408,6 +439,11 @@ fn output(
     let parameters = serde_json::json!({
         "mode": mode,
         "protocol": experiment.protocol.name(),
+        "protocol_options": experiment
+            .protocol_options
+            .iter()
+            .map(|(name, value)| (name.to_string(), serde_json::Value::String(value.to_string())))
+            .collect::<serde_json::Map<_, _>>(),
         "workload": workload.describe(),
         "shards": experiment.shards,
         "replicas": experiment.replicas,
@@ -437,6 +473,7 @@ fn output(
         checks_note,
         load: None,
         links,
+        messages_dropped: 0,
         history_json: None,
     }
 }
@@ -455,13 +492,25 @@ pub fn run_cluster(file: &ClusterFile, experiment: &Experiment) -> Result<RunOut
             "node {node} both coordinates and hosts replicas; with --cluster, coordinators run in the bench process and must host none"
         )));
     }
-    runtime()?.block_on(async {
-        match file.protocol {
-            ProtocolKind::Occ => {
-                remote::<OccNode>(file, experiment, workload, topology, OccNode::restore).await
-            }
-        }
-    })
+    let rt = runtime()?;
+    file.protocol.visit(Remote { rt: &rt, file, experiment, workload, topology })
+}
+
+/// A run against server processes with the protocol type chosen at run time.
+struct Remote<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    file: &'a ClusterFile,
+    experiment: &'a Experiment,
+    workload: Arc<dyn Workload>,
+    topology: Arc<Topology>,
+}
+
+impl ProtocolVisitor for Remote<'_> {
+    type Output = Result<RunOutput, ConfigError>;
+    fn visit<P: Protocol>(self) -> Self::Output {
+        let Self { rt, file, experiment, workload, topology } = self;
+        rt.block_on(remote::<P::Node>(file, experiment, workload, topology, P::restore))
+    }
 }
 
 /// What both ends of every connection must agree on: the cluster file and the procedures.
@@ -480,10 +529,7 @@ fn tcp_cluster_config(
         network: file.network.clone(),
         clock: file.clock,
         seed: file.seed,
-        tcp: Some(TcpConfig {
-            addrs: file.addrs.clone(),
-            fingerprint: fingerprint(file, workload),
-        }),
+        tcp: Some(TcpConfig::new(file.addrs.clone(), fingerprint(file, workload))),
         metrics: None,
         storage: None,
     }
@@ -496,8 +542,9 @@ async fn remote<N: ProtocolNode>(
     topology: Arc<Topology>,
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
-    // Coordinators host no replicas: nothing of theirs is logged.
-    let context = file_contexts(file, &topology, &workload, false);
+    // Coordinators host no replicas: nothing of theirs is logged, and their incarnation comes
+    // from the clock (see `meridian_runtime::incarnation`).
+    let context = file_contexts(file, &topology, &workload, false, incarnation::from_clock());
     let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
     let empty = BTreeMap::new();
     let mut local = Vec::new();
@@ -514,6 +561,7 @@ async fn remote<N: ProtocolNode>(
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
     let mut checker = workload.checker();
     let stats = drive(experiment, &pools, checker.as_mut()).await;
+    let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
     // Checks of the recorded history need only what the clients saw; checks of the stores
@@ -525,6 +573,7 @@ async fn remote<N: ProtocolNode>(
         (checker.check(&[]), None)
     };
     let mut out = output(experiment, "tcp", &workload, &stats, checks, note, links);
+    out.messages_dropped = dropped;
     out.history_json = checker.history_json();
     Ok(out)
 }
@@ -551,14 +600,34 @@ pub fn run_server(
     // What a data directory belongs to: the layout, protocol and workload, and the node.
     let (storage, durable) =
         open_storage(durability, file.log_store, data_dir, &data_identity(file, node))?;
-    runtime()?.block_on(async {
-        match file.protocol {
-            ProtocolKind::Occ => {
-                let server = Server { id, storage, durable: &durable, metrics_addr };
-                serve::<OccNode>(file, workload, topology, OccNode::restore, server).await
-            }
+    let incarnation = match data_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| ConfigError::new(format!("{}: {e}", dir.display())))?;
+            incarnation::next_in(dir).map_err(ConfigError::new)?
         }
-    })
+        None => incarnation::from_clock(),
+    };
+    let rt = runtime()?;
+    let server = Server { id, storage, durable: &durable, metrics_addr, incarnation };
+    file.protocol.visit(Serve { rt: &rt, file, workload, topology, server })
+}
+
+/// A server process with the protocol type chosen at run time.
+struct Serve<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    file: &'a ClusterFile,
+    workload: Arc<dyn Workload>,
+    topology: Arc<Topology>,
+    server: Server<'a>,
+}
+
+impl ProtocolVisitor for Serve<'_> {
+    type Output = Result<(), ConfigError>;
+    fn visit<P: Protocol>(self) -> Self::Output {
+        let Self { rt, file, workload, topology, server } = self;
+        rt.block_on(serve::<P::Node>(file, workload, topology, P::restore, server))
+    }
 }
 
 /// [`contexts`] for the nodes of a cluster file.
@@ -567,15 +636,18 @@ fn file_contexts(
     topology: &Arc<Topology>,
     workload: &Arc<dyn Workload>,
     durable: bool,
+    incarnation: u64,
 ) -> impl Fn(NodeId) -> NodeContext {
-    contexts(
+    contexts(ContextBase {
         topology,
         workload,
-        file.network.owd_ns_max(),
-        file.seed,
+        network_owd_ns_max: file.network.owd_ns_max(),
+        seed: file.seed,
         durable,
-        file.snapshot_interval_entries,
-    )
+        snapshot_interval_entries: file.snapshot_interval_entries,
+        options: &file.protocol_options,
+        incarnation,
+    })
 }
 
 /// The identity of node `node`'s data directory in the cluster of `file`.
@@ -598,7 +670,7 @@ pub fn verify_data_dir(
     file: &ClusterFile,
     node: u32,
     dir: &Path,
-) -> Result<(Vec<CheckResult>, meridian_protocols::occ::Replayed), ConfigError> {
+) -> Result<(Vec<CheckResult>, Replayed), ConfigError> {
     if node as usize >= file.topology.nodes.len() {
         return Err(ConfigError::new(format!(
             "--node {node}: the cluster file has nodes 0..{}",
@@ -610,16 +682,25 @@ pub fn verify_data_dir(
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
-    let context = file_contexts(file, &topology, &workload, true);
-    match file.protocol {
-        ProtocolKind::Occ => {
-            let mut built = OccNode::restore(context(NodeId(node)), &recovered.records)
-                .map_err(ConfigError::new)?;
-            load_in_parallel(workload.as_ref(), std::iter::once(&mut built));
-            let replayed = built.replay_committed();
-            let checker = workload.checker();
-            Ok((checker.check(&built.stores()), replayed))
-        }
+    let context = file_contexts(file, &topology, &workload, true, 0)(NodeId(node));
+    file.protocol.visit(Verify { context, records: &recovered.records, workload })
+}
+
+/// An offline rebuild with the protocol type chosen at run time.
+struct Verify<'a> {
+    context: NodeContext,
+    records: &'a Durable,
+    workload: Arc<dyn Workload>,
+}
+
+impl ProtocolVisitor for Verify<'_> {
+    type Output = Result<(Vec<CheckResult>, Replayed), ConfigError>;
+    fn visit<P: Protocol>(self) -> Self::Output {
+        let mut built = P::restore(self.context, self.records).map_err(ConfigError::new)?;
+        load_in_parallel(self.workload.as_ref(), std::iter::once(&mut built));
+        let replayed = P::replay_committed(&mut built);
+        let checker = self.workload.checker();
+        Ok((checker.check(&built.stores()), replayed))
     }
 }
 
@@ -629,6 +710,7 @@ struct Server<'a> {
     storage: Option<Storage>,
     durable: &'a BTreeMap<Vec<u8>, Vec<u8>>,
     metrics_addr: Option<std::net::SocketAddr>,
+    incarnation: u64,
 }
 
 async fn serve<N: ProtocolNode>(
@@ -638,8 +720,8 @@ async fn serve<N: ProtocolNode>(
     build: BuildNode<N>,
     server: Server<'_>,
 ) -> Result<(), ConfigError> {
-    let Server { id, storage, durable, metrics_addr } = server;
-    let context = file_contexts(file, &topology, &workload, storage.is_some());
+    let Server { id, storage, durable, metrics_addr, incarnation } = server;
+    let context = file_contexts(file, &topology, &workload, storage.is_some(), incarnation);
     // The initial data first; the log replays on top of it once the node runs.
     let mut node = build(context(id), durable).map_err(ConfigError::new)?;
     load_in_parallel(workload.as_ref(), std::iter::once(&mut node));

@@ -165,6 +165,8 @@ mod tests {
                 commit_ts: None,
                 retries,
                 shards_touched: shards,
+                path: meridian_core::txn::CommitPath::None,
+                speculative_ns: None,
             },
         }
     }

@@ -26,14 +26,17 @@ pub struct RequestId(pub u64);
 pub struct TxnId {
     /// The coordinator node that created this attempt.
     pub origin: NodeId,
-    /// Unique per `origin`, also across its restarts (`occ` takes the larger of its clock in
-    /// nanoseconds and the previous id plus one).
+    /// The origin's incarnation: a number that grows with every start of the node (the
+    /// driver hands it over, from the node's durable state), so ids never repeat across
+    /// restarts whatever the clocks do.
+    pub incarnation: u64,
+    /// Unique per `(origin, incarnation)`: a counter from 0.
     pub seq: u64,
 }
 
 impl TxnId {
     /// The id used for data that no transaction wrote (initial load).
-    pub const LOAD: Self = Self { origin: NodeId(u32::MAX), seq: 0 };
+    pub const LOAD: Self = Self { origin: NodeId(u32::MAX), incarnation: 0, seq: 0 };
 }
 
 impl fmt::Display for NodeId {
@@ -50,6 +53,6 @@ impl fmt::Display for ShardId {
 
 impl fmt::Display for TxnId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "t{}.{}", self.origin.0, self.seq)
+        write!(f, "t{}.{}.{}", self.origin.0, self.incarnation, self.seq)
     }
 }

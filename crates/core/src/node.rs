@@ -32,7 +32,6 @@
 //!      done. A node that must not send something before its data is durable emits that send
 //!      from `on_persisted`, not before.
 //!    - `Reply`: hand the outcome to the client that submitted `request`.
-//!    - `Record`: append the event to the run's history (if recording).
 //! 5. **Crash** drops the node value and every effect not yet carried out; unsynced persisted
 //!    records are lost. **Restart** constructs a fresh node and hands it what was durable.
 //!
@@ -46,8 +45,7 @@
 //! - Input from other nodes or clients that makes no sense is dropped or answered with an error;
 //!   it never panics the node. Assertions guard the node's own invariants only.
 
-use crate::ids::{NodeId, RequestId, TxnId};
-use crate::key::{Key, Value};
+use crate::ids::{NodeId, RequestId};
 use crate::time::Time;
 use crate::txn::{TxnOutcome, TxnRequest};
 use serde::{Deserialize, Serialize};
@@ -89,22 +87,6 @@ pub struct ClientRequest {
     pub txn: TxnRequest,
 }
 
-/// One entry of a recorded history (DESIGN §9). Written values are unique per
-/// (transaction, key), so a read names its writer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryEvent {
-    /// The request.
-    pub request: RequestId,
-    /// The attempt that ended it.
-    pub txn: TxnId,
-    /// True when it committed.
-    pub committed: bool,
-    /// Keys read and the attempt that wrote the version read (`TxnId::LOAD` for loaded data).
-    pub reads: Vec<(Key, Option<TxnId>)>,
-    /// Keys written and their values (`None` for deletes).
-    pub writes: Vec<(Key, Option<Value>)>,
-}
-
 /// Something a node wants its driver to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect<M> {
@@ -138,8 +120,6 @@ pub enum Effect<M> {
         /// Its outcome.
         outcome: TxnOutcome,
     },
-    /// Append to the run's history.
-    Record(HistoryEvent),
 }
 
 /// The effects of one call, in the order the node emitted them.
@@ -183,11 +163,6 @@ impl<M> Outbox<M> {
     /// Queues a client reply.
     pub fn reply(&mut self, request: RequestId, outcome: TxnOutcome) {
         self.effects.push(Effect::Reply { request, outcome });
-    }
-
-    /// Queues a history event.
-    pub fn record(&mut self, event: HistoryEvent) {
-        self.effects.push(Effect::Record(event));
     }
 
     /// Takes the queued effects in order, leaving the outbox empty (its buffer is kept).

@@ -31,8 +31,14 @@ pub const PIECE_KEYS_MAX: usize = 4_096;
 /// Most rows one scan may return.
 pub const SCAN_ROWS_MAX: u32 = 10_000;
 
-/// An argument or output value.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Deepest nesting of [`Datum::List`]s a decoder accepts (a list of lists of scalars is depth
+/// 2). Decoding is recursive, so without a bound one hostile frame of nested lists would
+/// overflow the stack of the task decoding it.
+pub const DATUM_DEPTH_MAX: u32 = 4;
+
+/// An argument or output value. Its `Deserialize` refuses nesting deeper than
+/// [`DATUM_DEPTH_MAX`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Datum {
     /// A signed integer (money in cents, counts).
     Int(i64),
@@ -74,6 +80,125 @@ impl Datum {
         match self {
             Self::List(v) => Some(v),
             _ => None,
+        }
+    }
+}
+
+/// Bounded-depth decoding of [`Datum`]: the same encoding serde's derive gives (variant index
+/// or name, then the content), with the list depth counted on the way down.
+mod datum_serde {
+    use super::{Datum, DATUM_DEPTH_MAX};
+    use serde::de::{self, DeserializeSeed, EnumAccess, SeqAccess, VariantAccess, Visitor};
+    use serde::{Deserialize, Deserializer};
+    use std::fmt;
+
+    const VARIANTS: &[&str] = &["Int", "Uint", "Bytes", "List"];
+
+    enum Variant {
+        Int,
+        Uint,
+        Bytes,
+        List,
+    }
+
+    impl<'de> Deserialize<'de> for Variant {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct VariantVisitor;
+            impl Visitor<'_> for VariantVisitor {
+                type Value = Variant;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a Datum variant")
+                }
+                fn visit_u64<E: de::Error>(self, index: u64) -> Result<Variant, E> {
+                    match index {
+                        0 => Ok(Variant::Int),
+                        1 => Ok(Variant::Uint),
+                        2 => Ok(Variant::Bytes),
+                        3 => Ok(Variant::List),
+                        _ => Err(E::invalid_value(de::Unexpected::Unsigned(index), &self)),
+                    }
+                }
+                fn visit_str<E: de::Error>(self, name: &str) -> Result<Variant, E> {
+                    match name {
+                        "Int" => Ok(Variant::Int),
+                        "Uint" => Ok(Variant::Uint),
+                        "Bytes" => Ok(Variant::Bytes),
+                        "List" => Ok(Variant::List),
+                        _ => Err(E::unknown_variant(name, VARIANTS)),
+                    }
+                }
+            }
+            deserializer.deserialize_identifier(VariantVisitor)
+        }
+    }
+
+    /// A datum at list depth `depth`.
+    struct DatumSeed {
+        depth: u32,
+    }
+
+    impl<'de> DeserializeSeed<'de> for DatumSeed {
+        type Value = Datum;
+        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Datum, D::Error> {
+            deserializer.deserialize_enum("Datum", VARIANTS, self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for DatumSeed {
+        type Value = Datum;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a Datum")
+        }
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Datum, A::Error> {
+            let (variant, content) = data.variant::<Variant>()?;
+            match variant {
+                Variant::Int => content.newtype_variant().map(Datum::Int),
+                Variant::Uint => content.newtype_variant().map(Datum::Uint),
+                Variant::Bytes => content.newtype_variant().map(Datum::Bytes),
+                Variant::List if self.depth >= DATUM_DEPTH_MAX => Err(de::Error::custom(
+                    format_args!("lists nested deeper than {DATUM_DEPTH_MAX}"),
+                )),
+                Variant::List => content
+                    .newtype_variant_seed(ListSeed { depth: self.depth + 1 })
+                    .map(Datum::List),
+            }
+        }
+    }
+
+    /// The items of a list at depth `depth`.
+    struct ListSeed {
+        depth: u32,
+    }
+
+    impl<'de> DeserializeSeed<'de> for ListSeed {
+        type Value = Vec<Datum>;
+        fn deserialize<D: Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Vec<Datum>, D::Error> {
+            deserializer.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for ListSeed {
+        type Value = Vec<Datum>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of Datum")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Datum>, A::Error> {
+            // The announced length is not trusted for the allocation: a short frame may claim
+            // any count.
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+            while let Some(item) = seq.next_element_seed(DatumSeed { depth: self.depth })? {
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Datum {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            DatumSeed { depth: 0 }.deserialize(deserializer)
         }
     }
 }
@@ -363,6 +488,59 @@ pub enum TxnFailure {
     RetriesExhausted,
     /// The node is not a coordinator, or has too many transactions in flight.
     Rejected(String),
+    /// The outcome is unknown: the transaction may or may not have committed (a participant
+    /// decided it and has forgotten it since, while the coordinator could not learn which).
+    /// Never retried: retrying could commit it twice.
+    Indeterminate(String),
+}
+
+impl TxnResult {
+    /// True when the request certainly did not commit (a user abort or a failure other than
+    /// an unknown outcome).
+    pub fn certainly_not_committed(&self) -> bool {
+        match self {
+            Self::Committed => false,
+            Self::UserAborted(_) => true,
+            Self::Failed(failure) => !matches!(failure, TxnFailure::Indeterminate(_)),
+        }
+    }
+}
+
+/// How a committed transaction committed, as its protocol names it (reports count each).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum CommitPath {
+    /// Not committed, or the protocol does not say.
+    #[default]
+    None,
+    /// Nothing to read or write: committed without messages.
+    Empty,
+    /// Executed and committed at one shard in one round (`occ`'s single-shard shortcut).
+    OneRound,
+    /// Validated and committed at the only participant (one-phase commit).
+    OnePhase,
+    /// Two-phase commit across participants.
+    TwoPhase,
+    /// A fast path: one round with a super quorum of matching replies (Tiga).
+    Fast,
+    /// A slow path: the fast path failed and a second round was needed.
+    Slow,
+}
+
+impl CommitPath {
+    /// The name reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Empty => "empty",
+            Self::OneRound => "one-round",
+            Self::OnePhase => "one-phase",
+            Self::TwoPhase => "two-phase",
+            Self::Fast => "fast",
+            Self::Slow => "slow",
+        }
+    }
 }
 
 /// The reply to one client request.
@@ -380,6 +558,11 @@ pub struct TxnOutcome {
     pub retries: u32,
     /// Shards the final attempt touched.
     pub shards_touched: u32,
+    /// How it committed.
+    pub path: CommitPath,
+    /// For protocols that acknowledge speculatively: nanoseconds (coordinator clock) from the
+    /// submission to the speculative commit. The reply itself is always the durable outcome.
+    pub speculative_ns: Option<u64>,
 }
 
 impl TxnOutcome {
@@ -391,6 +574,8 @@ impl TxnOutcome {
             commit_ts: None,
             retries: 0,
             shards_touched: 0,
+            path: CommitPath::None,
+            speculative_ns: None,
         }
     }
 }
@@ -423,6 +608,27 @@ mod tests {
         for count in counts {
             assert!((800..1_200).contains(&count), "{counts:?}");
         }
+    }
+
+    #[test]
+    fn datum_decodes_as_derived_and_refuses_deep_nesting() {
+        let nested = Datum::List(vec![
+            Datum::Int(-3),
+            Datum::List(vec![Datum::Uint(7), Datum::Bytes(vec![1, 2])]),
+        ]);
+        let bytes = postcard::to_allocvec(&nested).unwrap();
+        assert_eq!(postcard::from_bytes::<Datum>(&bytes).unwrap(), nested);
+        let mut deep = Datum::Uint(1);
+        for _ in 0..DATUM_DEPTH_MAX {
+            deep = Datum::List(vec![deep]);
+        }
+        let bytes = postcard::to_allocvec(&deep).unwrap();
+        assert_eq!(postcard::from_bytes::<Datum>(&bytes).unwrap(), deep);
+        let deeper = postcard::to_allocvec(&Datum::List(vec![deep])).unwrap();
+        assert!(postcard::from_bytes::<Datum>(&deeper).is_err());
+        // The shape of the reported crash: a list announcing one item, nested 200,000 deep.
+        let hostile: Vec<u8> = std::iter::repeat_n([3u8, 1], 200_000).flatten().collect();
+        assert!(postcard::from_bytes::<Datum>(&hostile).is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub const FRAME_HEADER_BYTES: usize = 4;
 /// Default largest frame payload.
 pub const FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Protocol version in `Hello`; bump on any incompatible change of the frame types.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// What opens a connection and what follows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,6 +98,101 @@ pub fn decode_payload<M: for<'de> Deserialize<'de>>(
     payload: &[u8],
 ) -> Result<WireFrame<M>, FrameError> {
     postcard::from_bytes(payload).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// The only frame a connection may open with. It shares `WireFrame`'s variant index 0, so a
+/// `WireFrame::Hello` decodes as this, and anything else (a batch before the hello) does not,
+/// without the batch's messages ever being decoded.
+#[derive(Deserialize)]
+enum OpeningFrame {
+    Hello(Hello),
+}
+
+/// What a connection's reader produced.
+#[derive(Debug, PartialEq)]
+pub enum ReadEvent<M> {
+    /// The hello checked out: the connection carries messages from this node.
+    Hello(NodeId),
+    /// Messages from the node the hello named.
+    Batch(Vec<Envelope<M>>),
+}
+
+/// Who this end is: what a hello must say to be accepted.
+#[derive(Clone, Copy, Debug)]
+pub struct Identity {
+    /// This node.
+    pub node: NodeId,
+    /// How many nodes the cluster has (a hello from an id beyond is refused).
+    pub nodes: usize,
+    /// The cluster fingerprint both ends must share.
+    pub fingerprint: u64,
+}
+
+/// The receiving side of one connection, sans-IO: bytes in, checked events out. A connection
+/// is untrusted until its first frame, which must be a [`Hello`] naming this node and the
+/// cluster's fingerprint; nothing else is decoded before it. After it, every frame is a batch
+/// of envelopes; a second hello, a frame over the maximum or one that does not decode is an
+/// error after which the connection must be closed. Decoding is bounded: frames have a
+/// maximum size and the message types are not recursive (nested data has a depth limit).
+#[derive(Debug)]
+pub struct ConnectionReader {
+    decoder: FrameDecoder,
+    identity: Identity,
+    from: Option<NodeId>,
+}
+
+impl ConnectionReader {
+    /// A reader for a new connection to `identity`, accepting frames up to `bytes_max`.
+    pub fn new(identity: Identity, bytes_max: usize) -> Self {
+        Self { decoder: FrameDecoder::new(bytes_max), identity, from: None }
+    }
+
+    /// Adds received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.decoder.push(bytes);
+    }
+
+    /// The sender, once its hello was accepted.
+    pub fn peer(&self) -> Option<NodeId> {
+        self.from
+    }
+
+    /// The next event, `Ok(None)` when more bytes are needed, or why the connection must close.
+    pub fn next_event<M: for<'de> Deserialize<'de>>(
+        &mut self,
+    ) -> Result<Option<ReadEvent<M>>, String> {
+        let Some(payload) = self.decoder.next_payload().map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        if self.from.is_none() {
+            let OpeningFrame::Hello(hello) = postcard::from_bytes::<OpeningFrame>(payload)
+                .map_err(|_| "the first frame is not a hello".to_string())?;
+            let from = check_hello(&hello, self.identity)?;
+            self.from = Some(from);
+            return Ok(Some(ReadEvent::Hello(from)));
+        }
+        match decode_payload::<M>(payload).map_err(|e| e.to_string())? {
+            WireFrame::Hello(_) => Err("a second hello on one connection".into()),
+            WireFrame::Batch(envelopes) => Ok(Some(ReadEvent::Batch(envelopes))),
+        }
+    }
+}
+
+/// Checks a hello against this end; returns the sender.
+pub fn check_hello(hello: &Hello, identity: Identity) -> Result<NodeId, String> {
+    if hello.version != WIRE_VERSION {
+        return Err(format!("wire version {} from peer, {WIRE_VERSION} here", hello.version));
+    }
+    if hello.cluster_fingerprint != identity.fingerprint {
+        return Err("the peer runs a different cluster file or workload".into());
+    }
+    if hello.to != identity.node {
+        return Err(format!("hello for node {}, but this is node {}", hello.to, identity.node));
+    }
+    if hello.from.0 as usize >= identity.nodes || hello.from == identity.node {
+        return Err(format!("hello from unknown node {}", hello.from));
+    }
+    Ok(hello.from)
 }
 
 /// Splits a byte stream into frame payloads.
@@ -190,6 +285,60 @@ mod tests {
             assert_eq!(frames, vec![hello.clone(), batch(&[1, 2, 3]), batch(&[])]);
             assert_eq!(decoder.pending_bytes(), 0);
         }
+    }
+
+    fn identity() -> Identity {
+        Identity { node: NodeId(2), nodes: 3, fingerprint: 9 }
+    }
+
+    fn hello(from: u32, to: u32, fingerprint: u64) -> WireFrame<u32> {
+        WireFrame::Hello(Hello {
+            version: WIRE_VERSION,
+            cluster_fingerprint: fingerprint,
+            from: NodeId(from),
+            to: NodeId(to),
+        })
+    }
+
+    fn read_all(bytes: &[u8]) -> Result<Vec<ReadEvent<u32>>, String> {
+        let mut reader = ConnectionReader::new(identity(), FRAME_BYTES_MAX);
+        reader.push(bytes);
+        let mut events = Vec::new();
+        while let Some(event) = reader.next_event::<u32>()? {
+            events.push(event);
+        }
+        Ok(events)
+    }
+
+    #[test]
+    fn a_connection_opens_with_a_hello_and_nothing_else() {
+        let mut bytes = Vec::new();
+        encode_frame(&hello(1, 2, 9), &mut bytes).unwrap();
+        encode_frame(&batch(&[4, 5]), &mut bytes).unwrap();
+        let events = read_all(&bytes).unwrap();
+        assert_eq!(events[0], ReadEvent::Hello(NodeId(1)));
+        assert!(matches!(&events[1], ReadEvent::Batch(b) if b.len() == 2));
+        // A batch first is refused without decoding its messages.
+        let mut bytes = Vec::new();
+        encode_frame(&batch(&[4]), &mut bytes).unwrap();
+        assert_eq!(read_all(&bytes).unwrap_err(), "the first frame is not a hello");
+        // Hellos that do not check out.
+        for (from, to, fingerprint, why) in [
+            (1, 2, 8, "different cluster"),
+            (1, 1, 9, "this is node"),
+            (7, 2, 9, "unknown node"),
+            (2, 2, 9, "unknown node"),
+        ] {
+            let mut bytes = Vec::new();
+            encode_frame(&hello(from, to, fingerprint), &mut bytes).unwrap();
+            let error = read_all(&bytes).unwrap_err();
+            assert!(error.contains(why), "{error}");
+        }
+        // A second hello.
+        let mut bytes = Vec::new();
+        encode_frame(&hello(1, 2, 9), &mut bytes).unwrap();
+        encode_frame(&hello(1, 2, 9), &mut bytes).unwrap();
+        assert!(read_all(&bytes).unwrap_err().contains("second hello"));
     }
 
     #[test]

@@ -152,6 +152,10 @@ pub(crate) struct ClusterArgs {
     /// Master seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// A protocol option, NAME=VALUE (repeatable); see `docs/protocols.md` for each protocol's
+    /// options. `occ-one-round=on|off`.
+    #[arg(long = "protocol-option", value_name = "NAME=VALUE")]
+    protocol_option: Vec<String>,
 }
 
 #[derive(Args)]
@@ -278,6 +282,7 @@ struct ServerArgs {
 /// Resolved cluster settings with the defaults applied.
 pub(crate) struct Resolved {
     protocol: ProtocolKind,
+    protocol_options: meridian_protocols::ProtocolOptions,
     workload: String,
     workload_options: WorkloadOptions,
     shards: u32,
@@ -291,6 +296,13 @@ pub(crate) struct Resolved {
 impl ClusterArgs {
     fn resolve(&self, default_clients: u32) -> Result<Resolved, ConfigError> {
         let protocol = ProtocolKind::parse(self.protocol.as_deref().unwrap_or("occ"))?;
+        let pairs = self
+            .protocol_option
+            .iter()
+            .map(|text| meridian_protocols::options::parse_pair(text))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConfigError::new(format!("--protocol-option: {e}")))?;
+        let protocol_options = protocol.options(&pairs)?;
         let network_spec = self.network.as_deref().unwrap_or("geo");
         let named = NetworkModel::preset_has_named_regions(network_spec)
             || network_spec.ends_with(".toml")
@@ -331,6 +343,7 @@ impl ClusterArgs {
         };
         Ok(Resolved {
             protocol,
+            protocol_options,
             workload: self.workload.clone().unwrap_or_else(|| "micro-luigi".into()),
             workload_options,
             shards,
@@ -362,6 +375,7 @@ impl ClusterArgs {
             (self.tpcc_mode.is_some(), "--tpcc-mode"),
             (self.tpcc_scale.is_some(), "--tpcc-scale"),
             (self.seed.is_some(), "--seed"),
+            (!self.protocol_option.is_empty(), "--protocol-option"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -414,6 +428,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
             let file = ClusterFile::load(path)?;
             let experiment = Experiment {
                 protocol: file.protocol,
+                protocol_options: file.protocol_options.clone(),
                 workload: file.workload.clone(),
                 workload_options: file.workload_options.clone(),
                 shards: file.topology.shards,
@@ -437,6 +452,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
             let r = args.cluster.resolve(default_clients)?;
             let experiment = Experiment {
                 protocol: r.protocol,
+                protocol_options: r.protocol_options,
                 workload: r.workload,
                 workload_options: r.workload_options,
                 shards: r.shards,

@@ -38,6 +38,7 @@ fn seed_options(
         SimRunOptions::new(r.protocol, topology.clone(), r.network.clone(), r.clock, seed);
     base.clients = r.clients;
     base.txns = txns;
+    base.protocol_options = r.protocol_options.clone();
     base.time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
     swarm::seed_options(&base, seed, args.faults)
 }
@@ -87,6 +88,9 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     }
     if let Some(s) = &c.tpcc_scale {
         line += &format!(" --tpcc-scale {s}");
+    }
+    for option in &c.protocol_option {
+        line += &format!(" --protocol-option {option}");
     }
     if args.time_limit_s != TIME_LIMIT_S_DEFAULT {
         line += &format!(" --time-limit-s {}", args.time_limit_s);

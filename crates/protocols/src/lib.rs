@@ -1,12 +1,17 @@
 //! Meridian protocols: one module per distributed-transaction protocol, each a sans-IO state
-//! machine implementing [`meridian_core::node::Node`].
+//! machine implementing [`meridian_core::node::Node`], built on the shared machinery of
+//! [`kit`].
 //!
-//! Every protocol node is built from the same [`NodeContext`], and exposes its shard stores
-//! through [`ProtocolNode`] so the harness can bulk-load data before a run and check invariants
-//! after it. Which protocol runs is chosen by [`ProtocolKind`].
+//! A protocol is a type implementing [`Protocol`]: its name, options, the topologies it runs
+//! on, which nodes may crash without losing acknowledged data, and how a node is rebuilt from
+//! its durable state. The simulator, the runtime, `bench` and `verify` reach protocols only
+//! through [`ProtocolKind::visit`], the one place that lists them: adding a protocol is one
+//! module and one line in the `protocols!` invocation below.
 #![deny(unsafe_code)]
 
+pub mod kit;
 pub mod occ;
+pub mod options;
 
 use meridian_core::error::unknown_name;
 use meridian_core::node::Node;
@@ -15,66 +20,159 @@ use meridian_core::topology::Topology;
 use meridian_core::txn::{Partitioner, Registry};
 use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_storage::MvccStore;
+pub use options::{OptionKind, OptionSpec, OptionValue, ProtocolOptions};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Protocol names `--protocol` accepts.
-pub const PROTOCOLS: [&str; 1] = ["occ"];
+/// What a node's disk holds when it (re)starts: the log store's records.
+pub type Durable = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// A selectable protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProtocolKind {
-    /// OCC with read validation and 2PC across shards.
-    Occ,
+/// A protocol: everything the drivers need to know about it beyond its node type.
+pub trait Protocol: 'static {
+    /// The name `--protocol` takes.
+    const NAME: &'static str;
+    /// One line for `--help` and reports.
+    const SUMMARY: &'static str;
+    /// The options it accepts (each name starts with the protocol's name).
+    const OPTIONS: &'static [OptionSpec];
+    /// Its node.
+    type Node: ProtocolNode;
+
+    /// Checks that the protocol can run on `topology` (replica counts, placement).
+    fn check_topology(topology: &Topology) -> Result<(), ConfigError>;
+    /// True when `node` may crash (losing what it had not synced) without the protocol losing
+    /// acknowledged data, so swarms may crash it.
+    fn may_crash(topology: &Topology, node: NodeId) -> bool;
+    /// Builds the node of `context` from what its disk holds (empty on a first start). The
+    /// caller bulk-loads the stores afterwards; the node replays its logs when started.
+    fn restore(context: NodeContext, durable: &Durable) -> Result<Self::Node, String>;
+    /// Brings a restored node to the state it would reach before talking to anyone (snapshot
+    /// and committed log applied), for offline checks (`meridian verify`).
+    fn replay_committed(node: &mut Self::Node) -> Replayed;
+}
+
+/// Something to do with a protocol type, chosen at run time by [`ProtocolKind::visit`].
+pub trait ProtocolVisitor {
+    /// What it returns.
+    type Output;
+    /// Does it with protocol `P`.
+    fn visit<P: Protocol>(self) -> Self::Output;
+}
+
+macro_rules! protocols {
+    ($($variant:ident => $protocol:ty),* $(,)?) => {
+        /// A selectable protocol.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum ProtocolKind {
+            $(
+                #[doc = concat!("`", stringify!($variant), "`")]
+                $variant
+            ),*
+        }
+
+        /// Protocol names `--protocol` accepts, in order.
+        pub const PROTOCOLS: &[&str] = &[$(<$protocol as Protocol>::NAME),*];
+
+        impl ProtocolKind {
+            /// Every protocol, in order.
+            pub const ALL: &[ProtocolKind] = &[$(ProtocolKind::$variant),*];
+
+            /// Runs `visitor` with this protocol's type.
+            pub fn visit<V: ProtocolVisitor>(self, visitor: V) -> V::Output {
+                match self {
+                    $(Self::$variant => visitor.visit::<$protocol>()),*
+                }
+            }
+        }
+    };
+}
+
+protocols! {
+    Occ => occ::Occ,
+}
+
+/// A protocol's static facts, as plain values.
+#[derive(Clone, Copy)]
+pub struct ProtocolInfo {
+    /// Its name.
+    pub name: &'static str,
+    /// One line about it.
+    pub summary: &'static str,
+    /// Its options.
+    pub options: &'static [OptionSpec],
+    check_topology: fn(&Topology) -> Result<(), ConfigError>,
+    may_crash: fn(&Topology, NodeId) -> bool,
+}
+
+struct InfoOf;
+
+impl ProtocolVisitor for InfoOf {
+    type Output = ProtocolInfo;
+    fn visit<P: Protocol>(self) -> ProtocolInfo {
+        ProtocolInfo {
+            name: P::NAME,
+            summary: P::SUMMARY,
+            options: P::OPTIONS,
+            check_topology: P::check_topology,
+            may_crash: P::may_crash,
+        }
+    }
 }
 
 impl ProtocolKind {
     /// Parses a `--protocol` value.
     pub fn parse(name: &str) -> Result<Self, ConfigError> {
-        match name {
-            "occ" => Ok(Self::Occ),
-            other => Err(unknown_name("protocol", other, &PROTOCOLS)),
-        }
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|kind| kind.name() == name)
+            .ok_or_else(|| unknown_name("protocol", name, PROTOCOLS))
+    }
+
+    /// Its static facts.
+    pub fn info(self) -> ProtocolInfo {
+        self.visit(InfoOf)
     }
 
     /// The name.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Occ => "occ",
-        }
+        self.info().name
     }
 
-    /// Checks that this protocol can run on `topology`: one replica per shard (in memory) or
-    /// an odd number (a Raft group per shard).
+    /// Checks that this protocol can run on `topology`.
     pub fn check_topology(self, topology: &Topology) -> Result<(), ConfigError> {
-        match self {
-            Self::Occ if topology.replicas != 1 && topology.replicas.is_multiple_of(2) => {
-                Err(ConfigError::new(format!(
-                    "occ replicates each shard with Raft, which needs an odd replica count (got {})",
-                    topology.replicas
-                )))
-            }
-            Self::Occ => Ok(()),
-        }
+        (self.info().check_topology)(topology)
     }
 
-    /// True when `node` may crash (losing everything it had not synced) without the protocol
-    /// losing acknowledged data, so swarms may crash it. With replicated shards every node
-    /// qualifies (its log is durable and its group has other members); unreplicated `occ`
-    /// keeps shard data only in memory, so only coordinators that host no replica do.
+    /// True when `node` may crash without losing acknowledged data.
     pub fn may_crash(self, topology: &Topology, node: NodeId) -> bool {
-        match self {
-            Self::Occ => {
-                topology.replicas >= 3 || topology.nodes[node.0 as usize].replicas.is_empty()
-            }
-        }
+        (self.info().may_crash)(topology, node)
+    }
+
+    /// Validates `name = value` options for this protocol and fills in its defaults.
+    pub fn options(self, given: &[(String, String)]) -> Result<ProtocolOptions, ConfigError> {
+        let info = self.info();
+        ProtocolOptions::parse(info.name, info.options, given)
     }
 }
 
-/// Timeouts and limits every protocol node takes. Derived from the network model so that
-/// timeouts exceed the slowest round trip.
+/// What [`Protocol::replay_committed`] rebuilt, summed over the node's shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Snapshots installed.
+    pub snapshots: u64,
+    /// Committed commands applied after them.
+    pub commands: u64,
+    /// The log index the state reached (summed over the node's groups).
+    pub log_index: u64,
+}
+
+/// Timeouts every protocol node takes. Derived from the network model so that timeouts exceed
+/// the slowest round trip.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timing {
-    /// How long a coordinator waits for a reply before acting (abort, retransmit).
+    /// How long a coordinator waits for a reply before acting (abort, retransmit); also the
+    /// pace of repeated queries and deliveries.
     pub rpc_timeout_ns: u64,
     /// First retry backoff after a conflict abort; doubles per retry up to the maximum.
     pub backoff_ns_min: u64,
@@ -82,8 +180,6 @@ pub struct Timing {
     pub backoff_ns_max: u64,
     /// Attempts per request before it fails with `RetriesExhausted`.
     pub attempts_max: u32,
-    /// Requests one coordinator runs at once; beyond this it rejects.
-    pub requests_in_flight_max: usize,
     /// How much timestamp history (ns) stores keep below the newest commit.
     pub gc_retention_ns: u64,
     /// One Raft tick: heartbeats every 2, elections after 10–20 (replicated shards only).
@@ -101,7 +197,6 @@ impl Timing {
             backoff_ns_min: NS_PER_MS / 10,
             backoff_ns_max: 2 * owd_ns_max + 10 * NS_PER_MS,
             attempts_max: 1_000,
-            requests_in_flight_max: 1 << 16,
             gc_retention_ns: 1_000 * NS_PER_MS,
             // Elections wait 10–20 ticks: 5–10 slowest one-way delays (2.5–5 round trips), and
             // at least 250 ms, because a vote needs a synced write at the candidate and at each
@@ -121,11 +216,71 @@ pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 50_000;
 pub const SNAPSHOT_INTERVAL_ENTRIES_MIN: u64 =
     meridian_replication::raft::SNAPSHOT_INTERVAL_ENTRIES_MIN;
 
+/// The bounds on what a node keeps. Production values by default; the simulator shrinks them
+/// so that swarms reach them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Decisions a participant remembers (commits stay until settled; see `kit::twopc`).
+    pub decided_max: usize,
+    /// Reads a shard leader queues while its state catches up.
+    pub reads_waiting_max: usize,
+    /// Decisions a coordinator delivers at once; at the limit it takes no new requests.
+    pub deliveries_max: usize,
+    /// Attempts a participant leader asks its peers about at once (terminations, settling).
+    pub inquiries_max: usize,
+    /// Requests one coordinator runs at once; beyond this it rejects.
+    pub requests_in_flight_max: usize,
+    /// The largest snapshot a replica takes or accepts from a sender.
+    pub snapshot_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            decided_max: 1 << 20,
+            reads_waiting_max: 4_096,
+            deliveries_max: 1 << 16,
+            inquiries_max: 4_096,
+            requests_in_flight_max: 1 << 16,
+            snapshot_bytes_max: meridian_replication::raft::SNAPSHOT_BYTES_MAX,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks the limits fit together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("decided_max", self.decided_max),
+            ("reads_waiting_max", self.reads_waiting_max),
+            ("deliveries_max", self.deliveries_max),
+            ("inquiries_max", self.inquiries_max),
+            ("requests_in_flight_max", self.requests_in_flight_max),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError::new(format!("{name} must be at least 1")));
+        }
+        let largest = meridian_replication::raft::SNAPSHOT_BYTES_MAX_LIMIT;
+        if self.snapshot_bytes_max < meridian_replication::raft::MSG_CHUNK_BYTES
+            || self.snapshot_bytes_max > largest
+        {
+            return Err(ConfigError::new(format!(
+                "snapshot_bytes_max must be between {} and {largest}",
+                meridian_replication::raft::MSG_CHUNK_BYTES
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What every node is built from.
 #[derive(Clone, Debug)]
 pub struct NodeContext {
     /// This node.
     pub id: NodeId,
+    /// The node's incarnation: grows with every start of the node (from its durable state,
+    /// or the driver), so attempt ids never repeat across restarts.
+    pub incarnation: u64,
     /// The cluster layout.
     pub topology: Arc<Topology>,
     /// The procedures.
@@ -134,13 +289,41 @@ pub struct NodeContext {
     pub partitioner: Arc<Partitioner>,
     /// The run's master seed (the node derives its own stream).
     pub seed: u64,
-    /// Timeouts and limits.
+    /// Timeouts.
     pub timing: Timing,
-    /// Emit `Record` effects for the history checker.
-    pub record_history: bool,
+    /// Bounds on what the node keeps.
+    pub limits: Limits,
+    /// The protocol's options.
+    pub options: ProtocolOptions,
     /// The driver persists to a durable log: even a single replica per shard then runs its
     /// log (a one-member Raft group), so a restart loses nothing.
     pub durable: bool,
+}
+
+impl NodeContext {
+    /// A context with the default limits and options, incarnation 0 and no durable log (tests
+    /// and simple drivers; set the fields to change them).
+    pub fn new(
+        id: NodeId,
+        topology: Arc<Topology>,
+        registry: Arc<Registry>,
+        partitioner: Arc<Partitioner>,
+        seed: u64,
+        timing: Timing,
+    ) -> Self {
+        Self {
+            id,
+            incarnation: 0,
+            topology,
+            registry,
+            partitioner,
+            seed,
+            timing,
+            limits: Limits::default(),
+            options: ProtocolOptions::default(),
+            durable: false,
+        }
+    }
 }
 
 /// What the harness needs from any protocol node beyond the state-machine contract.
@@ -149,4 +332,22 @@ pub trait ProtocolNode: Node {
     fn stores(&self) -> Vec<(ShardId, &MvccStore)>;
     /// The same, writable, for bulk loading before the run starts.
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_protocol_is_named_and_parsed_back() {
+        for &kind in ProtocolKind::ALL {
+            assert_eq!(ProtocolKind::parse(kind.name()), Ok(kind));
+            for spec in kind.info().options {
+                assert!(spec.name.starts_with(kind.name()), "{} of {}", spec.name, kind.name());
+            }
+        }
+        let error = ProtocolKind::parse("paxos").unwrap_err().0;
+        assert!(error.contains("occ"), "{error}");
+        assert_eq!(PROTOCOLS.len(), ProtocolKind::ALL.len());
+    }
 }

@@ -99,4 +99,42 @@ pub trait Replica {
     fn leader(&self) -> Option<Slot>;
     /// Asks the group to hand leadership to `slot` (after a leader restart, or to move it).
     fn transfer_leader(&mut self, slot: Slot, out: &mut Vec<ReplicaEffect>);
+    /// Starts an election now (a first start of the preferred replica, or a one-member group).
+    fn campaign(&mut self, out: &mut Vec<ReplicaEffect>);
+    /// Hands out whatever is ready without a tick or a message (after a restore: the snapshot,
+    /// then the committed log to replay).
+    fn poll(&mut self, out: &mut Vec<ReplicaEffect>);
+    /// The highest index whose command the driver has been handed (or that a snapshot it was
+    /// handed covers).
+    fn applied_index(&self) -> u64;
+    /// The index a read arriving now must wait for before it is served from this replica's
+    /// state (read-index under the leader's lease); `None` when it may not serve reads yet.
+    fn read_index(&self) -> Option<u64>;
+    /// True when the driver should hand over an image of its state for a snapshot.
+    fn snapshot_due(&self) -> bool;
+    /// Takes a snapshot with `data`, the driver's image of its state at the applied index.
+    fn take_snapshot(&mut self, data: Vec<u8>, out: &mut Vec<ReplicaEffect>);
+    /// The snapshot this replica was restored from, until handed over: index and image.
+    fn restored_snapshot(&self) -> Option<(u64, &[u8])>;
+    /// The last log index held when restored: entries up to it are a replay.
+    fn restored_last_index(&self) -> u64;
+    /// Log entries held in memory.
+    fn log_entries(&self) -> u64;
+    /// True when this replica leads and `slot` has every entry and answered recently.
+    fn is_caught_up(&self, slot: Slot) -> bool;
+    /// Snapshots taken, received and restored so far.
+    fn snapshot_counts(&self) -> SnapshotCounts;
+}
+
+/// How many snapshots a replica has dealt with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotCounts {
+    /// Taken of its own state.
+    pub taken: u64,
+    /// Received from a leader and installed.
+    pub received: u64,
+    /// Restored from disk at start.
+    pub restored: u64,
+    /// Images not taken because they exceeded the largest snapshot a member accepts.
+    pub refused: u64,
 }

@@ -45,6 +45,8 @@ use raft::{
 };
 use std::collections::{BTreeMap, VecDeque};
 
+pub use crate::SnapshotCounts;
+
 /// First byte of every replication key in the node's log store.
 pub const KEY_PREFIX: u8 = b'R';
 const KIND_HARD_STATE: u8 = 0;
@@ -62,10 +64,12 @@ pub const SNAPSHOT_RETRY_TICKS: u64 = 40;
 /// A message bigger than this (a snapshot) goes as chunks of this size, so that every piece
 /// fits a wire frame; the receiver reassembles them.
 pub const MSG_CHUNK_BYTES: usize = 2 << 20;
-/// Most bytes a chunked message may reassemble to (bounds a receiver's buffer; also the
-/// largest snapshot a group can send).
-pub const CHUNKED_MSG_BYTES_MAX: usize = 1 << 30;
-const CHUNK_PARTS_MAX: u32 = CHUNKED_MSG_BYTES_MAX.div_ceil(MSG_CHUNK_BYTES) as u32;
+/// Default for [`RaftTiming::snapshot_bytes_max`]: the most bytes a chunked message (a
+/// snapshot) may reassemble to. It bounds what one sending member can make a receiver buffer
+/// (one message per sender and group), and so is also the largest snapshot a group takes.
+pub const SNAPSHOT_BYTES_MAX: usize = 256 << 20;
+/// The largest value [`RaftTiming::snapshot_bytes_max`] may take (a log batch's limit).
+pub const SNAPSHOT_BYTES_MAX_LIMIT: usize = 1 << 30;
 const _: () = assert!(MSG_BYTES_MAX as usize <= MSG_CHUNK_BYTES);
 /// First byte of a [`ReplicaMsg`]: a whole raft-rs message follows, or one chunk of one.
 const WIRE_WHOLE: u8 = 0;
@@ -89,6 +93,9 @@ pub struct RaftTiming {
     pub seed: u64,
     /// Entries applied between snapshots.
     pub snapshot_interval_entries: u64,
+    /// Largest snapshot this member takes or reassembles from a sender (at most
+    /// [`SNAPSHOT_BYTES_MAX_LIMIT`]); every member of a group must agree on it.
+    pub snapshot_bytes_max: usize,
 }
 
 impl RaftTiming {
@@ -99,7 +106,18 @@ impl RaftTiming {
             snapshot_interval_entries >= SNAPSHOT_INTERVAL_ENTRIES_MIN,
             "a snapshot every {snapshot_interval_entries} entries is below the minimum"
         );
-        Self { election_ticks: 10, heartbeat_ticks: 2, seed, snapshot_interval_entries }
+        Self {
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            seed,
+            snapshot_interval_entries,
+            snapshot_bytes_max: SNAPSHOT_BYTES_MAX,
+        }
+    }
+
+    /// The most chunks a reassembled message may have.
+    fn chunk_parts_max(&self) -> u32 {
+        self.snapshot_bytes_max.min(SNAPSHOT_BYTES_MAX_LIMIT).div_ceil(MSG_CHUNK_BYTES) as u32
     }
 
     /// Entries kept in memory below a snapshot, so that a follower lagging by fewer is sent
@@ -250,6 +268,8 @@ pub struct RaftReplica {
     snapshot_counts: SnapshotCounts,
     /// Ids for chunked messages sent.
     chunked_next: u64,
+    /// The applied index at which an image was last refused as too big (0: never).
+    snapshot_refused_at: u64,
     /// Chunked messages being reassembled, per sender.
     reassembly: BTreeMap<Slot, Reassembly>,
 }
@@ -284,17 +304,6 @@ fn wire_messages(bytes: Vec<u8>, id: u64) -> Vec<ReplicaMsg> {
             ReplicaMsg(wire)
         })
         .collect()
-}
-
-/// How many snapshots a replica has dealt with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SnapshotCounts {
-    /// Taken of its own state.
-    pub taken: u64,
-    /// Received from a leader and installed.
-    pub received: u64,
-    /// Restored from disk at start.
-    pub restored: u64,
 }
 
 impl std::fmt::Debug for RaftReplica {
@@ -439,6 +448,7 @@ impl RaftReplica {
             snapshot_sent_at: BTreeMap::new(),
             snapshot_counts: SnapshotCounts::default(),
             chunked_next: 0,
+            snapshot_refused_at: 0,
             reassembly: BTreeMap::new(),
         };
         replica.redraw_election_timeout();
@@ -476,113 +486,6 @@ impl RaftReplica {
     /// The index of the latest snapshot this replica holds (0: none).
     pub fn snapshot_index(&self) -> u64 {
         self.node.store().snapshot_index()
-    }
-
-    /// The highest index whose command the driver has been handed (or that a snapshot it
-    /// was handed covers).
-    pub fn applied_index(&self) -> u64 {
-        self.applied_index
-    }
-
-    /// Snapshots taken, received and restored so far.
-    pub fn snapshot_counts(&self) -> SnapshotCounts {
-        self.snapshot_counts
-    }
-
-    /// The index a read arriving now must wait for (read-index, served from the leader's
-    /// lease): `None` unless this replica leads and has committed an entry of its own term
-    /// (until then it may not know everything committed before it). A read is served once
-    /// [`RaftReplica::applied_index`] reaches it. The lease: with check-quorum a leader that
-    /// loses touch with a quorum steps down within an election timeout, and with pre-vote no
-    /// follower that heard from it within its own timeout votes for another, so while it leads
-    /// no other leader has committed anything.
-    pub fn read_index(&self) -> Option<u64> {
-        let raft = &self.node.raft;
-        (raft.in_lease() && raft.commit_to_current_term()).then_some(raft.raft_log.committed)
-    }
-
-    /// True when enough entries have been applied since the last snapshot to take another.
-    pub fn snapshot_due(&self) -> bool {
-        self.applied_index >= self.snapshot_index() + self.timing.snapshot_interval_entries
-    }
-
-    /// Takes a snapshot at the applied index: `data` is the driver's state machine after
-    /// applying every command it was handed. Persists it, deletes the durable entries it
-    /// covers (atomically, in the same persist), and drops all but the last
-    /// [`RaftTiming::kept_entries`] of them from memory.
-    pub fn take_snapshot(&mut self, data: Vec<u8>, out: &mut Vec<ReplicaEffect>) {
-        let index = self.applied_index;
-        if index <= self.snapshot_index() {
-            return;
-        }
-        // Applied entries are committed and durable here, and still in memory (the log is
-        // only compacted below a snapshot, which is below the applied index).
-        let term = self.node.store().term(index).expect("an applied entry is in the log");
-        let mut snapshot = Snapshot::default();
-        snapshot.set_data(data.into());
-        let meta = snapshot.mut_metadata();
-        meta.index = index;
-        meta.term = term;
-        meta.set_conf_state(self.conf_state.clone());
-        let mut records = Vec::new();
-        records.push((snapshot_key(self.group), Some(encode(&snapshot))));
-        let covered_last = index.min(self.durable_last_index);
-        for stale in self.durable_first_index..=covered_last {
-            records.push((entry_key(self.group, stale), None));
-        }
-        self.durable_first_index = self.durable_first_index.max(index + 1);
-        self.snapshot_counts.taken += 1;
-        let store = self.node.mut_store();
-        store.snapshot = snapshot;
-        let keep_from = index.saturating_sub(self.timing.kept_entries()).max(1);
-        let _ = store.mem.wl().compact(keep_from);
-        // No message waits for this persist, and nothing depends on it being synced: the
-        // entries it deletes stay until it is durable, and a later sync makes it durable.
-        self.push_persist(None, Vec::new(), records, false, out);
-    }
-
-    /// The snapshot this replica was restored from, until it is handed over: its index and
-    /// the driver's image (so the driver can check the image before it starts).
-    pub fn restored_snapshot(&self) -> Option<(u64, &[u8])> {
-        self.restore_pending.as_ref().map(|s| (s.get_metadata().index, s.get_data()))
-    }
-
-    /// The last log index this replica held when it was restored (0 on a first start): the
-    /// entries up to it are a replay.
-    pub fn restored_last_index(&self) -> u64 {
-        self.restored_last_index
-    }
-
-    /// Entries held in memory.
-    pub fn log_entries(&self) -> u64 {
-        let store = self.node.store();
-        let (first, last) = (store.first_index().unwrap_or(1), store.last_index().unwrap_or(0));
-        (last + 1).saturating_sub(first)
-    }
-
-    /// True when this replica leads and the member in `slot` has every entry this leader has
-    /// and answered recently: handing leadership to it now costs no wait.
-    pub fn is_caught_up(&self, slot: Slot) -> bool {
-        let raft = &self.node.raft;
-        if raft.state != StateRole::Leader || raft.lead_transferee.is_some() {
-            return false;
-        }
-        let last = raft.raft_log.last_index();
-        raft.prs().get(u64::from(slot) + 1).is_some_and(|p| p.recent_active && p.matched == last)
-    }
-
-    /// Hands out whatever raft-rs has ready (after a restore: the snapshot, then the committed
-    /// entries of the log to replay), without a tick or a message.
-    pub fn poll(&mut self, out: &mut Vec<ReplicaEffect>) {
-        self.handle_ready(out);
-    }
-
-    /// Starts an election now (tests and leader hand-over).
-    pub fn campaign(&mut self, out: &mut Vec<ReplicaEffect>) {
-        if self.received_snapshot_persist.is_none() {
-            let _ = self.node.campaign();
-        }
-        self.handle_ready(out);
     }
 
     fn send(&mut self, msgs: Vec<Message>, out: &mut Vec<ReplicaEffect>) {
@@ -763,7 +666,7 @@ impl RaftReplica {
                 let id = u64::from_be_bytes(field(0, 8).try_into().ok()?);
                 let part = u32::from_be_bytes(field(8, 4).try_into().ok()?);
                 let parts = u32::from_be_bytes(field(12, 4).try_into().ok()?);
-                if !(2..=CHUNK_PARTS_MAX).contains(&parts) || part >= parts {
+                if !(2..=self.timing.chunk_parts_max()).contains(&parts) || part >= parts {
                     return None;
                 }
                 let chunk = wire[1 + CHUNK_HEADER_BYTES..].to_vec();
@@ -876,6 +779,122 @@ impl Replica for RaftReplica {
         self.node.transfer_leader(u64::from(slot) + 1);
         self.handle_ready(out);
     }
+
+    /// The highest index whose command the driver has been handed (or that a snapshot it
+    /// was handed covers).
+    fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    /// Snapshots taken, received and restored so far.
+    fn snapshot_counts(&self) -> SnapshotCounts {
+        self.snapshot_counts
+    }
+
+    /// The index a read arriving now must wait for (read-index, served from the leader's
+    /// lease): `None` unless this replica leads and has committed an entry of its own term
+    /// (until then it may not know everything committed before it). A read is served once
+    /// [`RaftReplica::applied_index`] reaches it. The lease: with check-quorum a leader that
+    /// loses touch with a quorum steps down within an election timeout, and with pre-vote no
+    /// follower that heard from it within its own timeout votes for another, so while it leads
+    /// no other leader has committed anything.
+    fn read_index(&self) -> Option<u64> {
+        let raft = &self.node.raft;
+        (raft.in_lease() && raft.commit_to_current_term()).then_some(raft.raft_log.committed)
+    }
+
+    /// True when enough entries have been applied since the last snapshot to take another.
+    fn snapshot_due(&self) -> bool {
+        self.applied_index
+            >= self.snapshot_index().max(self.snapshot_refused_at)
+                + self.timing.snapshot_interval_entries
+    }
+
+    /// Takes a snapshot at the applied index: `data` is the driver's state machine after
+    /// applying every command it was handed. Persists it, deletes the durable entries it
+    /// covers (atomically, in the same persist), and drops all but the last
+    /// [`RaftTiming::kept_entries`] of them from memory.
+    fn take_snapshot(&mut self, data: Vec<u8>, out: &mut Vec<ReplicaEffect>) {
+        let index = self.applied_index;
+        if index <= self.snapshot_index().max(self.snapshot_refused_at) {
+            return;
+        }
+        if data.len() > self.timing.snapshot_bytes_max.min(SNAPSHOT_BYTES_MAX_LIMIT) {
+            // No member would accept it: keep the log instead, and ask again an interval later
+            // rather than encoding the state after every command.
+            self.snapshot_refused_at = index;
+            self.snapshot_counts.refused += 1;
+            return;
+        }
+        // Applied entries are committed and durable here, and still in memory (the log is
+        // only compacted below a snapshot, which is below the applied index).
+        let term = self.node.store().term(index).expect("an applied entry is in the log");
+        let mut snapshot = Snapshot::default();
+        snapshot.set_data(data.into());
+        let meta = snapshot.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(self.conf_state.clone());
+        let mut records = Vec::new();
+        records.push((snapshot_key(self.group), Some(encode(&snapshot))));
+        let covered_last = index.min(self.durable_last_index);
+        for stale in self.durable_first_index..=covered_last {
+            records.push((entry_key(self.group, stale), None));
+        }
+        self.durable_first_index = self.durable_first_index.max(index + 1);
+        self.snapshot_counts.taken += 1;
+        let store = self.node.mut_store();
+        store.snapshot = snapshot;
+        let keep_from = index.saturating_sub(self.timing.kept_entries()).max(1);
+        let _ = store.mem.wl().compact(keep_from);
+        // No message waits for this persist, and nothing depends on it being synced: the
+        // entries it deletes stay until it is durable, and a later sync makes it durable.
+        self.push_persist(None, Vec::new(), records, false, out);
+    }
+
+    /// The snapshot this replica was restored from, until it is handed over: its index and
+    /// the driver's image (so the driver can check the image before it starts).
+    fn restored_snapshot(&self) -> Option<(u64, &[u8])> {
+        self.restore_pending.as_ref().map(|s| (s.get_metadata().index, s.get_data()))
+    }
+
+    /// The last log index this replica held when it was restored (0 on a first start): the
+    /// entries up to it are a replay.
+    fn restored_last_index(&self) -> u64 {
+        self.restored_last_index
+    }
+
+    /// Entries held in memory.
+    fn log_entries(&self) -> u64 {
+        let store = self.node.store();
+        let (first, last) = (store.first_index().unwrap_or(1), store.last_index().unwrap_or(0));
+        (last + 1).saturating_sub(first)
+    }
+
+    /// True when this replica leads and the member in `slot` has every entry this leader has
+    /// and answered recently: handing leadership to it now costs no wait.
+    fn is_caught_up(&self, slot: Slot) -> bool {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader || raft.lead_transferee.is_some() {
+            return false;
+        }
+        let last = raft.raft_log.last_index();
+        raft.prs().get(u64::from(slot) + 1).is_some_and(|p| p.recent_active && p.matched == last)
+    }
+
+    /// Hands out whatever raft-rs has ready (after a restore: the snapshot, then the committed
+    /// entries of the log to replay), without a tick or a message.
+    fn poll(&mut self, out: &mut Vec<ReplicaEffect>) {
+        self.handle_ready(out);
+    }
+
+    /// Starts an election now (tests and leader hand-over).
+    fn campaign(&mut self, out: &mut Vec<ReplicaEffect>) {
+        if self.received_snapshot_persist.is_none() {
+            let _ = self.node.campaign();
+        }
+        self.handle_ready(out);
+    }
 }
 
 #[cfg(test)]
@@ -942,6 +961,14 @@ mod tests {
         for bad in [vec![], vec![WIRE_CHUNK], vec![WIRE_CHUNK; 17], vec![7, 1, 2]] {
             assert_eq!(r.receive(0, bad), None);
         }
+        // A message announcing more chunks than the receiver's snapshot limit is dropped
+        // before anything is buffered.
+        let mut timing = RaftTiming::standard(1, 64);
+        timing.snapshot_bytes_max = 4 * MSG_CHUNK_BYTES;
+        let mut small =
+            RaftReplica::restore(1, 0, 3, timing, &BTreeMap::new()).expect("empty log restores");
+        assert_eq!(small.receive(2, first[0].0.clone()), None);
+        assert!(small.reassembly.is_empty(), "nothing buffered for an oversized message");
         let mut bad_part = first[1].0.clone();
         bad_part[9..13].copy_from_slice(&99u32.to_be_bytes());
         assert_eq!(r.receive(0, bad_part), None);

@@ -13,12 +13,14 @@ use std::collections::BinaryHeap;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::time::Instant;
 
-/// Messages waiting to enter the delay thread before senders block. Closed-loop load keeps far
-/// fewer in flight.
+/// Messages waiting to enter the delay thread; more are refused (the sender drops and counts
+/// them). Closed-loop load keeps far fewer in flight.
 pub const DELAY_QUEUE_MESSAGES_MAX: usize = 1 << 16;
+/// Messages the delay thread holds until due; more are refused likewise.
+pub const DELAYED_MESSAGES_MAX: usize = 1 << 20;
 
-/// Delivers one message (to an in-process inbox or a TCP writer); false when the destination is
-/// gone.
+/// Delivers one message (to an in-process inbox or a TCP writer) without waiting; false when
+/// the destination is full or gone.
 pub type Delivery = Box<dyn FnOnce() -> bool + Send>;
 
 struct Pending {
@@ -59,9 +61,9 @@ impl DelayThread {
         Ok(Self { queue })
     }
 
-    /// Delivers with `delivery` at `due`. Blocks only if the queue is full.
-    pub fn schedule(&self, due: Instant, delivery: Delivery) {
-        let _ = self.queue.send((due, delivery));
+    /// Delivers with `delivery` at `due`; false when the thread's queue is full (never waits).
+    pub fn schedule(&self, due: Instant, delivery: Delivery) -> bool {
+        self.queue.try_send((due, delivery)).is_ok()
     }
 }
 
@@ -76,6 +78,11 @@ fn run(incoming: Receiver<(Instant, Delivery)>) {
             (item.delivery)();
         }
         let next = match pending.peek() {
+            Some(head) if pending.len() >= DELAYED_MESSAGES_MAX => {
+                // Full: take nothing more until something is due.
+                std::thread::sleep(head.due.saturating_duration_since(Instant::now()));
+                continue;
+            }
             Some(head) => incoming.recv_timeout(head.due.saturating_duration_since(Instant::now())),
             None if open => incoming.recv().map_err(|_| RecvTimeoutError::Disconnected),
             None => break,
@@ -84,8 +91,10 @@ fn run(incoming: Receiver<(Instant, Delivery)>) {
             Ok((due, delivery)) => {
                 arrival += 1;
                 pending.push(Pending { due, arrival, delivery });
-                // Take whatever else is queued without waiting.
-                while let Ok((due, delivery)) = incoming.try_recv() {
+                // Take whatever else is queued without waiting; beyond the bound, leave it
+                // queued (senders then find the queue full and drop).
+                while pending.len() < DELAYED_MESSAGES_MAX {
+                    let Ok((due, delivery)) = incoming.try_recv() else { break };
                     arrival += 1;
                     pending.push(Pending { due, arrival, delivery });
                 }

@@ -21,6 +21,7 @@
 pub mod clock;
 pub mod delay;
 pub mod fjall_store;
+pub mod incarnation;
 pub mod logstore;
 pub mod metrics;
 pub mod node_task;

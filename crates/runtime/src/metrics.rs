@@ -3,11 +3,14 @@
 //! `GET /metrics` from it. Publishing a snapshot, not updating shared counters per message,
 //! keeps the hot path free of locks.
 
+use crate::tcp::TcpStats;
 use meridian_core::NodeId;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -16,6 +19,10 @@ use tokio::task::JoinHandle;
 pub const METRICS_INTERVAL_NS: u64 = 1_000_000_000;
 /// Largest HTTP request read.
 const REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// How long a metrics client has to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Metrics requests served at once; more connections are closed at once.
+const REQUESTS_IN_FLIGHT_MAX: usize = 16;
 
 /// One link's one-way delays as a node measured them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -43,6 +50,9 @@ pub struct NodeSnapshot {
 #[derive(Debug, Default)]
 pub struct MetricsHub {
     nodes: Mutex<BTreeMap<NodeId, NodeSnapshot>>,
+    /// Counters of the whole process (not of one node).
+    process: Mutex<Vec<(&'static str, Arc<AtomicU64>)>>,
+    tcp: Mutex<Option<Arc<TcpStats>>>,
 }
 
 impl MetricsHub {
@@ -51,10 +61,34 @@ impl MetricsHub {
         self.nodes.lock().expect("metrics lock").insert(node, snapshot);
     }
 
+    /// Adds a process-wide counter, rendered as `meridian_{name}`.
+    pub fn add_process_counter(&self, name: &'static str, counter: Arc<AtomicU64>) {
+        self.process.lock().expect("metrics lock").push((name, counter));
+    }
+
+    /// Renders the process's TCP transport counters.
+    pub fn set_tcp_stats(&self, stats: Arc<TcpStats>) {
+        *self.tcp.lock().expect("metrics lock") = Some(stats);
+    }
+
     /// The Prometheus text exposition of every snapshot.
     pub fn render(&self) -> String {
         let nodes = self.nodes.lock().expect("metrics lock").clone();
         let mut text = String::new();
+        let mut process: Vec<(&'static str, u64)> = self
+            .process
+            .lock()
+            .expect("metrics lock")
+            .iter()
+            .map(|(name, c)| (*name, c.load(Ordering::Relaxed)))
+            .collect();
+        if let Some(tcp) = self.tcp.lock().expect("metrics lock").as_ref() {
+            process.extend(tcp.counters());
+        }
+        for (name, value) in process {
+            let _ = writeln!(text, "# TYPE meridian_{name} counter");
+            let _ = writeln!(text, "meridian_{name} {value}");
+        }
         let _ = writeln!(text, "# HELP meridian_build_info The running version.");
         let _ = writeln!(text, "# TYPE meridian_build_info gauge");
         let _ =
@@ -124,19 +158,23 @@ impl MetricsHub {
 /// a request over 8 KiB or one that is not HTTP closes the connection.
 pub async fn serve(addr: SocketAddr, hub: Arc<MetricsHub>) -> std::io::Result<JoinHandle<()>> {
     let listener = TcpListener::bind(addr).await?;
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT_MAX));
     Ok(tokio::spawn(async move {
         loop {
             let Ok((mut stream, _)) = listener.accept().await else { continue };
+            let Ok(permit) = in_flight.clone().try_acquire_owned() else { continue };
             let hub = hub.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let mut request = Vec::with_capacity(1024);
                 let mut buf = [0u8; 1024];
+                let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
                 while !request.windows(4).any(|w| w == b"\r\n\r\n")
                     && request.len() < REQUEST_BYTES_MAX
                 {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+                        Ok(Ok(n)) => request.extend_from_slice(&buf[..n]),
                     }
                 }
                 let line = request.split(|&b| b == b'\r').next().unwrap_or_default();

@@ -4,6 +4,11 @@
 //! the outbox drained in order (sends, timers, persists, replies). Inbound messages are handled
 //! in batches of at most [`INBOUND_BATCH_MAX`] before timers and client submissions get a turn,
 //! so no source starves the others.
+//!
+//! Sending never waits: a message to a full queue (another node's inbox, a TCP writer to an
+//! unreachable peer) is dropped and counted ([`Cluster::dropped_messages`]), as a lossy link
+//! would drop it. A node task or the delay thread blocked on one full queue would otherwise
+//! stall every link of the process.
 
 use crate::clock::WallClock;
 use crate::delay::DelayThread;
@@ -23,6 +28,7 @@ use meridian_core::wire::Envelope;
 use meridian_core::NodeId;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -66,19 +72,17 @@ enum Route<M> {
 }
 
 impl<M: Send + 'static> Route<M> {
-    async fn deliver(&self, from: NodeId, sent_at_ns: u64, msg: M) -> bool {
-        match self {
-            Self::Local(tx) => tx.send(Inbound::Msg { from, sent_at_ns, msg }).await.is_ok(),
-            Self::Remote(tx) => tx.send(Envelope { sent_at_ns, msg }).await.is_ok(),
+    /// Hands `msg` over without waiting; false (and counted in `dropped`) when the queue is
+    /// full or gone.
+    fn deliver(&self, from: NodeId, sent_at_ns: u64, msg: M, dropped: &AtomicU64) -> bool {
+        let sent = match self {
+            Self::Local(tx) => tx.try_send(Inbound::Msg { from, sent_at_ns, msg }).is_ok(),
+            Self::Remote(tx) => tx.try_send(Envelope { sent_at_ns, msg }).is_ok(),
+        };
+        if !sent {
+            dropped.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// Delivery from the delay thread, which is not async.
-    fn blocking_deliver(&self, from: NodeId, sent_at_ns: u64, msg: M) -> bool {
-        match self {
-            Self::Local(tx) => tx.blocking_send(Inbound::Msg { from, sent_at_ns, msg }).is_ok(),
-            Self::Remote(tx) => tx.blocking_send(Envelope { sent_at_ns, msg }).is_ok(),
-        }
+        sent
     }
 }
 
@@ -158,6 +162,7 @@ pub struct Cluster<N: Node> {
     inboxes: BTreeMap<NodeId, mpsc::Sender<Inbound<N::Msg>>>,
     results: Vec<oneshot::Receiver<NodeResult<N>>>,
     listeners: Vec<JoinHandle<()>>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl<N: Node> Cluster<N> {
@@ -182,6 +187,13 @@ impl<N: Node> Cluster<N> {
         }
         let clock = WallClock::new();
         let delay = DelayThread::spawn()?;
+        let dropped = Arc::new(AtomicU64::new(0));
+        if let Some(hub) = &config.metrics {
+            hub.add_process_counter("runtime_messages_dropped_total", dropped.clone());
+            if let Some(tcp) = &config.tcp {
+                hub.set_tcp_stats(tcp.stats.clone());
+            }
+        }
         let mut results = Vec::new();
         for (id, node, clients) in local {
             let links = build_links(id, &config, &inboxes)?;
@@ -209,6 +221,7 @@ impl<N: Node> Cluster<N> {
                 topology: topology.clone(),
                 delay: delay.clone(),
                 metrics: config.metrics.clone(),
+                dropped: dropped.clone(),
                 started_ns: clock.now_ns(),
                 published_ns: 0,
             };
@@ -219,7 +232,12 @@ impl<N: Node> Cluster<N> {
             })?;
             results.push(result);
         }
-        Ok(Self { inboxes, results, listeners })
+        Ok(Self { inboxes, results, listeners, dropped })
+    }
+
+    /// Messages dropped so far because a queue was full (an inbox, a TCP writer).
+    pub fn dropped_messages(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Stops every local node and returns them with their measured delays.
@@ -314,6 +332,8 @@ struct NodeTask<N: Node, C> {
     topology: Arc<Topology>,
     delay: DelayThread,
     metrics: Option<Arc<MetricsHub>>,
+    /// The process's count of messages dropped at full queues.
+    dropped: Arc<AtomicU64>,
     started_ns: u64,
     published_ns: u64,
 }
@@ -456,7 +476,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             let mut outbox = std::mem::take(&mut self.outbox);
             for effect in outbox.drain() {
                 match effect {
-                    Effect::Send { to, msg } => self.send(to, msg).await,
+                    Effect::Send { to, msg } => self.send(to, msg),
                     Effect::SetTimer { timer, after_ns } => {
                         let at = Instant::now()
                             + std::time::Duration::from_nanos(self.skew.true_duration(after_ns));
@@ -487,9 +507,6 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                             self.pending_submits.extend(next.into_iter().map(|(_, r)| r));
                         }
                     }
-                    // Histories in the runtime come from what the clients saw (the checking
-                    // workloads record each request's reads and writes), not from node events.
-                    Effect::Record(_) => {}
                 }
             }
             self.outbox = outbox;
@@ -499,7 +516,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         }
     }
 
-    async fn send(&mut self, to: NodeId, msg: N::Msg) {
+    fn send(&mut self, to: NodeId, msg: N::Msg) {
         if to == self.id {
             self.self_queue.push_back(msg);
             return;
@@ -507,14 +524,17 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         let sent_at_ns = self.clock.now_ns();
         let Some(Some(link)) = self.links.get_mut(to.0 as usize) else { return };
         if !link.delayed {
-            link.route.deliver(self.id, sent_at_ns, msg).await;
+            link.route.deliver(self.id, sent_at_ns, msg, &self.dropped);
             return;
         }
         let deliver_ns = link.state.sample(&link.model, sent_at_ns).unwrap_or(sent_at_ns);
         record_delay(&mut self.drawn, to, deliver_ns.saturating_sub(sent_at_ns));
         let due = self.clock.instant_at(deliver_ns);
-        let (route, from) = (link.route.clone(), self.id);
-        self.delay.schedule(due, Box::new(move || route.blocking_deliver(from, sent_at_ns, msg)));
+        let (route, from, dropped) = (link.route.clone(), self.id, self.dropped.clone());
+        let delivery = Box::new(move || route.deliver(from, sent_at_ns, msg, &dropped));
+        if !self.delay.schedule(due, delivery) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn delay_report(&self) -> Vec<LinkDelays> {

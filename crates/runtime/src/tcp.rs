@@ -1,35 +1,74 @@
 //! TCP between processes: one connection per ordered node pair, opened by the sender.
 //!
-//! A connection starts with a `Hello` frame naming both nodes and the cluster fingerprint; the
-//! receiver checks them and then accepts `Batch` frames of envelopes. Frames are length-delimited
-//! with a maximum size. A malformed, oversized or unexpected frame closes that connection with a
-//! logged error; the node goes on serving every other connection. The writer task batches
-//! whatever is queued (up to [`BATCH_MESSAGES_MAX`]) into one frame and reconnects with backoff
-//! when the peer is unreachable; a batch lost to a broken connection is lost like a TCP reset,
-//! and the protocols' timeouts recover.
+//! A connection is untrusted until its first frame, a `Hello` naming both nodes and the cluster
+//! fingerprint, checks out (`meridian_core::wire::ConnectionReader`: nothing else is decoded
+//! before it). Then it carries `Batch` frames of envelopes. The listener bounds what strangers
+//! can hold: at most [`PENDING_HELLOS_MAX`] connections may be waiting for their hello, each
+//! for at most [`HELLO_TIMEOUT`], and at most [`CONNECTIONS_PER_PEER_MAX`] connections per
+//! authenticated peer. A malformed, oversized or unexpected frame closes only that connection,
+//! with a logged error; every refusal is counted ([`TcpStats`], exported as metrics).
+//!
+//! The writer task batches whatever is queued (up to [`BATCH_MESSAGES_MAX`]) into one frame
+//! and reconnects with backoff when the peer is unreachable. Senders never wait on a writer:
+//! its queue is bounded and a message that does not fit is dropped and counted (a dead peer
+//! must not stall the process; every protocol tolerates loss). While disconnected the writer
+//! sheds what is queued. A batch lost to a broken connection is lost like a TCP reset, and
+//! the protocols' timeouts recover.
 
 use crate::node_task::Inbound;
 use meridian_core::node::Message;
 use meridian_core::wire::{
-    decode_payload, encode_frame, Envelope, FrameDecoder, Hello, WireFrame, FRAME_BYTES_MAX,
-    WIRE_VERSION,
+    encode_frame, ConnectionReader, Envelope, Hello, Identity, ReadEvent, WireFrame,
+    FRAME_BYTES_MAX, WIRE_VERSION,
 };
 use meridian_core::NodeId;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-/// Messages queued for one connection before senders wait.
+/// Messages queued for one connection; more are dropped and counted.
 pub const WRITER_MESSAGES_MAX: usize = 1 << 16;
 /// Messages per frame.
 pub const BATCH_MESSAGES_MAX: usize = 1_024;
+/// Connections one listener lets wait for their hello at once; more are closed at once.
+pub const PENDING_HELLOS_MAX: usize = 64;
+/// How long a new connection has to send its hello.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections one authenticated peer may hold open to one node at once.
+pub const CONNECTIONS_PER_PEER_MAX: usize = 4;
 /// Bytes read from a socket per call.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Longest wait between reconnection attempts.
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Counters of a process's TCP transport.
+#[derive(Debug, Default)]
+pub struct TcpStats {
+    /// Connections accepted by listeners.
+    pub accepted: AtomicU64,
+    /// Connections refused or closed for misbehaving: too many waiting for a hello, no hello
+    /// in time, a bad hello or frame, too many from one peer.
+    pub rejected: AtomicU64,
+    /// Messages dropped because a writer's queue was full (the peer unreachable or slow).
+    pub dropped: AtomicU64,
+}
+
+impl TcpStats {
+    /// The counters as metrics: `(name, value)`.
+    pub fn counters(&self) -> [(&'static str, u64); 3] {
+        [
+            ("tcp_connections_accepted_total", self.accepted.load(Ordering::Relaxed)),
+            ("tcp_connections_rejected_total", self.rejected.load(Ordering::Relaxed)),
+            ("tcp_messages_dropped_total", self.dropped.load(Ordering::Relaxed)),
+        ]
+    }
+}
 
 /// Addresses of every node and the fingerprint both ends must share.
 #[derive(Clone, Debug)]
@@ -38,6 +77,15 @@ pub struct TcpConfig {
     pub addrs: Vec<SocketAddr>,
     /// Hash of the cluster file and procedure registry.
     pub fingerprint: u64,
+    /// The process's transport counters.
+    pub stats: Arc<TcpStats>,
+}
+
+impl TcpConfig {
+    /// A configuration with fresh counters.
+    pub fn new(addrs: Vec<SocketAddr>, fingerprint: u64) -> Self {
+        Self { addrs, fingerprint, stats: Arc::new(TcpStats::default()) }
+    }
 }
 
 /// Listens on `node`'s address and feeds accepted connections into `inbox`.
@@ -51,6 +99,8 @@ pub async fn listen<M: Message>(
         .get(node.0 as usize)
         .ok_or_else(|| std::io::Error::other(format!("no address for node {node}")))?;
     let listener = TcpListener::bind(addr).await?;
+    let pending = Arc::new(AtomicUsize::new(0));
+    let per_peer: Arc<Mutex<BTreeMap<NodeId, usize>>> = Arc::default();
     Ok(tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -61,15 +111,74 @@ pub async fn listen<M: Message>(
                     continue;
                 }
             };
-            let inbox = inbox.clone();
-            let config = config.clone();
+            config.stats.accepted.fetch_add(1, Ordering::Relaxed);
+            if pending.fetch_add(1, Ordering::AcqRel) >= PENDING_HELLOS_MAX {
+                pending.fetch_sub(1, Ordering::AcqRel);
+                config.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%node, %peer, "closing connection: too many awaiting their hello");
+                drop(stream);
+                continue;
+            }
+            let (inbox, config) = (inbox.clone(), config.clone());
+            let (pending, per_peer) = (pending.clone(), per_peer.clone());
             tokio::spawn(async move {
-                if let Err(error) = read_connection::<M>(stream, node, &config, inbox).await {
+                let mut slot = ConnectionSlot { pending: Some(pending), per_peer, peer: None };
+                let result = read_connection::<M>(stream, node, &config, inbox, &mut slot).await;
+                if let Err(error) = result {
+                    config.stats.rejected.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(%node, %peer, %error, "closing connection");
                 }
             });
         }
     }))
+}
+
+/// What a connection holds of its listener's limits; released when dropped.
+pub struct ConnectionSlot {
+    pending: Option<Arc<AtomicUsize>>,
+    per_peer: Arc<Mutex<BTreeMap<NodeId, usize>>>,
+    peer: Option<NodeId>,
+}
+
+impl ConnectionSlot {
+    /// A slot outside any listener (tests).
+    pub fn unlimited() -> Self {
+        Self { pending: None, per_peer: Arc::default(), peer: None }
+    }
+
+    /// The hello arrived from `peer`: leave the pending count, join the peer's.
+    fn authenticated(&mut self, peer: NodeId) -> Result<(), String> {
+        if let Some(pending) = self.pending.take() {
+            pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        let mut counts = self.per_peer.lock().expect("connection counts");
+        let count = counts.entry(peer).or_default();
+        if *count >= CONNECTIONS_PER_PEER_MAX {
+            return Err(format!(
+                "node {peer} already holds {CONNECTIONS_PER_PEER_MAX} connections"
+            ));
+        }
+        *count += 1;
+        self.peer = Some(peer);
+        Ok(())
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(peer) = self.peer {
+            let mut counts = self.per_peer.lock().expect("connection counts");
+            if let Some(count) = counts.get_mut(&peer) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.remove(&peer);
+                }
+            }
+        }
+    }
 }
 
 /// Reads frames from one connection until it closes or misbehaves.
@@ -78,26 +187,32 @@ pub async fn read_connection<M: Message>(
     node: NodeId,
     config: &TcpConfig,
     inbox: mpsc::Sender<Inbound<M>>,
+    slot: &mut ConnectionSlot,
 ) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
-    let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+    let identity = Identity { node, nodes: config.addrs.len(), fingerprint: config.fingerprint };
+    let mut reader = ConnectionReader::new(identity, FRAME_BYTES_MAX);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    let mut from: Option<NodeId> = None;
+    let hello_by = tokio::time::Instant::now() + HELLO_TIMEOUT;
     loop {
-        let read = stream.read(&mut chunk).await.map_err(|e| format!("read failed: {e}"))?;
+        let read = if reader.peer().is_none() {
+            match tokio::time::timeout_at(hello_by, stream.read(&mut chunk)).await {
+                Ok(read) => read,
+                Err(_) => return Err(format!("no hello within {} s", HELLO_TIMEOUT.as_secs())),
+            }
+        } else {
+            stream.read(&mut chunk).await
+        };
+        let read = read.map_err(|e| format!("read failed: {e}"))?;
         if read == 0 {
             return Ok(());
         }
-        decoder.push(&chunk[..read]);
-        while let Some(payload) = decoder.next_payload().map_err(|e| e.to_string())? {
-            let frame = decode_payload::<M>(payload).map_err(|e| e.to_string())?;
-            match (frame, from) {
-                (WireFrame::Hello(hello), None) => from = Some(check_hello(&hello, node, config)?),
-                (WireFrame::Hello(_), Some(_)) => {
-                    return Err("a second hello on one connection".into())
-                }
-                (WireFrame::Batch(_), None) => return Err("a batch before the hello".into()),
-                (WireFrame::Batch(envelopes), Some(sender)) => {
+        reader.push(&chunk[..read]);
+        while let Some(event) = reader.next_event::<M>()? {
+            match event {
+                ReadEvent::Hello(peer) => slot.authenticated(peer)?,
+                ReadEvent::Batch(envelopes) => {
+                    let sender = reader.peer().expect("a batch follows the hello");
                     for envelope in envelopes {
                         let inbound = Inbound::Msg {
                             from: sender,
@@ -114,23 +229,8 @@ pub async fn read_connection<M: Message>(
     }
 }
 
-fn check_hello(hello: &Hello, node: NodeId, config: &TcpConfig) -> Result<NodeId, String> {
-    if hello.version != WIRE_VERSION {
-        return Err(format!("wire version {} from peer, {WIRE_VERSION} here", hello.version));
-    }
-    if hello.cluster_fingerprint != config.fingerprint {
-        return Err("the peer runs a different cluster file or workload".into());
-    }
-    if hello.to != node {
-        return Err(format!("hello for node {}, but this is node {node}", hello.to));
-    }
-    if hello.from.0 as usize >= config.addrs.len() || hello.from == node {
-        return Err(format!("hello from unknown node {}", hello.from));
-    }
-    Ok(hello.from)
-}
-
-/// Spawns the writer of connection `from → to`; returns its queue.
+/// Spawns the writer of connection `from → to`; returns its queue. Senders use `try_send` and
+/// count what does not fit (see the module documentation).
 pub fn spawn_writer<M: Message>(
     from: NodeId,
     to: NodeId,
@@ -146,6 +246,12 @@ pub fn spawn_writer<M: Message>(
                 if rx.is_closed() {
                     return;
                 }
+                // Unreachable: shed what is queued rather than deliver it stale much later.
+                let mut shed = 0;
+                while rx.try_recv().is_ok() {
+                    shed += 1;
+                }
+                config.stats.dropped.fetch_add(shed, Ordering::Relaxed);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
                 continue;

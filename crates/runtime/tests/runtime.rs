@@ -108,21 +108,19 @@ impl OccSetup {
             )
             .unwrap(),
         );
-        let tcp = TcpConfig { addrs: free_addrs(2), fingerprint: 42 };
+        let tcp = TcpConfig::new(free_addrs(2), 42);
         Self { topology, workload, tcp }
     }
 
     fn node(&self, id: NodeId) -> OccNode {
-        OccNode::new(NodeContext {
+        OccNode::new(NodeContext::new(
             id,
-            topology: self.topology.clone(),
-            registry: Arc::new(self.workload.registry()),
-            partitioner: Arc::new(self.workload.partitioner()),
-            seed: 3,
-            timing: Timing::for_network(0),
-            record_history: false,
-            durable: false,
-        })
+            self.topology.clone(),
+            Arc::new(self.workload.registry()),
+            Arc::new(self.workload.partitioner()),
+            3,
+            Timing::for_network(0),
+        ))
     }
 
     fn config(&self) -> ClusterConfig {

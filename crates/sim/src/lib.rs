@@ -22,12 +22,12 @@ use disk::SimDisk;
 use meridian_core::clock::{ClockModel, NodeClock};
 use meridian_core::netmodel::{LinkState, NetworkModel};
 use meridian_core::node::{
-    ClientDriver, ClientRequest, Effect, HistoryEvent, Node, Outbox, PersistToken, TimerId,
+    ClientDriver, ClientRequest, Effect, Node, Outbox, PersistToken, TimerId,
 };
 use meridian_core::rng::{child_rng, fnv1a, uniform_f64, uniform_u64, Rng, FNV_OFFSET};
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
-use meridian_core::{NodeId, Time};
+use meridian_core::{NodeId, RequestId, Time};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
@@ -65,8 +65,6 @@ pub struct SimConfig {
     pub disk_buffered_ns: u64,
     /// Faults and when (relative to the start) they happen.
     pub faults: Vec<(Time, Fault)>,
-    /// Keep `Record` effects.
-    pub record_history: bool,
     /// Network misbehaviour beyond the link model, for swarms.
     pub chaos: Chaos,
     /// Keep a readable line for each of the last this many events (0: none; at most
@@ -75,6 +73,9 @@ pub struct SimConfig {
     /// Crashes tied to a message rather than a time, each fired once (scenario tests:
     /// "the leader crashes while preparing").
     pub crash_triggers: Vec<CrashTrigger>,
+    /// A restarted node's clock comes back this much behind where it was (a clock stepped
+    /// back across a restart): correctness must not depend on clocks moving forward.
+    pub restart_clock_step_back_ns: u64,
 }
 
 /// Where a [`CrashTrigger`] looks.
@@ -136,10 +137,10 @@ impl SimConfig {
             disk_sync_ns: NS_PER_MS,
             disk_buffered_ns: 20_000,
             faults: Vec::new(),
-            record_history: false,
             chaos: Chaos::default(),
             trace_tail: 0,
             crash_triggers: Vec::new(),
+            restart_clock_step_back_ns: 0,
         }
     }
 }
@@ -169,10 +170,16 @@ pub struct SimStats {
     pub duplicated: u64,
 }
 
+/// Wide-area one-way hops on the causal chain that led to an event: a message that crosses
+/// regions adds one to the count of the call that sent it; timers and persist completions
+/// carry the count of the call that asked for them. A reply's count is the number of
+/// wide-area legs its transaction waited for, in turn, on the path that completed it.
+type Hops = u16;
+
 enum EventKind<M> {
-    Deliver { from: NodeId, to: NodeId, msg: M },
-    Timer { node: NodeId, timer: TimerId, incarnation: u32 },
-    Persisted { node: NodeId, token: PersistToken, incarnation: u32, sync: bool },
+    Deliver { from: NodeId, to: NodeId, msg: M, hops: Hops },
+    Timer { node: NodeId, timer: TimerId, incarnation: u32, hops: Hops },
+    Persisted { node: NodeId, token: PersistToken, incarnation: u32, sync: bool, hops: Hops },
     Submit { node: NodeId, request: ClientRequest },
     Fault(Fault),
 }
@@ -201,8 +208,9 @@ impl<M> Ord for Event<M> {
     }
 }
 
-/// Builds a node at start or restart from its id and what its disk holds.
-pub type NodeFactory<N> = Box<dyn FnMut(NodeId, &BTreeMap<Vec<u8>, Vec<u8>>) -> N>;
+/// Builds a node at start or restart from its id, its incarnation (0 at the first start, then
+/// one more per crash) and what its disk holds.
+pub type NodeFactory<N> = Box<dyn FnMut(NodeId, u64, &BTreeMap<Vec<u8>, Vec<u8>>) -> N>;
 
 /// The simulator.
 pub struct Sim<N: Node, C: ClientDriver> {
@@ -222,8 +230,11 @@ pub struct Sim<N: Node, C: ClientDriver> {
     config: SimConfig,
     trace_hash: u64,
     stats: SimStats,
-    history: Vec<HistoryEvent>,
     outbox: Outbox<N::Msg>,
+    /// The hop count of the event being processed.
+    hops: Hops,
+    /// Replies with the hop count of the call that sent them, until taken.
+    reply_hops: Vec<(RequestId, Hops)>,
     scratch: Vec<u8>,
     chaos_rng: Rng,
     tail: VecDeque<String>,
@@ -242,8 +253,9 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         let clocks = (0..node_count).map(|_| config.clock.draw(&mut clock_rng)).collect();
         let regions = topology.nodes.iter().map(|n| n.region.0 as usize).collect();
         let disks: Vec<SimDisk> = (0..node_count).map(|_| SimDisk::default()).collect();
-        let nodes =
-            (0..node_count).map(|i| Some(factory(NodeId(i as u32), disks[i].durable()))).collect();
+        let nodes = (0..node_count)
+            .map(|i| Some(factory(NodeId(i as u32), 0, disks[i].durable())))
+            .collect();
         let mut sim = Self {
             now: SIM_EPOCH_NS,
             seq: 0,
@@ -260,8 +272,9 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             clients,
             trace_hash: FNV_OFFSET,
             stats: SimStats::default(),
-            history: Vec::new(),
             outbox: Outbox::new(),
+            hops: 0,
+            reply_hops: Vec::new(),
             scratch: Vec::new(),
             chaos_rng: child_rng(config.seed, "sim-chaos", 0),
             tail: VecDeque::new(),
@@ -333,9 +346,10 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         &self.nodes
     }
 
-    /// The recorded history (empty unless recording).
-    pub fn history(&self) -> &[HistoryEvent] {
-        &self.history
+    /// The replies sent since the last call, with the wide-area one-way hops on the causal
+    /// chain that produced each.
+    pub fn take_reply_hops(&mut self) -> Vec<(RequestId, u16)> {
+        std::mem::take(&mut self.reply_hops)
     }
 
     /// True when no event is queued.
@@ -391,7 +405,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         }
         let at_ms = (self.now - SIM_EPOCH_NS) as f64 / 1e6;
         let what = match kind {
-            EventKind::Deliver { from, to, msg } => {
+            EventKind::Deliver { from, to, msg, .. } => {
                 let mut text = format!("{msg:?}");
                 if text.len() > TRACE_MSG_CHARS_MAX {
                     let cut = (0..=TRACE_MSG_CHARS_MAX).rev().find(|&i| text.is_char_boundary(i));
@@ -418,7 +432,8 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
     fn process(&mut self, kind: EventKind<N::Msg>) {
         self.trace(&kind);
         match kind {
-            EventKind::Deliver { from, to, msg } => {
+            EventKind::Deliver { from, to, msg, hops } => {
+                self.hops = hops;
                 self.scratch.clear();
                 let bytes = postcard::to_extend(&msg, std::mem::take(&mut self.scratch))
                     .unwrap_or_default();
@@ -442,7 +457,8 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     None => self.stats.dropped_crashed += 1,
                 }
             }
-            EventKind::Timer { node, timer, incarnation } => {
+            EventKind::Timer { node, timer, incarnation, hops } => {
+                self.hops = hops;
                 self.hash(2, node.0, timer.0);
                 let now = self.node_now(node);
                 match self.nodes[node.0 as usize].as_mut() {
@@ -454,7 +470,8 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     _ => self.stats.dropped_crashed += 1,
                 }
             }
-            EventKind::Persisted { node, token, incarnation, sync } => {
+            EventKind::Persisted { node, token, incarnation, sync, hops } => {
+                self.hops = hops;
                 self.hash(3, node.0, token.0);
                 if self.incarnations[node.0 as usize] != incarnation {
                     return; // The write died with the crash.
@@ -470,6 +487,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 }
             }
             EventKind::Submit { node, request } => {
+                self.hops = 0;
                 self.hash(4, node.0, request.id.0);
                 let now = self.node_now(node);
                 match self.nodes[node.0 as usize].as_mut() {
@@ -480,7 +498,10 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     None => self.clients.on_crash(node),
                 }
             }
-            EventKind::Fault(fault) => self.apply(fault),
+            EventKind::Fault(fault) => {
+                self.hops = 0;
+                self.apply(fault)
+            }
         }
     }
 
@@ -499,7 +520,12 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 self.hash(6, node.0, 0);
                 let index = node.0 as usize;
                 if self.nodes[index].is_none() {
-                    let mut fresh = (self.factory)(node, self.disks[index].durable());
+                    let step =
+                        i64::try_from(self.config.restart_clock_step_back_ns).unwrap_or(i64::MAX);
+                    let clock = &mut self.clocks[index];
+                    clock.offset_ns = clock.offset_ns.saturating_sub(step);
+                    let incarnation = u64::from(self.incarnations[index]);
+                    let mut fresh = (self.factory)(node, incarnation, self.disks[index].durable());
                     let now = self.node_now(node);
                     fresh.on_start(now, &mut self.outbox);
                     self.nodes[index] = Some(fresh);
@@ -565,7 +591,11 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 Effect::SetTimer { timer, after_ns } => {
                     let after = self.clocks[node.0 as usize].true_duration(after_ns);
                     let incarnation = self.incarnations[node.0 as usize];
-                    self.schedule(self.now + after, EventKind::Timer { node, timer, incarnation });
+                    let hops = self.hops;
+                    self.schedule(
+                        self.now + after,
+                        EventKind::Timer { node, timer, incarnation, hops },
+                    );
                 }
                 Effect::Persist { token, records, durability } => {
                     let sync = durability == meridian_core::node::Durability::Synced;
@@ -573,16 +603,16 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                         if sync { self.config.disk_sync_ns } else { self.config.disk_buffered_ns };
                     let at = self.disks[node.0 as usize].write(records, self.now + latency);
                     let incarnation = self.incarnations[node.0 as usize];
-                    self.schedule(at, EventKind::Persisted { node, token, incarnation, sync });
+                    let hops = self.hops;
+                    self.schedule(
+                        at,
+                        EventKind::Persisted { node, token, incarnation, sync, hops },
+                    );
                 }
                 Effect::Reply { request, outcome } => {
+                    self.reply_hops.push((request, self.hops));
                     let next = self.clients.on_reply(self.now, node, request, &outcome);
                     self.submit_all(next);
-                }
-                Effect::Record(event) => {
-                    if self.config.record_history {
-                        self.history.push(event);
-                    }
                 }
             }
         }
@@ -604,9 +634,11 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             self.stats.lost += 1;
             return;
         };
+        let wide = self.regions[from.0 as usize] != self.regions[to.0 as usize];
+        let hops = self.hops.saturating_add(Hops::from(wide));
         let chaos = self.config.chaos;
         if self.now >= SIM_EPOCH_NS + chaos.until_ns {
-            self.schedule(at, EventKind::Deliver { from, to, msg });
+            self.schedule(at, EventKind::Deliver { from, to, msg, hops });
             return;
         }
         let rng = &mut self.chaos_rng;
@@ -622,9 +654,9 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         if chaos.duplicate > 0.0 && uniform_f64(rng) < chaos.duplicate {
             let copy_at = at + uniform_u64(rng, REORDER_DELAY_NS_MAX);
             self.stats.duplicated += 1;
-            self.schedule(copy_at, EventKind::Deliver { from, to, msg: msg.clone() });
+            self.schedule(copy_at, EventKind::Deliver { from, to, msg: msg.clone(), hops });
         }
-        self.schedule(at, EventKind::Deliver { from, to, msg });
+        self.schedule(at, EventKind::Deliver { from, to, msg, hops });
     }
 }
 

@@ -9,10 +9,12 @@ use meridian_core::netmodel::NetworkModel;
 use meridian_core::node::ClientDriver;
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
-use meridian_core::txn::TxnResult;
-use meridian_core::{ConfigError, NodeId, ShardId, Time};
-use meridian_protocols::occ::OccNode;
-use meridian_protocols::{NodeContext, ProtocolKind, ProtocolNode, Timing};
+use meridian_core::txn::{CommitPath, TxnResult};
+use meridian_core::{ConfigError, NodeId, RequestId, ShardId, Time};
+use meridian_protocols::{
+    Limits, NodeContext, Protocol, ProtocolKind, ProtocolNode, ProtocolOptions, ProtocolVisitor,
+    Timing,
+};
 use meridian_storage::MvccStore;
 use meridian_workloads::clients::ClosedLoopClients;
 use meridian_workloads::{CheckResult, Workload};
@@ -62,7 +64,20 @@ pub struct SimRunOptions {
     /// send snapshots to lagging replicas and restart from them. (Each snapshot copies the
     /// rows written so far: at 16, TPC-C seeds ran 7 times slower.)
     pub snapshot_interval_entries: Option<u64>,
+    /// Bounds on what nodes keep; production values by default (swarms shrink them).
+    pub limits: Limits,
+    /// The protocol's options.
+    pub protocol_options: ProtocolOptions,
+    /// Most events one run may process; a run over it fails (a budget so that a seed that
+    /// livelocks ends, and says so, instead of hanging its swarm).
+    pub events_max: u64,
+    /// A restarted node's clock comes back this far behind.
+    pub restart_clock_step_back_ns: u64,
 }
+
+/// Default event budget of one run: far above what a healthy seed of a few thousand
+/// transactions needs (about 10^5 to 10^6 events).
+pub const EVENTS_MAX: u64 = 200_000_000;
 
 impl SimRunOptions {
     /// Options for one seed with no faults.
@@ -89,6 +104,10 @@ impl SimRunOptions {
             trace_tail: 0,
             crash_triggers: Vec::new(),
             snapshot_interval_entries: None,
+            limits: Limits::default(),
+            protocol_options: ProtocolOptions::default(),
+            events_max: EVENTS_MAX,
+            restart_clock_step_back_ns: 0,
         }
     }
 
@@ -98,6 +117,10 @@ impl SimRunOptions {
         self.chaos = plan.chaos;
         self.clock = plan.clock;
         self.disk_sync_ns = Some(plan.disk_sync_ns);
+        self.restart_clock_step_back_ns = plan.restart_clock_step_back_ns;
+        if let Some(limits) = plan.limits {
+            self.limits = limits;
+        }
         self
     }
 }
@@ -139,6 +162,19 @@ pub struct SimRunReport {
     pub commit_times_ns: Vec<Time>,
     /// Each live node's protocol counters at the end.
     pub node_counters: BTreeMap<NodeId, Vec<(&'static str, u64)>>,
+    /// Per committed request: the wide-area one-way hops on the causal chain that completed it
+    /// (half of it is the wide-area round trips it waited for).
+    pub commit_wan_hops: Vec<u16>,
+    /// Per committed request: its virtual latency (ns), in completion order.
+    pub commit_latencies_ns: Vec<u64>,
+    /// Committed requests by commit path.
+    pub paths: BTreeMap<CommitPath, u64>,
+    /// Speculative latencies reported by the protocol (ns), for protocols that have them.
+    pub speculative_ns: Vec<u64>,
+    /// Requests whose outcome the protocol reported unknown.
+    pub indeterminate: u64,
+    /// The run stopped at its event budget.
+    pub over_budget: bool,
 }
 
 impl SimRunReport {
@@ -161,12 +197,24 @@ pub fn run(
     if options.network.regions.len() < options.topology.regions.len() {
         return Err(ConfigError::new("the network model has fewer regions than the topology"));
     }
-    match options.protocol {
-        ProtocolKind::Occ => Ok(run_with(options, workload, |context, disk| {
+    options.limits.validate()?;
+    Ok(options.protocol.visit(RunSeed { options, workload }))
+}
+
+/// Runs one seed with the protocol type chosen at run time.
+struct RunSeed<'a> {
+    options: &'a SimRunOptions,
+    workload: Arc<dyn Workload>,
+}
+
+impl ProtocolVisitor for RunSeed<'_> {
+    type Output = SimRunReport;
+    fn visit<P: Protocol>(self) -> SimRunReport {
+        run_with::<P::Node>(self.options, self.workload, |context, disk| {
             // The simulated disk holds only what the node wrote; a log that does not restore
             // is a bug to stop at.
-            OccNode::restore(context, disk).unwrap_or_else(|e| panic!("restart failed: {e}"))
-        })),
+            P::restore(context, disk).unwrap_or_else(|e| panic!("restart failed: {e}"))
+        })
     }
 }
 
@@ -188,24 +236,27 @@ fn run_with<N: ProtocolNode>(
     let seed = options.seed;
     let factory_workload = workload.clone();
     let factory_topology = topology.clone();
-    let factory = Box::new(move |id: NodeId, disk: &BTreeMap<Vec<u8>, Vec<u8>>| {
-        let context = NodeContext {
-            id,
-            topology: factory_topology.clone(),
-            registry: registry.clone(),
-            partitioner: partitioner.clone(),
-            seed,
-            timing: timing.clone(),
-            record_history: false,
-            durable: false,
-        };
-        // The initial data first, then the replicated log replays on top of it.
-        let mut node = build(context, disk);
-        for (shard, store) in node.stores_mut() {
-            factory_workload.load(shard, store);
-        }
-        node
-    });
+    let (limits, protocol_options) = (options.limits, options.protocol_options.clone());
+    let factory =
+        Box::new(move |id: NodeId, incarnation: u64, disk: &BTreeMap<Vec<u8>, Vec<u8>>| {
+            let mut context = NodeContext::new(
+                id,
+                factory_topology.clone(),
+                registry.clone(),
+                partitioner.clone(),
+                seed,
+                timing.clone(),
+            );
+            context.incarnation = incarnation;
+            context.limits = limits;
+            context.options = protocol_options.clone();
+            // The initial data first, then the replicated log replays on top of it.
+            let mut node = build(context, disk);
+            for (shard, store) in node.stores_mut() {
+                factory_workload.load(shard, store);
+            }
+            node
+        });
     let coordinators = topology.coordinators();
     let clients = ClosedLoopClients::new(
         0,
@@ -218,6 +269,7 @@ fn run_with<N: ProtocolNode>(
     config.chaos = options.chaos;
     config.trace_tail = options.trace_tail;
     config.crash_triggers = options.crash_triggers.clone();
+    config.restart_clock_step_back_ns = options.restart_clock_step_back_ns;
     if let Some(ns) = options.disk_sync_ns {
         config.disk_sync_ns = ns;
     }
@@ -241,20 +293,36 @@ fn run_with<N: ProtocolNode>(
         trace_tail: Vec::new(),
         commit_times_ns: Vec::new(),
         node_counters: BTreeMap::new(),
+        commit_wan_hops: Vec::new(),
+        commit_latencies_ns: Vec::new(),
+        paths: BTreeMap::new(),
+        speculative_ns: Vec::new(),
+        indeterminate: 0,
+        over_budget: false,
     };
+    let mut hops_of: BTreeMap<RequestId, u16> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut completed = 0u64;
     let mut stopped = false;
     loop {
         let deadline = sim.elapsed_ns() + STEP_NS;
         let events_left = sim.run_until_or(deadline, STEP_EVENTS_MAX);
+        hops_of.extend(sim.take_reply_hops());
         for completion in sim.clients_mut().drain_completions() {
             completed += 1;
-            latencies.push(completion.completed_at - completion.submitted_at);
+            let latency = completion.completed_at - completion.submitted_at;
+            latencies.push(latency);
             report.retries += u64::from(completion.outcome.retries);
+            let hops = hops_of.remove(&completion.request).unwrap_or(0);
+            if let Some(ns) = completion.outcome.speculative_ns {
+                report.speculative_ns.push(ns);
+            }
             match &completion.outcome.result {
                 TxnResult::Committed => {
                     report.committed += 1;
+                    report.commit_wan_hops.push(hops);
+                    report.commit_latencies_ns.push(latency);
+                    *report.paths.entry(completion.outcome.path).or_default() += 1;
                     report
                         .commit_times_ns
                         .push(completion.completed_at.saturating_sub(crate::SIM_EPOCH_NS));
@@ -263,6 +331,10 @@ fn run_with<N: ProtocolNode>(
                     }
                 }
                 TxnResult::UserAborted(_) => report.user_aborted += 1,
+                TxnResult::Failed(meridian_core::txn::TxnFailure::Indeterminate(_)) => {
+                    report.indeterminate += 1;
+                    report.failed += 1;
+                }
                 TxnResult::Failed(_) => report.failed += 1,
             }
             checker.observe(&completion);
@@ -277,6 +349,10 @@ fn run_with<N: ProtocolNode>(
             // participant before the stores are checked.
             let drain_until = sim.elapsed_ns() + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns;
             sim.run_until(drain_until);
+            break;
+        }
+        if sim.stats().events >= options.events_max {
+            report.over_budget = true;
             break;
         }
         if !events_left || sim.elapsed_ns() >= options.time_limit_ns {
@@ -297,11 +373,16 @@ fn run_with<N: ProtocolNode>(
     report.trace_tail = sim.trace_tail();
     report.stats = sim.stats().clone();
     if !report.live {
+        let why = if report.over_budget {
+            format!(" (stopped at the budget of {} events)", options.events_max)
+        } else {
+            String::new()
+        };
         report.checks.push(CheckResult {
             name: "liveness".into(),
             passed: false,
             detail: format!(
-                "{} requests still outstanding after {} ms of virtual time",
+                "{} requests still outstanding after {} ms of virtual time{why}",
                 sim.clients_mut().outstanding(),
                 report.virtual_ns / NS_PER_MS
             ),

@@ -15,6 +15,7 @@ use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
 use meridian_core::{NodeId, Time};
+use meridian_protocols::Limits;
 use std::fmt::Write as _;
 
 /// Most partition episodes in one plan.
@@ -37,6 +38,11 @@ pub struct FaultPlan {
     pub disk_sync_ns: Time,
     /// End of the fault phase.
     pub window_ns: Time,
+    /// A restarted node's clock comes back this far behind (0: as it was).
+    pub restart_clock_step_back_ns: Time,
+    /// Shrunken bounds on what nodes keep (decided attempts, deliveries, inquiries, waiting
+    /// reads), so that swarms reach them; `None` keeps the production values.
+    pub limits: Option<Limits>,
     /// One line that says all of the above.
     pub description: String,
 }
@@ -140,7 +146,42 @@ impl FaultPlan {
             faults.push((window_ns, Fault::Restart(n)));
         }
         faults.sort_by_key(|(at, _)| *at);
-        Self { faults, chaos, clock, clock_name, disk_sync_ns, window_ns, description: text }
+        // Drawn from a stream of their own, so the plans above stay what they were.
+        let mut extra = child_rng(seed, "swarm-plan-limits", 0);
+        let extra = &mut extra;
+        let restart_clock_step_back_ns = pick(extra, &[0, 0, 100 * NS_PER_MS, 10_000 * NS_PER_MS]);
+        if restart_clock_step_back_ns > 0 {
+            let _ = write!(
+                text,
+                "; restarted clocks {} ms back",
+                restart_clock_step_back_ns / NS_PER_MS
+            );
+        }
+        let limits = (uniform_u64(extra, 3) == 0).then(|| Limits {
+            decided_max: pick(extra, &[4, 16, 64]),
+            deliveries_max: pick(extra, &[4, 64]),
+            inquiries_max: pick(extra, &[2, 64]),
+            reads_waiting_max: pick(extra, &[2, 64]),
+            ..Limits::default()
+        });
+        if let Some(l) = &limits {
+            let _ = write!(
+                text,
+                "; limits decided {} deliveries {} inquiries {} reads {}",
+                l.decided_max, l.deliveries_max, l.inquiries_max, l.reads_waiting_max
+            );
+        }
+        Self {
+            faults,
+            chaos,
+            clock,
+            clock_name,
+            disk_sync_ns,
+            window_ns,
+            restart_clock_step_back_ns,
+            limits,
+            description: text,
+        }
     }
 }
 

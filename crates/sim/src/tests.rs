@@ -384,7 +384,7 @@ fn leadership_returns_to_the_preferred_replica_after_it_restarts() {
         vec![(NS_PER_S, Fault::Crash(preferred)), (2 * NS_PER_S, Fault::Restart(preferred))];
     let report = run(&opts, micro(2, None)).unwrap();
     assert_replicated_run_passed(&report);
-    let led = |node: NodeId| counter(&report, node, "occ_raft_groups_led");
+    let led = |node: NodeId| counter(&report, node, "raft_groups_led");
     assert_eq!(led(preferred), 1, "replica 0 of shard 0 leads it again");
     assert_eq!(led(replica(&opts, 0, 1)) + led(replica(&opts, 0, 2)), 0);
 }
@@ -404,12 +404,12 @@ fn snapshots_bound_the_raft_logs_during_a_long_run() {
     let report = run(&opts, micro(2, None)).unwrap();
     assert_replicated_run_passed(&report);
     for &node in report.node_counters.keys() {
-        let entries = counter(&report, node, "occ_raft_log_entries");
+        let entries = counter(&report, node, "raft_log_entries");
         // The interval, the entries kept below a snapshot, and what is not applied yet.
         assert!(entries < 2_000, "node {node}: {entries} entries in memory");
     }
     let leader = replica(&opts, 0, 0);
-    assert!(counter(&report, leader, "occ_raft_snapshots_taken") >= 10);
+    assert!(counter(&report, leader, "raft_snapshots_taken_total") >= 10);
 }
 
 #[test]
@@ -426,11 +426,11 @@ fn a_replica_that_missed_more_than_the_log_holds_catches_up_from_a_snapshot() {
     let report = run(&opts, micro(2, None)).unwrap();
     assert_replicated_run_passed(&report);
     assert_eq!(
-        counter(&report, lagging, "occ_raft_snapshots_restored"),
+        counter(&report, lagging, "raft_snapshots_restored_total"),
         1,
         "it restarted from its own"
     );
-    assert!(counter(&report, lagging, "occ_raft_snapshots_received") >= 1, "it was sent one");
+    assert!(counter(&report, lagging, "raft_snapshots_received_total") >= 1, "it was sent one");
 }
 
 #[test]
@@ -451,7 +451,7 @@ fn the_whole_cluster_restarts_from_snapshots_and_loses_nothing() {
     let report = run(&opts, micro(2, None)).unwrap();
     assert_replicated_run_passed(&report);
     let restored: u64 =
-        servers.iter().map(|&n| counter(&report, n, "occ_raft_snapshots_restored")).sum();
+        servers.iter().map(|&n| counter(&report, n, "raft_snapshots_restored_total")).sum();
     assert_eq!(restored, servers.len() as u64, "every replica restarted from a snapshot");
 }
 

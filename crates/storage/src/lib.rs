@@ -352,7 +352,7 @@ mod tests {
     use meridian_core::NodeId;
 
     fn txn(seq: u64) -> TxnId {
-        TxnId { origin: NodeId(0), seq }
+        TxnId { origin: NodeId(0), incarnation: 0, seq }
     }
 
     fn key(i: u64) -> Key {

@@ -232,6 +232,8 @@ mod tests {
             commit_ts: None,
             retries: 0,
             shards_touched: 1,
+            path: meridian_core::txn::CommitPath::None,
+            speculative_ns: None,
         }
     }
 

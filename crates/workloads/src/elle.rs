@@ -443,6 +443,7 @@ impl InvariantCheck for ElleCheck {
                     }
                 }
             }
+            result if !result.certainly_not_committed() => (OpType::Info, invoked.clone()),
             TxnResult::UserAborted(_) | TxnResult::Failed(_) => (OpType::Fail, invoked.clone()),
         };
         let (first, then) = (client_order(request, false), client_order(request, true));
@@ -564,6 +565,8 @@ mod tests {
                     commit_ts: None,
                     retries: 0,
                     shards_touched: plan.len() as u32,
+                    path: meridian_core::txn::CommitPath::None,
+                    speculative_ns: None,
                 },
             });
             all.push(txn);
@@ -629,6 +632,8 @@ mod tests {
                     commit_ts: None,
                     retries: 0,
                     shards_touched: 1,
+                    path: meridian_core::txn::CommitPath::None,
+                    speculative_ns: None,
                 },
             });
         }

@@ -440,6 +440,8 @@ mod tests {
             commit_ts: Some(Timestamp(ts)),
             retries: 0,
             shards_touched: 1,
+            path: meridian_core::txn::CommitPath::None,
+            speculative_ns: None,
         };
         // Request 2 commits after request 1 in timestamp order although it completes first.
         let done = |txn: TxnRequest, outcome: TxnOutcome| Completion {
@@ -457,7 +459,7 @@ mod tests {
             txn(3, &[7]),
             TxnOutcome::failed(meridian_core::txn::TxnFailure::RetriesExhausted),
         ));
-        let writer = TxnId { origin: NodeId(0), seq: 1 };
+        let writer = TxnId { origin: NodeId(0), incarnation: 0, seq: 1 };
         for (id, request, ts) in [(5, 1, 10), (5, 2, 20), (6, 2, 20)] {
             store
                 .write(

@@ -79,11 +79,13 @@ pub(crate) fn apply_serially(
                     commit_ts: None,
                     retries: 0,
                     shards_touched: 0,
+                    path: meridian_core::txn::CommitPath::None,
+                    speculative_ns: None,
                 }
             }
         }
     }
-    let writer = TxnId { origin: NodeId(0), seq: ts };
+    let writer = TxnId { origin: NodeId(0), incarnation: 0, seq: ts };
     for (shard, batch) in writes {
         for w in batch {
             stores[shard.0 as usize]
@@ -97,6 +99,8 @@ pub(crate) fn apply_serially(
         commit_ts: Some(Timestamp(ts)),
         retries: 0,
         shards_touched: plan.len() as u32,
+        path: meridian_core::txn::CommitPath::None,
+        speculative_ns: None,
     }
 }
 

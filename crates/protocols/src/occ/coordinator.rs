@@ -5,23 +5,28 @@
 //! one-round commit whose answer is lost moves to `Resolving`, where the coordinator asks the
 //! participant with `Abort` until it learns whether the attempt committed.
 //!
+//! A participant may answer that it decided an attempt and has forgotten it since (see
+//! `kit::twopc`). During execution that means the attempt can be retried (nothing was
+//! prepared for it). For a one-round or one-phase commit the outcome is then unknown, and the
+//! client is told so (`Indeterminate`) rather than risk committing twice. During prepare the
+//! coordinator asks every participant until one knows the decision (a prepared participant
+//! decides with its peers) or all have forgotten it (unknown).
+//!
 //! Invariants (asserted):
 //! - a request has at most one running attempt, and a running attempt's request is in flight;
-//! - the client is answered exactly once per request (the request leaves `requests` then);
+//! - the client is answered exactly once per request (the request leaves the table then);
 //! - a commit is decided only with a yes vote from every participant.
 
-use super::{
-    Conflict, Decision, ExecFailure, OccMsg, PeerState, PieceCall, PieceRun, ScanCheck,
-    TimerPurpose, Timers, VersionTag, Vote, WriteBuffer,
-};
+use super::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest, TimerPurpose, Vote};
+use crate::kit::coord::{self, AttemptIds, LeaderCache, PieceSlot, RequestTable};
+use crate::kit::exec::{PieceRun, ScanCheck, VersionTag};
+use crate::kit::timers::Timers;
+use crate::kit::twopc::{Decision, Delivery, PeerState};
 use crate::NodeContext;
-use meridian_core::key::Key;
-use meridian_core::node::{ClientRequest, HistoryEvent, Outbox};
-use meridian_core::rng::{child_rng, uniform_f64, Rng};
-use meridian_core::txn::{
-    PieceOutput, PlanContext, ProcError, ShardTarget, TxnFailure, TxnOutcome, TxnResult, Write,
-    PIECES_MAX,
-};
+use meridian_core::key::{Key, Value};
+use meridian_core::node::{ClientRequest, Outbox};
+use meridian_core::rng::{child_rng, Rng};
+use meridian_core::txn::{CommitPath, ProcError, TxnFailure, TxnOutcome, TxnResult, Write};
 use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,40 +40,24 @@ enum Phase {
     Resolving(ShardId),
 }
 
-/// A request the client is waiting on.
-struct RequestState {
-    client: ClientRequest,
-    retries: u32,
-    attempt: Option<TxnId>,
-}
-
-/// One piece of the attempt's plan, resolved to a shard.
-struct PieceSlot {
-    shard: ShardId,
-    deps: Vec<u32>,
-    sent: bool,
-    output: Option<PieceOutput>,
-}
-
 /// A running attempt.
 struct Attempt {
     request: RequestId,
     pieces: Vec<PieceSlot>,
     reads: BTreeMap<ShardId, BTreeMap<Key, Option<VersionTag>>>,
     scans: BTreeMap<ShardId, Vec<ScanCheck>>,
-    writes: BTreeMap<ShardId, WriteBuffer>,
+    writes: BTreeMap<ShardId, BTreeMap<Key, Option<Value>>>,
     phase: Phase,
     /// When the current phase times out (checked by the coordinator tick).
     deadline: Time,
     waiting: BTreeSet<ShardId>,
     ts_max: Timestamp,
+    /// While preparing, after a participant said it forgot the attempt: this round's answers
+    /// from every participant.
+    probing: Option<BTreeMap<ShardId, PeerState>>,
 }
 
 impl Attempt {
-    fn shards_touched(&self) -> u32 {
-        self.pieces.iter().map(|p| p.shard).collect::<BTreeSet<_>>().len() as u32
-    }
-
     fn participants(&self) -> BTreeSet<ShardId> {
         let reads = self.reads.iter().filter(|(_, r)| !r.is_empty()).map(|(&s, _)| s);
         let scans = self.scans.iter().filter(|(_, r)| !r.is_empty()).map(|(&s, _)| s);
@@ -82,72 +71,83 @@ impl Attempt {
             w.iter().map(|(key, value)| Write { key: key.clone(), value: value.clone() }).collect()
         })
     }
-
-    /// The pieces' outputs; empty when any is missing (a one-round commit whose reply was lost).
-    fn outputs(&self) -> Vec<PieceOutput> {
-        self.pieces.iter().map(|p| p.output.clone()).collect::<Option<_>>().unwrap_or_default()
-    }
 }
 
-/// A decision still being delivered.
-struct Finishing {
-    decision: Decision,
-    unacked: BTreeSet<ShardId>,
-    /// When the decision goes again to the shards that have not acknowledged it.
-    retransmit_at: Time,
+/// How an attempt ended, for the client.
+struct Ending {
+    result: TxnResult,
+    commit_ts: Option<Timestamp>,
+    path: CommitPath,
+}
+
+impl Ending {
+    fn committed(ts: Option<Timestamp>, path: CommitPath) -> Self {
+        Self { result: TxnResult::Committed, commit_ts: ts, path }
+    }
+
+    fn failed(failure: TxnFailure) -> Self {
+        Self { result: TxnResult::Failed(failure), commit_ts: None, path: CommitPath::None }
+    }
+
+    fn indeterminate(txn: TxnId, shard: ShardId) -> Self {
+        Self::failed(TxnFailure::Indeterminate(format!(
+            "shard {} decided {txn} and has forgotten it since",
+            shard.0
+        )))
+    }
 }
 
 /// The coordinator of one node.
 pub(super) struct Coordinator {
     context: NodeContext,
     rng: Rng,
-    seq_next: u64,
-    leaders: Vec<NodeId>,
+    ids: AttemptIds,
+    leaders: LeaderCache,
     home_shard: ShardId,
-    requests: BTreeMap<RequestId, RequestState>,
+    requests: RequestTable,
     attempts: BTreeMap<TxnId, Attempt>,
-    finishing: BTreeMap<TxnId, Finishing>,
-    /// Requests answered committed, and attempts retried (for metrics).
+    delivery: Delivery,
+    /// Single-shard plans execute and commit in one round (`occ-one-round`).
+    one_round: bool,
+    /// Requests answered committed, attempts retried, outcomes reported unknown.
     committed_total: u64,
     retried_total: u64,
+    indeterminate_total: u64,
 }
 
 impl Coordinator {
     pub(super) fn new(context: NodeContext) -> Self {
-        let topology = &context.topology;
-        let leaders: Vec<NodeId> = (0..topology.shards)
-            .map(|s| {
-                topology.replica_node(ShardId(s), 0).expect("validated topology hosts replica 0")
-            })
-            .collect();
-        let region = topology.region_of(context.id);
-        let home_shard = (0..topology.shards)
-            .map(ShardId)
-            .find(|&s| topology.region_of(leaders[s.0 as usize]) == region)
-            .unwrap_or(ShardId(0));
+        let leaders = LeaderCache::new(context.topology.clone());
+        let home_shard = leaders.home_shard(context.id);
         let rng = child_rng(context.seed, "occ-coordinator", u64::from(context.id.0));
         Self {
-            context,
             rng,
-            seq_next: 0,
+            ids: AttemptIds::new(context.id, context.incarnation),
             leaders,
             home_shard,
-            requests: BTreeMap::new(),
+            requests: RequestTable::new(context.limits.requests_in_flight_max),
             attempts: BTreeMap::new(),
-            finishing: BTreeMap::new(),
+            delivery: Delivery::new(context.limits.deliveries_max),
+            one_round: context
+                .options
+                .choice(super::OPTION_ONE_ROUND, <super::Occ as crate::Protocol>::OPTIONS)
+                == "on",
             committed_total: 0,
             retried_total: 0,
+            indeterminate_total: 0,
+            context,
         }
     }
 
     /// Counters and gauges for metrics.
-    pub(super) fn counters(&self) -> [(&'static str, u64); 5] {
+    pub(super) fn counters(&self) -> [(&'static str, u64); 6] {
         [
             ("occ_coordinator_requests", self.requests.len() as u64),
             ("occ_coordinator_attempts", self.attempts.len() as u64),
-            ("occ_coordinator_finishing", self.finishing.len() as u64),
+            ("occ_coordinator_delivering", self.delivery.len() as u64),
             ("occ_coordinator_committed_total", self.committed_total),
             ("occ_coordinator_retried_total", self.retried_total),
+            ("occ_coordinator_indeterminate_total", self.indeterminate_total),
         ]
     }
 
@@ -158,11 +158,6 @@ impl Coordinator {
     }
 
     #[cfg(test)]
-    pub(super) fn registry(&self) -> std::sync::Arc<meridian_core::txn::Registry> {
-        self.context.registry.clone()
-    }
-
-    #[cfg(test)]
     pub(super) fn set_registry(&mut self, registry: std::sync::Arc<meridian_core::txn::Registry>) {
         self.context.registry = registry;
     }
@@ -170,7 +165,7 @@ impl Coordinator {
     /// True when no request, attempt or decision delivery is in progress.
     #[cfg(test)]
     pub(super) fn is_idle(&self) -> bool {
-        self.requests.is_empty() && self.attempts.is_empty() && self.finishing.is_empty()
+        self.requests.is_empty() && self.attempts.is_empty() && self.delivery.is_empty()
     }
 
     #[cfg(test)]
@@ -180,97 +175,55 @@ impl Coordinator {
             .iter()
             .map(|(t, a)| format!("{t}:{:?} waiting {:?}", a.phase, a.waiting))
             .collect();
-        let finishing: Vec<String> = self
-            .finishing
-            .iter()
-            .map(|(t, f)| format!("{t}:{:?} {:?}", f.decision, f.unacked))
-            .collect();
         let requests: Vec<String> = self
             .requests
             .iter()
             .map(|(r, s)| format!("{}:{:?}/{}", r.0, s.attempt, s.retries))
             .collect();
-        format!("requests {requests:?}\n attempts {attempts:?}\n finishing {finishing:?}")
+        format!(
+            "requests {requests:?}\n attempts {attempts:?}\n delivering {}",
+            self.delivery.len()
+        )
     }
 
-    fn leader(&self, shard: ShardId) -> NodeId {
-        self.leaders[shard.0 as usize]
+    fn send(&self, shard: ShardId, request: ShardRequest, out: &mut Outbox<OccMsg>) {
+        out.send(self.leaders.leader(shard), OccMsg::Request(request));
     }
 
     /// `node` answered for `shard`: it leads the shard (only leaders answer).
     pub(super) fn note_leader(&mut self, shard: ShardId, node: NodeId) {
-        let hosts = self
-            .context
-            .topology
-            .nodes
-            .get(node.0 as usize)
-            .is_some_and(|info| info.replicas.iter().any(|slot| slot.shard == shard));
-        if let (true, Some(leader)) = (hosts, self.leaders.get_mut(shard.0 as usize)) {
-            *leader = node;
-        }
-    }
-
-    /// `shard` did not answer in time: its leader may be down or deposed, so the next request
-    /// goes to the next replica, which answers if it leads or forwards to the leader it knows.
-    fn suspect(&mut self, shard: ShardId) {
-        let topology = &self.context.topology;
-        if topology.replicas <= 1 {
-            return;
-        }
-        let current = self.leaders[shard.0 as usize];
-        let slot = topology.nodes[current.0 as usize]
-            .replicas
-            .iter()
-            .find(|s| s.shard == shard)
-            .map_or(0, |s| s.replica);
-        if let Some(next) = topology.replica_node(shard, (slot + 1) % topology.replicas) {
-            self.leaders[shard.0 as usize] = next;
-        }
+        self.leaders.note(shard, node);
     }
 
     pub(super) fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
-        let id = request.id;
-        if self.requests.contains_key(&id) {
-            return; // A duplicate submit: the first one will be answered.
+        let busy = self.delivery.is_full().then(|| {
+            format!("{} decisions in delivery is the maximum", self.context.limits.deliveries_max)
+        });
+        if let Some(id) = self.requests.admit(now, request, busy, out) {
+            self.start_attempt(now, id, out);
         }
-        if self.requests.len() >= self.context.timing.requests_in_flight_max {
-            let why = format!(
-                "{} requests in flight is the maximum",
-                self.context.timing.requests_in_flight_max
-            );
-            out.reply(id, TxnOutcome::failed(TxnFailure::Rejected(why)));
-            return;
-        }
-        self.requests.insert(id, RequestState { client: request, retries: 0, attempt: None });
-        self.start_attempt(now, id, out);
     }
 
     /// Plans the request and sends the first messages of a new attempt.
     fn start_attempt(&mut self, now: Time, request: RequestId, out: &mut Outbox<OccMsg>) {
-        let pieces = match self.plan(request) {
+        let state = self.requests.get(request).expect("request in flight");
+        let (proc, args) = (state.client.txn.proc, state.client.txn.args.clone());
+        let pieces = match coord::bind_plan(&self.context, &state.client.txn, self.home_shard) {
             Ok(pieces) => pieces,
             Err(error) => {
                 return self.complete(
                     request,
                     None,
-                    TxnResult::Failed(TxnFailure::Procedure(error)),
-                    None,
+                    Ending::failed(TxnFailure::Procedure(error)),
                     out,
                 )
             }
         };
-        // Ids follow the node's clock (in ns) so that a restarted coordinator, whose counter
-        // starts again, never reuses an id its previous incarnation left in participants'
-        // locks and decided caches (found by swarm seed 2; see the sim regression tests).
-        let seq = self.seq_next.max(now);
-        let txn = TxnId { origin: self.context.id, seq };
-        self.seq_next = seq + 1;
-        let state = self.requests.get_mut(&request).expect("request in flight");
+        let txn = self.ids.next_id();
+        let state = self.requests.get_mut(request).expect("request in flight");
         assert!(state.attempt.is_none(), "a request runs one attempt at a time");
         state.attempt = Some(txn);
-        let (proc, args) = (state.client.txn.proc, state.client.txn.args.clone());
-        let single_shard =
-            pieces.iter().all(|p| p.shard == pieces[0].shard).then(|| pieces[0].shard);
+        let single_shard = coord::single_shard(&pieces);
         let mut attempt = Attempt {
             request,
             pieces,
@@ -281,97 +234,38 @@ impl Coordinator {
             deadline: now + self.context.timing.rpc_timeout_ns,
             waiting: BTreeSet::new(),
             ts_max: Timestamp::ZERO,
+            probing: None,
         };
         if attempt.pieces.is_empty() {
-            return self.complete(request, None, TxnResult::Committed, None, out);
+            return self.complete(request, None, Ending::committed(None, CommitPath::Empty), out);
         }
-        if let Some(shard) = single_shard {
-            attempt.phase = Phase::ExecuteCommit(shard);
-            let want_sets = self.context.record_history;
-            out.send(
-                self.leader(shard),
-                OccMsg::ExecuteCommit { txn, shard, proc, args, want_sets },
-            );
-        } else {
-            self.dispatch(txn, &mut attempt, out);
+        match single_shard {
+            Some(shard) if self.one_round => {
+                attempt.phase = Phase::ExecuteCommit(shard);
+                self.send(shard, ShardRequest::ExecuteCommit { txn, shard, proc, args }, out);
+            }
+            _ => self.dispatch(txn, &mut attempt, out),
         }
         self.attempts.insert(txn, attempt);
     }
 
-    /// The request's plan with every piece bound to a shard.
-    fn plan(&self, request: RequestId) -> Result<Vec<PieceSlot>, ProcError> {
-        let txn = &self.requests[&request].client.txn;
-        let procedure = self
-            .context
-            .registry
-            .get(txn.proc)
-            .ok_or_else(|| ProcError::BadArgs(format!("unknown procedure {}", txn.proc.0)))?;
-        let plan =
-            procedure.plan(&txn.args, PlanContext { partitioner: &self.context.partitioner })?;
-        if plan.len() > PIECES_MAX {
-            return Err(ProcError::Contract(format!("{} pieces is over {PIECES_MAX}", plan.len())));
-        }
-        // Pieces on replicated tables run next to the first bound piece, or on the home shard.
-        let anchor = plan
-            .iter()
-            .find_map(|p| match p.target {
-                ShardTarget::Shard(s) => Some(s),
-                ShardTarget::Any => None,
-            })
-            .unwrap_or(self.home_shard);
-        let mut pieces = Vec::with_capacity(plan.len());
-        for (index, spec) in plan.into_iter().enumerate() {
-            if spec.deps.iter().any(|&d| d as usize >= index) {
-                return Err(ProcError::Contract(format!("piece {index} depends on a later piece")));
-            }
-            let shard = match spec.target {
-                ShardTarget::Shard(s) if s.0 < self.context.topology.shards => s,
-                ShardTarget::Shard(s) => {
-                    return Err(ProcError::Contract(format!(
-                        "piece {index} targets missing shard {}",
-                        s.0
-                    )))
-                }
-                ShardTarget::Any => anchor,
-            };
-            pieces.push(PieceSlot { shard, deps: spec.deps, sent: false, output: None });
-        }
-        Ok(pieces)
-    }
-
     /// Sends every piece that is ready to a shard not already working for this attempt.
     fn dispatch(&mut self, txn: TxnId, attempt: &mut Attempt, out: &mut Outbox<OccMsg>) {
-        let txn_request = &self.requests[&attempt.request].client.txn;
-        let mut calls: BTreeMap<ShardId, Vec<PieceCall>> = BTreeMap::new();
-        for index in 0..attempt.pieces.len() {
-            let piece = &attempt.pieces[index];
-            let ready = !piece.sent
-                && piece.deps.iter().all(|&d| attempt.pieces[d as usize].output.is_some());
-            if !ready || attempt.waiting.contains(&piece.shard) {
-                continue;
-            }
-            let inputs = piece
-                .deps
-                .iter()
-                .map(|&d| attempt.pieces[d as usize].output.clone().unwrap_or_default())
-                .collect();
-            calls.entry(piece.shard).or_default().push(PieceCall { piece: index as u32, inputs });
-            attempt.pieces[index].sent = true;
-        }
-        for (shard, calls) in calls {
+        let txn_request =
+            &self.requests.get(attempt.request).expect("request in flight").client.txn;
+        let wave = coord::next_wave(&mut attempt.pieces, &attempt.waiting);
+        for (shard, calls) in wave {
             let overlay = attempt.writes_on(shard);
             attempt.waiting.insert(shard);
-            out.send(
-                self.leader(shard),
-                OccMsg::Execute {
-                    txn,
-                    shard,
-                    proc: txn_request.proc,
-                    args: txn_request.args.clone(),
-                    calls,
-                    overlay,
-                },
-            );
+            let request = ShardRequest::Execute {
+                txn,
+                shard,
+                proc: txn_request.proc,
+                args: txn_request.args.clone(),
+                calls,
+                overlay,
+            };
+            out.send(self.leaders.leader(shard), OccMsg::Request(request));
         }
         assert!(!attempt.waiting.is_empty(), "an unfinished plan always has a piece in progress");
     }
@@ -381,27 +275,24 @@ impl Coordinator {
         now: Time,
         from: NodeId,
         msg: OccMsg,
-        timers: &mut Timers,
+        timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
-        if let OccMsg::Executed { shard, .. }
-        | OccMsg::ExecutedCommit { shard, .. }
-        | OccMsg::Prepared { shard, .. }
-        | OccMsg::Finished { shard, .. } = &msg
-        {
-            self.note_leader(*shard, from);
-        }
         match msg {
             OccMsg::Executed { txn, shard, result } => {
+                self.note_leader(shard, from);
                 self.on_executed(now, txn, shard, result, timers, out)
             }
             OccMsg::ExecutedCommit { txn, shard, result } => {
+                self.note_leader(shard, from);
                 self.on_executed_commit(now, txn, shard, result, timers, out)
             }
             OccMsg::Prepared { txn, shard, vote } => {
+                self.note_leader(shard, from);
                 self.on_prepared(now, txn, shard, vote, timers, out)
             }
             OccMsg::Finished { txn, shard, decision } => {
+                self.note_leader(shard, from);
                 self.on_finished(now, txn, shard, decision, timers, out)
             }
             _ => {}
@@ -414,7 +305,7 @@ impl Coordinator {
         txn: TxnId,
         shard: ShardId,
         result: Result<Vec<PieceRun>, ExecFailure>,
-        timers: &mut Timers,
+        timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
         let Some(mut attempt) = self.attempts.remove(&txn) else { return };
@@ -423,12 +314,10 @@ impl Coordinator {
         // 18 hit this through a reused attempt id; the unit test
         // `a_duplicated_reply_of_an_earlier_wave_is_not_taken_for_the_next_wave` pins it.)
         let answers_wave = match &result {
-            Ok(runs) => attempt.pieces.iter().enumerate().all(|(i, p)| {
-                p.shard != shard
-                    || !p.sent
-                    || p.output.is_some()
-                    || runs.iter().any(|r| r.piece as usize == i)
-            }),
+            Ok(runs) => {
+                let ran: Vec<u32> = runs.iter().map(|r| r.piece).collect();
+                coord::answers_wave(&attempt.pieces, shard, &ran)
+            }
             Err(_) => true,
         };
         if attempt.phase != Phase::Executing || !answers_wave || !attempt.waiting.remove(&shard) {
@@ -438,16 +327,12 @@ impl Coordinator {
         let runs = match result {
             Ok(runs) => runs,
             Err(ExecFailure::Procedure(error)) => {
-                return self.complete(
-                    attempt.request,
-                    Some((txn, &attempt)),
-                    TxnResult::Failed(TxnFailure::Procedure(error)),
-                    None,
-                    out,
-                )
+                let ending = Ending::failed(TxnFailure::Procedure(error));
+                return self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
-            Err(ExecFailure::Conflict(_) | ExecFailure::Decided(_)) => {
-                return self.retry(now, attempt, timers, out)
+            // Nothing was prepared for this attempt, so nothing can have committed it.
+            Err(ExecFailure::Conflict(_) | ExecFailure::Decided(_) | ExecFailure::Forgotten) => {
+                return self.retry(attempt, timers, out)
             }
         };
         for run in runs {
@@ -461,19 +346,18 @@ impl Coordinator {
             for (key, seen) in run.reads {
                 if *reads.entry(key).or_insert(seen) != seen {
                     // Two pieces saw different versions of one key: this attempt cannot commit.
-                    return self.retry(now, attempt, timers, out);
+                    return self.retry(attempt, timers, out);
                 }
             }
             attempt.scans.entry(shard).or_default().extend(run.scans);
             match run.effects {
                 Err(abort) => {
-                    return self.complete(
-                        attempt.request,
-                        Some((txn, &attempt)),
-                        TxnResult::UserAborted(abort.0),
-                        None,
-                        out,
-                    )
+                    let ending = Ending {
+                        result: TxnResult::UserAborted(abort.0),
+                        commit_ts: None,
+                        path: CommitPath::None,
+                    };
+                    return self.complete(attempt.request, Some((txn, &attempt)), ending, out);
                 }
                 Ok(effects) => {
                     let writes = attempt.writes.entry(shard).or_default();
@@ -487,13 +371,8 @@ impl Coordinator {
         if attempt.pieces.iter().all(|p| p.output.is_some()) {
             if attempt.participants().is_empty() {
                 // Nothing read or written: nothing to validate or install.
-                return self.complete(
-                    attempt.request,
-                    Some((txn, &attempt)),
-                    TxnResult::Committed,
-                    None,
-                    out,
-                );
+                let ending = Ending::committed(None, CommitPath::Empty);
+                return self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
             self.begin_prepare(txn, &mut attempt, out);
         } else {
@@ -505,6 +384,7 @@ impl Coordinator {
 
     fn begin_prepare(&mut self, txn: TxnId, attempt: &mut Attempt, out: &mut Outbox<OccMsg>) {
         let participants = attempt.participants();
+        assert!(!participants.is_empty(), "the caller commits attempts that touched nothing");
         let one_phase = participants.len() == 1;
         for &shard in &participants {
             let reads = attempt
@@ -514,24 +394,19 @@ impl Coordinator {
                 .unwrap_or_default();
             let scans = attempt.scans.get(&shard).cloned().unwrap_or_default();
             let writes = attempt.writes_on(shard);
-            out.send(
-                self.leader(shard),
-                OccMsg::Prepare {
-                    txn,
-                    shard,
-                    reads,
-                    scans,
-                    writes,
-                    one_phase,
-                    participants: participants.iter().copied().collect(),
-                },
-            );
+            let args = PrepareArgs {
+                reads,
+                scans,
+                writes,
+                one_phase,
+                participants: participants.iter().copied().collect(),
+            };
+            self.send(shard, ShardRequest::Prepare { txn, shard, args }, out);
         }
         attempt.phase = match participants.first() {
             Some(&shard) if one_phase => Phase::SinglePrepare(shard),
             _ => Phase::Preparing,
         };
-        assert!(!participants.is_empty(), "the caller commits attempts that touched nothing");
         attempt.waiting = participants;
     }
 
@@ -541,34 +416,69 @@ impl Coordinator {
         txn: TxnId,
         shard: ShardId,
         vote: Vote,
-        timers: &mut Timers,
+        timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
         let Some(mut attempt) = self.attempts.remove(&txn) else { return };
+        if attempt.phase == Phase::Preparing && !attempt.participants().contains(&shard) {
+            self.attempts.insert(txn, attempt); // Not a participant's vote.
+            return;
+        }
         match (attempt.phase, vote) {
             (Phase::Preparing, Vote::Yes(ts)) if attempt.waiting.remove(&shard) => {
                 attempt.ts_max = attempt.ts_max.max(ts);
-                if attempt.waiting.is_empty() {
+                if attempt.waiting.is_empty() && attempt.probing.is_none() {
                     self.decide_commit(now, txn, attempt, out);
                 } else {
                     self.attempts.insert(txn, attempt);
                 }
             }
-            (Phase::Preparing, Vote::No(_)) if attempt.waiting.contains(&shard) => {
+            (Phase::Preparing, Vote::No(Conflict::Invalid)) => {
+                let error = ProcError::Contract(format!(
+                    "shard {} refused the prepare as malformed",
+                    shard.0
+                ));
                 self.abort_prepared(now, txn, &attempt, out);
-                self.retry(now, attempt, timers, out);
-            }
-            (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Committed(ts)) if s == shard => {
                 self.complete(
                     attempt.request,
                     Some((txn, &attempt)),
-                    TxnResult::Committed,
-                    Some(ts),
+                    Ending::failed(TxnFailure::Procedure(error)),
+                    out,
+                );
+            }
+            // A refusal: that shard never prepared it, so aborting is safe.
+            (Phase::Preparing, Vote::No(_)) => {
+                self.abort_prepared(now, txn, &attempt, out);
+                self.retry(attempt, timers, out);
+            }
+            (Phase::Preparing, Vote::Forgotten) => {
+                self.start_probing(now, txn, &mut attempt, out);
+                self.attempts.insert(txn, attempt);
+            }
+            (Phase::Preparing, Vote::Committed(ts)) => {
+                // Decided by the participants without us (termination): adopt it.
+                self.adopt_commit(now, txn, attempt, ts, out);
+            }
+            (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Committed(ts)) if s == shard => {
+                self.delivery.settle_one(txn, s);
+                let ending = Ending::committed(Some(ts), CommitPath::OnePhase);
+                self.complete(attempt.request, Some((txn, &attempt)), ending, out);
+            }
+            (Phase::SinglePrepare(s), Vote::No(Conflict::Invalid)) if s == shard => {
+                let error =
+                    ProcError::Contract(format!("shard {} refused the prepare as malformed", s.0));
+                self.complete(
+                    attempt.request,
+                    Some((txn, &attempt)),
+                    Ending::failed(TxnFailure::Procedure(error)),
                     out,
                 );
             }
             (Phase::SinglePrepare(s), Vote::No(_)) if s == shard => {
-                self.retry(now, attempt, timers, out)
+                self.retry(attempt, timers, out)
+            }
+            (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Forgotten) if s == shard => {
+                self.indeterminate(txn, attempt, s, out)
             }
             _ => {
                 self.attempts.insert(txn, attempt); // Late or duplicate.
@@ -576,26 +486,50 @@ impl Coordinator {
         }
     }
 
+    /// A participant forgot a preparing attempt: ask every participant until one knows.
+    fn start_probing(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        attempt: &mut Attempt,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        attempt.probing = Some(BTreeMap::new());
+        for shard in attempt.participants() {
+            self.send(shard, ShardRequest::Query { txn, shard }, out);
+        }
+        attempt.deadline = now + self.context.timing.rpc_timeout_ns;
+    }
+
     fn decide_commit(&mut self, now: Time, txn: TxnId, attempt: Attempt, out: &mut Outbox<OccMsg>) {
-        let participants = attempt.participants();
         let ts = attempt.ts_max;
-        if participants.is_empty() {
-            return self.complete(
-                attempt.request,
-                Some((txn, &attempt)),
-                TxnResult::Committed,
-                None,
-                out,
-            );
-        }
         assert!(ts > Timestamp::ZERO, "a commit decision has every participant's proposal");
+        self.adopt_commit(now, txn, attempt, ts, out);
+    }
+
+    /// Delivers a commit at `ts` to every participant and answers the client.
+    fn adopt_commit(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        attempt: Attempt,
+        ts: Timestamp,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let participants = attempt.participants();
         for &shard in &participants {
-            out.send(self.leader(shard), OccMsg::Commit { txn, shard, ts });
+            self.send(shard, ShardRequest::Commit { txn, shard, ts }, out);
         }
-        let retransmit_at = now + self.context.timing.rpc_timeout_ns;
-        let decision = Decision::Committed(ts);
-        self.finishing.insert(txn, Finishing { decision, unacked: participants, retransmit_at });
-        self.complete(attempt.request, Some((txn, &attempt)), TxnResult::Committed, Some(ts), out);
+        let interval = self.context.timing.rpc_timeout_ns;
+        self.delivery.start(
+            txn,
+            Decision::Committed(ts),
+            participants.into_iter().collect(),
+            now,
+            interval,
+        );
+        let ending = Ending::committed(Some(ts), CommitPath::TwoPhase);
+        self.complete(attempt.request, Some((txn, &attempt)), ending, out);
     }
 
     fn abort_prepared(
@@ -607,20 +541,25 @@ impl Coordinator {
     ) {
         let participants = attempt.participants();
         for &shard in &participants {
-            out.send(self.leader(shard), OccMsg::Abort { txn, shard });
+            self.send(shard, ShardRequest::Abort { txn, shard }, out);
         }
-        let retransmit_at = now + self.context.timing.rpc_timeout_ns;
-        let decision = Decision::Aborted;
-        self.finishing.insert(txn, Finishing { decision, unacked: participants, retransmit_at });
+        let interval = self.context.timing.rpc_timeout_ns;
+        self.delivery.start(
+            txn,
+            Decision::Aborted,
+            participants.into_iter().collect(),
+            now,
+            interval,
+        );
     }
 
     fn on_executed_commit(
         &mut self,
-        now: Time,
+        _now: Time,
         txn: TxnId,
         shard: ShardId,
         result: Result<(Vec<PieceRun>, Option<Timestamp>), ExecFailure>,
-        timers: &mut Timers,
+        timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
         let Some(mut attempt) = self.attempts.remove(&txn) else { return };
@@ -631,18 +570,9 @@ impl Coordinator {
         match result {
             Ok((runs, commit)) => {
                 let mut user_abort = None;
-                // Read and write sets matter after a one-round commit only for the history.
-                let keep_sets = self.context.record_history;
                 for run in runs {
-                    if keep_sets {
-                        attempt.reads.entry(shard).or_default().extend(run.reads);
-                    }
                     match run.effects {
                         Ok(effects) => {
-                            if keep_sets {
-                                let writes = attempt.writes.entry(shard).or_default();
-                                writes.extend(effects.writes.into_iter().map(|w| (w.key, w.value)));
-                            }
                             if let Some(slot) = attempt.pieces.get_mut(run.piece as usize) {
                                 slot.output = Some(effects.output);
                             }
@@ -652,60 +582,47 @@ impl Coordinator {
                 }
                 match (commit, user_abort) {
                     (Some(ts), _) => {
-                        self.complete(
-                            attempt.request,
-                            Some((txn, &attempt)),
-                            TxnResult::Committed,
-                            Some(ts),
-                            out,
-                        );
+                        self.delivery.settle_one(txn, shard);
+                        let ending = Ending::committed(Some(ts), CommitPath::OneRound);
+                        self.complete(attempt.request, Some((txn, &attempt)), ending, out);
                     }
-                    (None, Some(why)) => self.complete(
-                        attempt.request,
-                        Some((txn, &attempt)),
-                        TxnResult::UserAborted(why),
-                        None,
-                        out,
-                    ),
-                    (None, None) => self.retry(now, attempt, timers, out),
+                    (None, Some(why)) => {
+                        let ending = Ending {
+                            result: TxnResult::UserAborted(why),
+                            commit_ts: None,
+                            path: CommitPath::None,
+                        };
+                        self.complete(attempt.request, Some((txn, &attempt)), ending, out)
+                    }
+                    (None, None) => self.retry(attempt, timers, out),
                 }
             }
             Err(ExecFailure::Decided(Decision::Committed(ts))) => {
-                self.complete(
-                    attempt.request,
-                    Some((txn, &attempt)),
-                    TxnResult::Committed,
-                    Some(ts),
-                    out,
-                );
+                self.delivery.settle_one(txn, shard);
+                let ending = Ending::committed(Some(ts), CommitPath::OneRound);
+                self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
-            Err(ExecFailure::Procedure(error)) => self.complete(
-                attempt.request,
-                Some((txn, &attempt)),
-                TxnResult::Failed(TxnFailure::Procedure(error)),
-                None,
-                out,
-            ),
+            Err(ExecFailure::Procedure(error)) => {
+                let ending = Ending::failed(TxnFailure::Procedure(error));
+                self.complete(attempt.request, Some((txn, &attempt)), ending, out)
+            }
+            Err(ExecFailure::Forgotten) => self.indeterminate(txn, attempt, shard, out),
             Err(ExecFailure::Conflict(_) | ExecFailure::Decided(Decision::Aborted)) => {
-                self.retry(now, attempt, timers, out)
+                self.retry(attempt, timers, out)
             }
         }
     }
 
     fn on_finished(
         &mut self,
-        now: Time,
+        _now: Time,
         txn: TxnId,
         shard: ShardId,
         decision: Decision,
-        timers: &mut Timers,
+        timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
-        if let Some(finishing) = self.finishing.get_mut(&txn) {
-            finishing.unacked.remove(&shard);
-            if finishing.unacked.is_empty() {
-                self.finishing.remove(&txn);
-            }
+        if self.delivery.on_ack(txn, shard) {
             return;
         }
         let Some(attempt) = self.attempts.remove(&txn) else {
@@ -717,16 +634,16 @@ impl Coordinator {
                 Decision::Committed(ts),
             ) if s == shard => {
                 // The outputs of a one-round commit whose reply was lost are gone; the commit is not.
-                self.complete(
-                    attempt.request,
-                    Some((txn, &attempt)),
-                    TxnResult::Committed,
-                    Some(ts),
-                    out,
-                );
+                self.delivery.settle_one(txn, s);
+                let path = match attempt.phase {
+                    Phase::SinglePrepare(_) => CommitPath::OnePhase,
+                    _ => CommitPath::OneRound,
+                };
+                let ending = Ending::committed(Some(ts), path);
+                self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
             (Phase::Resolving(s), Decision::Aborted) if s == shard => {
-                self.retry(now, attempt, timers, out)
+                self.retry(attempt, timers, out)
             }
             _ => {
                 self.attempts.insert(txn, attempt);
@@ -734,68 +651,85 @@ impl Coordinator {
         }
     }
 
-    pub(super) fn on_timer(&mut self, now: Time, purpose: TimerPurpose, out: &mut Outbox<OccMsg>) {
-        match purpose {
-            TimerPurpose::Retry { request } => {
-                if self.requests.get(&request).is_some_and(|r| r.attempt.is_none()) {
-                    self.start_attempt(now, request, out);
-                }
-            }
-            TimerPurpose::Gc | TimerPurpose::CoordinatorTick | TimerPurpose::RaftTick => {}
+    pub(super) fn on_retry_timer(
+        &mut self,
+        now: Time,
+        request: RequestId,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        if self.requests.get(request).is_some_and(|r| r.attempt.is_none()) {
+            self.start_attempt(now, request, out);
         }
     }
 
-    /// A participant's answer to `Query` for an attempt whose votes were missing: prepared
-    /// counts as a yes vote; refused means abort (safe: that shard will never prepare it);
-    /// committed means the participants decided it without us.
+    /// A participant's answer to `Query` for an attempt whose votes were missing (or that a
+    /// participant forgot): prepared counts as a yes vote; refused means abort (safe: that
+    /// shard will never prepare it); committed means the participants decided it without us.
     pub(super) fn on_state(
         &mut self,
         now: Time,
         txn: TxnId,
         shard: ShardId,
         state: PeerState,
-        timers: &mut Timers,
+        timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
-        let Some(attempt) = self.attempts.get(&txn) else { return };
-        if attempt.phase != Phase::Preparing || !attempt.waiting.contains(&shard) {
+        let Some(mut attempt) = self.attempts.remove(&txn) else { return };
+        if attempt.phase != Phase::Preparing {
+            self.attempts.insert(txn, attempt);
             return;
         }
+        let participants = attempt.participants();
+        if let Some(answers) = attempt.probing.as_mut() {
+            match state {
+                PeerState::Decided(Decision::Committed(ts)) => {
+                    return self.adopt_commit(now, txn, attempt, ts, out)
+                }
+                PeerState::Decided(Decision::Aborted) => {
+                    self.abort_prepared(now, txn, &attempt, out);
+                    return self.retry(attempt, timers, out);
+                }
+                PeerState::Prepared(_) | PeerState::Forgotten => {
+                    answers.insert(shard, state);
+                }
+            }
+            let all_forgot =
+                participants.iter().all(|s| matches!(answers.get(s), Some(PeerState::Forgotten)));
+            if all_forgot {
+                return self.indeterminate(txn, attempt, shard, out);
+            }
+            self.attempts.insert(txn, attempt);
+            return;
+        }
+        if !attempt.waiting.contains(&shard) {
+            self.attempts.insert(txn, attempt);
+            return;
+        }
+        self.attempts.insert(txn, attempt);
         match state {
             PeerState::Prepared(ts) => {
-                self.on_prepared(now, txn, shard, Vote::Yes(ts), timers, out);
+                self.on_prepared(now, txn, shard, Vote::Yes(ts), timers, out)
             }
             PeerState::Decided(Decision::Aborted) => {
-                self.on_prepared(now, txn, shard, Vote::No(Conflict::AlreadyAborted), timers, out);
+                self.on_prepared(now, txn, shard, Vote::No(Conflict::AlreadyAborted), timers, out)
             }
             PeerState::Decided(Decision::Committed(ts)) => {
-                let attempt = self.attempts.remove(&txn).expect("checked above");
-                let participants = attempt.participants();
-                for &peer in &participants {
-                    out.send(
-                        self.leaders[peer.0 as usize],
-                        OccMsg::Commit { txn, shard: peer, ts },
-                    );
-                }
-                let retransmit_at = now + self.context.timing.rpc_timeout_ns;
-                let decision = Decision::Committed(ts);
-                self.finishing
-                    .insert(txn, Finishing { decision, unacked: participants, retransmit_at });
-                self.complete(
-                    attempt.request,
-                    Some((txn, &attempt)),
-                    TxnResult::Committed,
-                    Some(ts),
-                    out,
-                );
+                self.on_prepared(now, txn, shard, Vote::Committed(ts), timers, out)
             }
+            PeerState::Forgotten => self.on_prepared(now, txn, shard, Vote::Forgotten, timers, out),
         }
     }
 
-    /// The coordinator's periodic check: phases past their deadline time out, and decisions
-    /// not yet acknowledged go again. One timer for all attempts keeps the timer table as
-    /// small as the node's work, however fast attempts finish.
-    pub(super) fn on_tick(&mut self, now: Time, timers: &mut Timers, out: &mut Outbox<OccMsg>) {
+    /// The coordinator's periodic check: phases past their deadline time out, decisions not
+    /// yet acknowledged go again, and settled commits are announced. One timer for all
+    /// attempts keeps the timer table as small as the node's work.
+    pub(super) fn on_tick(
+        &mut self,
+        now: Time,
+        timers: &mut Timers<TimerPurpose>,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let rpc_timeout_ns = self.context.timing.rpc_timeout_ns;
         let due: Vec<TxnId> =
             self.attempts.iter().filter(|(_, a)| a.deadline <= now).map(|(&t, _)| t).collect();
         for txn in due {
@@ -804,19 +738,26 @@ impl Coordinator {
                 // Execution keeps no state at participants: just start over.
                 Phase::Executing => {
                     for &shard in &attempt.waiting {
-                        self.suspect(shard);
+                        self.leaders.suspect(shard);
                     }
-                    self.retry(now, attempt, timers, out)
+                    self.retry(attempt, timers, out)
+                }
+                Phase::Preparing if attempt.probing.is_some() => {
+                    for shard in attempt.participants() {
+                        self.leaders.suspect(shard);
+                    }
+                    self.start_probing(now, txn, &mut attempt, out);
+                    self.attempts.insert(txn, attempt);
                 }
                 // Votes are missing. Aborting now could contradict participants that, all
-                // prepared, commit on their own (see `Participant::try_terminate`); instead ask
-                // the silent ones, which refuse the attempt if they have not prepared it.
+                // prepared, commit on their own; instead ask the silent ones, which refuse the
+                // attempt if they have not prepared it.
                 Phase::Preparing => {
                     for &shard in &attempt.waiting {
-                        self.suspect(shard);
-                        out.send(self.leaders[shard.0 as usize], OccMsg::Query { txn, shard });
+                        self.leaders.suspect(shard);
+                        self.send(shard, ShardRequest::Query { txn, shard }, out);
                     }
-                    attempt.deadline = now + self.context.timing.rpc_timeout_ns;
+                    attempt.deadline = now + rpc_timeout_ns;
                     self.attempts.insert(txn, attempt);
                 }
                 // The outcome of a one-round commit is unknown: ask until it is known.
@@ -824,62 +765,66 @@ impl Coordinator {
                 | Phase::SinglePrepare(shard)
                 | Phase::Resolving(shard) => {
                     attempt.phase = Phase::Resolving(shard);
-                    attempt.deadline = now + self.context.timing.rpc_timeout_ns;
-                    self.suspect(shard);
-                    out.send(self.leader(shard), OccMsg::Abort { txn, shard });
+                    attempt.deadline = now + rpc_timeout_ns;
+                    self.leaders.suspect(shard);
+                    self.send(shard, ShardRequest::Abort { txn, shard }, out);
                     self.attempts.insert(txn, attempt);
                 }
             }
         }
-        let rpc_timeout_ns = self.context.timing.rpc_timeout_ns;
-        let overdue: BTreeSet<ShardId> = self
-            .finishing
-            .values()
-            .filter(|f| f.retransmit_at <= now)
-            .flat_map(|f| f.unacked.iter().copied())
-            .collect();
-        for shard in overdue {
-            self.suspect(shard);
+        let resend = self.delivery.due(now, rpc_timeout_ns);
+        let silent: BTreeSet<ShardId> = resend.iter().map(|(_, s, _)| *s).collect();
+        for shard in silent {
+            self.leaders.suspect(shard);
         }
-        for (&txn, finishing) in self.finishing.iter_mut().filter(|(_, f)| f.retransmit_at <= now) {
-            for &shard in &finishing.unacked {
-                let msg = OccMsg::decision(txn, shard, finishing.decision);
-                out.send(self.leaders[shard.0 as usize], msg);
-            }
-            finishing.retransmit_at = now + rpc_timeout_ns;
+        for (txn, shard, decision) in resend {
+            self.send(shard, ShardRequest::decision(txn, shard, decision), out);
         }
+        for (shard, txns) in self.delivery.take_settled() {
+            self.send(shard, ShardRequest::Settle { shard, txns }, out);
+        }
+    }
+
+    /// The outcome of `txn` cannot be known: tell the client so (never retry: it may have
+    /// committed).
+    fn indeterminate(
+        &mut self,
+        txn: TxnId,
+        attempt: Attempt,
+        shard: ShardId,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        self.indeterminate_total += 1;
+        self.complete(
+            attempt.request,
+            Some((txn, &attempt)),
+            Ending::indeterminate(txn, shard),
+            out,
+        );
     }
 
     /// Ends `attempt` without committing and schedules the next one after backoff.
     fn retry(
         &mut self,
-        _now: Time,
         attempt: Attempt,
-        timers: &mut Timers,
+        timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
         let request = attempt.request;
-        let Some(state) = self.requests.get_mut(&request) else {
+        let Some(state) = self.requests.get_mut(request) else {
             return;
         };
         state.attempt = None;
         state.retries += 1;
         self.retried_total += 1;
         if state.retries >= self.context.timing.attempts_max {
-            return self.complete(
-                request,
-                None,
-                TxnResult::Failed(TxnFailure::RetriesExhausted),
-                None,
-                out,
-            );
+            return self.complete(request, None, Ending::failed(TxnFailure::RetriesExhausted), out);
         }
         let timing = &self.context.timing;
-        let exponent = state.retries.min(20);
+        let retries = state.retries;
         let backoff =
-            timing.backoff_ns_min.saturating_mul(1 << exponent).min(timing.backoff_ns_max);
-        let jittered = (backoff as f64 * (0.5 + uniform_f64(&mut self.rng))) as u64;
-        timers.set(TimerPurpose::Retry { request }, jittered.max(1), out);
+            coord::backoff_ns(&mut self.rng, timing.backoff_ns_min, timing.backoff_ns_max, retries);
+        timers.set(TimerPurpose::Retry { request }, backoff, out);
     }
 
     /// Answers the client and forgets the request.
@@ -887,54 +832,37 @@ impl Coordinator {
         &mut self,
         request: RequestId,
         attempt: Option<(TxnId, &Attempt)>,
-        result: TxnResult,
-        commit_ts: Option<Timestamp>,
+        ending: Ending,
         out: &mut Outbox<OccMsg>,
     ) {
-        let Some(state) = self.requests.remove(&request) else {
+        let Some(state) = self.requests.finish(request) else {
             return;
         };
-        if result == TxnResult::Committed {
-            self.committed_total += 1;
-        }
         if let Some((txn, _)) = attempt {
             self.attempts.remove(&txn);
         }
-        let committed = result == TxnResult::Committed;
-        if self.context.record_history {
-            if let Some((txn, attempt)) = attempt {
-                if committed || matches!(result, TxnResult::UserAborted(_)) {
-                    out.record(history_event(request, txn, attempt, committed));
-                }
-            }
+        let committed = ending.result == TxnResult::Committed;
+        if committed {
+            self.committed_total += 1;
         }
-        let outputs = match (committed, attempt) {
-            (true, Some((_, attempt))) => attempt.outputs(),
-            _ => Vec::new(),
+        let (outputs, shards_touched) = match attempt {
+            Some((_, a)) => (
+                if committed { coord::outputs(&a.pieces) } else { Vec::new() },
+                coord::shards_of(&a.pieces).len() as u32,
+            ),
+            None => (Vec::new(), 0),
         };
-        let shards_touched = attempt.map_or(0, |(_, a)| a.shards_touched());
         out.reply(
             request,
-            TxnOutcome { result, outputs, commit_ts, retries: state.retries, shards_touched },
+            TxnOutcome {
+                result: ending.result,
+                outputs,
+                commit_ts: ending.commit_ts,
+                retries: state.retries,
+                shards_touched,
+                path: ending.path,
+                speculative_ns: None,
+            },
         );
     }
-}
-
-fn history_event(
-    request: RequestId,
-    txn: TxnId,
-    attempt: &Attempt,
-    committed: bool,
-) -> HistoryEvent {
-    let reads = attempt
-        .reads
-        .values()
-        .flat_map(|r| r.iter().map(|(k, v)| (k.clone(), v.map(|t| t.writer))))
-        .collect();
-    let writes = attempt
-        .writes
-        .values()
-        .flat_map(|w| w.iter().map(|(k, v)| (k.clone(), v.clone())))
-        .collect();
-    HistoryEvent { request, txn, committed, reads, writes }
 }

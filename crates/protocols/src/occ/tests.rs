@@ -7,8 +7,9 @@ use meridian_core::node::Effect;
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
 use meridian_core::txn::{
-    Datum, KeySet, PartitionRule, Partitioner, PieceSpec, Plan, PlanContext, Procedure, Reads,
-    Registry, ShardTarget, TxnFailure, TxnOutcome, TxnRequest, TxnResult, UserAbort,
+    Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
+    PlanContext, Procedure, Reads, Registry, ShardTarget, TxnFailure, TxnOutcome, TxnRequest,
+    TxnResult, UserAbort,
 };
 use meridian_core::RequestId;
 use std::collections::VecDeque;
@@ -209,16 +210,14 @@ impl Net {
         let nodes: Vec<OccNode> = topology
             .node_ids()
             .map(|id| {
-                OccNode::new(NodeContext {
+                OccNode::new(NodeContext::new(
                     id,
-                    topology: topology.clone(),
-                    registry: Arc::new(registry.clone()),
-                    partitioner: Arc::new(partitioner.clone()),
-                    seed: 1,
-                    timing: timing.clone(),
-                    record_history: false,
-                    durable: false,
-                })
+                    topology.clone(),
+                    Arc::new(registry.clone()),
+                    Arc::new(partitioner.clone()),
+                    1,
+                    timing.clone(),
+                ))
             })
             .collect();
         let mut net = Self {
@@ -258,7 +257,7 @@ impl Net {
                         "request {request:?} answered twice"
                     );
                 }
-                Effect::Persist { .. } | Effect::Record(_) => {}
+                Effect::Persist { .. } => {}
             }
         }
     }
@@ -305,7 +304,7 @@ impl Net {
             self.drain(node, &mut out);
         }
         for node in &self.nodes {
-            for (shard, p) in node.hosts.iter().map(|(s, h)| (s, &h.participant)) {
+            for (shard, p) in node.hosts.iter() {
                 eprintln!("shard {shard:?}: {}", p.debug_state());
             }
             if let Some(c) = &node.coordinator {
@@ -327,7 +326,7 @@ impl Net {
     }
 
     fn value(&self, id: u64) -> Option<u64> {
-        let store = self.nodes[shard_of(id).0 as usize].hosts[&shard_of(id)].participant.store();
+        let store = self.nodes[shard_of(id).0 as usize].hosts.get(shard_of(id)).unwrap().store();
         store
             .get_at(&key(id), Timestamp::MAX)
             .map(|v| u64::from_le_bytes(v[..8].try_into().unwrap()))
@@ -340,7 +339,7 @@ impl Net {
     /// Every participant is idle: nothing prepared, nothing locked.
     fn assert_quiescent(&self) {
         for node in &self.nodes {
-            for p in node.hosts.values().map(|h| &h.participant) {
+            for (_, p) in node.hosts.iter() {
                 assert_eq!(
                     (p.prepared_count(), p.lock_count()),
                     (0, 0),
@@ -491,11 +490,7 @@ fn conflicting_increments_serialize() {
     }
     let mut net = Net::new();
     for node in &mut net.nodes {
-        let mut registry = (*node.coordinator.as_ref().map_or_else(
-            || node.hosts.values().map(|h| &h.participant).next().unwrap().registry(),
-            |c| c.registry(),
-        ))
-        .clone();
+        let mut registry = (*node.context.registry).clone();
         registry.register(Arc::new(Increment));
         node.set_registry(Arc::new(registry));
     }
@@ -527,7 +522,7 @@ fn lost_replies_never_commit_a_request_twice() {
     net.answered(&[1]);
     assert_eq!(net.outcome(1).result, TxnResult::Committed);
     assert_eq!(net.outcome(1).retries, 0, "resolved, not retried");
-    let versions = net.nodes[0].hosts[&ShardId(0)].participant.store().versions(&key(5)).len();
+    let versions = net.nodes[0].hosts.get(ShardId(0)).unwrap().store().versions(&key(5)).len();
     assert_eq!(versions, 1, "written once");
 }
 
@@ -543,8 +538,13 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
         state ^= state << 17;
         let roll = state % 10;
         match msg {
-            OccMsg::Commit { .. } | OccMsg::Prepared { .. } if roll < 2 => Delivery::Drop,
-            OccMsg::Abort { .. } | OccMsg::Execute { .. } | OccMsg::Finished { .. } if roll < 5 => {
+            OccMsg::Request(ShardRequest::Commit { .. }) | OccMsg::Prepared { .. } if roll < 2 => {
+                Delivery::Drop
+            }
+            OccMsg::Request(ShardRequest::Abort { .. } | ShardRequest::Execute { .. })
+            | OccMsg::Finished { .. }
+                if roll < 5 =>
+            {
                 Delivery::Duplicate
             }
             _ => Delivery::Deliver,
@@ -570,12 +570,9 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
 #[test]
 fn late_prepare_after_abort_is_refused() {
     let net = Net::new();
-    let mut participant = Participant::new(
-        ShardId(0),
-        net.nodes[0].hosts[&ShardId(0)].participant.context_for_tests(),
-    );
-    let txn = TxnId { origin: COORDINATOR, seq: 9 };
-    assert_eq!(participant.on_decision(txn, Decision::Aborted), Decision::Aborted);
+    let mut participant = Participant::new(ShardId(0), net.nodes[0].context.clone());
+    let txn = TxnId { origin: COORDINATOR, incarnation: 0, seq: 9 };
+    assert_eq!(participant.on_decision(0, txn, Decision::Aborted), Some(Decision::Aborted));
     let vote = participant.on_prepare(
         0,
         txn,
@@ -594,9 +591,12 @@ fn late_prepare_after_abort_is_refused() {
 #[test]
 fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
     let net = Net::new();
-    let context = net.nodes[0].hosts[&ShardId(0)].participant.context_for_tests();
+    let context = net.nodes[0].context.clone();
     let mut participant = Participant::new(ShardId(0), context);
-    let (t1, t2) = (TxnId { origin: COORDINATOR, seq: 1 }, TxnId { origin: COORDINATOR, seq: 2 });
+    let (t1, t2) = (
+        TxnId { origin: COORDINATOR, incarnation: 0, seq: 1 },
+        TxnId { origin: COORDINATOR, incarnation: 0, seq: 2 },
+    );
     assert!(matches!(
         participant.on_prepare(
             10,
@@ -623,7 +623,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
         },
     );
     assert_eq!(blocked, Vote::No(Conflict::Locked));
-    let t3 = TxnId { origin: COORDINATOR, seq: 3 };
+    let t3 = TxnId { origin: COORDINATOR, incarnation: 0, seq: 3 };
     assert!(matches!(
         participant.on_prepare(
             10,
@@ -638,7 +638,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
         ),
         Vote::Yes(_)
     ));
-    let t4 = TxnId { origin: COORDINATOR, seq: 4 };
+    let t4 = TxnId { origin: COORDINATOR, incarnation: 0, seq: 4 };
     assert_eq!(
         participant.on_prepare(
             10,
@@ -654,8 +654,8 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
         Vote::No(Conflict::Locked)
     );
     // A stale read is refused even with no lock held.
-    participant.on_decision(t3, Decision::Committed(Timestamp(500)));
-    let t5 = TxnId { origin: COORDINATOR, seq: 5 };
+    participant.on_decision(10, t3, Decision::Committed(Timestamp(500)));
+    let t5 = TxnId { origin: COORDINATOR, incarnation: 0, seq: 5 };
     assert_eq!(
         participant.on_prepare(
             10,
@@ -670,7 +670,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
         ),
         Vote::No(Conflict::Stale)
     );
-    participant.on_decision(t1, Decision::Aborted);
+    participant.on_decision(10, t1, Decision::Aborted);
     assert_eq!((participant.prepared_count(), participant.lock_count()), (0, 0));
 }
 
@@ -707,7 +707,7 @@ fn participants_commit_an_attempt_all_of_them_prepared_when_the_coordinator_is_g
     assert!(!net.replies.contains_key(&RequestId(1)), "the coordinator never heard");
     assert_eq!((net.value(5), net.value(105)), (Some(55), Some(155)));
     let ts = |shard: u32, id: u64| {
-        net.nodes[shard as usize].hosts[&ShardId(shard)].participant.store().versions(&key(id))[0]
+        net.nodes[shard as usize].hosts.get(ShardId(shard)).unwrap().store().versions(&key(id))[0]
             .ts
     };
     assert_eq!(ts(0, 5), ts(1, 105), "one commit timestamp on both shards");
@@ -721,15 +721,47 @@ fn participants_abort_an_attempt_one_of_them_never_prepared() {
     let mut net = Net::new();
     net.filter = Box::new(|to, msg| match msg {
         _ if gone(to, msg) => Delivery::Drop,
-        OccMsg::Prepare { shard: ShardId(1), .. } => Delivery::Drop,
+        OccMsg::Request(ShardRequest::Prepare { shard: ShardId(1), .. }) => Delivery::Drop,
         _ => Delivery::Deliver,
     });
     net.submit(1, rw(&[5, 105], &[(5, 55), (105, 155)]));
-    net.run_until(|net| net.nodes[0].hosts[&ShardId(0)].participant.prepared_count() == 1);
-    net.run_until(|net| net.nodes[0].hosts[&ShardId(0)].participant.prepared_count() == 0);
+    net.run_until(|net| net.nodes[0].hosts.get(ShardId(0)).unwrap().prepared_count() == 1);
+    net.run_until(|net| net.nodes[0].hosts.get(ShardId(0)).unwrap().prepared_count() == 0);
     assert_eq!((net.value(5), net.value(105)), (None, None), "nothing installed");
     net.assert_quiescent();
-    let shard1 = &mut net.nodes[1].hosts.get_mut(&ShardId(1)).unwrap().participant;
-    let txn = TxnId { origin: COORDINATOR, seq: 1_000 * NS_PER_MS };
-    assert_eq!(shard1.on_query(txn), PeerState::Decided(Decision::Aborted));
+    let shard1 = net.nodes[1].hosts.get_mut(ShardId(1)).unwrap();
+    let txn = TxnId { origin: COORDINATOR, incarnation: 0, seq: 0 };
+    assert_eq!(shard1.on_query(0, txn), PeerState::Decided(Decision::Aborted));
+}
+
+/// A prepared attempt stays prepared even when its coordinator's low-water mark passes it (a
+/// later attempt of the same coordinator was decided and evicted first): its commit installs,
+/// and queries see it prepared, not forgotten. (Swarm seed 8 of the three-server scenario lost
+/// committed writes before this was so.)
+#[test]
+fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
+    let net = Net::new();
+    let mut context = net.nodes[0].context.clone();
+    context.limits.decided_max = 2;
+    let mut participant = Participant::new(ShardId(0), context);
+    let txn = |seq| TxnId { origin: COORDINATOR, incarnation: 0, seq };
+    let both = vec![ShardId(0), ShardId(1)];
+    let prepare = |key_id: u64| PrepareArgs {
+        reads: vec![],
+        scans: vec![],
+        writes: vec![Write { key: key(key_id), value: Some(7u64.to_le_bytes().to_vec()) }],
+        one_phase: false,
+        participants: both.clone(),
+    };
+    assert!(matches!(participant.on_prepare(10, txn(1), prepare(1)), Vote::Yes(_)));
+    // Later attempts of the same coordinator are refused and evicted.
+    for seq in 2..=6 {
+        participant.on_decision(10, txn(seq), Decision::Aborted);
+    }
+    assert!(matches!(participant.on_query(10, txn(1)), PeerState::Prepared(_)));
+    assert!(matches!(participant.on_prepare(10, txn(1), prepare(1)), Vote::Yes(_)));
+    let committed = Decision::Committed(Timestamp(1_000));
+    assert_eq!(participant.on_decision(20, txn(1), committed), Some(committed));
+    assert!(participant.store().get_at(&key(1), Timestamp::MAX).is_some(), "the commit installed");
+    assert_eq!(participant.on_query(30, txn(2)), PeerState::Forgotten, "an evicted refusal");
 }

@@ -51,7 +51,13 @@ fn row<R: Row>(stores: &[MvccStore], shard: usize, key: &Key) -> R {
 fn corrupt(stores: &mut [MvccStore], shard: usize, key: Key, value: Option<Vec<u8>>) {
     let ts = Timestamp(u64::MAX / 2);
     stores[shard]
-        .write(key, ts, value, TxnId { origin: NodeId(9), seq: 1 }, VersionState::Committed)
+        .write(
+            key,
+            ts,
+            value,
+            TxnId { origin: NodeId(9), incarnation: 0, seq: 1 },
+            VersionState::Committed,
+        )
         .unwrap();
 }
 

@@ -1,0 +1,582 @@
+//! Hosting a replicated state machine on each shard's Raft group.
+//!
+//! A layered protocol keeps its per-shard logic in a [`StateMachine`] (occ's participant, a
+//! 2PL lock manager, ...) and lets [`Hosts`] run it. For every shard a node hosts, `Hosts`
+//! keeps the machine and, when shards are replicated or the driver is durable, the node's
+//! member of the shard's replicated log. It:
+//!
+//! - **validates, then proposes** a command (or applies it at once when there is no log);
+//!   every replica applies committed commands in log order, and only the leader answers, so a
+//!   vote or an acknowledgement is durable on a quorum before anyone hears it. A command that
+//!   fails validation is refused before it enters the log, and validated again when applied
+//!   (a panic inside `apply` would repeat on every replica and every restart);
+//! - **serves reads** on the leader once it is current (read-index under the leader's lease),
+//!   queued per shard up to `reads_waiting_max`;
+//! - **snapshots** every machine when its group asks, installs snapshots from a leader, and
+//!   restores a restarted node from its snapshot and log before it serves anything;
+//! - hands **leadership back** to replica 0 (where the topology places the leader) once it has
+//!   caught up after a failover;
+//! - **coalesces** the log messages of every group a node shares with another into one
+//!   protocol message per destination per call ([`Hosts::flush`]);
+//! - maps the driver's persist tokens to the groups' own.
+//!
+//! Commands replayed from a restarted node's own log are applied without answers (their
+//! senders gave up or asked again).
+
+use crate::{NodeContext, Replayed};
+use meridian_core::node::{Durability, Outbox, PersistRecord, PersistToken};
+use meridian_core::topology::Topology;
+use meridian_core::{NodeId, ShardId};
+use meridian_replication::raft::{RaftReplica, RaftTiming};
+use meridian_replication::{Replica, ReplicaEffect, ReplicaMsg, Slot};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// The Raft messages of one group inside a protocol's coalesced message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RaftGroupMsgs {
+    /// The shard (Raft group).
+    pub shard: ShardId,
+    /// The sender's slot in the group.
+    pub from_slot: u32,
+    /// The messages.
+    pub msgs: Vec<ReplicaMsg>,
+}
+
+/// Most bytes of Raft messages in one coalesced message (unless one message alone is bigger):
+/// well inside a wire frame, and above a snapshot chunk.
+pub const RAFT_SEND_BYTES_MAX: usize = 4 << 20;
+const _: () = assert!(RAFT_SEND_BYTES_MAX >= meridian_replication::raft::MSG_CHUNK_BYTES + 64);
+const _: () = assert!(RAFT_SEND_BYTES_MAX < meridian_core::wire::FRAME_BYTES_MAX / 2);
+
+/// Most persists of this node's groups outstanding at once (each group bounds its own; this
+/// bounds the token table).
+const PERSISTS_PENDING_MAX: usize = 1 << 20;
+
+/// Per-shard protocol logic that a replicated log can run.
+pub trait StateMachine {
+    /// A state change, as the log carries it.
+    type Command: Serialize + DeserializeOwned;
+    /// The protocol's message type.
+    type Msg;
+    /// A read the leader serves from its state once current.
+    type Read;
+    /// A decoded snapshot image.
+    type Image;
+
+    /// Checks a command from its contents and the node's static configuration alone (the
+    /// same answer on every replica, at any time). Called before proposing and again before
+    /// applying.
+    fn validate(&self, command: &Self::Command) -> Result<(), String>;
+    /// Applies a valid command. `answer`: this replica leads and the command is not a replay,
+    /// so it sends the replies. Must not panic on anything a valid command can carry.
+    fn apply(&mut self, command: Self::Command, answer: bool, out: &mut Outbox<Self::Msg>);
+    /// Serves a read on the leader.
+    fn serve_read(&mut self, read: Self::Read, out: &mut Outbox<Self::Msg>);
+    /// This replica started (`true`) or stopped leading: drop leader-only state.
+    fn on_leadership(&mut self, _leads: bool) {}
+    /// The replicated state, for a snapshot.
+    fn image(&self) -> Vec<u8>;
+    /// Decodes and checks an image; a bad one is an error, never a panic.
+    fn decode_image(context: &NodeContext, bytes: &[u8]) -> Result<Self::Image, String>;
+    /// Replaces the replicated state by an image's.
+    fn install(&mut self, image: Self::Image);
+}
+
+/// A member of a replicated log that [`Hosts`] can build.
+pub trait HostedReplica: Replica + Sized {
+    /// Member `slot` of `shard`'s group, rebuilt from what the node's disk holds.
+    fn restore(
+        context: &NodeContext,
+        shard: ShardId,
+        slot: Slot,
+        durable: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, String>;
+}
+
+impl HostedReplica for RaftReplica {
+    fn restore(
+        context: &NodeContext,
+        shard: ShardId,
+        slot: Slot,
+        durable: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, String> {
+        // Election timeouts are drawn from the run's seed: random, yet reproducible.
+        let mut timing = RaftTiming::standard(
+            context.seed ^ (u64::from(context.id.0) << 48),
+            context.timing.snapshot_interval_entries,
+        );
+        timing.snapshot_bytes_max = context.limits.snapshot_bytes_max;
+        RaftReplica::restore(shard.0, slot, context.topology.replicas, timing, durable)
+            .map_err(|e| e.0)
+    }
+}
+
+/// Where a request for a shard should go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// This node leads the shard (or is its only replica): handle it here.
+    Here,
+    /// Forward to the leader this node knows.
+    Forward(NodeId),
+    /// Not hosted here, or no leader known: drop it (the sender's timeout resends).
+    Drop,
+}
+
+struct Host<SM: StateMachine, R> {
+    sm: SM,
+    log: Option<R>,
+    slot: Slot,
+    /// The snapshot this replica restarted from, decoded when the node was built (so a bad
+    /// one fails the start), installed when the group hands it over.
+    restored_image: Option<(u64, SM::Image)>,
+    /// Reads waiting for the leader's state to be current: the index each waits for (`None`
+    /// until the leader has committed in its term) and the read. Oldest first.
+    reads_waiting: VecDeque<(Option<u64>, SM::Read)>,
+}
+
+impl<SM: StateMachine, R: Replica> Host<SM, R> {
+    fn leads(&self) -> bool {
+        self.log.as_ref().is_none_or(|r| r.is_leader())
+    }
+}
+
+/// The shard replicas one node hosts.
+pub struct Hosts<SM: StateMachine, R = RaftReplica> {
+    id: NodeId,
+    context: NodeContext,
+    topology: Arc<Topology>,
+    hosts: BTreeMap<ShardId, Host<SM, R>>,
+    /// Node persist token → (shard, the group's own token).
+    persists: BTreeMap<u64, (ShardId, u64)>,
+    persist_next: u64,
+    /// True when the logs started empty (a first start, not a restart).
+    fresh: bool,
+    /// Log messages of this call, per destination, sent together by `flush`.
+    outgoing: BTreeMap<NodeId, Vec<RaftGroupMsgs>>,
+    wrap: fn(Vec<RaftGroupMsgs>) -> SM::Msg,
+    reads_waiting_max: usize,
+    /// Commands refused before proposing or skipped when applied, and reads dropped.
+    refused_total: u64,
+    skipped_total: u64,
+    reads_dropped_total: u64,
+}
+
+impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
+    /// The replicas `context`'s node hosts, rebuilt from what its disk holds (`durable`):
+    /// each machine from `make`, each log member from its records. A shard has a log when
+    /// it is replicated or the driver is durable; otherwise its machine lives in memory
+    /// alone. `wrap` turns a batch of log messages into the protocol's message.
+    pub fn restore(
+        context: &NodeContext,
+        durable: &BTreeMap<Vec<u8>, Vec<u8>>,
+        wrap: fn(Vec<RaftGroupMsgs>) -> SM::Msg,
+        mut make: impl FnMut(ShardId) -> SM,
+    ) -> Result<Self, String> {
+        let topology = context.topology.clone();
+        let info = &topology.nodes[context.id.0 as usize];
+        let mut hosts = BTreeMap::new();
+        for slot in &info.replicas {
+            let log = if topology.replicas > 1 || context.durable {
+                Some(
+                    R::restore(context, slot.shard, slot.replica, durable)
+                        .map_err(|e| format!("node {}: {e}", context.id))?,
+                )
+            } else {
+                None
+            };
+            let restored_image = match log.as_ref().and_then(|r| r.restored_snapshot()) {
+                Some((index, data)) => {
+                    let image = SM::decode_image(context, data).map_err(|e| {
+                        format!(
+                            "node {}: shard {} snapshot at {index}: {e}",
+                            context.id, slot.shard
+                        )
+                    })?;
+                    Some((index, image))
+                }
+                None => None,
+            };
+            let host = Host {
+                sm: make(slot.shard),
+                log,
+                slot: slot.replica,
+                restored_image,
+                reads_waiting: VecDeque::new(),
+            };
+            hosts.insert(slot.shard, host);
+        }
+        Ok(Self {
+            id: context.id,
+            context: context.clone(),
+            topology,
+            hosts,
+            persists: BTreeMap::new(),
+            persist_next: 0,
+            fresh: durable.is_empty(),
+            outgoing: BTreeMap::new(),
+            wrap,
+            reads_waiting_max: context.limits.reads_waiting_max,
+            refused_total: 0,
+            skipped_total: 0,
+            reads_dropped_total: 0,
+        })
+    }
+}
+
+impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
+    /// True when this node hosts no shard.
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+    }
+
+    /// True when some hosted shard has a log (the node must tick it).
+    pub fn has_logs(&self) -> bool {
+        self.hosts.values().any(|h| h.log.is_some())
+    }
+
+    /// The shards hosted here.
+    pub fn shards(&self) -> Vec<ShardId> {
+        self.hosts.keys().copied().collect()
+    }
+
+    /// `shard`'s machine.
+    pub fn get(&self, shard: ShardId) -> Option<&SM> {
+        self.hosts.get(&shard).map(|h| &h.sm)
+    }
+
+    /// `shard`'s machine, writable (bulk loads, leader-only bookkeeping).
+    pub fn get_mut(&mut self, shard: ShardId) -> Option<&mut SM> {
+        self.hosts.get_mut(&shard).map(|h| &mut h.sm)
+    }
+
+    /// Every hosted machine with whether this replica leads its shard.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (ShardId, &mut SM, bool)> {
+        self.hosts.iter_mut().map(|(&shard, h)| {
+            let leads = h.leads();
+            (shard, &mut h.sm, leads)
+        })
+    }
+
+    /// Every hosted machine.
+    pub fn iter(&self) -> impl Iterator<Item = (ShardId, &SM)> {
+        self.hosts.iter().map(|(&shard, h)| (shard, &h.sm))
+    }
+
+    /// True when this replica acts for `shard`: its only replica, or the leader.
+    pub fn leads(&self, shard: ShardId) -> bool {
+        self.hosts.get(&shard).is_some_and(|h| h.leads())
+    }
+
+    /// Where a request for `shard` should go from here.
+    pub fn route(&self, shard: ShardId) -> Route {
+        let Some(host) = self.hosts.get(&shard) else { return Route::Drop };
+        if host.leads() {
+            return Route::Here;
+        }
+        let leader = host.log.as_ref().and_then(|r| r.leader());
+        match leader.and_then(|slot| self.topology.replica_node(shard, slot)) {
+            Some(node) if node != self.id => Route::Forward(node),
+            _ => Route::Drop,
+        }
+    }
+
+    /// At node start: a restarted replica installs its snapshot and replays its committed
+    /// log before it serves anything; on a first start (or alone in its group) replica 0
+    /// campaigns at once instead of waiting out an election timeout.
+    pub fn on_start(&mut self, out: &mut Outbox<SM::Msg>) {
+        for shard in self.shards() {
+            let mut effects = Vec::new();
+            if let Some(log) = self.hosts.get_mut(&shard).and_then(|h| h.log.as_mut()) {
+                log.poll(&mut effects);
+            }
+            self.carry_out(shard, effects, out);
+        }
+        if self.fresh || self.topology.replicas == 1 {
+            let leads: Vec<ShardId> =
+                self.hosts.iter().filter(|(_, h)| h.slot == 0).map(|(&s, _)| s).collect();
+            for shard in leads {
+                let mut effects = Vec::new();
+                if let Some(log) = self.hosts.get_mut(&shard).and_then(|h| h.log.as_mut()) {
+                    log.campaign(&mut effects);
+                }
+                self.carry_out(shard, effects, out);
+            }
+        }
+    }
+
+    /// One log tick for every group; a leader that is not replica 0 hands leadership back
+    /// once replica 0 has caught up.
+    pub fn tick(&mut self, out: &mut Outbox<SM::Msg>) {
+        for shard in self.shards() {
+            let mut effects = Vec::new();
+            let Some(log) = self.hosts.get_mut(&shard).and_then(|h| h.log.as_mut()) else {
+                continue;
+            };
+            log.tick(&mut effects);
+            if log.leader() != Some(0) && log.is_caught_up(0) {
+                log.transfer_leader(0, &mut effects);
+            }
+            self.carry_out(shard, effects, out);
+        }
+    }
+
+    /// Log messages from node `from`. Groups the sender does not hold the claimed slot of are
+    /// dropped.
+    pub fn on_raft(&mut self, from: NodeId, groups: Vec<RaftGroupMsgs>, out: &mut Outbox<SM::Msg>) {
+        for RaftGroupMsgs { shard, from_slot, msgs } in groups {
+            if self.topology.replica_node(shard, from_slot) != Some(from) {
+                continue;
+            }
+            let Some(log) = self.hosts.get_mut(&shard).and_then(|h| h.log.as_mut()) else {
+                continue;
+            };
+            let mut effects = Vec::new();
+            log.on_message(from_slot, msgs, &mut effects);
+            self.carry_out(shard, effects, out);
+        }
+    }
+
+    /// A persist of one of the groups completed.
+    pub fn on_persisted(&mut self, token: PersistToken, out: &mut Outbox<SM::Msg>) {
+        let Some((shard, group_token)) = self.persists.remove(&token.0) else { return };
+        let mut effects = Vec::new();
+        if let Some(log) = self.hosts.get_mut(&shard).and_then(|h| h.log.as_mut()) {
+            log.on_persisted(group_token, &mut effects);
+        }
+        self.carry_out(shard, effects, out);
+    }
+
+    /// Validates `command` and applies it to `shard` at once (no log) or proposes it (it is
+    /// applied, and answered, once committed). An invalid command is refused with the reason;
+    /// a proposal the log drops (no longer leader, a transfer in progress) is left to the
+    /// sender's timeout.
+    pub fn submit(
+        &mut self,
+        shard: ShardId,
+        command: SM::Command,
+        out: &mut Outbox<SM::Msg>,
+    ) -> Result<(), String> {
+        let Some(host) = self.hosts.get_mut(&shard) else {
+            return Err(format!("shard {shard} is not hosted here"));
+        };
+        if let Err(why) = host.sm.validate(&command) {
+            self.refused_total += 1;
+            return Err(why);
+        }
+        let Some(log) = host.log.as_mut() else {
+            host.sm.apply(command, true, out);
+            return Ok(());
+        };
+        let bytes = postcard::to_allocvec(&command).expect("commands encode");
+        let mut effects = Vec::new();
+        let _ = log.propose(bytes, &mut effects);
+        self.carry_out(shard, effects, out);
+        Ok(())
+    }
+
+    /// Queues a read for `shard`'s leader; it is served once the leader's state is current.
+    /// Beyond `reads_waiting_max` waiting, it is dropped (the sender's timeout resends).
+    pub fn read(&mut self, shard: ShardId, read: SM::Read, out: &mut Outbox<SM::Msg>) {
+        let Some(host) = self.hosts.get_mut(&shard) else { return };
+        if host.reads_waiting.len() >= self.reads_waiting_max {
+            self.reads_dropped_total += 1;
+            return;
+        }
+        let read_index = host.log.as_ref().and_then(|r| r.read_index());
+        host.reads_waiting.push_back((read_index, read));
+        Self::serve_reads(host, out);
+    }
+
+    /// Serves the waiting reads whose index the replica has applied, in order. A replica
+    /// that stopped leading drops them.
+    fn serve_reads(host: &mut Host<SM, R>, out: &mut Outbox<SM::Msg>) {
+        while let Some((waiting_for, _)) = host.reads_waiting.front_mut() {
+            if let Some(log) = host.log.as_ref() {
+                if !log.is_leader() {
+                    host.reads_waiting.clear();
+                    return;
+                }
+                if waiting_for.is_none() {
+                    *waiting_for = log.read_index();
+                }
+                match *waiting_for {
+                    Some(index) if log.applied_index() >= index => {}
+                    _ => return,
+                }
+            }
+            let Some((_, read)) = host.reads_waiting.pop_front() else { return };
+            host.sm.serve_read(read, out);
+        }
+    }
+
+    /// Sends the log messages this call produced: one message per destination, or several
+    /// of at most [`RAFT_SEND_BYTES_MAX`] each when they are big (snapshot chunks), so that
+    /// each fits a wire frame.
+    pub fn flush(&mut self, out: &mut Outbox<SM::Msg>) {
+        if self.outgoing.is_empty() {
+            return;
+        }
+        for (node, groups) in std::mem::take(&mut self.outgoing) {
+            let mut batch: Vec<RaftGroupMsgs> = Vec::new();
+            let mut bytes = 0;
+            for RaftGroupMsgs { shard, from_slot, msgs } in groups {
+                let mut part = RaftGroupMsgs { shard, from_slot, msgs: Vec::new() };
+                for msg in msgs {
+                    if bytes > 0 && bytes + msg.0.len() > RAFT_SEND_BYTES_MAX {
+                        if !part.msgs.is_empty() {
+                            let full = RaftGroupMsgs { shard, from_slot, msgs: Vec::new() };
+                            batch.push(std::mem::replace(&mut part, full));
+                        }
+                        out.send(node, (self.wrap)(std::mem::take(&mut batch)));
+                        bytes = 0;
+                    }
+                    bytes += msg.0.len();
+                    part.msgs.push(msg);
+                }
+                if !part.msgs.is_empty() {
+                    batch.push(part);
+                }
+            }
+            if !batch.is_empty() {
+                out.send(node, (self.wrap)(batch));
+            }
+        }
+    }
+
+    /// Installs the snapshots and applies every command the restored logs hold as committed,
+    /// answering nobody: the state a restarted node reaches before it talks to anyone.
+    pub fn replay_committed(&mut self) -> Replayed {
+        let mut out = Outbox::new();
+        let mut replayed = Replayed::default();
+        for shard in self.shards() {
+            let mut effects = Vec::new();
+            if let Some(log) = self.hosts.get_mut(&shard).and_then(|h| h.log.as_mut()) {
+                log.poll(&mut effects);
+                replayed.log_index += log.applied_index();
+            }
+            for effect in &effects {
+                match effect {
+                    ReplicaEffect::Apply { .. } => replayed.commands += 1,
+                    ReplicaEffect::Restore { .. } => replayed.snapshots += 1,
+                    _ => {}
+                }
+            }
+            self.carry_out(shard, effects, &mut out);
+        }
+        self.outgoing.clear();
+        replayed
+    }
+
+    /// The hosting counters, summed over the shards (names shared by every protocol).
+    pub fn counters(&self, into: &mut BTreeMap<&'static str, u64>) {
+        for host in self.hosts.values() {
+            if let Some(log) = &host.log {
+                *into.entry("raft_groups_led").or_default() += u64::from(log.is_leader());
+                *into.entry("raft_log_entries").or_default() += log.log_entries();
+                let snapshots = log.snapshot_counts();
+                *into.entry("raft_snapshots_taken_total").or_default() += snapshots.taken;
+                *into.entry("raft_snapshots_received_total").or_default() += snapshots.received;
+                *into.entry("raft_snapshots_restored_total").or_default() += snapshots.restored;
+                *into.entry("raft_snapshots_refused_total").or_default() += snapshots.refused;
+            }
+            *into.entry("host_reads_waiting").or_default() += host.reads_waiting.len() as u64;
+        }
+        into.insert("host_commands_refused_total", self.refused_total);
+        into.insert("host_commands_skipped_total", self.skipped_total);
+        into.insert("host_reads_dropped_total", self.reads_dropped_total);
+    }
+
+    /// Carries out what `shard`'s log member asked for.
+    fn carry_out(
+        &mut self,
+        shard: ShardId,
+        effects: Vec<ReplicaEffect>,
+        out: &mut Outbox<SM::Msg>,
+    ) {
+        for effect in effects {
+            match effect {
+                ReplicaEffect::Send { to, msgs } => {
+                    let Some(host) = self.hosts.get(&shard) else { continue };
+                    if let Some(node) = self.topology.replica_node(shard, to) {
+                        let group = RaftGroupMsgs { shard, from_slot: host.slot, msgs };
+                        self.outgoing.entry(node).or_default().push(group);
+                    }
+                }
+                ReplicaEffect::Persist { token, records, sync } => {
+                    assert!(
+                        self.persists.len() < PERSISTS_PENDING_MAX,
+                        "persists stopped completing"
+                    );
+                    let node_token = self.persist_next;
+                    self.persist_next += 1;
+                    self.persists.insert(node_token, (shard, token));
+                    let records = records
+                        .into_iter()
+                        .map(|(key, value)| PersistRecord { key, value })
+                        .collect();
+                    let durability = if sync { Durability::Synced } else { Durability::Buffered };
+                    out.persist(PersistToken(node_token), records, durability);
+                }
+                ReplicaEffect::Apply { index, command } => {
+                    let Some(host) = self.hosts.get_mut(&shard) else { continue };
+                    // Entries come from our own group, validated by its leader; one that does
+                    // not decode or validate (a leader of another version) is skipped
+                    // identically on every replica.
+                    let Ok(command) = postcard::from_bytes::<SM::Command>(&command) else {
+                        self.skipped_total += 1;
+                        continue;
+                    };
+                    if host.sm.validate(&command).is_err() {
+                        self.skipped_total += 1;
+                        continue;
+                    }
+                    let replayed =
+                        host.log.as_ref().is_some_and(|r| index <= r.restored_last_index());
+                    let answer = host.leads() && !replayed;
+                    host.sm.apply(command, answer, out);
+                }
+                ReplicaEffect::Restore { index, data } => {
+                    let Some(host) = self.hosts.get_mut(&shard) else { continue };
+                    let image = match host.restored_image.take() {
+                        Some((at, image)) if at == index => image,
+                        // From the leader: it passed the sender check and the group's own
+                        // checks, so an image that does not decode is a bug, not input.
+                        _ => SM::decode_image(&self.context, &data).unwrap_or_else(|e| {
+                            panic!("shard {shard}: snapshot at {index} from the leader: {e}")
+                        }),
+                    };
+                    host.sm.install(image);
+                }
+                ReplicaEffect::Leadership(leads) => {
+                    if let Some(host) = self.hosts.get_mut(&shard) {
+                        if !leads {
+                            host.reads_waiting.clear();
+                        }
+                        host.sm.on_leadership(leads);
+                    }
+                }
+            }
+        }
+        self.snapshot_if_due(shard, out);
+        if let Some(host) = self.hosts.get_mut(&shard) {
+            if !host.reads_waiting.is_empty() {
+                // A new leader's reads wait for its term's first commit, which applies no
+                // command: so look after every pass, not only after applies.
+                Self::serve_reads(host, out);
+            }
+        }
+    }
+
+    /// Snapshots `shard`'s machine once its group has applied enough since the last one.
+    fn snapshot_if_due(&mut self, shard: ShardId, out: &mut Outbox<SM::Msg>) {
+        let Some(host) = self.hosts.get_mut(&shard) else { return };
+        let Some(log) = host.log.as_mut().filter(|r| r.snapshot_due()) else { return };
+        let mut effects = Vec::new();
+        log.take_snapshot(host.sm.image(), &mut effects);
+        debug_assert!(effects.iter().all(|e| matches!(e, ReplicaEffect::Persist { .. })));
+        self.carry_out(shard, effects, out);
+    }
+}
