@@ -83,6 +83,16 @@ pub fn table(output: &RunOutput) -> String {
         "window {:.1} s, {} committed, {} retried attempts, {} user aborts, {} failed; p90 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
         s.window_s, s.committed, s.retries, s.user_aborted, s.failed, s.latency_ms_p90, s.latency_ms_p999, s.latency_ms_max
     );
+    if !s.commit_paths.is_empty() {
+        let _ = writeln!(text, "{}", paths_line(s));
+    }
+    if output.messages_dropped > 0 {
+        let _ = writeln!(
+            text,
+            "{} messages dropped at full queues (inboxes, TCP writers); timeouts resent them",
+            output.messages_dropped
+        );
+    }
     if let Some(load) = &output.load {
         let rss = load.peak_rss_mib.map_or(String::new(), |m| format!(", peak RSS {m:.0} MiB"));
         let _ = writeln!(text, "load {:.2} s{rss}", load.seconds);
@@ -122,6 +132,28 @@ pub fn table(output: &RunOutput) -> String {
         let _ = writeln!(text, "checks: not run ({note})");
     }
     text
+}
+
+/// "commit paths: ...; wide-area round trips p50 ... (mean ...)".
+pub fn paths_line(s: &crate::stats::Summary) -> String {
+    let paths: Vec<String> = s.commit_paths.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    let mut line = format!(
+        "commit paths: {}",
+        if paths.is_empty() { "none".into() } else { paths.join(", ") }
+    );
+    if let Some(ratio) = s.fast_path_ratio {
+        line += &format!("; fast path {:.1}%", ratio * 100.0);
+    }
+    if let (Some(p50), Some(mean)) = (s.wrtt_p50, s.wrtt_mean) {
+        line += &format!("; wide-area round trips per commit p50 {p50} (mean {mean:.2})");
+    }
+    if let (Some(p50), Some(p99)) = (s.speculative_latency_ms_p50, s.speculative_latency_ms_p99) {
+        line += &format!("; speculative latency p50 {p50:.2} ms p99 {p99:.2} ms");
+    }
+    if s.indeterminate > 0 {
+        line += &format!("; {} outcomes unknown", s.indeterminate);
+    }
+    line
 }
 
 #[cfg(test)]

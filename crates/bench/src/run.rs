@@ -16,6 +16,7 @@ use meridian_runtime::clock::WallClock;
 use meridian_runtime::incarnation;
 use meridian_runtime::logstore::{DurabilityMode, LogStore, LogStoreKind, Storage};
 use meridian_runtime::metrics::{self, MetricsHub};
+use meridian_runtime::node_task::NodeFailures;
 use meridian_runtime::node_task::{ClusterConfig, LocalNode};
 use meridian_runtime::tcp::TcpConfig;
 use meridian_runtime::{Cluster, LinkDelays};
@@ -104,6 +105,8 @@ pub struct RunOutput {
     pub load: Option<LoadReport>,
     /// Per-link delays.
     pub links: Vec<LinkReport>,
+    /// Nodes of this process that panicked, with the panic message: the run failed.
+    pub node_panics: Vec<String>,
     /// Messages the runtime dropped because a queue was full (an inbox, a TCP writer to an
     /// unreachable or slow peer); the protocols' timeouts recover them.
     pub messages_dropped: u64,
@@ -134,6 +137,19 @@ impl RunOutput {
     /// True when every check that ran passed.
     pub fn checks_passed(&self) -> bool {
         self.checks.iter().all(|c| c.passed)
+    }
+
+    /// Why the run failed before any check: a node panicked, or nothing committed (a
+    /// benchmark that measured nothing must not pass its checks vacuously).
+    pub fn verdict(&self) -> Result<(), String> {
+        if !self.node_panics.is_empty() {
+            return Err(self.node_panics.join("; "));
+        }
+        if self.summary.committed == 0 {
+            let why = self.first_failure.as_deref().unwrap_or("no request was answered");
+            return Err(format!("no transaction committed in the measurement window ({why})"));
+        }
+        Ok(())
     }
 }
 
@@ -323,7 +339,8 @@ async fn embedded<N: ProtocolNode>(
         .await
         .map_err(|e| ConfigError::new(format!("cannot start the cluster: {e}")))?;
     let mut checker = workload.checker();
-    let stats = drive(experiment, &pools, checker.as_mut()).await;
+    let failures = cluster.failures();
+    let stats = drive(experiment, &pools, checker.as_mut(), &failures).await;
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
@@ -332,6 +349,7 @@ async fn embedded<N: ProtocolNode>(
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
     out.load = Some(load);
     out.messages_dropped = dropped;
+    out.node_panics = panics_of(&failures);
     if experiment.durability != DurabilityMode::Memory {
         let _ = std::fs::remove_dir_all(&data_dir);
     }
@@ -366,11 +384,22 @@ fn leader_stores<'a, N: ProtocolNode>(
         .collect()
 }
 
-/// Runs the clients for warm-up plus duration, then stops them and waits for what is outstanding.
+/// "node n3 panicked: ..." for every node of the process that panicked.
+fn panics_of(failures: &NodeFailures) -> Vec<String> {
+    failures
+        .panics()
+        .into_iter()
+        .map(|(node, why)| format!("node {node} panicked: {why}"))
+        .collect()
+}
+
+/// Runs the clients for warm-up plus duration, then stops them and waits for what is
+/// outstanding. Stops early when a node panics: the run has failed.
 async fn drive(
     experiment: &Experiment,
     pools: &[(NodeId, Arc<Mutex<ClosedLoopClients>>)],
     checker: &mut dyn InvariantCheck,
+    failures: &NodeFailures,
 ) -> RunStats {
     let clock = WallClock::new();
     let start = clock.now_ns();
@@ -391,12 +420,12 @@ async fn drive(
         for (_, pool) in pools {
             let completions = pool.lock().expect("client lock").drain_completions();
             for completion in completions {
-                stats.add(&completion);
+                stats.add(&completion, None);
                 checker.observe(&completion);
             }
         }
     };
-    while clock.now_ns() < window_end {
+    while clock.now_ns() < window_end && failures.panics().is_empty() {
         tokio::time::sleep(DRAIN_INTERVAL).await;
         collect(&mut stats);
         let elapsed_s = (clock.now_ns() - start) as f64 / 1e9;
@@ -411,6 +440,7 @@ async fn drive(
         clock.now_ns() + FINISH_WAIT_NS_MIN.max(8 * Timing::for_network(owd_ns_max).rpc_timeout_ns);
     while !pools.iter().all(|(_, p)| p.lock().expect("client lock").finished())
         && clock.now_ns() < finish_deadline
+        && failures.panics().is_empty()
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
         collect(&mut stats);
@@ -474,6 +504,7 @@ fn output(
         load: None,
         links,
         messages_dropped: 0,
+        node_panics: Vec::new(),
         history_json: None,
     }
 }
@@ -514,7 +545,7 @@ impl ProtocolVisitor for Remote<'_> {
 }
 
 /// What both ends of every connection must agree on: the cluster file and the procedures.
-fn fingerprint(file: &ClusterFile, workload: &Arc<dyn Workload>) -> u64 {
+pub fn fingerprint(file: &ClusterFile, workload: &Arc<dyn Workload>) -> u64 {
     file.text_hash ^ workload.registry().fingerprint().rotate_left(17)
 }
 
@@ -560,7 +591,8 @@ async fn remote<N: ProtocolNode>(
         .await
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
     let mut checker = workload.checker();
-    let stats = drive(experiment, &pools, checker.as_mut()).await;
+    let failures = cluster.failures();
+    let stats = drive(experiment, &pools, checker.as_mut(), &failures).await;
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
@@ -574,8 +606,24 @@ async fn remote<N: ProtocolNode>(
     };
     let mut out = output(experiment, "tcp", &workload, &stats, checks, note, links);
     out.messages_dropped = dropped;
+    out.node_panics = panics_of(&failures);
     out.history_json = checker.history_json();
     Ok(out)
+}
+
+/// Why a server stopped other than by a signal.
+#[derive(Debug)]
+pub enum ServeError {
+    /// Bad configuration or a resource it could not get; nothing was served.
+    Config(ConfigError),
+    /// The node panicked (the message says where); the process must not go on serving.
+    NodeFailed(String),
+}
+
+impl From<ConfigError> for ServeError {
+    fn from(error: ConfigError) -> Self {
+        Self::Config(error)
+    }
 }
 
 /// Runs node `node` of a cluster file until the process is interrupted; with `metrics_addr`,
@@ -586,13 +634,14 @@ pub fn run_server(
     metrics_addr: Option<std::net::SocketAddr>,
     durability: DurabilityMode,
     data_dir: Option<&Path>,
-) -> Result<(), ConfigError> {
+) -> Result<(), ServeError> {
     let id = NodeId(node);
     if node as usize >= file.topology.nodes.len() {
         return Err(ConfigError::new(format!(
             "--node {node}: the cluster file has nodes 0..{}",
             file.topology.nodes.len()
-        )));
+        ))
+        .into());
     }
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
@@ -623,7 +672,7 @@ struct Serve<'a> {
 }
 
 impl ProtocolVisitor for Serve<'_> {
-    type Output = Result<(), ConfigError>;
+    type Output = Result<(), ServeError>;
     fn visit<P: Protocol>(self) -> Self::Output {
         let Self { rt, file, workload, topology, server } = self;
         rt.block_on(serve::<P::Node>(file, workload, topology, P::restore, server))
@@ -719,7 +768,7 @@ async fn serve<N: ProtocolNode>(
     topology: Arc<Topology>,
     build: BuildNode<N>,
     server: Server<'_>,
-) -> Result<(), ConfigError> {
+) -> Result<(), ServeError> {
     let Server { id, storage, durable, metrics_addr, incarnation } = server;
     let context = file_contexts(file, &topology, &workload, storage.is_some(), incarnation);
     // The initial data first; the log replays on top of it once the node runs.
@@ -742,17 +791,27 @@ async fn serve<N: ProtocolNode>(
         ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
     })?;
     tracing::info!(node = %id, addr = %file.addrs[id.0 as usize], "serving");
-    // Stop on Ctrl-C (SIGINT) or SIGTERM (what `meridian cluster down` and most supervisors send).
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut terminate) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminate.recv() => {}
+    // Stop on Ctrl-C (SIGINT) or SIGTERM (what `meridian cluster down` and most supervisors
+    // send), or fail when the node panics.
+    let failures = cluster.failures();
+    let failed = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => false,
+                    _ = terminate.recv() => false,
+                    () = failures.wait() => true,
+                }
             }
+            Err(_) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => false,
+                () = failures.wait() => true,
+            },
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+    }
+    .await;
+    if failed {
+        return Err(ServeError::NodeFailed(panics_of(&failures).join("; ")));
     }
     tracing::info!(node = %id, "stopping");
     if let Some(task) = metrics_task {
@@ -760,4 +819,56 @@ async fn serve<N: ProtocolNode>(
     }
     drop(cluster.stop().await);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::RunStats;
+
+    fn output(committed: bool, panics: &[&str]) -> RunOutput {
+        let mut stats = RunStats::new(0, 1_000_000_000);
+        if committed {
+            let completion = meridian_workloads::clients::Completion {
+                client: 0,
+                coordinator: NodeId(0),
+                request: meridian_core::RequestId(1),
+                txn: meridian_core::txn::TxnRequest {
+                    proc: meridian_core::txn::ProcId(0),
+                    args: vec![],
+                },
+                submitted_at: 10,
+                completed_at: 20,
+                outcome: meridian_core::txn::TxnOutcome {
+                    result: meridian_core::txn::TxnResult::Committed,
+                    ..meridian_core::txn::TxnOutcome::failed(
+                        meridian_core::txn::TxnFailure::RetriesExhausted,
+                    )
+                },
+            };
+            stats.add(&completion, None);
+        }
+        RunOutput {
+            parameters: serde_json::Value::Null,
+            summary: stats.summary(),
+            first_failure: None,
+            checks: vec![CheckResult { name: "x".into(), passed: true, detail: String::new() }],
+            checks_note: None,
+            load: None,
+            links: Vec::new(),
+            node_panics: panics.iter().map(|p| p.to_string()).collect(),
+            messages_dropped: 0,
+            history_json: None,
+        }
+    }
+
+    #[test]
+    fn a_run_with_a_panicked_node_or_no_commit_fails_whatever_its_checks_say() {
+        assert_eq!(output(true, &[]).verdict(), Ok(()));
+        let panicked = output(true, &["node n1 panicked: boom"]).verdict().unwrap_err();
+        assert!(panicked.contains("boom"), "{panicked}");
+        let idle = output(false, &[]).verdict().unwrap_err();
+        assert!(idle.contains("no transaction committed"), "{idle}");
+        assert!(output(false, &[]).checks_passed(), "the checks alone would have passed");
+    }
 }

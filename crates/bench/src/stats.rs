@@ -7,6 +7,7 @@ use meridian_core::txn::TxnResult;
 use meridian_core::Time;
 use meridian_workloads::clients::Completion;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Largest latency recorded (µs): ten minutes.
 const LATENCY_US_MAX: u64 = 600_000_000;
@@ -31,6 +32,14 @@ pub struct RunStats {
     pub first_failure: Option<String>,
     /// Completions outside the window.
     pub outside_window: u64,
+    /// Committed requests by commit path.
+    paths: BTreeMap<&'static str, u64>,
+    /// Wide-area one-way hops on the critical path of each committed request (simulated runs).
+    wan_hops: Vec<u16>,
+    /// Speculative latencies, for protocols that report them.
+    speculative_us: Histogram<u64>,
+    /// Requests whose outcome is unknown (a participant forgot it).
+    indeterminate: u64,
 }
 
 /// The numbers a report shows.
@@ -62,6 +71,22 @@ pub struct Summary {
     pub failed: u64,
     /// Committed requests that touched more than one shard, as a fraction.
     pub cross_shard_fraction: f64,
+    /// Failed requests whose outcome is unknown (included in `failed`).
+    pub indeterminate: u64,
+    /// Committed requests by commit path (`one-round`, `one-phase`, `two-phase`, `fast`, ...).
+    pub commit_paths: BTreeMap<String, u64>,
+    /// Commits on a fast path per commit, for protocols that have one (`null` otherwise).
+    pub fast_path_ratio: Option<f64>,
+    /// Wide-area round trips on the critical path of the median commit (half the wide-area
+    /// one-way legs it waited for, in turn), where the driver counts them (the simulator).
+    pub wrtt_p50: Option<f64>,
+    /// The mean of the same.
+    pub wrtt_mean: Option<f64>,
+    /// Speculative commit latency, median and 99th percentile (ms), for protocols that
+    /// acknowledge speculatively; the latencies above are always the durable ones.
+    pub speculative_latency_ms_p50: Option<f64>,
+    /// 99th percentile of the speculative latency (ms).
+    pub speculative_latency_ms_p99: Option<f64>,
 }
 
 impl RunStats {
@@ -78,11 +103,16 @@ impl RunStats {
             failed: 0,
             first_failure: None,
             outside_window: 0,
+            paths: BTreeMap::new(),
+            wan_hops: Vec::new(),
+            speculative_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid bounds"),
+            indeterminate: 0,
         }
     }
 
-    /// Adds one completion.
-    pub fn add(&mut self, completion: &Completion) {
+    /// Adds one completion; `wan_hops` is the number of wide-area one-way legs on its
+    /// critical path, when the driver counts them.
+    pub fn add(&mut self, completion: &Completion, wan_hops: Option<u16>) {
         let in_window = completion.submitted_at >= self.window_start
             && completion.completed_at <= self.window_end;
         if !in_window {
@@ -99,10 +129,20 @@ impl RunStats {
                 let latency = ((completion.completed_at - completion.submitted_at) / NS_PER_US)
                     .clamp(1, LATENCY_US_MAX);
                 let _ = self.latency_us.record(latency);
+                *self.paths.entry(completion.outcome.path.name()).or_default() += 1;
+                if let Some(hops) = wan_hops {
+                    self.wan_hops.push(hops);
+                }
+                if let Some(ns) = completion.outcome.speculative_ns {
+                    let _ = self.speculative_us.record((ns / NS_PER_US).clamp(1, LATENCY_US_MAX));
+                }
             }
             TxnResult::UserAborted(_) => self.user_aborted += 1,
             TxnResult::Failed(failure) => {
                 self.failed += 1;
+                if matches!(failure, meridian_core::txn::TxnFailure::Indeterminate(_)) {
+                    self.indeterminate += 1;
+                }
                 self.first_failure.get_or_insert_with(|| format!("{failure:?}"));
             }
         }
@@ -119,6 +159,14 @@ impl RunStats {
             }
         };
         let attempts = self.committed + self.user_aborted + self.failed + self.retries;
+        let fast = self.paths.get("fast").copied().unwrap_or(0);
+        let slow = self.paths.get("slow").copied().unwrap_or(0);
+        let mut hops = self.wan_hops.clone();
+        hops.sort_unstable();
+        let speculative = |q: f64| {
+            (!self.speculative_us.is_empty())
+                .then(|| self.speculative_us.value_at_quantile(q) as f64 / 1e3)
+        };
         Summary {
             window_s,
             committed: self.committed,
@@ -141,6 +189,14 @@ impl RunStats {
             } else {
                 self.cross_shard as f64 / self.committed as f64
             },
+            indeterminate: self.indeterminate,
+            commit_paths: self.paths.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            fast_path_ratio: (fast + slow > 0).then(|| fast as f64 / self.committed as f64),
+            wrtt_p50: hops.get(hops.len() / 2).map(|&h| f64::from(h) / 2.0),
+            wrtt_mean: (!hops.is_empty())
+                .then(|| hops.iter().map(|&h| f64::from(h)).sum::<f64>() / hops.len() as f64 / 2.0),
+            speculative_latency_ms_p50: speculative(0.5),
+            speculative_latency_ms_p99: speculative(0.99),
         }
     }
 }
@@ -175,10 +231,10 @@ mod tests {
     fn only_the_window_counts() {
         let ms = 1_000_000;
         let mut stats = RunStats::new(1_000 * ms, 2_000 * ms);
-        stats.add(&completion(900 * ms, 1_100 * ms, 2, 0)); // warm-up
-        stats.add(&completion(1_500 * ms, 2_100 * ms, 2, 0)); // after the end
-        stats.add(&completion(1_100 * ms, 1_110 * ms, 2, 1));
-        stats.add(&completion(1_200 * ms, 1_230 * ms, 1, 0));
+        stats.add(&completion(900 * ms, 1_100 * ms, 2, 0), None); // warm-up
+        stats.add(&completion(1_500 * ms, 2_100 * ms, 2, 0), None); // after the end
+        stats.add(&completion(1_100 * ms, 1_110 * ms, 2, 1), Some(4));
+        stats.add(&completion(1_200 * ms, 1_230 * ms, 1, 0), Some(2));
         let summary = stats.summary();
         assert_eq!(summary.committed, 2);
         assert_eq!(stats.outside_window, 2);
@@ -187,5 +243,9 @@ mod tests {
         assert!((summary.abort_rate - 1.0 / 3.0).abs() < 1e-9);
         assert!((summary.latency_ms_max - 30.0).abs() < 0.1);
         assert!((summary.latency_ms_p50 - 10.0).abs() < 0.1);
+        assert_eq!(summary.wrtt_p50, Some(2.0), "the upper median of 1 and 2 round trips");
+        assert_eq!(summary.wrtt_mean, Some(1.5));
+        assert_eq!(summary.fast_path_ratio, None, "no protocol with a fast path ran");
+        assert_eq!(summary.commit_paths.get("none"), Some(&2));
     }
 }

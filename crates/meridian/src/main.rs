@@ -220,6 +220,10 @@ pub(crate) struct SimArgs {
     /// Print the last N events of a single-seed run (a failing run prints its last 40).
     #[arg(long)]
     trace: Option<usize>,
+    /// Write the single-seed run's `stats.json` (the shape `bench` writes, with virtual time)
+    /// into a new `DIR/<timestamp>/`.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// What `meridian cluster` does.
@@ -481,6 +485,9 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let folder = report::write_results(&args.out, &output)
         .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
     say!("results: {}", folder.join("stats.json").display());
+    if let Err(why) = output.verdict() {
+        return Err(Failure::Run(why));
+    }
     if !output.checks_passed() {
         let failed: Vec<&str> =
             output.checks.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();
@@ -539,8 +546,11 @@ fn verify(args: &VerifyArgs) -> Result<(), Failure> {
 fn server(args: &ServerArgs) -> Result<(), Failure> {
     let durability = DurabilityMode::parse(&args.durability).map_err(ConfigError::new)?;
     let file = ClusterFile::load(&args.config)?;
-    run_server(&file, args.node, args.metrics_addr, durability, args.data_dir.as_deref())?;
-    Ok(())
+    match run_server(&file, args.node, args.metrics_addr, durability, args.data_dir.as_deref()) {
+        Ok(()) => Ok(()),
+        Err(meridian_bench::run::ServeError::Config(error)) => Err(error.into()),
+        Err(meridian_bench::run::ServeError::NodeFailed(why)) => Err(Failure::Run(why)),
+    }
 }
 
 fn main() -> ExitCode {

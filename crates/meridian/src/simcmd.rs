@@ -164,6 +164,12 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
                 ConfigError::new("--history records one seed; it cannot go with --seeds").into()
             );
         }
+        if args.out.is_some() {
+            return Err(ConfigError::new(
+                "--out writes one seed's statistics; it cannot go with --seeds",
+            )
+            .into());
+        }
         let range = parse_seeds(seeds)?;
         let jobs = args.jobs.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -223,8 +229,15 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         s.reordered,
         s.events,
     );
+    let output = sim_output(&r, &options, &report);
+    say!("{}", meridian_bench::report::paths_line(&output.summary));
     print_checks(&report);
     say!("trace hash {:016x}", report.trace_hash);
+    if let Some(dir) = &args.out {
+        let folder = meridian_bench::report::write_results(dir, &output)
+            .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
+        say!("results: {}", folder.join("stats.json").display());
+    }
     if !report.trace_tail.is_empty() {
         say!("last {} events:", report.trace_tail.len());
         for line in &report.trace_tail {
@@ -253,6 +266,57 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         return Err(Failure::Run("the run failed a check".into()));
     }
     Ok(())
+}
+
+/// The run as `bench` reports one: the statistics of every request over the virtual time the
+/// run took, with the wide-area round trips the simulator counted.
+fn sim_output(
+    r: &Resolved,
+    options: &SimRunOptions,
+    report: &SimRunReport,
+) -> meridian_bench::run::RunOutput {
+    let start = meridian_sim::SIM_EPOCH_NS;
+    let mut stats = meridian_bench::stats::RunStats::new(start, start + report.virtual_ns.max(1));
+    for (completion, hops) in &report.completions {
+        stats.add(completion, Some(*hops));
+    }
+    let parameters = serde_json::json!({
+        "mode": "simulated",
+        "protocol": r.protocol.name(),
+        "protocol_options": r
+            .protocol_options
+            .iter()
+            .map(|(name, value)| (name.to_string(), serde_json::Value::String(value.to_string())))
+            .collect::<serde_json::Map<_, _>>(),
+        "workload": { "name": r.workload },
+        "shards": r.shards,
+        "replicas": r.replicas,
+        "network": {
+            "name": r.network.name,
+            "regions": r.network.regions,
+            "owd_ms_max": r.network.owd_ns_max() as f64 / 1e6,
+        },
+        "clock": r.clock.name,
+        "load": "closed-loop, one request outstanding per client, no think time",
+        "clients": r.clients,
+        "txns": options.txns,
+        "seed": report.seed,
+        "virtual_s": report.virtual_ns as f64 / 1e9,
+        "trace_hash": format!("{:016x}", report.trace_hash),
+        "meridian_version": env!("CARGO_PKG_VERSION"),
+    });
+    meridian_bench::run::RunOutput {
+        parameters,
+        summary: stats.summary(),
+        first_failure: stats.first_failure.clone(),
+        checks: report.checks.clone(),
+        checks_note: None,
+        load: None,
+        links: Vec::new(),
+        messages_dropped: 0,
+        node_panics: Vec::new(),
+        history_json: report.history_json.clone(),
+    }
 }
 
 /// Runs seeds in this process and prints one line per failure and a summary line.

@@ -359,3 +359,109 @@ fn cluster_up_status_down_manage_server_processes_by_recorded_pid() {
     assert!(String::from_utf8_lossy(&status.stdout).contains("0/2 servers up"));
     assert_eq!(run(&["cluster", "up", "--config", "/nonexistent/c.toml"]).status.code(), Some(2));
 }
+
+/// Writes `frames` on a fresh connection to `addr` and reads until the server closes it (or
+/// two seconds pass): true when the server closed it.
+fn send_and_see_closed(addr: &str, bytes: &[u8]) -> bool {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("server listens");
+    let _ = stream.write_all(bytes);
+    stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut sink = [0u8; 64];
+    matches!(stream.read(&mut sink), Ok(0) | Err(_))
+}
+
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut bytes = (payload.len() as u32).to_be_bytes().to_vec();
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+#[test]
+fn hostile_frames_close_their_connection_and_the_server_serves_on() {
+    use meridian_core::wire::{encode_frame, Hello, WireFrame, WIRE_VERSION};
+    let dir = scratch("hostile");
+    let (server_port, client_port, metrics_port) = (free_port(), free_port(), free_port());
+    let file = cluster_file(&dir, server_port, client_port);
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let child = meridian()
+        .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
+        .args(["--metrics-addr", &metrics_addr, "--durability", "memory"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _server = Server(child);
+    wait_for_port(server_port);
+    let addr = format!("127.0.0.1:{server_port}");
+    let parsed = meridian_bench::cluster_file::ClusterFile::load(&file).unwrap();
+    let workload: std::sync::Arc<dyn meridian_workloads::Workload> = std::sync::Arc::from(
+        meridian_workloads::build(&parsed.workload, &parsed.workload_options).unwrap(),
+    );
+    let hello = |fingerprint| {
+        let mut bytes = Vec::new();
+        let hello = Hello {
+            version: WIRE_VERSION,
+            cluster_fingerprint: fingerprint,
+            from: meridian_core::NodeId(1),
+            to: meridian_core::NodeId(0),
+        };
+        encode_frame(&WireFrame::<()>::Hello(hello), &mut bytes).unwrap();
+        bytes
+    };
+    let good_hello = hello(meridian_bench::run::fingerprint(&parsed, &workload));
+    let nested = |prefix: &[u8]| {
+        let mut payload = prefix.to_vec();
+        payload.extend(std::iter::repeat_n([3u8, 1], 200_000).flatten());
+        frame(&payload)
+    };
+    let mut attacks: Vec<(&str, Vec<u8>)> = vec![
+        // The reported crash: a batch of 200,000 nested forwards, before any hello.
+        (
+            "nested before hello",
+            frame(&[[1u8, 1, 0].as_slice(), &[12, 0].repeat(200_000)].concat()),
+        ),
+        ("wrong fingerprint", hello(7)),
+        ("length over the maximum", u32::MAX.to_be_bytes().to_vec()),
+    ];
+    // After a good hello: an Execute whose arguments nest lists 200,000 deep (batch of one,
+    // send time 0, Request, Execute, txn 1.0.0, shard 0, proc 0, one argument).
+    let mut deep = good_hello.clone();
+    deep.extend(nested(&[1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 1]));
+    attacks.push(("nested arguments", deep));
+    // A batch announcing four billion envelopes in a few bytes.
+    let mut counts = good_hello.clone();
+    counts.extend(frame(&[1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0]));
+    attacks.push(("oversized count", counts));
+    let mut rng = meridian_core::rng::child_rng(3, "hostile-frames", 0);
+    for _ in 0..20 {
+        let len = 1 + meridian_core::rng::uniform_u64(&mut rng, 300) as usize;
+        let payload: Vec<u8> =
+            (0..len).map(|_| meridian_core::rng::uniform_u64(&mut rng, 256) as u8).collect();
+        let mut bytes = good_hello.clone();
+        bytes.extend(frame(&payload));
+        attacks.push(("random payload after hello", bytes));
+    }
+    let attacks_count = attacks.len() as u64;
+    for (what, bytes) in &attacks {
+        // A random payload may happen to decode as a valid batch; the rest must be refused.
+        let closed = send_and_see_closed(&addr, bytes);
+        assert!(closed || what.starts_with("random"), "{what}: connection left open");
+    }
+    // The server is up and serves the next client.
+    let results = dir.join("results");
+    let output = run_words(
+        "bench --clients 4 --duration 1 --warmup 0.2 --quiet --cluster",
+        &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(committed_in(&stdout) > 10, "{stdout}");
+    let metrics = http_get(&metrics_addr, "/metrics");
+    let rejected = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("meridian_tcp_connections_rejected_total "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("a rejected-connections counter");
+    assert!(rejected >= attacks_count - 20, "{rejected} of {attacks_count} counted\n{metrics}");
+}

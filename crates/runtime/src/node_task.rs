@@ -163,6 +163,38 @@ pub struct Cluster<N: Node> {
     results: Vec<oneshot::Receiver<NodeResult<N>>>,
     listeners: Vec<JoinHandle<()>>,
     dropped: Arc<AtomicU64>,
+    failures: Arc<NodeFailures>,
+}
+
+/// Nodes of the process that panicked: their messages, and a notification for whoever waits.
+#[derive(Debug, Default)]
+pub struct NodeFailures {
+    panics: Mutex<Vec<(NodeId, String)>>,
+    notify: tokio::sync::Notify,
+}
+
+impl NodeFailures {
+    fn record(&self, node: NodeId, message: String) {
+        self.panics.lock().expect("failures lock").push((node, message));
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    /// `(node, panic message)` of every node that panicked so far.
+    pub fn panics(&self) -> Vec<(NodeId, String)> {
+        self.panics.lock().expect("failures lock").clone()
+    }
+
+    /// Waits until some node panics (at once if one already has).
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if !self.panics().is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl<N: Node> Cluster<N> {
@@ -188,6 +220,7 @@ impl<N: Node> Cluster<N> {
         let clock = WallClock::new();
         let delay = DelayThread::spawn()?;
         let dropped = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(NodeFailures::default());
         if let Some(hub) = &config.metrics {
             hub.add_process_counter("runtime_messages_dropped_total", dropped.clone());
             if let Some(tcp) = &config.tcp {
@@ -227,12 +260,35 @@ impl<N: Node> Cluster<N> {
             };
             let (done, result) = oneshot::channel();
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let failed = failures.clone();
             std::thread::Builder::new().name(format!("node-{}", id.0)).spawn(move || {
-                let _ = done.send(runtime.block_on(task.run()));
+                // A panicking node (an assertion in protocol code) must fail the run with its
+                // message, not leave the others waiting on a node that is gone.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(task.run())
+                }));
+                match run {
+                    Ok(result) => {
+                        let _ = done.send(result);
+                    }
+                    Err(panic) => {
+                        let message = panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "a panic".into());
+                        failed.record(id, message);
+                    }
+                }
             })?;
             results.push(result);
         }
-        Ok(Self { inboxes, results, listeners, dropped })
+        Ok(Self { inboxes, results, listeners, dropped, failures })
+    }
+
+    /// The nodes of this process that panicked so far, and a way to wait for one.
+    pub fn failures(&self) -> Arc<NodeFailures> {
+        self.failures.clone()
     }
 
     /// Messages dropped so far because a queue was full (an inbox, a TCP writer).

@@ -79,6 +79,61 @@ async fn a_burst_larger_than_the_inbound_batch_arrives_whole() {
     assert_eq!(receiver.node.sum, BURST * (BURST - 1) / 2);
 }
 
+/// A node that panics on the message it is told to: the cluster reports the panic with its
+/// message (a benchmark fails on it) and stopping does not wait for the dead node.
+struct Fragile {
+    id: NodeId,
+    panic_on: u64,
+}
+
+impl Node for Fragile {
+    type Msg = u64;
+    fn on_start(&mut self, _: Time, out: &mut Outbox<u64>) {
+        if self.id == NodeId(0) {
+            for i in 0..100 {
+                out.send(NodeId(1), i);
+            }
+        }
+    }
+    fn on_message(&mut self, _: Time, _: NodeId, msg: u64, _: &mut Outbox<u64>) {
+        assert!(msg != self.panic_on, "invariant broken at message {msg}");
+    }
+    fn on_timer(&mut self, _: Time, _: TimerId, _: &mut Outbox<u64>) {}
+    fn on_persisted(&mut self, _: Time, _: PersistToken, _: &mut Outbox<u64>) {}
+    fn submit(&mut self, _: Time, _: ClientRequest, _: &mut Outbox<u64>) {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_node_is_reported_with_its_message() {
+    let config = ClusterConfig {
+        topology: two_node_topology(),
+        network: NetworkModel::preset("lan", 1).unwrap(),
+        clock: ClockModel::preset("perfect").unwrap(),
+        seed: 1,
+        tcp: None,
+        metrics: None,
+        storage: None,
+    };
+    let nodes = (0..2)
+        .map(|i| {
+            (
+                NodeId(i),
+                Fragile { id: NodeId(i), panic_on: 42 },
+                None::<Arc<Mutex<ClosedLoopClients>>>,
+            )
+        })
+        .collect();
+    let cluster = Cluster::start(config, nodes).await.unwrap();
+    let failures = cluster.failures();
+    tokio::time::timeout(Duration::from_secs(10), failures.wait()).await.expect("reported");
+    let panics = failures.panics();
+    assert_eq!(panics.len(), 1);
+    assert_eq!(panics[0].0, NodeId(1));
+    assert!(panics[0].1.contains("invariant broken at message 42"), "{panics:?}");
+    let results = cluster.stop().await;
+    assert_eq!(results.iter().map(|r| r.id).collect::<Vec<_>>(), vec![NodeId(0)]);
+}
+
 fn free_addrs(count: usize) -> Vec<SocketAddr> {
     let listeners: Vec<std::net::TcpListener> =
         (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();

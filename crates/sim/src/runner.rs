@@ -16,7 +16,7 @@ use meridian_protocols::{
     Timing,
 };
 use meridian_storage::MvccStore;
-use meridian_workloads::clients::ClosedLoopClients;
+use meridian_workloads::clients::{ClosedLoopClients, Completion};
 use meridian_workloads::{CheckResult, Workload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,15 +69,18 @@ pub struct SimRunOptions {
     /// The protocol's options.
     pub protocol_options: ProtocolOptions,
     /// Most events one run may process; a run over it fails (a budget so that a seed that
-    /// livelocks ends, and says so, instead of hanging its swarm).
-    pub events_max: u64,
+    /// livelocks ends, and says so, instead of hanging its swarm). `None`: [`EVENTS_BASE`] plus
+    /// [`EVENTS_PER_TXN`] per transaction.
+    pub events_max: Option<u64>,
     /// A restarted node's clock comes back this far behind.
     pub restart_clock_step_back_ns: u64,
 }
 
-/// Default event budget of one run: far above what a healthy seed of a few thousand
-/// transactions needs (about 10^5 to 10^6 events).
-pub const EVENTS_MAX: u64 = 200_000_000;
+/// Event budget of one run, fixed part. A healthy seed takes 50 to 200 events per transaction
+/// (3 shards × 3 replicas with faults); the budget is a hundred times that.
+pub const EVENTS_BASE: u64 = 1_000_000;
+/// Event budget of one run, per transaction.
+pub const EVENTS_PER_TXN: u64 = 20_000;
 
 impl SimRunOptions {
     /// Options for one seed with no faults.
@@ -106,7 +109,7 @@ impl SimRunOptions {
             snapshot_interval_entries: None,
             limits: Limits::default(),
             protocol_options: ProtocolOptions::default(),
-            events_max: EVENTS_MAX,
+            events_max: None,
             restart_clock_step_back_ns: 0,
         }
     }
@@ -162,15 +165,11 @@ pub struct SimRunReport {
     pub commit_times_ns: Vec<Time>,
     /// Each live node's protocol counters at the end.
     pub node_counters: BTreeMap<NodeId, Vec<(&'static str, u64)>>,
-    /// Per committed request: the wide-area one-way hops on the causal chain that completed it
-    /// (half of it is the wide-area round trips it waited for).
-    pub commit_wan_hops: Vec<u16>,
-    /// Per committed request: its virtual latency (ns), in completion order.
-    pub commit_latencies_ns: Vec<u64>,
+    /// Every completed request, in completion order, with the wide-area one-way hops on the
+    /// causal chain that completed it (half of it is the wide-area round trips it waited for).
+    pub completions: Vec<(Completion, u16)>,
     /// Committed requests by commit path.
     pub paths: BTreeMap<CommitPath, u64>,
-    /// Speculative latencies reported by the protocol (ns), for protocols that have them.
-    pub speculative_ns: Vec<u64>,
     /// Requests whose outcome the protocol reported unknown.
     pub indeterminate: u64,
     /// The run stopped at its event budget.
@@ -293,14 +292,15 @@ fn run_with<N: ProtocolNode>(
         trace_tail: Vec::new(),
         commit_times_ns: Vec::new(),
         node_counters: BTreeMap::new(),
-        commit_wan_hops: Vec::new(),
-        commit_latencies_ns: Vec::new(),
+        completions: Vec::new(),
         paths: BTreeMap::new(),
-        speculative_ns: Vec::new(),
         indeterminate: 0,
         over_budget: false,
     };
     let mut hops_of: BTreeMap<RequestId, u16> = BTreeMap::new();
+    let events_max = options
+        .events_max
+        .unwrap_or_else(|| EVENTS_BASE.saturating_add(EVENTS_PER_TXN.saturating_mul(options.txns)));
     let mut latencies = Vec::new();
     let mut completed = 0u64;
     let mut stopped = false;
@@ -314,14 +314,9 @@ fn run_with<N: ProtocolNode>(
             latencies.push(latency);
             report.retries += u64::from(completion.outcome.retries);
             let hops = hops_of.remove(&completion.request).unwrap_or(0);
-            if let Some(ns) = completion.outcome.speculative_ns {
-                report.speculative_ns.push(ns);
-            }
             match &completion.outcome.result {
                 TxnResult::Committed => {
                     report.committed += 1;
-                    report.commit_wan_hops.push(hops);
-                    report.commit_latencies_ns.push(latency);
                     *report.paths.entry(completion.outcome.path).or_default() += 1;
                     report
                         .commit_times_ns
@@ -338,6 +333,7 @@ fn run_with<N: ProtocolNode>(
                 TxnResult::Failed(_) => report.failed += 1,
             }
             checker.observe(&completion);
+            report.completions.push((completion, hops));
         }
         if !stopped && completed >= options.txns {
             sim.clients_mut().stop();
@@ -348,10 +344,12 @@ fn run_with<N: ProtocolNode>(
             // Clients hear a commit as soon as it is decided; let the decisions reach every
             // participant before the stores are checked.
             let drain_until = sim.elapsed_ns() + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns;
-            sim.run_until(drain_until);
+            let left = events_max.saturating_sub(sim.stats().events);
+            sim.run_until_or(drain_until, left);
+            report.over_budget = sim.stats().events >= events_max;
             break;
         }
-        if sim.stats().events >= options.events_max {
+        if sim.stats().events >= events_max {
             report.over_budget = true;
             break;
         }
@@ -372,9 +370,21 @@ fn run_with<N: ProtocolNode>(
     report.trace_hash = sim.trace_hash();
     report.trace_tail = sim.trace_tail();
     report.stats = sim.stats().clone();
+    if report.over_budget {
+        report.checks.push(CheckResult {
+            name: "event-budget".into(),
+            passed: false,
+            detail: format!(
+                "stopped after {} events, the budget for {} transactions (a message storm or a \
+                 livelock)",
+                sim.stats().events,
+                options.txns
+            ),
+        });
+    }
     if !report.live {
         let why = if report.over_budget {
-            format!(" (stopped at the budget of {} events)", options.events_max)
+            format!(" (stopped at the budget of {events_max} events)")
         } else {
             String::new()
         };

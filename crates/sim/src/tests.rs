@@ -209,6 +209,46 @@ fn seed_31_a_coordinator_crash_after_its_commit_decision_leaves_no_half_transfer
     assert!(report.checks.iter().any(|c| c.name == "bank-total" && c.passed));
 }
 
+/// A participant stays prepared through a long partition from its coordinators while its peers
+/// commit, and decide (and, with a cache of four decisions, would forget) many more attempts.
+/// When it asks them, a peer that committed the attempt must still say so: a forgotten commit
+/// answered as "aborted" installs half a transfer. (With the old rule, evict the oldest
+/// decision and refuse what is not remembered, this schedule lost money.)
+#[test]
+fn a_commit_is_never_forgotten_while_a_participant_still_needs_it() {
+    let mut opts = options(5, "metro", 3, 600);
+    opts.limits.decided_max = 4;
+    let (p0, p1) = (replica(&opts, 0, 0), replica(&opts, 1, 0));
+    for c in opts.topology.coordinators() {
+        opts.faults.push((300 * NS_PER_MS, Fault::Block(c, p1)));
+    }
+    opts.faults.push((6 * NS_PER_S, Fault::Heal));
+    let workload = WorkloadOptions { shards: 3, keys_per_shard: 8, ..WorkloadOptions::default() };
+    let report =
+        run(&opts, Arc::from(meridian_workloads::build("bank", &workload).unwrap())).unwrap();
+    assert_passed(&report);
+    assert!(report.checks.iter().any(|c| c.name == "bank-total" && c.passed));
+    assert!(counter(&report, p1, "occ_participant_terminated_total") > 0, "p1 decided with peers");
+    assert!(counter(&report, p0, "occ_participant_decided_evicted_total") > 0, "p0 forgot some");
+}
+
+/// A coordinator restarts with its clock ten seconds back: its attempt ids still never repeat
+/// (they carry its incarnation), so nothing a participant remembers is mistaken for new.
+#[test]
+fn a_coordinator_restarted_with_its_clock_stepped_back_reuses_no_attempt_id() {
+    let mut opts = options(12, "metro", 3, 600);
+    let coordinator = opts.topology.coordinators()[0];
+    opts.faults = vec![
+        (400 * NS_PER_MS, Fault::Crash(coordinator)),
+        (500 * NS_PER_MS, Fault::Restart(coordinator)),
+        (900 * NS_PER_MS, Fault::Crash(coordinator)),
+        (1_000 * NS_PER_MS, Fault::Restart(coordinator)),
+    ];
+    opts.restart_clock_step_back_ns = 10 * NS_PER_S;
+    let report = run(&opts, micro(3, Some(0.9))).unwrap();
+    assert_passed(&report);
+}
+
 // ---------------------------------------------------------------------------------------------
 // occ over Raft: 2 shards × 3 replicas. Every scenario must stay live, lose no acknowledged
 // write (`micro-last-writer` checks every key against its committed writers), and end with
@@ -498,4 +538,22 @@ fn nodes_hosting_several_raft_groups_survive_the_crash_of_one_of_them() {
         let report = run(&faulty, micro(2, None)).unwrap();
         assert!(report.passed(), "seed {seed} ({plan:?}): {:?}", report.checks);
     }
+}
+
+/// A seed that needs more events than its budget stops there and fails, naming the budget,
+/// instead of running on (a planted replication bug once made a 25-second swarm run past
+/// ten minutes).
+#[test]
+fn a_run_over_its_event_budget_fails_instead_of_running_on() {
+    let mut opts = options(3, "metro", 2, 2_000);
+    opts.events_max = Some(5_000);
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert!(report.over_budget);
+    assert!(!report.passed());
+    let budget = report.checks.iter().find(|c| c.name == "event-budget").expect("named");
+    assert!(
+        budget.detail.contains("5000") || budget.detail.contains("stopped after"),
+        "{budget:?}"
+    );
+    assert!(report.stats.events <= 5_000 + 20_000, "stopped near the budget");
 }

@@ -126,3 +126,15 @@ fn occ_replicated_bank_swarm() {
 fn occ_replicated_list_append_swarm() {
     swarm_with(ProtocolKind::Occ, "list-append", 100_000, WorkloadOptions::default(), "", 3);
 }
+
+/// Cross-shard scans while others insert into the scanned ranges (the phantom check).
+#[test]
+fn occ_scan_count_swarm() {
+    swarm(ProtocolKind::Occ, "scan-count", 110_000);
+}
+
+/// Replicated shards with a phantom check.
+#[test]
+fn occ_replicated_scan_count_swarm() {
+    swarm_with(ProtocolKind::Occ, "scan-count", 120_000, WorkloadOptions::default(), "", 3);
+}

@@ -8,9 +8,14 @@
 //! Keys are `table 3 ‖ account:u64`, shard `account / keys_per_shard`; a balance is an `i64`
 //! (cents) little-endian. Money is integer cents throughout.
 //!
-//! Invariants (`bank-total`, checked on the final stores): every account exists, no balance is
-//! negative, and the balances sum to the initial total. A transfer applied on one side only, a
-//! lost update or a write of an aborted transfer breaks the sum.
+//! Invariants, checked on the final stores:
+//! - `bank-total`: every account exists, no balance is negative, and the balances sum to the
+//!   initial total. A transfer applied on one side only, a lost update or a write of an aborted
+//!   transfer breaks the sum.
+//! - `bank-accounts`: every account holds its initial balance plus the transfers in and out
+//!   that the clients saw commit, and plus some subset of the transfers whose outcome they never
+//!   learned. A transfer applied twice, a lost one, or two transfers that both spent money only
+//!   one of them could (write skew) conserve the total but break this.
 
 use crate::dist::{KeyDist, ShardedKeys};
 use crate::{CheckResult, Completion, InvariantCheck, TxnGenerator, Workload, WorkloadOptions};
@@ -18,10 +23,12 @@ use meridian_core::key::Key;
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::txn::{
     Args, Datum, KeySet, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan, PlanContext,
-    ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, UserAbort, Write,
+    ProcError, ProcId, Procedure, Reads, Registry, ShardTarget, TxnRequest, TxnResult, UserAbort,
+    Write,
 };
 use meridian_core::{ConfigError, RequestId, ShardId};
 use meridian_storage::MvccStore;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The table byte of accounts.
@@ -121,7 +128,13 @@ impl Workload for Bank {
     }
 
     fn checker(&self) -> Box<dyn InvariantCheck> {
-        Box::new(BankCheck { accounts: self.accounts() })
+        Box::new(BankCheck {
+            accounts: self.accounts(),
+            committed: BTreeMap::new(),
+            uncertain: BTreeMap::new(),
+            transfers_committed: 0,
+            observed: false,
+        })
     }
 }
 
@@ -301,13 +314,114 @@ impl Procedure for Audit {
     }
 }
 
-/// The closed-economy invariant (see the module documentation).
+/// Most transfers of unknown outcome per account whose subsets the per-account check tries;
+/// an account with more is counted as not checked.
+const UNCERTAIN_PER_ACCOUNT_MAX: usize = 64;
+
+/// The closed-economy invariants (see the module documentation).
 struct BankCheck {
     accounts: u64,
+    /// Per account: the sum of the committed transfers in and out (cents).
+    committed: BTreeMap<u64, i64>,
+    /// Per account: the deltas of transfers whose outcome is unknown.
+    uncertain: BTreeMap<u64, Vec<i64>>,
+    transfers_committed: u64,
+    /// True once any request was seen: a checker that saw none (an offline rebuild of a
+    /// server's log) knows no transfers to compare with and skips `bank-accounts`.
+    observed: bool,
+}
+
+impl BankCheck {
+    fn note(&mut self, args: &Args, certain: bool) {
+        let Ok((from, to, cents)) = Transfer::parse(args) else { return };
+        for (account, delta) in [(from, -cents), (to, cents)] {
+            if certain {
+                *self.committed.entry(account).or_default() += delta;
+            } else {
+                self.uncertain.entry(account).or_default().push(delta);
+            }
+        }
+    }
+
+    /// The per-account check: each balance is the initial one, plus its committed transfers,
+    /// plus a subset of its transfers of unknown outcome.
+    fn check_accounts(&self, stores: &[(ShardId, &MvccStore)]) -> CheckResult {
+        let mut problems = Vec::new();
+        let (mut checked, mut too_uncertain) = (0u64, 0u64);
+        for (_, store) in stores {
+            for (key, version) in store.latest_values() {
+                let Ok(account) = key.reader().u64() else { continue };
+                let Some(balance) = balance_of(version.value.as_ref()) else { continue };
+                let expected = INITIAL_BALANCE_CENTS + self.committed.get(&account).unwrap_or(&0);
+                let off = balance - expected;
+                let uncertain = self.uncertain.get(&account).map_or(&[][..], Vec::as_slice);
+                if uncertain.len() > UNCERTAIN_PER_ACCOUNT_MAX {
+                    too_uncertain += 1;
+                    continue;
+                }
+                checked += 1;
+                // Every sum a subset of the unknown transfers can make (bounded: at most 64
+                // transfers of at most 500 cents).
+                let mut reachable = std::collections::BTreeSet::from([0i64]);
+                for delta in uncertain {
+                    let shifted: Vec<i64> = reachable.iter().map(|s| s + delta).collect();
+                    reachable.extend(shifted);
+                }
+                if !reachable.contains(&off) && problems.len() < 5 {
+                    problems.push(format!(
+                        "account {account} holds {balance} cents, {expected} expected from its \
+                         committed transfers (off by {off}; {} of unknown outcome)",
+                        uncertain.len()
+                    ));
+                }
+            }
+        }
+        let passed = problems.is_empty();
+        let detail = if passed {
+            format!(
+                "{checked} accounts match their {} committed transfers{}",
+                self.transfers_committed,
+                if too_uncertain > 0 {
+                    format!("; {too_uncertain} not checked (too many unknown outcomes)")
+                } else {
+                    String::new()
+                }
+            )
+        } else {
+            problems.join("; ")
+        };
+        CheckResult { name: "bank-accounts".into(), passed, detail }
+    }
 }
 
 impl InvariantCheck for BankCheck {
-    fn observe(&mut self, _completion: &Completion) {}
+    fn observe(&mut self, completion: &Completion) {
+        self.observed = true;
+        if completion.txn.proc != TRANSFER {
+            return;
+        }
+        match &completion.outcome.result {
+            TxnResult::Committed => {
+                self.transfers_committed += 1;
+                self.note(&completion.txn.args, true);
+            }
+            result if !result.certainly_not_committed() => self.note(&completion.txn.args, false),
+            _ => {}
+        }
+    }
+
+    fn unanswered(
+        &mut self,
+        _client: u32,
+        _request: RequestId,
+        txn: &TxnRequest,
+        _submitted_at: meridian_core::Time,
+    ) {
+        self.observed = true;
+        if txn.proc == TRANSFER {
+            self.note(&txn.args, false);
+        }
+    }
 
     fn check(&self, stores: &[(ShardId, &MvccStore)]) -> Vec<CheckResult> {
         let mut problems: Vec<String> = Vec::new();
@@ -345,14 +459,19 @@ impl InvariantCheck for BankCheck {
         } else {
             problems.join("; ")
         };
-        vec![CheckResult { name: "bank-total".into(), passed, detail }]
+        let total = CheckResult { name: "bank-total".into(), passed, detail };
+        if self.observed {
+            vec![total, self.check_accounts(stores)]
+        } else {
+            vec![total]
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{apply_serially, check_stores, loaded_stores};
+    use crate::testkit::{apply_serially, check_stores, completion, loaded_stores};
     use meridian_core::time::Timestamp;
     use meridian_core::txn::TxnResult;
 
@@ -398,6 +517,43 @@ mod tests {
             drained[0].get_at(&account_key(0), Timestamp::MAX).unwrap(),
             &10i64.to_le_bytes()
         );
+    }
+
+    /// Every verdict of the checker on `stores`, by name.
+    fn verdicts(check: &dyn InvariantCheck, stores: &[MvccStore]) -> Vec<(String, bool, String)> {
+        let refs: Vec<(ShardId, &MvccStore)> =
+            stores.iter().enumerate().map(|(i, s)| (ShardId(i as u32), s)).collect();
+        check.check(&refs).into_iter().map(|c| (c.name, c.passed, c.detail)).collect()
+    }
+
+    #[test]
+    fn per_account_checks_catch_a_transfer_applied_twice_that_conserves_money() {
+        let w = bank();
+        let mut stores = loaded_stores(&w, 2);
+        let mut check = w.checker();
+        let transfer = |from, to, cents| TxnRequest {
+            proc: TRANSFER,
+            args: vec![Datum::Uint(from), Datum::Uint(to), Datum::Uint(cents)],
+        };
+        let runs = [transfer(1, 12, 40), transfer(12, 3, 25), transfer(5, 6, 10)];
+        for (ts, txn) in runs.iter().enumerate() {
+            let outcome = apply_serially(&w, &mut stores, txn, ts as u64 + 1);
+            check.observe(&completion(ts as u64 + 1, txn.clone(), outcome));
+        }
+        // A request whose outcome the client never learned may or may not have applied.
+        check.unanswered(0, RequestId(99), &transfer(7, 8, 30), 0);
+        let all_pass = verdicts(check.as_ref(), &stores);
+        assert!(all_pass.iter().all(|(_, passed, _)| *passed), "{all_pass:?}");
+        apply_serially(&w, &mut stores, &transfer(7, 8, 30), 10);
+        assert!(verdicts(check.as_ref(), &stores).iter().all(|(_, p, _)| *p), "either is fine");
+        // The committed transfer 1 -> 12 applied a second time: the total still holds.
+        apply_serially(&w, &mut stores, &transfer(1, 12, 40), 11);
+        let found = verdicts(check.as_ref(), &stores);
+        let total = found.iter().find(|(n, ..)| n == "bank-total").unwrap();
+        let accounts = found.iter().find(|(n, ..)| n == "bank-accounts").unwrap();
+        assert!(total.1, "money is conserved: {total:?}");
+        assert!(!accounts.1, "but account 1 lost 40 cents twice: {accounts:?}");
+        assert!(accounts.2.contains("account 1 holds"), "{accounts:?}");
     }
 
     #[test]

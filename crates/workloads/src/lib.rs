@@ -11,6 +11,7 @@ pub mod dist;
 pub mod elle;
 pub mod micro;
 pub mod retwis;
+pub mod scancount;
 pub mod smallbank;
 #[cfg(test)]
 mod testkit;
@@ -28,7 +29,7 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 14] = [
+pub const WORKLOADS: [&str; 15] = [
     "micro-luigi",
     "micro-tiga",
     "bank",
@@ -43,6 +44,7 @@ pub const WORKLOADS: [&str; 14] = [
     "ycsb-e",
     "ycsb-f",
     "tpcc",
+    "scan-count",
 ];
 
 /// Produces one client's transactions.
@@ -202,6 +204,7 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
         "list-append" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::ListAppend, options)?)),
         "rw-register" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::RwRegister, options)?)),
         "tpcc" => Ok(Box::new(tpcc::Tpcc::new(options)?)),
+        "scan-count" => Ok(Box::new(scancount::ScanCount::new(options)?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),
     }
 }

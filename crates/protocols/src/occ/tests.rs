@@ -765,3 +765,279 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
     assert!(participant.store().get_at(&key(1), Timestamp::MAX).is_some(), "the commit installed");
     assert_eq!(participant.on_query(30, txn(2)), PeerState::Forgotten, "an evicted refusal");
 }
+
+/// The bounded version of the `wire_messages` fuzz target: mutated and random connection
+/// streams through the real reader, decoding `OccMsg`, never panic (stable, in CI).
+#[test]
+fn mutated_and_random_connection_streams_never_panic_the_reader() {
+    use meridian_core::rng::{child_rng, uniform_u64};
+    use meridian_core::wire::{
+        encode_frame, ConnectionReader, Envelope, Hello, Identity, WireFrame, WIRE_VERSION,
+    };
+    let identity = Identity { node: NodeId(0), nodes: 3, fingerprint: 42 };
+    let hello =
+        Hello { version: WIRE_VERSION, cluster_fingerprint: 42, from: NodeId(1), to: NodeId(0) };
+    let mut valid = Vec::new();
+    encode_frame(&WireFrame::<OccMsg>::Hello(hello), &mut valid).unwrap();
+    let txn = TxnId { origin: NodeId(1), incarnation: 3, seq: 9 };
+    let msgs = vec![
+        OccMsg::Request(ShardRequest::Execute {
+            txn,
+            shard: ShardId(0),
+            proc: meridian_core::txn::ProcId(0),
+            args: rw(&[1, 2], &[(3, 4)]).args,
+            calls: vec![PieceCall { piece: 0, inputs: vec![vec![Datum::Uint(5)]] }],
+            overlay: vec![Write { key: key(1), value: None }],
+        }),
+        OccMsg::Prepared { txn, shard: ShardId(1), vote: Vote::Yes(Timestamp(8)) },
+        OccMsg::Forward {
+            origin: NodeId(2),
+            request: ShardRequest::Query { txn, shard: ShardId(0) },
+        },
+    ];
+    let batch = msgs.into_iter().map(|msg| Envelope { sent_at_ns: 1, msg }).collect();
+    encode_frame(&WireFrame::Batch(batch), &mut valid).unwrap();
+    let mut reader = ConnectionReader::new(identity, 1 << 16);
+    reader.push(&valid);
+    let mut decoded = 0;
+    while let Ok(Some(_)) = reader.next_event::<OccMsg>() {
+        decoded += 1;
+    }
+    assert_eq!(decoded, 2, "the valid stream decodes: a hello and a batch");
+    let mut rng = child_rng(9, "connection-property", 0);
+    for case in 0..5_000 {
+        let bytes = if case % 2 == 0 {
+            meridian_core::testing::mutate(&mut rng, &valid, &[0, 1, 3, 12, 0xff], 8)
+        } else {
+            let len = uniform_u64(&mut rng, 256) as usize;
+            let mut bytes = valid[..valid.len().min(24)].to_vec();
+            bytes.extend((0..len).map(|_| uniform_u64(&mut rng, 256) as u8));
+            bytes
+        };
+        let mut reader = ConnectionReader::new(identity, 1 << 16);
+        'feed: for piece in bytes.chunks(1 + uniform_u64(&mut rng, 64) as usize) {
+            reader.push(piece);
+            loop {
+                match reader.next_event::<OccMsg>() {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    // The connection would be closed here.
+                    Err(_) => break 'feed,
+                }
+            }
+        }
+    }
+}
+
+fn scan_of(first: u64, end: u64) -> meridian_core::txn::ScanRange {
+    meridian_core::txn::ScanRange { start: key(first), end: key(end), limit: 100, reverse: false }
+}
+
+/// A prepare whose scan no longer matches (a row was inserted into the range since) votes no;
+/// one whose scan is current votes yes, and then a write into its range is refused while it
+/// is prepared (phantom protection in both directions).
+#[test]
+fn a_prepare_carrying_a_stale_scan_votes_no() {
+    let net = Net::new();
+    let mut participant = Participant::new(ShardId(0), net.nodes[0].context.clone());
+    let txn = |seq| TxnId { origin: COORDINATOR, incarnation: 0, seq };
+    let both = vec![ShardId(0), ShardId(1)];
+    let args = |scans, writes| PrepareArgs {
+        reads: vec![],
+        scans,
+        writes,
+        one_phase: false,
+        participants: both.clone(),
+    };
+    let empty = crate::kit::exec::ScanCheck { range: scan_of(10, 20), rows: vec![] };
+    // A row appears in the range (another attempt commits an insert).
+    let insert = vec![Write { key: key(15), value: Some(vec![1]) }];
+    assert!(matches!(participant.on_prepare(5, txn(1), args(vec![], insert)), Vote::Yes(_)));
+    participant.on_decision(5, txn(1), Decision::Committed(Timestamp(100)));
+    assert_eq!(
+        participant.on_prepare(6, txn(2), args(vec![empty.clone()], vec![])),
+        Vote::No(Conflict::Stale),
+        "the scan saw no row, the range now holds one"
+    );
+    let seen = participant.store().scan(&scan_of(10, 20), Timestamp::MAX);
+    let current = crate::kit::exec::ScanCheck {
+        range: scan_of(10, 20),
+        rows: seen
+            .iter()
+            .map(|(k, v)| (k.clone(), VersionTag { ts: v.ts, writer: v.writer }))
+            .collect(),
+    };
+    assert!(matches!(participant.on_prepare(7, txn(3), args(vec![current], vec![])), Vote::Yes(_)));
+    let phantom = vec![Write { key: key(12), value: Some(vec![2]) }];
+    assert_eq!(
+        participant.on_prepare(8, txn(4), args(vec![], phantom)),
+        Vote::No(Conflict::Locked),
+        "an insert into a range a prepared attempt scanned"
+    );
+}
+
+/// The commit timestamp rule: a participant proposes above its clock, its last commit and
+/// every version of the keys it read or will write; the coordinator commits at the largest
+/// proposal, and every participant installs at exactly that timestamp.
+#[test]
+fn commits_land_above_every_version_read_or_overwritten_at_one_timestamp_on_every_shard() {
+    let mut net = Net::new();
+    // A version far in the future on shard 1 (a fast clock wrote it).
+    let future = Timestamp(1 << 50);
+    let writer = TxnId { origin: COORDINATOR, incarnation: 0, seq: 77 };
+    net.nodes[1]
+        .stores_mut()
+        .into_iter()
+        .find(|(s, _)| *s == ShardId(1))
+        .unwrap()
+        .1
+        .write(
+            key(105),
+            future,
+            Some(9u64.to_le_bytes().to_vec()),
+            writer,
+            meridian_storage::VersionState::Committed,
+        )
+        .unwrap();
+    net.submit(1, rw(&[5, 105], &[(5, 1), (105, 2)]));
+    net.answered(&[1]);
+    net.settle();
+    let outcome = net.outcome(1).clone();
+    assert_eq!(outcome.result, TxnResult::Committed);
+    let ts = outcome.commit_ts.expect("a commit timestamp");
+    assert!(ts > future, "{ts:?} must be above the version it overwrote");
+    let installed = |shard: u32, id: u64| {
+        let store = net.nodes[shard as usize].hosts.get(ShardId(shard)).unwrap().store();
+        store.versions(&key(id)).last().unwrap().ts
+    };
+    assert_eq!((installed(0, 5), installed(1, 105)), (ts, ts));
+    assert_eq!(outcome.path, meridian_core::txn::CommitPath::TwoPhase);
+    // The next commit on shard 0 goes above this one, though shard 0's clock is far behind.
+    net.submit(2, rw(&[], &[(6, 3)]));
+    net.answered(&[2]);
+    assert!(net.outcome(2).commit_ts.unwrap() > ts);
+    assert_eq!(net.outcome(2).path, meridian_core::txn::CommitPath::OneRound);
+}
+
+/// A replicated shard's leader answers a prepare only once the prepare's log entry is
+/// committed (durable on a quorum): with its followers cut off, the vote never leaves; once
+/// they hear it, it does.
+#[test]
+fn a_replicated_leader_answers_only_after_the_log_entry_commits() {
+    let topology = Arc::new(Topology::standard(vec!["r0".into()], 1, 3).unwrap());
+    let mut registry = Registry::default();
+    registry.register(Arc::new(ReadWrite));
+    let partitioner =
+        Partitioner::new(1, PartitionRule::LeadingInt { base: 0, per_shard: 1_000 }).unwrap();
+    let mut nodes: Vec<OccNode> = topology
+        .node_ids()
+        .map(|id| {
+            OccNode::new(NodeContext::new(
+                id,
+                topology.clone(),
+                Arc::new(registry.clone()),
+                Arc::new(partitioner.clone()),
+                1,
+                Timing::for_network(NS_PER_MS),
+            ))
+        })
+        .collect();
+    let leader = topology.replica_node(ShardId(0), 0).unwrap();
+    let coordinator = topology.coordinators()[0];
+    // Runs every node's effects to quiescence: messages (those `deliver` allows), persists
+    // completed at once, timers fired in order. Returns the messages to the coordinator.
+    let mut queue: VecDeque<(NodeId, NodeId, OccMsg)> = VecDeque::new();
+    let mut persisted: VecDeque<(NodeId, PersistToken)> = VecDeque::new();
+    let mut timers: Vec<(Time, NodeId, TimerId)> = Vec::new();
+    let mut now: Time = 1_000 * NS_PER_MS;
+    let drain = |from: NodeId,
+                 out: &mut Outbox<OccMsg>,
+                 queue: &mut VecDeque<(NodeId, NodeId, OccMsg)>,
+                 persisted: &mut VecDeque<(NodeId, PersistToken)>,
+                 timers: &mut Vec<(Time, NodeId, TimerId)>,
+                 now: Time| {
+        for effect in out.drain() {
+            match effect {
+                Effect::Send { to, msg } => queue.push_back((from, to, msg)),
+                Effect::Persist { token, .. } => persisted.push_back((from, token)),
+                Effect::SetTimer { timer, after_ns } => timers.push((now + after_ns, from, timer)),
+                Effect::Reply { .. } => {}
+            }
+        }
+    };
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let mut out = Outbox::new();
+        node.on_start(now, &mut out);
+        drain(NodeId(i as u32), &mut out, &mut queue, &mut persisted, &mut timers, now);
+    }
+    let mut votes = Vec::new();
+    // Runs until nothing is queued and no timer is due by `until`.
+    let run = |nodes: &mut Vec<OccNode>,
+               queue: &mut VecDeque<(NodeId, NodeId, OccMsg)>,
+               persisted: &mut VecDeque<(NodeId, PersistToken)>,
+               timers: &mut Vec<(Time, NodeId, TimerId)>,
+               now: &mut Time,
+               until: Time,
+               followers_cut: bool,
+               votes: &mut Vec<Vote>| {
+        for _ in 0..20_000 {
+            if let Some((node, token)) = persisted.pop_front() {
+                let mut out = Outbox::new();
+                nodes[node.0 as usize].on_persisted(*now, token, &mut out);
+                drain(node, &mut out, queue, persisted, timers, *now);
+                continue;
+            }
+            if let Some((from, to, msg)) = queue.pop_front() {
+                if to == coordinator {
+                    if let OccMsg::Prepared { vote, .. } = &msg {
+                        votes.push(*vote);
+                    }
+                    continue;
+                }
+                let cut = followers_cut && from == leader && to != leader;
+                if cut {
+                    continue;
+                }
+                let mut out = Outbox::new();
+                nodes[to.0 as usize].on_message(*now, from, msg, &mut out);
+                drain(to, &mut out, queue, persisted, timers, *now);
+                continue;
+            }
+            timers.sort_unstable();
+            if timers.is_empty() || timers[0].0 > until {
+                *now = until;
+                return;
+            }
+            let (at, node, timer) = timers.remove(0);
+            *now = (*now).max(at);
+            let mut out = Outbox::new();
+            nodes[node.0 as usize].on_timer(*now, timer, &mut out);
+            drain(node, &mut out, queue, persisted, timers, *now);
+        }
+    };
+    // Elect the leader (replica 0 campaigns at start).
+    let until = now + 100 * NS_PER_MS;
+    run(&mut nodes, &mut queue, &mut persisted, &mut timers, &mut now, until, false, &mut votes);
+    assert!(nodes[leader.0 as usize].hosts.leads(ShardId(0)), "replica 0 leads");
+    let prepare = ShardRequest::Prepare {
+        txn: TxnId { origin: coordinator, incarnation: 0, seq: 1 },
+        shard: ShardId(0),
+        args: PrepareArgs {
+            reads: vec![],
+            scans: vec![],
+            writes: vec![Write { key: key(3), value: Some(vec![1]) }],
+            one_phase: false,
+            participants: vec![ShardId(0)],
+        },
+    };
+    queue.push_back((coordinator, leader, OccMsg::Request(prepare)));
+    // Cut for less than an election timeout (10 ticks of 25 ms): the leader stays leader.
+    let until = now + 150 * NS_PER_MS;
+    run(&mut nodes, &mut queue, &mut persisted, &mut timers, &mut now, until, true, &mut votes);
+    assert!(nodes[leader.0 as usize].hosts.leads(ShardId(0)), "still the leader");
+    assert!(votes.is_empty(), "the leader voted before its prepare was on a quorum: {votes:?}");
+    // Raft sends what the cut dropped again with its next heartbeats.
+    let until = now + 200 * NS_PER_MS;
+    run(&mut nodes, &mut queue, &mut persisted, &mut timers, &mut now, until, false, &mut votes);
+    assert!(matches!(votes.as_slice(), [Vote::Yes(_)]), "{votes:?}");
+}
