@@ -421,7 +421,7 @@ async fn drive(
             let completions = pool.lock().expect("client lock").drain_completions();
             for completion in completions {
                 stats.add(&completion, None);
-                checker.observe(&completion);
+                meridian_workloads::observe_completion(checker, &completion);
             }
         }
     };

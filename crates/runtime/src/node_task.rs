@@ -40,6 +40,9 @@ pub const INBOX_MESSAGES_MAX: usize = 1 << 16;
 pub const INBOUND_BATCH_MAX: usize = 256;
 /// Client submissions handled per loop pass.
 pub const SUBMITS_PER_PASS_MAX: usize = 4_096;
+/// Messages held for one in-process destination before they are handed over without waiting
+/// for the end of the pass.
+pub const HELD_MESSAGES_MAX: usize = 64;
 /// Largest one-way delay recorded (µs); longer ones are clamped.
 const DELAY_US_MAX: u64 = 60_000_000;
 
@@ -54,6 +57,15 @@ pub enum Inbound<M> {
         sent_at_ns: u64,
         /// The message.
         msg: M,
+    },
+    /// Messages from another node of this process, in the order it sent them: what it sent
+    /// to this node during one pass of its loop, handed over together so that the receiver
+    /// is woken once for them, not once per message.
+    Msgs {
+        /// Sender.
+        from: NodeId,
+        /// Send times (ns since the Unix epoch) and messages.
+        msgs: Vec<(u64, M)>,
     },
     /// The storage thread made this persist durable.
     Persisted {
@@ -255,6 +267,7 @@ impl<N: Node> Cluster<N> {
                 delay: delay.clone(),
                 metrics: config.metrics.clone(),
                 dropped: dropped.clone(),
+                held: (0..topology.nodes.len()).map(|_| Vec::new()).collect(),
                 started_ns: clock.now_ns(),
                 published_ns: 0,
             };
@@ -390,6 +403,8 @@ struct NodeTask<N: Node, C> {
     metrics: Option<Arc<MetricsHub>>,
     /// The process's count of messages dropped at full queues.
     dropped: Arc<AtomicU64>,
+    /// Messages for in-process destinations held until the end of the pass, per node.
+    held: Vec<Vec<(u64, N::Msg)>>,
     started_ns: u64,
     published_ns: u64,
 }
@@ -414,6 +429,8 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                 self.node.on_message(now, self.id, msg, &mut self.outbox);
                 self.carry_out().await;
             }
+            // Nothing waits in this node while it sleeps.
+            self.flush_held();
             let next_timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
             tokio::select! {
                 biased;
@@ -431,6 +448,11 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                         }
                         match next {
                             Some(Inbound::Msg { from, sent_at_ns, msg }) => self.on_inbound(from, sent_at_ns, msg).await,
+                            Some(Inbound::Msgs { from, msgs }) => {
+                                for (sent_at_ns, msg) in msgs {
+                                    self.on_inbound(from, sent_at_ns, msg).await;
+                                }
+                            }
                             Some(Inbound::Persisted { token }) => persisted.push(token),
                             Some(Inbound::Stop) | None => break 'serve,
                         }
@@ -580,6 +602,17 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         let sent_at_ns = self.clock.now_ns();
         let Some(Some(link)) = self.links.get_mut(to.0 as usize) else { return };
         if !link.delayed {
+            if let Route::Local(_) = link.route {
+                // Held until the end of this pass (or until enough are held): one hand-over
+                // and one wake-up for all of them. A wake-up per message cost the sender as
+                // much as the protocol work of a transaction on busy in-process runs.
+                let held = &mut self.held[to.0 as usize];
+                held.push((sent_at_ns, msg));
+                if held.len() >= HELD_MESSAGES_MAX {
+                    self.flush_to(to);
+                }
+                return;
+            }
             link.route.deliver(self.id, sent_at_ns, msg, &self.dropped);
             return;
         }
@@ -590,6 +623,31 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         let delivery = Box::new(move || route.deliver(from, sent_at_ns, msg, &dropped));
         if !self.delay.schedule(due, delivery) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands over the messages held for `to`.
+    fn flush_to(&mut self, to: NodeId) {
+        let held = std::mem::take(&mut self.held[to.0 as usize]);
+        if held.is_empty() {
+            return;
+        }
+        let Some(Some(LinkOut { route: Route::Local(tx), .. })) = self.links.get(to.0 as usize)
+        else {
+            return;
+        };
+        let count = held.len() as u64;
+        if tx.try_send(Inbound::Msgs { from: self.id, msgs: held }).is_err() {
+            self.dropped.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands over every held message.
+    fn flush_held(&mut self) {
+        for index in 0..self.held.len() {
+            if !self.held[index].is_empty() {
+                self.flush_to(NodeId(index as u32));
+            }
         }
     }
 

@@ -332,7 +332,7 @@ fn run_with<N: ProtocolNode>(
                 }
                 TxnResult::Failed(_) => report.failed += 1,
             }
-            checker.observe(&completion);
+            meridian_workloads::observe_completion(checker.as_mut(), &completion);
             report.completions.push((completion, hops));
         }
         if !stopped && completed >= options.txns {

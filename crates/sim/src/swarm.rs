@@ -164,6 +164,34 @@ impl FaultPlan {
             reads_waiting_max: pick(extra, &[2, 64]),
             ..Limits::default()
         });
+        // A long partition: one node cut off from every other for most of the fault phase, so
+        // that prepared attempts outlive many decisions elsewhere (with shrunken limits, their
+        // peers forget all else meanwhile).
+        if uniform_u64(extra, 4) == 0 {
+            let victim = pick(extra, &nodes);
+            let (start, end) = (window_ns / 10, window_ns * 9 / 10);
+            // Other episodes' heals lift every block: cut the victim off again right after each.
+            let heals: Vec<Time> = faults
+                .iter()
+                .filter(|(at, f)| *f == Fault::Heal && (start..end).contains(at))
+                .map(|(at, _)| *at)
+                .collect();
+            for at in std::iter::once(start).chain(heals) {
+                for &other in nodes.iter().filter(|&&n| n != victim) {
+                    faults.push((at, Fault::Block(victim, other)));
+                    faults.push((at, Fault::Block(other, victim)));
+                }
+            }
+            faults.push((end, Fault::Heal));
+            faults.sort_by_key(|(at, _)| *at);
+            let _ = write!(
+                text,
+                "; long isolation of n{} {}..{} ms",
+                victim.0,
+                start / NS_PER_MS,
+                end / NS_PER_MS
+            );
+        }
         if let Some(l) = &limits {
             let _ = write!(
                 text,

@@ -93,6 +93,24 @@ pub trait InvariantCheck: Send {
     }
 }
 
+/// Hands a completion to `checker`: a request whose outcome the protocol reported unknown
+/// (`Indeterminate`: it may or may not have committed) counts as never answered, which every
+/// check already allows for; anything else is observed.
+pub fn observe_completion(checker: &mut dyn InvariantCheck, completion: &Completion) {
+    if completion.outcome.result.certainly_not_committed()
+        || completion.outcome.result == meridian_core::txn::TxnResult::Committed
+    {
+        checker.observe(completion);
+    } else {
+        checker.unanswered(
+            completion.client,
+            completion.request,
+            &completion.txn,
+            completion.submitted_at,
+        );
+    }
+}
+
 /// Everything a run needs to know about a workload.
 pub trait Workload: Send + Sync {
     /// Its name.

@@ -1,7 +1,7 @@
 //! `scan-count`: scans under concurrency, the phantom check.
 //!
-//! Rows belong to groups; every group's rows live on its shard (`table 7 ‖ group ‖ id`), and
-//! a count row for the group (`table 8 ‖ partner ‖ group`) lives on the *next* shard, so every
+//! Rows belong to groups; every group's rows live on its shard (`table 20 ‖ group ‖ id`), and
+//! a count row for the group (`table 21 ‖ partner ‖ group`) lives on the *next* shard, so every
 //! update crosses shards. An update scans its group's rows, inserts or deletes one row, and
 //! writes the count the scan implies into the count row, blindly. Two updates of one group that
 //! both scan before either commits write the same count, one of them wrong: only scan
@@ -28,9 +28,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The table byte of rows.
-pub const ROW_TABLE: u8 = 7;
+pub const ROW_TABLE: u8 = 20;
 /// The table byte of count rows.
-pub const COUNT_TABLE: u8 = 8;
+pub const COUNT_TABLE: u8 = 21;
 /// Rows every group starts with (ids `0..INITIAL_ROWS`).
 pub const INITIAL_ROWS: u64 = 4;
 /// Updates choose row ids in `0..ROW_IDS`, so groups stay near their initial size.

@@ -8,8 +8,8 @@
 //! late prepare cannot commit it) in a [`DecidedCache`] of at most `decided_max` entries.
 //! Forgetting must never turn into a wrong answer. Two rules make sure of it:
 //!
-//! - **Commits are kept until settled**: a commit is *settled* once every participant of the
-//!   attempt is known to have applied it (the coordinator says so after collecting every
+//! - **Commits are kept until settled**: a commit with other participants is *settled* once
+//!   every participant of the attempt is known to have applied it (the coordinator says so after collecting every
 //!   acknowledgement, or a participant finds it out by asking its peers). Only aborts and
 //!   settled commits are evicted. So a participant still prepared on an attempt that some
 //!   peer committed always finds that peer remembering the commit.
@@ -62,13 +62,12 @@ pub enum Known {
     Unseen,
 }
 
-/// One remembered decision.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Entry {
-    decision: Decision,
-    /// For an unsettled commit: the attempt's participants (to ask when settling it) and when
-    /// it was decided here; `None` once settled (and always for aborts).
-    unsettled: Option<(Vec<ShardId>, Time)>,
+/// An unsettled commit: the attempt's participants (to ask when settling it by inquiry) and
+/// when it was decided here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Unsettled {
+    participants: Vec<ShardId>,
+    decided_at: Time,
 }
 
 /// The low-water mark of one coordinator node: its newest incarnation with evicted entries,
@@ -81,15 +80,18 @@ struct Mark {
 
 /// The decided attempts of one participant. Deterministic: every replica that applies the
 /// same commands evicts the same entries.
+///
+/// Layout: the decisions sit in one hash map of small entries (it is on the path of every
+/// request); the few unsettled commits keep their participants and time in a second one.
 #[derive(Debug)]
 pub struct DecidedCache {
-    entries: FixedHashMap<TxnId, Entry>,
-    /// Evictable entries (aborts, settled commits), oldest first. May hold ids already
-    /// evicted; they are skipped.
+    decided: FixedHashMap<TxnId, Decision>,
+    unsettled: FixedHashMap<TxnId, Unsettled>,
+    /// Evictable attempts (aborts, settled commits), oldest first. An id evicted and then
+    /// decided again may appear twice; the older copy is skipped.
     evictable: VecDeque<TxnId>,
-    /// Unsettled commits, oldest first (lazily cleaned like `evictable`).
-    unsettled: VecDeque<TxnId>,
-    unsettled_count: usize,
+    /// Unsettled commits in decision order; settled ones stay until dropped in bulk.
+    unsettled_order: VecDeque<TxnId>,
     marks: BTreeMap<NodeId, Mark>,
     decided_max: usize,
     evicted_total: u64,
@@ -98,8 +100,10 @@ pub struct DecidedCache {
 /// A cache's state as a snapshot carries it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DecidedImage {
-    /// Entries in the order they were remembered.
-    entries: Vec<(TxnId, Entry)>,
+    /// Evictable decisions, oldest first.
+    evictable: Vec<(TxnId, Decision)>,
+    /// Unsettled commits, oldest first.
+    unsettled: Vec<(TxnId, Decision, Unsettled)>,
     marks: Vec<(NodeId, Mark)>,
     evicted_total: u64,
 }
@@ -107,10 +111,10 @@ pub struct DecidedImage {
 impl DecidedImage {
     /// Checks an image decoded from a snapshot against this node's limit.
     pub fn check(&self, decided_max: usize) -> Result<(), String> {
-        if self.entries.len() > decided_max.saturating_mul(2) {
+        let held = self.evictable.len() + self.unsettled.len();
+        if held > decided_max.saturating_mul(2) {
             return Err(format!(
-                "snapshot remembers {} decisions, over twice the limit of {decided_max}",
-                self.entries.len()
+                "snapshot remembers {held} decisions, over twice the limit of {decided_max}"
             ));
         }
         Ok(())
@@ -122,10 +126,10 @@ impl DecidedCache {
     pub fn new(decided_max: usize) -> Self {
         assert!(decided_max >= 1, "the decided cache needs room for one decision");
         Self {
-            entries: FixedHashMap::default(),
+            decided: FixedHashMap::default(),
+            unsettled: FixedHashMap::default(),
             evictable: VecDeque::new(),
-            unsettled: VecDeque::new(),
-            unsettled_count: 0,
+            unsettled_order: VecDeque::new(),
             marks: BTreeMap::new(),
             decided_max,
             evicted_total: 0,
@@ -134,8 +138,8 @@ impl DecidedCache {
 
     /// What is known about `txn`.
     pub fn get(&self, txn: TxnId) -> Known {
-        if let Some(entry) = self.entries.get(&txn) {
-            return Known::Decided(entry.decision);
+        if let Some(&decision) = self.decided.get(&txn) {
+            return Known::Decided(decision);
         }
         match self.marks.get(&txn.origin) {
             Some(mark)
@@ -152,13 +156,15 @@ impl DecidedCache {
     /// `prepared` attempts (each may commit) stay within the limit, so no commit ever has to
     /// be forgotten before it is settled.
     pub fn has_room(&self, prepared: usize) -> bool {
-        self.unsettled_count + prepared < self.decided_max
+        self.unsettled.len() + prepared < self.decided_max
     }
 
-    /// Remembers a decision. A commit stays until [`DecidedCache::settle`]d (`participants`
-    /// are the attempt's shards, to ask when settling it by inquiry); an abort may be evicted
-    /// as soon as the cache is full. Returns false when `txn` was already decided (the first
-    /// decision stands).
+    /// Remembers a decision. A commit with other participants (`participants`: the other
+    /// shards, asked when settling it by inquiry) stays until [`DecidedCache::settle`]d; an
+    /// abort, or a commit of this shard alone, may be evicted as soon as the cache is full
+    /// (no participant can be left waiting for it; a coordinator asking after that hears
+    /// "forgotten" and reports the outcome unknown). Returns false when `txn`
+    /// was already decided (the first decision stands).
     pub fn remember(
         &mut self,
         txn: TxnId,
@@ -166,43 +172,50 @@ impl DecidedCache {
         participants: Vec<ShardId>,
         now: Time,
     ) -> bool {
-        if self.entries.contains_key(&txn) {
-            return false;
+        match self.decided.entry(txn) {
+            std::collections::hash_map::Entry::Occupied(_) => return false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(decision);
+            }
         }
-        let unsettled = match decision {
-            Decision::Committed(_) => Some((participants, now)),
-            Decision::Aborted => None,
-        };
-        if unsettled.is_some() {
-            self.unsettled.push_back(txn);
-            self.unsettled_count += 1;
-        } else {
-            self.evictable.push_back(txn);
+        match decision {
+            Decision::Committed(_) if !participants.is_empty() => {
+                self.unsettled.insert(txn, Unsettled { participants, decided_at: now });
+                self.unsettled_order.push_back(txn);
+            }
+            // An abort, or a commit no other participant needs to hear of.
+            _ => self.evictable.push_back(txn),
         }
-        self.entries.insert(txn, Entry { decision, unsettled });
-        self.evict();
+        if self.decided.len() > self.decided_max {
+            self.evict();
+        }
         true
     }
 
     /// Every participant of `txn` has its decision: it may be forgotten from now on.
     pub fn settle(&mut self, txn: TxnId) {
-        let Some(entry) = self.entries.get_mut(&txn) else { return };
-        if entry.unsettled.take().is_some() {
-            self.unsettled_count -= 1;
-            self.evictable.push_back(txn);
+        if self.unsettled.remove(&txn).is_none() {
+            return;
+        }
+        self.evictable.push_back(txn);
+        if self.decided.len() > self.decided_max {
             self.evict();
+        }
+        // Settled ids stay in the order queue until they outnumber the unsettled ones; then
+        // they go in one pass (amortized: each id is dropped once).
+        if self.unsettled_order.len() > 2 * self.unsettled.len() + 64 {
+            let unsettled = &self.unsettled;
+            self.unsettled_order.retain(|t| unsettled.contains_key(t));
         }
     }
 
     /// Evicts the oldest evictable entries while over the limit.
     fn evict(&mut self) {
-        while self.entries.len() > self.decided_max {
+        while self.decided.len() > self.decided_max {
             let Some(txn) = self.evictable.pop_front() else { break };
-            let Some(entry) = self.entries.get(&txn) else { continue };
-            if entry.unsettled.is_some() {
-                continue; // Stale: cannot happen (settled entries only enter here), but skip.
+            if self.unsettled.contains_key(&txn) || self.decided.remove(&txn).is_none() {
+                continue; // A stale copy.
             }
-            self.entries.remove(&txn);
             self.evicted_total += 1;
             let mark = self.marks.entry(txn.origin).or_default();
             if txn.incarnation > mark.incarnation {
@@ -211,45 +224,34 @@ impl DecidedCache {
                 mark.seq_max = mark.seq_max.max(txn.seq);
             }
         }
-        // Drop stale ids at the fronts so the queues stay near the entries' size.
-        while self
-            .unsettled
-            .front()
-            .is_some_and(|t| self.entries.get(t).is_none_or(|e| e.unsettled.is_none()))
-        {
-            self.unsettled.pop_front();
-        }
-        debug_assert!(self.unsettled_count <= self.entries.len());
+        debug_assert!(self.unsettled.len() <= self.decided.len());
     }
 
     /// Unsettled commits decided at or before `before`, oldest first, at most `max`: the ones
-    /// a participant should settle by asking its peers. With their participants.
+    /// a participant should settle by asking its peers. With their other participants.
     pub fn unsettled_before(&self, before: Time, max: usize) -> Vec<(TxnId, Vec<ShardId>)> {
-        self.unsettled
+        self.unsettled_order
             .iter()
-            .filter_map(|txn| {
-                let (participants, at) = self.entries.get(txn)?.unsettled.as_ref()?;
-                Some((*txn, participants.clone(), *at))
-            })
-            .take_while(|(_, _, at)| *at <= before)
+            .filter_map(|txn| self.unsettled.get(txn).map(|u| (*txn, u)))
+            .take_while(|(_, u)| u.decided_at <= before)
             .take(max)
-            .map(|(txn, participants, _)| (txn, participants))
+            .map(|(txn, u)| (txn, u.participants.clone()))
             .collect()
     }
 
     /// Decisions held.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.decided.len()
     }
 
     /// True when none is held.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.decided.is_empty()
     }
 
     /// Unsettled commits held.
     pub fn unsettled_count(&self) -> usize {
-        self.unsettled_count
+        self.unsettled.len()
     }
 
     /// Decisions evicted so far.
@@ -257,42 +259,44 @@ impl DecidedCache {
         self.evicted_total
     }
 
-    /// The state for a snapshot: the evictable entries oldest first, then the unsettled ones
-    /// oldest first (each queue's order is what eviction needs).
+    /// The state for a snapshot: each queue's entries in its order (what eviction needs).
     pub fn image(&self) -> DecidedImage {
-        let mut seen = BTreeSet::new();
-        let mut entries = Vec::with_capacity(self.entries.len());
-        for txn in self.evictable.iter().chain(self.unsettled.iter()) {
-            if let Some(entry) = self.entries.get(txn) {
-                let queued_right = entry.unsettled.is_some() == self.unsettled_contains(txn);
-                if queued_right && seen.insert(*txn) {
-                    entries.push((*txn, entry.clone()));
-                }
-            }
-        }
+        let evictable = self
+            .evictable
+            .iter()
+            .filter(|t| !self.unsettled.contains_key(t))
+            .filter_map(|t| self.decided.get(t).map(|&d| (*t, d)))
+            .collect();
+        let unsettled = self
+            .unsettled_order
+            .iter()
+            .filter_map(|t| {
+                let u = self.unsettled.get(t)?;
+                Some((*t, *self.decided.get(t)?, u.clone()))
+            })
+            .collect();
         DecidedImage {
-            entries,
+            evictable,
+            unsettled,
             marks: self.marks.iter().map(|(&n, &m)| (n, m)).collect(),
             evicted_total: self.evicted_total,
         }
-    }
-
-    fn unsettled_contains(&self, txn: &TxnId) -> bool {
-        self.entries.get(txn).is_some_and(|e| e.unsettled.is_some())
     }
 
     /// Replaces the state by a snapshot's.
     pub fn install(&mut self, image: DecidedImage) {
         let decided_max = self.decided_max;
         *self = Self::new(decided_max);
-        for (txn, entry) in image.entries {
-            if entry.unsettled.is_some() {
-                self.unsettled.push_back(txn);
-                self.unsettled_count += 1;
-            } else {
+        for (txn, decision) in image.evictable {
+            if self.decided.insert(txn, decision).is_none() {
                 self.evictable.push_back(txn);
             }
-            self.entries.insert(txn, entry);
+        }
+        for (txn, decision, unsettled) in image.unsettled {
+            self.decided.insert(txn, decision);
+            if self.unsettled.insert(txn, unsettled).is_none() {
+                self.unsettled_order.push_back(txn);
+            }
         }
         self.marks = image.marks.into_iter().collect();
         self.evicted_total = image.evicted_total;
@@ -523,11 +527,6 @@ impl Delivery {
             }
         }
         true
-    }
-
-    /// A single-participant commit whose outcome the coordinator now knows: settle it.
-    pub fn settle_one(&mut self, txn: TxnId, shard: ShardId) {
-        self.settled.entry(shard).or_default().push(txn);
     }
 
     /// The decisions to send again now: `(txn, shard, decision)`.

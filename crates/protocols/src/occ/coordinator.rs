@@ -291,9 +291,9 @@ impl Coordinator {
                 self.note_leader(shard, from);
                 self.on_prepared(now, txn, shard, vote, timers, out)
             }
-            OccMsg::Finished { txn, shard, decision } => {
+            OccMsg::Finished { txn, shard, state } => {
                 self.note_leader(shard, from);
-                self.on_finished(now, txn, shard, decision, timers, out)
+                self.on_finished(now, txn, shard, state, timers, out)
             }
             _ => {}
         }
@@ -460,7 +460,6 @@ impl Coordinator {
                 self.adopt_commit(now, txn, attempt, ts, out);
             }
             (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Committed(ts)) if s == shard => {
-                self.delivery.settle_one(txn, s);
                 let ending = Ending::committed(Some(ts), CommitPath::OnePhase);
                 self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
@@ -582,7 +581,6 @@ impl Coordinator {
                 }
                 match (commit, user_abort) {
                     (Some(ts), _) => {
-                        self.delivery.settle_one(txn, shard);
                         let ending = Ending::committed(Some(ts), CommitPath::OneRound);
                         self.complete(attempt.request, Some((txn, &attempt)), ending, out);
                     }
@@ -598,7 +596,6 @@ impl Coordinator {
                 }
             }
             Err(ExecFailure::Decided(Decision::Committed(ts))) => {
-                self.delivery.settle_one(txn, shard);
                 let ending = Ending::committed(Some(ts), CommitPath::OneRound);
                 self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
@@ -618,7 +615,7 @@ impl Coordinator {
         _now: Time,
         txn: TxnId,
         shard: ShardId,
-        decision: Decision,
+        state: PeerState,
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
@@ -628,13 +625,17 @@ impl Coordinator {
         let Some(attempt) = self.attempts.remove(&txn) else {
             return;
         };
-        match (attempt.phase, decision) {
+        match (attempt.phase, state) {
+            // An abort sent to learn a lost one-round outcome: the participant decided it and
+            // has forgotten which way. Retrying could commit it twice.
+            (Phase::Resolving(s), PeerState::Forgotten) if s == shard => {
+                self.indeterminate(txn, attempt, s, out)
+            }
             (
                 Phase::Resolving(s) | Phase::SinglePrepare(s) | Phase::ExecuteCommit(s),
-                Decision::Committed(ts),
+                PeerState::Decided(Decision::Committed(ts)),
             ) if s == shard => {
                 // The outputs of a one-round commit whose reply was lost are gone; the commit is not.
-                self.delivery.settle_one(txn, s);
                 let path = match attempt.phase {
                     Phase::SinglePrepare(_) => CommitPath::OnePhase,
                     _ => CommitPath::OneRound,
@@ -642,7 +643,7 @@ impl Coordinator {
                 let ending = Ending::committed(Some(ts), path);
                 self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
-            (Phase::Resolving(s), Decision::Aborted) if s == shard => {
+            (Phase::Resolving(s), PeerState::Decided(Decision::Aborted)) if s == shard => {
                 self.retry(attempt, timers, out)
             }
             _ => {

@@ -316,14 +316,15 @@ pub enum OccMsg {
         /// The vote.
         vote: Vote,
     },
-    /// Participant → whoever sent a decision: the attempt is finished here, with this outcome.
+    /// Participant → whoever sent a decision: the attempt is finished here, with this outcome
+    /// (`Decided`), or was decided and forgotten (`Forgotten`: applied then, outcome unknown).
     Finished {
         /// The attempt.
         txn: TxnId,
         /// The shard.
         shard: ShardId,
-        /// What happened.
-        decision: Decision,
+        /// Where it stands (never `Prepared`).
+        state: PeerState,
     },
     /// The answer to `Query`.
     State {
@@ -517,32 +518,25 @@ impl OccNode {
             ShardRequest::Query { txn, .. } => ShardCommand::Query { reply_to: origin, now, txn },
             ShardRequest::Settle { txns, .. } => ShardCommand::Settle { txns },
         };
-        let refused = match &command {
-            ShardCommand::Prepare { txn, .. } => {
-                Some(OccMsg::Prepared { txn: *txn, shard, vote: Vote::No(Conflict::Invalid) })
-            }
-            ShardCommand::ExecuteCommit { txn, .. } => Some(OccMsg::ExecutedCommit {
-                txn: *txn,
-                shard,
-                result: Err(ExecFailure::Procedure(ProcError::Contract(
-                    "the request is malformed".into(),
-                ))),
-            }),
+        // Which answer a refusal gets (built only if the command is refused).
+        let refusal = match &command {
+            ShardCommand::Prepare { txn, .. } => Some((*txn, true)),
+            ShardCommand::ExecuteCommit { txn, .. } => Some((*txn, false)),
             _ => None,
         };
         if let Err(why) = self.hosts.submit(shard, command, out) {
             // Refused before it entered the log: the sender hears why (requests that expect no
             // answer are dropped and counted).
-            if let Some(answer) = refused {
-                let answer = match answer {
-                    OccMsg::ExecutedCommit { txn, shard, .. } => OccMsg::ExecutedCommit {
-                        txn,
-                        shard,
-                        result: Err(ExecFailure::Procedure(ProcError::Contract(why))),
-                    },
-                    other => other,
-                };
-                out.send(origin, answer);
+            match refusal {
+                Some((txn, true)) => {
+                    let vote = Vote::No(Conflict::Invalid);
+                    out.send(origin, OccMsg::Prepared { txn, shard, vote });
+                }
+                Some((txn, false)) => {
+                    let result = Err(ExecFailure::Procedure(ProcError::Contract(why)));
+                    out.send(origin, OccMsg::ExecutedCommit { txn, shard, result });
+                }
+                None => {}
             }
         }
     }
@@ -638,15 +632,8 @@ impl OccNode {
     fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<OccMsg>) {
         match self.timers.take(timer) {
             Some(TimerPurpose::Gc) => {
-                let mut settled = Vec::new();
-                for (shard, participant, leads) in self.hosts.iter_mut() {
-                    let done = participant.on_gc_tick(now, leads, out);
-                    if !done.is_empty() {
-                        settled.push((shard, done));
-                    }
-                }
-                for (shard, txns) in settled {
-                    let _ = self.hosts.submit(shard, ShardCommand::Settle { txns }, out);
+                for (_, participant, leads) in self.hosts.iter_mut() {
+                    participant.on_gc_tick(now, leads, out);
                 }
                 self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
             }

@@ -221,7 +221,7 @@ impl Participant {
         let writes: Vec<Write> =
             run.writes.into_iter().map(|(key, value)| Write { key, value }).collect();
         self.install(txn, &writes, ts);
-        self.remember(txn, Decision::Committed(ts), vec![self.shard], now);
+        self.remember(txn, Decision::Committed(ts), Vec::new(), now);
         Ok((run.runs, Some(ts)))
     }
 
@@ -320,12 +320,14 @@ impl Participant {
         now: Time,
         txn: TxnId,
         decision: Decision,
-    ) -> Option<Decision> {
+    ) -> Option<PeerState> {
         if !self.prepared.contains_key(&txn) {
             match self.known(txn) {
-                Known::Decided(known) => return Some(known),
-                // Decided and forgotten: this is a duplicate; it was applied then.
-                Known::Forgotten => return Some(decision),
+                Known::Decided(known) => return Some(PeerState::Decided(known)),
+                // Decided and forgotten: whatever it was, it was applied then. The answer says
+                // "forgotten", not the decision asked for: an abort is also how a coordinator
+                // asks for an outcome it lost, and "aborted" would make it run the request again.
+                Known::Forgotten => return Some(PeerState::Forgotten),
                 Known::Unseen => {}
             }
         }
@@ -335,7 +337,7 @@ impl Participant {
             if decision == Decision::Aborted {
                 self.remember(txn, Decision::Aborted, Vec::new(), now);
             }
-            return Some(decision);
+            return Some(PeerState::Decided(decision));
         };
         if let Decision::Committed(ts) = decision {
             if ts < prepared.proposal {
@@ -351,7 +353,7 @@ impl Participant {
             self.ts_last = self.ts_last.max(ts);
         }
         self.remember(txn, decision, prepared.participants, now);
-        Some(decision)
+        Some(PeerState::Decided(decision))
     }
 
     fn install(&mut self, txn: TxnId, writes: &[Write], ts: Timestamp) {
@@ -369,6 +371,10 @@ impl Participant {
     }
 
     fn remember(&mut self, txn: TxnId, decision: Decision, participants: Vec<ShardId>, now: Time) {
+        // Only the peers matter for settling; an attempt of this shard alone keeps none (and
+        // allocates nothing: most commits are single-shard).
+        let participants =
+            if participants.iter().all(|&s| s == self.shard) { Vec::new() } else { participants };
         if self.decided.remember(txn, decision, participants, now) {
             match decision {
                 Decision::Committed(_) => self.counts.committed += 1,
@@ -395,14 +401,8 @@ impl Participant {
     /// Raises the GC watermark: keep `gc_retention_ns` of history, and never pass a prepared
     /// attempt's proposal (its commit will write at or above it). Then, when this replica
     /// leads, starts inquiries (prepared attempts whose coordinator has been quiet too long,
-    /// commits unsettled too long) and sends the queries due. Returns the commits it found
-    /// settled without asking anyone (no peers): the caller settles them through the log.
-    pub(super) fn on_gc_tick(
-        &mut self,
-        now: Time,
-        leads: bool,
-        out: &mut Outbox<OccMsg>,
-    ) -> Vec<TxnId> {
+    /// commits unsettled too long) and sends the queries due.
+    pub(super) fn on_gc_tick(&mut self, now: Time, leads: bool, out: &mut Outbox<OccMsg>) {
         let mut watermark =
             Timestamp(self.ts_last.0.saturating_sub(self.context.timing.gc_retention_ns));
         if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
@@ -411,7 +411,7 @@ impl Participant {
         self.store.set_gc_watermark(watermark);
         if !leads {
             self.inquiries.clear();
-            return Vec::new();
+            return;
         }
         let rpc_ns = self.context.timing.rpc_timeout_ns;
         let quiet_before = now.saturating_sub(TERMINATE_AFTER_TIMEOUTS * rpc_ns);
@@ -425,21 +425,12 @@ impl Participant {
         for (txn, peers) in stale {
             self.inquiries.open(txn, Asking::Terminate, peers, now);
         }
-        let mut settled = Vec::new();
         let unsettled_before = now.saturating_sub(SETTLE_AFTER_TIMEOUTS * rpc_ns);
         for (txn, participants) in
             self.decided.unsettled_before(unsettled_before, INQUIRIES_PER_TICK_MAX)
         {
+            // Only commits with other participants are kept unsettled.
             let peers = self.peers_of(&participants);
-            if peers.is_empty() {
-                // Nobody else needs it. Its coordinator, if it is still asking, will hear
-                // "forgotten" and report the outcome unknown.
-                settled.push(txn);
-                if settled.len() == SETTLE_BATCH_MAX {
-                    break;
-                }
-                continue;
-            }
             if let Known::Decided(decision) = self.decided.get(txn) {
                 self.inquiries.open(txn, Asking::Settle(decision), peers, now);
             }
@@ -451,7 +442,6 @@ impl Participant {
             let request = ShardRequest::Query { txn, shard: peer };
             out.send(self.peers.leader(peer), OccMsg::Request(request));
         }
-        settled
     }
 
     /// The participants other than this shard.
@@ -630,21 +620,25 @@ impl StateMachine for Participant {
                 out.send(reply_to, OccMsg::ExecutedCommit { txn, shard, result });
             }
             ShardCommand::Decide { reply_to, now, txn, decision, tell } => {
-                let Some(decision) = self.on_decision(now, txn, decision) else { return };
+                let Some(state) = self.on_decision(now, txn, decision) else { return };
                 if !tell.is_empty() {
                     self.counts.terminated += 1;
                 }
                 if !answer {
                     return;
                 }
+                let told = match state {
+                    PeerState::Decided(known) => known,
+                    _ => decision,
+                };
                 for peer in tell {
                     out.send(
                         self.peers.leader(peer),
-                        OccMsg::Request(ShardRequest::decision(txn, peer, decision)),
+                        OccMsg::Request(ShardRequest::decision(txn, peer, told)),
                     );
                 }
                 if let Some(to) = reply_to {
-                    out.send(to, OccMsg::Finished { txn, shard, decision });
+                    out.send(to, OccMsg::Finished { txn, shard, state });
                 }
             }
             ShardCommand::Query { reply_to, now, txn } => {

@@ -199,6 +199,10 @@ const COORDINATOR: NodeId = NodeId(2);
 
 impl Net {
     fn new() -> Self {
+        Self::with_limits(crate::Limits::default())
+    }
+
+    fn with_limits(limits: crate::Limits) -> Self {
         let topology = Arc::new(Topology::standard(vec!["r0".into()], 2, 1).unwrap());
         let mut registry = Registry::default();
         registry.register(Arc::new(ReadWrite));
@@ -210,14 +214,16 @@ impl Net {
         let nodes: Vec<OccNode> = topology
             .node_ids()
             .map(|id| {
-                OccNode::new(NodeContext::new(
+                let mut context = NodeContext::new(
                     id,
                     topology.clone(),
                     Arc::new(registry.clone()),
                     Arc::new(partitioner.clone()),
                     1,
                     timing.clone(),
-                ))
+                );
+                context.limits = limits;
+                OccNode::new(context)
             })
             .collect();
         let mut net = Self {
@@ -572,7 +578,10 @@ fn late_prepare_after_abort_is_refused() {
     let net = Net::new();
     let mut participant = Participant::new(ShardId(0), net.nodes[0].context.clone());
     let txn = TxnId { origin: COORDINATOR, incarnation: 0, seq: 9 };
-    assert_eq!(participant.on_decision(0, txn, Decision::Aborted), Some(Decision::Aborted));
+    assert_eq!(
+        participant.on_decision(0, txn, Decision::Aborted),
+        Some(PeerState::Decided(Decision::Aborted))
+    );
     let vote = participant.on_prepare(
         0,
         txn,
@@ -761,7 +770,7 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
     assert!(matches!(participant.on_query(10, txn(1)), PeerState::Prepared(_)));
     assert!(matches!(participant.on_prepare(10, txn(1), prepare(1)), Vote::Yes(_)));
     let committed = Decision::Committed(Timestamp(1_000));
-    assert_eq!(participant.on_decision(20, txn(1), committed), Some(committed));
+    assert_eq!(participant.on_decision(20, txn(1), committed), Some(PeerState::Decided(committed)));
     assert!(participant.store().get_at(&key(1), Timestamp::MAX).is_some(), "the commit installed");
     assert_eq!(participant.on_query(30, txn(2)), PeerState::Forgotten, "an evicted refusal");
 }
@@ -1040,4 +1049,34 @@ fn a_replicated_leader_answers_only_after_the_log_entry_commits() {
     let until = now + 200 * NS_PER_MS;
     run(&mut nodes, &mut queue, &mut persisted, &mut timers, &mut now, until, false, &mut votes);
     assert!(matches!(votes.as_slice(), [Vote::Yes(_)]), "{votes:?}");
+}
+
+/// A one-round commit whose reply is lost, forgotten by its shard (a cache of two decisions)
+/// before the coordinator asks with an abort: the answer is "forgotten", and the request is
+/// reported unknown, never run again. (Answering the abort as applied made swarms with
+/// shrunken caches commit transfers twice.)
+#[test]
+fn a_forgotten_one_round_commit_is_reported_unknown_not_retried() {
+    let mut net = Net::with_limits(crate::Limits { decided_max: 2, ..crate::Limits::default() });
+    let mut dropped = false;
+    net.filter = Box::new(move |_, msg| {
+        if matches!(msg, OccMsg::ExecutedCommit { .. }) && !dropped {
+            dropped = true;
+            return Delivery::Drop;
+        }
+        Delivery::Deliver
+    });
+    net.submit(1, rw(&[], &[(5, 77)]));
+    for r in 2..=5 {
+        net.submit(r, rw(&[], &[(10 + r, r)]));
+    }
+    net.answered(&[2, 3, 4, 5]);
+    net.answered(&[1]);
+    assert!(
+        matches!(&net.outcome(1).result, TxnResult::Failed(TxnFailure::Indeterminate(_))),
+        "{:?}",
+        net.outcome(1)
+    );
+    let versions = net.nodes[0].hosts.get(ShardId(0)).unwrap().store().versions(&key(5)).len();
+    assert_eq!(versions, 1, "written once, never again");
 }
