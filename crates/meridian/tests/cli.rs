@@ -84,6 +84,15 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
             "unknown durability 'disk'",
         ),
         (&["bench", "--durability", "paper", "--out", out], "unknown durability 'paper'"),
+        (
+            &["bench", "--protocol-option", "tiga-headroom-ms=5", "--out", out],
+            "option 'tiga-headroom-ms' does not apply to protocol occ; its options: occ-one-round",
+        ),
+        (
+            &["sim", "--protocol-option", "occ-one-round=maybe"],
+            "option 'occ-one-round' = 'maybe' is not accepted; accepted: on, off",
+        ),
+        (&["sim", "--protocol-option", "occ-one-round"], "is not name=value"),
     ];
     for (args, expected) in cases {
         let output = run(args);

@@ -134,6 +134,43 @@ async fn a_panicking_node_is_reported_with_its_message() {
     assert_eq!(results.iter().map(|r| r.id).collect::<Vec<_>>(), vec![NodeId(0)]);
 }
 
+/// Node 0 floods an unreachable peer in another process (nothing listens at its address)
+/// with more messages than the connection's queue holds: the surplus is dropped and counted,
+/// and node 0 goes on serving. (A writer that stopped draining used to block the sender, and
+/// with it the node and every delayed link of the process.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_peer_never_stalls_the_sender() {
+    let addrs = free_addrs(2);
+    let config = ClusterConfig {
+        topology: two_node_topology(),
+        network: NetworkModel::preset("lan", 1).unwrap(),
+        clock: ClockModel::preset("perfect").unwrap(),
+        seed: 1,
+        tcp: Some(TcpConfig::new(addrs, 7)),
+        metrics: None,
+        storage: None,
+    };
+    struct Flood;
+    impl Node for Flood {
+        type Msg = u64;
+        fn on_start(&mut self, _: Time, out: &mut Outbox<u64>) {
+            for i in 0..(meridian_runtime::tcp::WRITER_MESSAGES_MAX as u64 * 2) {
+                out.send(NodeId(1), i);
+            }
+        }
+        fn on_message(&mut self, _: Time, _: NodeId, _: u64, _: &mut Outbox<u64>) {}
+        fn on_timer(&mut self, _: Time, _: TimerId, _: &mut Outbox<u64>) {}
+        fn on_persisted(&mut self, _: Time, _: PersistToken, _: &mut Outbox<u64>) {}
+        fn submit(&mut self, _: Time, _: ClientRequest, _: &mut Outbox<u64>) {}
+    }
+    let nodes = vec![(NodeId(0), Flood, None::<Arc<Mutex<ClosedLoopClients>>>)];
+    let cluster = Cluster::start(config, nodes).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(cluster.dropped_messages() > 0, "the surplus was dropped and counted");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), cluster.stop()).await;
+    assert_eq!(stopped.expect("the node still serves (it stops when asked)").len(), 1);
+}
+
 fn free_addrs(count: usize) -> Vec<SocketAddr> {
     let listeners: Vec<std::net::TcpListener> =
         (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();

@@ -1080,3 +1080,62 @@ fn a_forgotten_one_round_commit_is_reported_unknown_not_retried() {
     let versions = net.nodes[0].hosts.get(ShardId(0)).unwrap().store().versions(&key(5)).len();
     assert_eq!(versions, 1, "written once, never again");
 }
+
+/// A prepare listing a key twice, or with keys of another shard, is refused before it enters
+/// the shard's log, with a clear vote; the shard goes on serving. Applied anyway (as a log
+/// entry written by another version's leader would be), it is skipped, never a panic. A
+/// commit below the prepare's proposal is refused as a value.
+#[test]
+fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
+    let mut net = Net::new();
+    let txn = TxnId { origin: COORDINATOR, incarnation: 0, seq: 42 };
+    let both = vec![ShardId(0), ShardId(1)];
+    let twice = PrepareArgs {
+        reads: vec![],
+        scans: vec![],
+        writes: vec![
+            Write { key: key(3), value: Some(vec![1]) },
+            Write { key: key(3), value: Some(vec![2]) },
+        ],
+        one_phase: false,
+        participants: both.clone(),
+    };
+    let elsewhere =
+        PrepareArgs { writes: vec![Write { key: key(150), value: None }], ..twice.clone() };
+    for args in [twice.clone(), elsewhere] {
+        let mut out = Outbox::new();
+        let request = ShardRequest::Prepare { txn, shard: ShardId(0), args };
+        net.nodes[0].on_message(net.now, COORDINATOR, OccMsg::Request(request), &mut out);
+        let votes: Vec<Vote> = out
+            .drain()
+            .filter_map(|e| match e {
+                Effect::Send { msg: OccMsg::Prepared { vote, .. }, .. } => Some(vote),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(votes, vec![Vote::No(Conflict::Invalid)]);
+    }
+    // As a log command, it fails validation and is never applied.
+    let participant = net.nodes[0].hosts.get(ShardId(0)).unwrap();
+    let command = ShardCommand::Prepare { reply_to: COORDINATOR, now: 1, txn, args: twice };
+    assert!(crate::kit::host::StateMachine::validate(participant, &command).is_err());
+    // The shard serves the next request.
+    net.submit(1, rw(&[3], &[(3, 9)]));
+    net.answered(&[1]);
+    assert_eq!(net.outcome(1).result, TxnResult::Committed);
+    // A commit below the proposal is refused, counted, and leaves the attempt prepared.
+    let mut participant = Participant::new(ShardId(0), net.nodes[0].context.clone());
+    let prepare = PrepareArgs {
+        reads: vec![],
+        scans: vec![],
+        writes: vec![Write { key: key(4), value: Some(vec![1]) }],
+        one_phase: false,
+        participants: both,
+    };
+    let Vote::Yes(proposal) = participant.on_prepare(1_000, txn, prepare) else { panic!() };
+    let below = Decision::Committed(Timestamp(proposal.0 - 1));
+    assert_eq!(participant.on_decision(1_000, txn, below), None);
+    assert_eq!(participant.prepared_count(), 1, "still prepared");
+    let at = Decision::Committed(proposal);
+    assert_eq!(participant.on_decision(1_000, txn, at), Some(PeerState::Decided(at)));
+}
