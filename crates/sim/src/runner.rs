@@ -21,8 +21,10 @@ use meridian_workloads::{CheckResult, Workload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// RPC timeouts of virtual time given to in-flight decisions after the last client is answered.
-const DRAIN_TIMEOUTS: u64 = 3;
+/// RPC timeouts of virtual time given to in-flight decisions after the last client is answered:
+/// enough for participants whose coordinator crashed to notice (three quiet timeouts) and
+/// decide with their peers before the stores are checked.
+const DRAIN_TIMEOUTS: u64 = 6;
 /// Virtual time between checks of the clients' progress.
 const STEP_NS: Time = 50 * NS_PER_MS;
 /// Events between checks of the clients' progress (zero-delay links may not advance time).

@@ -107,6 +107,8 @@ pub(super) struct Coordinator {
     requests: RequestTable,
     attempts: BTreeMap<TxnId, Attempt>,
     delivery: Delivery,
+    /// New requests waiting for deliveries to drop below their bound, oldest first.
+    held: std::collections::VecDeque<RequestId>,
     /// Single-shard plans execute and commit in one round (`occ-one-round`).
     one_round: bool,
     /// Requests answered committed, attempts retried, outcomes reported unknown.
@@ -128,6 +130,7 @@ impl Coordinator {
             requests: RequestTable::new(context.limits.requests_in_flight_max),
             attempts: BTreeMap::new(),
             delivery: Delivery::new(context.limits.deliveries_max),
+            held: std::collections::VecDeque::new(),
             one_round: context
                 .options
                 .choice(super::OPTION_ONE_ROUND, <super::Occ as crate::Protocol>::OPTIONS)
@@ -196,11 +199,23 @@ impl Coordinator {
     }
 
     pub(super) fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
-        let busy = self.delivery.is_full().then(|| {
-            format!("{} decisions in delivery is the maximum", self.context.limits.deliveries_max)
-        });
-        if let Some(id) = self.requests.admit(now, request, busy, out) {
+        let Some(id) = self.requests.admit(now, request, None, out) else { return };
+        if self.delivery.is_full() {
+            // Decisions in delivery are at their bound: new requests wait (bounded by the
+            // requests in flight) until deliveries complete, rather than being turned away.
+            self.held.push_back(id);
+        } else {
             self.start_attempt(now, id, out);
+        }
+    }
+
+    /// Starts the requests held back while deliveries were at their bound, as room allows.
+    fn start_held(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
+        while !self.delivery.is_full() {
+            let Some(id) = self.held.pop_front() else { return };
+            if self.requests.get(id).is_some_and(|r| r.attempt.is_none()) {
+                self.start_attempt(now, id, out);
+            }
         }
     }
 
@@ -620,6 +635,7 @@ impl Coordinator {
         out: &mut Outbox<OccMsg>,
     ) {
         if self.delivery.on_ack(txn, shard) {
+            self.start_held(_now, out);
             return;
         }
         let Some(attempt) = self.attempts.remove(&txn) else {
@@ -784,6 +800,7 @@ impl Coordinator {
         for (shard, txns) in self.delivery.take_settled() {
             self.send(shard, ShardRequest::Settle { shard, txns }, out);
         }
+        self.start_held(now, out);
     }
 
     /// The outcome of `txn` cannot be known: tell the client so (never retry: it may have
