@@ -92,11 +92,11 @@ struct VerifyArgs {
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Protocol: occ.
+    /// Protocol: occ, 2pl (`docs/protocols.md` describes each).
     #[arg(long)]
     protocol: Option<String>,
     /// Workload: micro-luigi, micro-tiga, bank, smallbank, retwis, ycsb-a..f, tpcc, list-append,
-    /// rw-register.
+    /// rw-register, scan-count.
     #[arg(long)]
     workload: Option<String>,
     /// Number of shards.
@@ -153,7 +153,7 @@ pub(crate) struct ClusterArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// A protocol option, NAME=VALUE (repeatable); see `docs/protocols.md` for each protocol's
-    /// options. `occ-one-round=on|off`.
+    /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`.
     #[arg(long = "protocol-option", value_name = "NAME=VALUE")]
     protocol_option: Vec<String>,
 }

@@ -12,6 +12,7 @@
 pub mod kit;
 pub mod occ;
 pub mod options;
+pub mod twopl;
 
 use meridian_core::error::unknown_name;
 use meridian_core::node::Node;
@@ -89,6 +90,7 @@ macro_rules! protocols {
 
 protocols! {
     Occ => occ::Occ,
+    TwoPl => twopl::TwoPl,
 }
 
 /// A protocol's static facts, as plain values.
@@ -232,6 +234,9 @@ pub struct Limits {
     pub requests_in_flight_max: usize,
     /// The largest snapshot a replica takes or accepts from a sender.
     pub snapshot_bytes_max: usize,
+    /// Attempts a `2pl` shard leader lets hold execution locks at once; beyond it, executions
+    /// of new attempts are refused (`Full`) until some finish or their lease runs out.
+    pub lock_holders_max: usize,
 }
 
 impl Default for Limits {
@@ -243,6 +248,7 @@ impl Default for Limits {
             inquiries_max: 4_096,
             requests_in_flight_max: 1 << 16,
             snapshot_bytes_max: meridian_replication::raft::SNAPSHOT_BYTES_MAX,
+            lock_holders_max: 1 << 16,
         }
     }
 }
@@ -256,6 +262,7 @@ impl Limits {
             ("deliveries_max", self.deliveries_max),
             ("inquiries_max", self.inquiries_max),
             ("requests_in_flight_max", self.requests_in_flight_max),
+            ("lock_holders_max", self.lock_holders_max),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{name} must be at least 1")));

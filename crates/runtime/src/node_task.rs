@@ -175,6 +175,8 @@ pub struct Cluster<N: Node> {
     results: Vec<oneshot::Receiver<NodeResult<N>>>,
     listeners: Vec<JoinHandle<()>>,
     dropped: Arc<AtomicU64>,
+    /// The TCP links' counters, when the cluster spans processes.
+    tcp_stats: Option<Arc<tcp::TcpStats>>,
     failures: Arc<NodeFailures>,
 }
 
@@ -296,7 +298,8 @@ impl<N: Node> Cluster<N> {
             })?;
             results.push(result);
         }
-        Ok(Self { inboxes, results, listeners, dropped, failures })
+        let tcp_stats = config.tcp.as_ref().map(|tcp| tcp.stats.clone());
+        Ok(Self { inboxes, results, listeners, dropped, tcp_stats, failures })
     }
 
     /// The nodes of this process that panicked so far, and a way to wait for one.
@@ -304,9 +307,11 @@ impl<N: Node> Cluster<N> {
         self.failures.clone()
     }
 
-    /// Messages dropped so far because a queue was full (an inbox, a TCP writer).
+    /// Messages dropped so far because a queue was full (an inbox, a TCP writer) or a TCP
+    /// writer shed its queue while its peer was unreachable.
     pub fn dropped_messages(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        let shed = self.tcp_stats.as_ref().map_or(0, |s| s.dropped.load(Ordering::Relaxed));
+        self.dropped.load(Ordering::Relaxed) + shed
     }
 
     /// Stops every local node and returns them with their measured delays.

@@ -55,7 +55,8 @@ pub struct TcpStats {
     /// Connections refused or closed for misbehaving: too many waiting for a hello, no hello
     /// in time, a bad hello or frame, too many from one peer.
     pub rejected: AtomicU64,
-    /// Messages dropped because a writer's queue was full (the peer unreachable or slow).
+    /// Messages a writer shed while its peer was unreachable (a full writer queue is counted by
+    /// the sending process instead).
     pub dropped: AtomicU64,
 }
 

@@ -162,6 +162,7 @@ impl FaultPlan {
             deliveries_max: pick(extra, &[4, 64]),
             inquiries_max: pick(extra, &[2, 64]),
             reads_waiting_max: pick(extra, &[2, 64]),
+            lock_holders_max: pick(extra, &[2, 64]),
             ..Limits::default()
         });
         // A long partition: one node cut off from every other for most of the fault phase, so
@@ -195,8 +196,12 @@ impl FaultPlan {
         if let Some(l) = &limits {
             let _ = write!(
                 text,
-                "; limits decided {} deliveries {} inquiries {} reads {}",
-                l.decided_max, l.deliveries_max, l.inquiries_max, l.reads_waiting_max
+                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {}",
+                l.decided_max,
+                l.deliveries_max,
+                l.inquiries_max,
+                l.reads_waiting_max,
+                l.lock_holders_max
             );
         }
         Self {

@@ -19,10 +19,38 @@ fn swarm(protocol: ProtocolKind, workload: &str, first_seed: u64) {
     swarm_with(protocol, workload, first_seed, WorkloadOptions::default(), "", 1)
 }
 
+/// A `2pl` swarm under `policy` with `replicas` per shard.
+fn twopl_swarm(policy: &str, workload: &str, first_seed: u64, replicas: u32) {
+    let option = format!("2pl-policy={policy}");
+    let flags = format!(" --protocol-option {option}");
+    swarm_full(
+        ProtocolKind::TwoPl,
+        &[option],
+        workload,
+        first_seed,
+        WorkloadOptions::default(),
+        &flags,
+        replicas,
+    )
+}
+
 /// A swarm of `workload` built with `options` (shards and keys per shard set here); `flags`
 /// are the extra `meridian sim` flags that rebuild those options in the REPRODUCE line.
 fn swarm_with(
     protocol: ProtocolKind,
+    workload: &str,
+    first_seed: u64,
+    options: WorkloadOptions,
+    flags: &str,
+    replicas: u32,
+) {
+    swarm_full(protocol, &[], workload, first_seed, options, flags, replicas)
+}
+
+/// [`swarm_with`] with protocol options (`name=value`).
+fn swarm_full(
+    protocol: ProtocolKind,
+    protocol_options: &[String],
     workload: &str,
     first_seed: u64,
     options: WorkloadOptions,
@@ -44,6 +72,11 @@ fn swarm_with(
     );
     base.clients = 8;
     base.txns = 100;
+    let pairs: Vec<(String, String)> = protocol_options
+        .iter()
+        .map(|text| meridian_protocols::options::parse_pair(text).expect("name=value"))
+        .collect();
+    base.protocol_options = protocol.options(&pairs).expect("valid protocol options");
     let workload: Arc<dyn meridian_workloads::Workload> = Arc::from(
         meridian_workloads::build(
             workload,
@@ -137,4 +170,24 @@ fn occ_scan_count_swarm() {
 #[test]
 fn occ_replicated_scan_count_swarm() {
     swarm_with(ProtocolKind::Occ, "scan-count", 120_000, WorkloadOptions::default(), "", 3);
+}
+
+/// `2pl` under both policies: cross-shard transactions over few keys (locks conflict often),
+/// phantoms, and replicated shards whose leaders crash (execution locks are lost with them).
+#[test]
+fn twopl_no_wait_swarm() {
+    twopl_swarm("no-wait", "list-append", 130_000, 1);
+    twopl_swarm("no-wait", "bank", 140_000, 1);
+}
+
+#[test]
+fn twopl_wound_wait_swarm() {
+    twopl_swarm("wound-wait", "list-append", 150_000, 1);
+    twopl_swarm("wound-wait", "scan-count", 160_000, 1);
+}
+
+#[test]
+fn twopl_replicated_swarm() {
+    twopl_swarm("wound-wait", "bank", 170_000, 3);
+    twopl_swarm("no-wait", "list-append", 180_000, 3);
 }

@@ -242,6 +242,12 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         self.hosts.keys().copied().collect()
     }
 
+    /// True when `shard` is hosted here with a log (its commands apply once committed, not
+    /// when submitted).
+    pub fn has_log(&self, shard: ShardId) -> bool {
+        self.hosts.get(&shard).is_some_and(|h| h.log.is_some())
+    }
+
     /// `shard`'s machine.
     pub fn get(&self, shard: ShardId) -> Option<&SM> {
         self.hosts.get(&shard).map(|h| &h.sm)

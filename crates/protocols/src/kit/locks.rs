@@ -2,7 +2,8 @@
 //! phantom protection), and two conflict policies.
 //!
 //! - **No-wait**: a request that conflicts is denied at once; the caller aborts.
-//! - **Wound-wait**: every transaction has a priority (smaller is older). A request that
+//! - **Wound-wait**: every transaction has a priority (smaller is older; equal priorities are
+//!   ordered by transaction id, so the order is total and no two transactions tie). A request that
 //!   conflicts with a younger holder *wounds* it (the caller must abort the holders named,
 //!   which releases their locks) and waits; one that conflicts only with older holders waits.
 //!   Waiters queue oldest first, so an older transaction never waits behind a younger one and
@@ -164,6 +165,24 @@ impl LockTable {
             .collect()
     }
 
+    /// True when `txn` holds `key` in `mode` (or stronger).
+    pub fn holds_key(&self, txn: TxnId, key: &Key, mode: Mode) -> bool {
+        self.keys.get(key).is_some_and(|lock| {
+            lock.exclusive == Some(txn) || (mode == Mode::Shared && lock.shared.contains(&txn))
+        })
+    }
+
+    /// True when `txn` holds the keys of `reads` (shared or exclusive) and `writes` (exclusive).
+    pub fn holds_all<'a>(
+        &self,
+        txn: TxnId,
+        reads: impl IntoIterator<Item = &'a Key>,
+        writes: impl IntoIterator<Item = &'a Key>,
+    ) -> bool {
+        reads.into_iter().all(|k| self.holds_key(txn, k, Mode::Shared))
+            && writes.into_iter().all(|k| self.holds_key(txn, k, Mode::Exclusive))
+    }
+
     /// Checks that `txn` could take shared locks on `reads` and `scans` and exclusive locks on
     /// `writes` now, without waiting; the first conflicting holder otherwise.
     pub fn check_all<'a>(
@@ -241,7 +260,7 @@ impl LockTable {
         let queued_older = self
             .keys
             .get(key)
-            .is_some_and(|l| l.waiters.iter().any(|&(p, w, _)| w != txn && p < priority));
+            .is_some_and(|l| l.waiters.iter().any(|&(p, w, _)| (p, w) < (priority, txn)));
         if with.is_empty() && !queued_older {
             self.grant(txn, priority, key.clone(), mode);
             self.debug_check();
@@ -252,12 +271,10 @@ impl LockTable {
             Policy::WoundWait => {
                 with.sort_unstable();
                 with.dedup();
-                let wound = with
-                    .into_iter()
-                    .filter(|h| self.held.get(h).is_some_and(|held| held.priority > priority))
-                    .collect();
+                let wound =
+                    with.into_iter().filter(|&h| self.is_younger(h, priority, txn)).collect();
                 let lock = self.keys.entry(key.clone()).or_default();
-                let at = lock.waiters.partition_point(|&(p, _, _)| p <= priority);
+                let at = lock.waiters.partition_point(|&(p, w, _)| (p, w) <= (priority, txn));
                 lock.waiters.insert(at, (priority, txn, mode));
                 let held = self.held.entry(txn).or_default();
                 held.priority = priority;
@@ -283,10 +300,8 @@ impl LockTable {
         }
         match policy {
             Policy::WoundWait => {
-                let wound: Vec<TxnId> = writers
-                    .into_iter()
-                    .filter(|h| self.held.get(h).is_some_and(|held| held.priority > priority))
-                    .collect();
+                let wound: Vec<TxnId> =
+                    writers.into_iter().filter(|&h| self.is_younger(h, priority, txn)).collect();
                 if wound.is_empty() {
                     Acquire::Denied(self.writers_in(txn, range)[0])
                 } else {
@@ -295,6 +310,11 @@ impl LockTable {
             }
             Policy::NoWait => Acquire::Denied(writers[0]),
         }
+    }
+
+    /// True when holder `h` is younger than `txn` of `priority`: (priority, id) is larger.
+    fn is_younger(&self, h: TxnId, priority: u64, txn: TxnId) -> bool {
+        self.held.get(&h).is_some_and(|held| (held.priority, h) > (priority, txn))
     }
 
     fn grant(&mut self, txn: TxnId, priority: u64, key: Key, mode: Mode) {

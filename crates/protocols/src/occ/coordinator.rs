@@ -17,7 +17,7 @@
 //! - the client is answered exactly once per request (the request leaves the table then);
 //! - a commit is decided only with a yes vote from every participant.
 
-use super::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest, TimerPurpose, Vote};
+use super::{CcMode, Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest, TimerPurpose, Vote};
 use crate::kit::coord::{self, AttemptIds, LeaderCache, PieceSlot, RequestTable};
 use crate::kit::exec::{PieceRun, ScanCheck, VersionTag};
 use crate::kit::timers::Timers;
@@ -55,14 +55,19 @@ struct Attempt {
     /// While preparing, after a participant said it forgot the attempt: this round's answers
     /// from every participant.
     probing: Option<BTreeMap<ShardId, PeerState>>,
+    /// `2pl`: shards that ran pieces for it, which may hold execution locks for it until they
+    /// hear a decision (empty under `occ`).
+    locked_at: BTreeSet<ShardId>,
 }
 
 impl Attempt {
+    /// The shards that prepare it: those it read, scanned or writes, and under `2pl` every
+    /// shard holding its execution locks (prepare and the decision release them).
     fn participants(&self) -> BTreeSet<ShardId> {
         let reads = self.reads.iter().filter(|(_, r)| !r.is_empty()).map(|(&s, _)| s);
         let scans = self.scans.iter().filter(|(_, r)| !r.is_empty()).map(|(&s, _)| s);
         let writes = self.writes.iter().filter(|(_, w)| !w.is_empty()).map(|(&s, _)| s);
-        reads.chain(scans).chain(writes).collect()
+        reads.chain(scans).chain(writes).chain(self.locked_at.iter().copied()).collect()
     }
 
     /// The attempt's buffered writes on `shard`, in key order.
@@ -111,6 +116,9 @@ pub(super) struct Coordinator {
     held: std::collections::VecDeque<RequestId>,
     /// Single-shard plans execute and commit in one round (`occ-one-round`).
     one_round: bool,
+    /// `2pl`: participants lock at execution; executions carry the request's age, and an
+    /// attempt that ends before prepare tells the shards that ran its pieces.
+    locking: bool,
     /// Requests answered committed, attempts retried, outcomes reported unknown.
     committed_total: u64,
     retried_total: u64,
@@ -118,7 +126,7 @@ pub(super) struct Coordinator {
 }
 
 impl Coordinator {
-    pub(super) fn new(context: NodeContext) -> Self {
+    pub(super) fn new(context: NodeContext, mode: CcMode) -> Self {
         let leaders = LeaderCache::new(context.topology.clone());
         let home_shard = leaders.home_shard(context.id);
         let rng = child_rng(context.seed, "occ-coordinator", u64::from(context.id.0));
@@ -135,6 +143,7 @@ impl Coordinator {
                 .options
                 .choice(super::OPTION_ONE_ROUND, <super::Occ as crate::Protocol>::OPTIONS)
                 == "on",
+            locking: matches!(mode, CcMode::Locking(_)),
             committed_total: 0,
             retried_total: 0,
             indeterminate_total: 0,
@@ -250,6 +259,7 @@ impl Coordinator {
             waiting: BTreeSet::new(),
             ts_max: Timestamp::ZERO,
             probing: None,
+            locked_at: BTreeSet::new(),
         };
         if attempt.pieces.is_empty() {
             return self.complete(request, None, Ending::committed(None, CommitPath::Empty), out);
@@ -266,15 +276,20 @@ impl Coordinator {
 
     /// Sends every piece that is ready to a shard not already working for this attempt.
     fn dispatch(&mut self, txn: TxnId, attempt: &mut Attempt, out: &mut Outbox<OccMsg>) {
-        let txn_request =
-            &self.requests.get(attempt.request).expect("request in flight").client.txn;
+        let state = self.requests.get(attempt.request).expect("request in flight");
+        let txn_request = &state.client.txn;
+        let priority = if self.locking { state.submitted_at } else { 0 };
         let wave = coord::next_wave(&mut attempt.pieces, &attempt.waiting);
         for (shard, calls) in wave {
             let overlay = attempt.writes_on(shard);
             attempt.waiting.insert(shard);
+            if self.locking {
+                attempt.locked_at.insert(shard);
+            }
             let request = ShardRequest::Execute {
                 txn,
                 shard,
+                priority,
                 proc: txn_request.proc,
                 args: txn_request.args.clone(),
                 calls,
@@ -343,11 +358,13 @@ impl Coordinator {
             Ok(runs) => runs,
             Err(ExecFailure::Procedure(error)) => {
                 let ending = Ending::failed(TxnFailure::Procedure(error));
+                self.release_locks(txn, &attempt, out);
                 return self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
             // Nothing was prepared for this attempt, so nothing can have committed it.
             Err(ExecFailure::Conflict(_) | ExecFailure::Decided(_) | ExecFailure::Forgotten) => {
-                return self.retry(attempt, timers, out)
+                self.release_locks(txn, &attempt, out);
+                return self.retry(attempt, timers, out);
             }
         };
         for run in runs {
@@ -361,6 +378,7 @@ impl Coordinator {
             for (key, seen) in run.reads {
                 if *reads.entry(key).or_insert(seen) != seen {
                     // Two pieces saw different versions of one key: this attempt cannot commit.
+                    self.release_locks(txn, &attempt, out);
                     return self.retry(attempt, timers, out);
                 }
             }
@@ -372,6 +390,7 @@ impl Coordinator {
                         commit_ts: None,
                         path: CommitPath::None,
                     };
+                    self.release_locks(txn, &attempt, out);
                     return self.complete(attempt.request, Some((txn, &attempt)), ending, out);
                 }
                 Ok(effects) => {
@@ -544,6 +563,15 @@ impl Coordinator {
         );
         let ending = Ending::committed(Some(ts), CommitPath::TwoPhase);
         self.complete(attempt.request, Some((txn, &attempt)), ending, out);
+    }
+
+    /// `2pl`: an attempt that ends before prepare tells the shards that ran its pieces, so
+    /// they release its execution locks now (a lost abort leaves them to the lease). Under
+    /// `occ` there is nobody to tell.
+    fn release_locks(&self, txn: TxnId, attempt: &Attempt, out: &mut Outbox<OccMsg>) {
+        for &shard in &attempt.locked_at {
+            self.send(shard, ShardRequest::Abort { txn, shard }, out);
+        }
     }
 
     fn abort_prepared(
@@ -752,11 +780,13 @@ impl Coordinator {
         for txn in due {
             let Some(mut attempt) = self.attempts.remove(&txn) else { continue };
             match attempt.phase {
-                // Execution keeps no state at participants: just start over.
+                // Execution keeps no state at participants (but execution locks under `2pl`,
+                // released by an abort): start over.
                 Phase::Executing => {
                     for &shard in &attempt.waiting {
                         self.leaders.suspect(shard);
                     }
+                    self.release_locks(txn, &attempt, out);
                     self.retry(attempt, timers, out)
                 }
                 Phase::Preparing if attempt.probing.is_some() => {

@@ -127,8 +127,13 @@ impl Protocol for Occ {
 pub enum Conflict {
     /// A read or scan is no longer current.
     Stale,
-    /// Another prepared attempt holds a conflicting lock.
+    /// Another prepared attempt holds a conflicting lock (`occ`); a lock was refused at
+    /// execution, or is no longer held at prepare (`2pl`).
     Locked,
+    /// An older attempt wounded this one (`2pl` wound-wait).
+    Wounded,
+    /// Its execution locks were released after it was idle for the lease (`2pl`).
+    LeaseExpired,
     /// The attempt was already aborted here.
     AlreadyAborted,
     /// The shard holds as many undecided and unsettled attempts as it may: try again later.
@@ -189,6 +194,9 @@ pub enum ShardRequest {
         txn: TxnId,
         /// The shard asked.
         shard: ShardId,
+        /// The request's age for wound-wait (`2pl`): the coordinator's clock when the request
+        /// arrived (smaller is older; attempt ids break ties).
+        priority: u64,
         /// The procedure.
         proc: ProcId,
         /// Its arguments.
@@ -357,6 +365,10 @@ pub enum ShardCommand {
         now: Time,
         /// The attempt.
         txn: TxnId,
+        /// Refused by the leader before it entered the log (`2pl`: the attempt no longer holds
+        /// its execution locks); applying it records the refusal, so a duplicate prepare
+        /// cannot prepare the attempt later.
+        refused: Option<Conflict>,
         /// What to validate and lock.
         args: PrepareArgs,
     },
@@ -368,6 +380,10 @@ pub enum ShardCommand {
         now: Time,
         /// The attempt.
         txn: TxnId,
+        /// Refused by the leader before it entered the log (`2pl`: a conflicting execution
+        /// lock); applying it records the refusal, so a duplicate of the request cannot commit
+        /// the attempt after its coordinator moved on.
+        refused: Option<Conflict>,
         /// The procedure.
         proc: ProcId,
         /// Its arguments.
@@ -419,8 +435,18 @@ enum TimerPurpose {
 /// How often participants raise their GC watermark and look after their inquiries.
 const GC_INTERVAL_NS: u64 = 100 * meridian_core::time::NS_PER_MS;
 
-/// A node running `occ`: participants for the shards it hosts, and a coordinator if clients
-/// submit here.
+/// How the engine's participants keep transactions apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CcMode {
+    /// `occ`: execute without locks, validate reads and lock at prepare.
+    Validation,
+    /// `2pl`: lock at execution (see `crate::twopl`) under this conflict policy; prepare still
+    /// validates, which only matters across a leader change.
+    Locking(crate::kit::locks::Policy),
+}
+
+/// A node running `occ` (or `2pl`): participants for the shards it hosts, and a coordinator if
+/// clients submit here.
 pub struct OccNode {
     id: NodeId,
     context: NodeContext,
@@ -439,15 +465,24 @@ impl OccNode {
     /// hosted Raft group rebuilds its log, and replays it into the participant (whose store
     /// the caller has bulk-loaded with the initial data) when the node starts.
     pub fn restore(context: NodeContext, durable: &Durable) -> Result<Self, String> {
+        Self::restore_as(context, durable, CcMode::Validation)
+    }
+
+    /// [`OccNode::restore`] with the concurrency control `mode` (`2pl` locks).
+    pub fn restore_as(
+        context: NodeContext,
+        durable: &Durable,
+        mode: CcMode,
+    ) -> Result<Self, String> {
         let shard_context = context.clone();
         let hosts = Hosts::restore(
             &context,
             durable,
             |groups| OccMsg::Raft { groups },
-            |shard| Participant::new(shard, shard_context.clone()),
+            |shard| Participant::new(shard, shard_context.clone(), mode),
         )?;
         let info = &context.topology.nodes[context.id.0 as usize];
-        let coordinator = info.coordinator.then(|| Coordinator::new(context.clone()));
+        let coordinator = info.coordinator.then(|| Coordinator::new(context.clone(), mode));
         Ok(Self { id: context.id, context, hosts, coordinator, timers: Timers::default() })
     }
 
@@ -490,16 +525,24 @@ impl OccNode {
         }
         let command = match request {
             execute @ ShardRequest::Execute { .. } => {
-                // Reads only, served from the leader's state once it is current (read-index
-                // under the leader's lease); prepare validates them again.
-                self.hosts.read(shard, (origin, execute), out);
+                // Served from the leader's state once it is current (read-index under the
+                // leader's lease); prepare validates the reads again.
+                self.hosts.read(shard, (origin, now, execute), out);
                 return;
             }
             ShardRequest::ExecuteCommit { txn, proc, args, .. } => {
-                ShardCommand::ExecuteCommit { reply_to: origin, now, txn, proc, args }
+                // Under locking the leader takes the commit's locks first (or records why not).
+                let window = self.hosts.has_log(shard);
+                let refused = self
+                    .hosts
+                    .get_mut(shard)
+                    .and_then(|p| p.lock_one_round(now, txn, proc, &args, window));
+                ShardCommand::ExecuteCommit { reply_to: origin, now, txn, refused, proc, args }
             }
             ShardRequest::Prepare { txn, args, .. } => {
-                ShardCommand::Prepare { reply_to: origin, now, txn, args }
+                // Under locking the attempt must still hold its execution locks here.
+                let refused = self.hosts.get_mut(shard).and_then(|p| p.may_prepare(txn, &args));
+                ShardCommand::Prepare { reply_to: origin, now, txn, refused, args }
             }
             ShardRequest::Commit { txn, ts, .. } => ShardCommand::Decide {
                 reply_to: Some(origin),
@@ -508,13 +551,18 @@ impl OccNode {
                 decision: Decision::Committed(ts),
                 tell: Vec::new(),
             },
-            ShardRequest::Abort { txn, .. } => ShardCommand::Decide {
-                reply_to: Some(origin),
-                now,
-                txn,
-                decision: Decision::Aborted,
-                tell: Vec::new(),
-            },
+            ShardRequest::Abort { txn, .. } => {
+                if let Some(participant) = self.hosts.get_mut(shard) {
+                    participant.abandon_exec(now, txn, out);
+                }
+                ShardCommand::Decide {
+                    reply_to: Some(origin),
+                    now,
+                    txn,
+                    decision: Decision::Aborted,
+                    tell: Vec::new(),
+                }
+            }
             ShardRequest::Query { txn, .. } => ShardCommand::Query { reply_to: origin, now, txn },
             ShardRequest::Settle { txns, .. } => ShardCommand::Settle { txns },
         };
@@ -526,7 +574,10 @@ impl OccNode {
         };
         if let Err(why) = self.hosts.submit(shard, command, out) {
             // Refused before it entered the log: the sender hears why (requests that expect no
-            // answer are dropped and counted).
+            // answer are dropped and counted), and execution locks taken for it go.
+            if let (Some((txn, _)), Some(participant)) = (refusal, self.hosts.get_mut(shard)) {
+                participant.release_exec(now, txn, out);
+            }
             match refusal {
                 Some((txn, true)) => {
                     let vote = Vote::No(Conflict::Invalid);

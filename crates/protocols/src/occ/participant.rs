@@ -8,20 +8,27 @@
 //! - a commit installs versions above every version the key held at prepare (the proposal
 //!   rule), so the store accepts them.
 //!
+//! Under `2pl` ([`CcMode::Locking`]) the leader also keeps execution locks (see
+//! `crate::twopl`): pieces run only under their locks, a prepare is logged as refused when the
+//! attempt no longer holds them, and every decision releases them. The replicated state and
+//! the validation at prepare are the same in both modes, so replicas never depend on the
+//! leader-only locks.
+//!
 //! Input is checked before it can reach an assertion: [`Participant::validate`] refuses a
 //! command whose contents are malformed (keys off the shard, a key listed twice, a bad
 //! participant list), and state-dependent nonsense (a commit below the proposal) is refused
 //! as a value and counted.
 
-use super::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
+use super::{CcMode, Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
 use crate::kit::coord::LeaderCache;
 use crate::kit::exec::{self, Latest, PieceCall, PieceRun, Placement, ScanCheck, VersionTag};
 use crate::kit::host::StateMachine;
-use crate::kit::locks::LockTable;
+use crate::kit::locks::{LockTable, Mode};
 use crate::kit::twopc::{
     Asking, Concluded, DecidedCache, DecidedImage, Decision, Inquiries, Known, PeerState,
     SETTLE_BATCH_MAX,
 };
+use crate::twopl::locking::{Doom, Locking, Need, Released, Step};
 use crate::NodeContext;
 use meridian_core::key::{Key, Value};
 use meridian_core::node::Outbox;
@@ -46,6 +53,14 @@ const SETTLE_AFTER_TIMEOUTS: u64 = 8;
 const INQUIRIES_PER_TICK_MAX: usize = 1_024;
 /// Most keys (reads plus writes) and scans one prepare may carry: a plan's worth.
 const PREPARE_KEYS_MAX: usize = PIECES_MAX * PIECE_KEYS_MAX;
+/// Under `2pl`, execution locks of an attempt that has not prepared and has been idle this
+/// many RPC timeouts are released: its coordinator has moved on or is gone. Longer than the
+/// coordinator's own execution timeout, so a live coordinator gives up first.
+const LEASE_TIMEOUTS: u64 = 4;
+/// Executions one release may resume or refuse (each needs at least one waiter, and waiters
+/// are bounded by the executions the leader accepted); a bound on the loop, not a limit hit in
+/// practice.
+const RELEASED_PER_CALL_MAX: usize = 1 << 20;
 
 /// A prepared attempt: what it locked and will write.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -96,11 +111,26 @@ pub(super) struct Participant {
     /// Leader-only: attempts being decided or settled with the peers, and where they lead.
     inquiries: Inquiries,
     peers: LeaderCache,
+    /// Leader-only, `2pl`: execution locks.
+    locking: Option<Locking<ShardRequest>>,
+}
+
+/// The vote or failure a doomed attempt gets.
+fn conflict_of(doom: Doom) -> Conflict {
+    match doom {
+        Doom::Denied => Conflict::Locked,
+        Doom::Wounded => Conflict::Wounded,
+        Doom::Expired => Conflict::LeaseExpired,
+    }
 }
 
 impl Participant {
-    pub(super) fn new(shard: ShardId, context: NodeContext) -> Self {
+    pub(super) fn new(shard: ShardId, context: NodeContext, mode: CcMode) -> Self {
         Self {
+            locking: match mode {
+                CcMode::Validation => None,
+                CcMode::Locking(policy) => Some(Locking::new(policy)),
+            },
             shard,
             store: MvccStore::new(),
             locks: LockTable::new(),
@@ -414,6 +444,11 @@ impl Participant {
             return;
         }
         let rpc_ns = self.context.timing.rpc_timeout_ns;
+        if let Some(locking) = self.locking.as_mut() {
+            let mut released = Released::new();
+            locking.expire(now, LEASE_TIMEOUTS * rpc_ns, &mut released);
+            self.answer_released(now, released, out);
+        }
         let quiet_before = now.saturating_sub(TERMINATE_AFTER_TIMEOUTS * rpc_ns);
         let stale: Vec<(TxnId, Vec<ShardId>)> = self
             .prepared
@@ -477,9 +512,238 @@ impl Participant {
         self.prepared.get(&txn).map(|p| self.peers_of(&p.participants)).unwrap_or_default()
     }
 
+    /// `2pl`: takes a one-round commit's locks at the leader before it is proposed, from a run
+    /// of the plan over the current state (what the logged run will read and write, since the
+    /// locks keep it unchanged). Returns why it is refused, if it is; `None` also when there
+    /// is nothing to lock against (no log, so it applies at once, and no execution locks), or
+    /// when the attempt is known here already (the logged command answers a duplicate).
+    pub(super) fn lock_one_round(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        proc: ProcId,
+        args: &Args,
+        has_log: bool,
+    ) -> Option<Conflict> {
+        let locking = self.locking.as_ref()?;
+        if !locking.holds(txn) && locking.holder_count() >= self.context.limits.lock_holders_max {
+            return Some(Conflict::Full);
+        }
+        if (!has_log && locking.is_idle())
+            || locking.holds(txn)
+            || self.prepared.contains_key(&txn)
+            || !matches!(self.decided.get(txn), Known::Unseen)
+        {
+            return None;
+        }
+        let procedure = self.procedure(proc).ok()?;
+        // A failing plan needs no locks: the logged command reports the failure.
+        let run = exec::run_plan(procedure.as_ref(), self.placement(), args, &Latest(&self.store))
+            .ok()?;
+        let mut keys: BTreeMap<Key, Mode> = BTreeMap::new();
+        let mut ranges = Vec::new();
+        for piece in &run.runs {
+            for (key, _) in &piece.reads {
+                keys.entry(key.clone()).or_insert(Mode::Shared);
+            }
+            ranges.extend(piece.scans.iter().map(|s| Need::Range(s.range.clone())));
+        }
+        for key in run.writes.keys() {
+            keys.insert(key.clone(), Mode::Exclusive);
+        }
+        let needs: Vec<Need> =
+            keys.into_iter().map(|(k, m)| Need::Key(k, m)).chain(ranges).collect();
+        let locking = self.locking.as_mut()?;
+        (!locking.lock_now(txn, &needs, now)).then_some(Conflict::Locked)
+    }
+
+    /// `2pl`: why a prepare for `txn` must be refused at the leader (it no longer holds the
+    /// execution locks of what it read and writes here), if it must. Attempts prepared or
+    /// decided here go to the log as they are (the log answers duplicates).
+    pub(super) fn may_prepare(&mut self, txn: TxnId, args: &PrepareArgs) -> Option<Conflict> {
+        let locking = self.locking.as_mut()?;
+        if self.prepared.contains_key(&txn) || !matches!(self.decided.get(txn), Known::Unseen) {
+            return None;
+        }
+        if let Some(doom) = locking.doom_of(txn) {
+            return Some(conflict_of(doom));
+        }
+        let reads = args.reads.iter().map(|(k, _)| k);
+        let writes = args.writes.iter().map(|w| &w.key);
+        (!locking.start_prepare(txn, reads, writes)).then_some(Conflict::Locked)
+    }
+
+    /// A prepare the leader refused: recorded as aborted (unless the log already decided it).
+    fn refuse_prepare(&mut self, now: Time, txn: TxnId, conflict: Conflict) -> Vote {
+        if let Some(prepared) = self.prepared.get(&txn) {
+            return Vote::Yes(prepared.proposal);
+        }
+        match self.known(txn) {
+            Known::Decided(Decision::Aborted) => Vote::No(conflict),
+            Known::Decided(Decision::Committed(ts)) => Vote::Committed(ts),
+            Known::Forgotten => Vote::Forgotten,
+            Known::Unseen => {
+                self.remember(txn, Decision::Aborted, Vec::new(), now);
+                Vote::No(conflict)
+            }
+        }
+    }
+
+    /// A one-round commit the leader refused: recorded as aborted.
+    fn refuse_one_round(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        conflict: Conflict,
+    ) -> Result<(Vec<PieceRun>, Option<Timestamp>), ExecFailure> {
+        self.undecided(txn)?;
+        self.remember(txn, Decision::Aborted, Vec::new(), now);
+        Err(ExecFailure::Conflict(conflict))
+    }
+
+    /// `2pl`: `txn` is decided or refused here: its execution locks go, and the executions
+    /// waiting for them run (or are refused) now.
+    pub(super) fn release_exec(&mut self, now: Time, txn: TxnId, out: &mut Outbox<OccMsg>) {
+        let Some(locking) = self.locking.as_mut() else { return };
+        let mut released = Released::new();
+        locking.release(txn, now, &mut released);
+        self.answer_released(now, released, out);
+    }
+
+    /// `2pl`: the leader received an abort for `txn`: if it has not started to prepare here,
+    /// its execution locks go at once (the abort's log entry records the refusal).
+    pub(super) fn abandon_exec(&mut self, now: Time, txn: TxnId, out: &mut Outbox<OccMsg>) {
+        let Some(locking) = self.locking.as_mut() else { return };
+        let mut released = Released::new();
+        locking.abandon(txn, now, &mut released);
+        self.answer_released(now, released, out);
+    }
+
+    /// `2pl`: the locks an execution needs, strongest mode per key, keys in order (then
+    /// ranges): computed from the pieces' declared keys, checked like execution checks them.
+    fn needs_of(
+        &self,
+        proc: ProcId,
+        args: &Args,
+        calls: &[PieceCall],
+    ) -> Result<Vec<Need>, ExecFailure> {
+        let procedure = self.procedure(proc)?;
+        if calls.len() > PIECES_MAX {
+            let why = format!("{} pieces is over {PIECES_MAX}", calls.len());
+            return Err(ExecFailure::Procedure(ProcError::Contract(why)));
+        }
+        let mut keys: BTreeMap<Key, Mode> = BTreeMap::new();
+        let mut ranges = Vec::new();
+        for call in calls {
+            let inputs: Vec<&meridian_core::txn::PieceOutput> = call.inputs.iter().collect();
+            let set = procedure.keys(call.piece, args, &inputs).map_err(ExecFailure::Procedure)?;
+            exec::check_keys(self.placement(), &set).map_err(ExecFailure::Procedure)?;
+            for key in set.reads {
+                keys.entry(key).or_insert(Mode::Shared);
+            }
+            for key in set.writes {
+                keys.insert(key, Mode::Exclusive);
+            }
+            ranges.extend(set.scans.into_iter().map(Need::Range));
+        }
+        Ok(keys.into_iter().map(|(k, m)| Need::Key(k, m)).chain(ranges).collect())
+    }
+
+    /// `2pl`: an execution at the leader: takes its locks (or waits, or is refused), then runs.
+    fn execute_locked(
+        &mut self,
+        now: Time,
+        origin: meridian_core::NodeId,
+        request: ShardRequest,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let ShardRequest::Execute { txn, shard, priority, proc, ref args, ref calls, .. } = request
+        else {
+            return;
+        };
+        let refusal = self.undecided(txn).err().or_else(|| {
+            let doom = self.locking.as_ref().and_then(|l| l.doom_of(txn));
+            doom.map(|d| ExecFailure::Conflict(conflict_of(d)))
+        });
+        let needs = match refusal.map_or_else(|| self.needs_of(proc, args, calls), Err) {
+            Ok(needs) => needs,
+            Err(failure) => {
+                out.send(origin, OccMsg::Executed { txn, shard, result: Err(failure) });
+                return;
+            }
+        };
+        let Some(locking) = self.locking.as_mut() else { return };
+        if locking.is_waiting(txn) {
+            // A duplicate of the execution waiting here, which answers when it runs.
+            return;
+        }
+        if !locking.holds(txn) && locking.holder_count() >= self.context.limits.lock_holders_max {
+            let result = Err(ExecFailure::Conflict(Conflict::Full));
+            out.send(origin, OccMsg::Executed { txn, shard, result });
+            return;
+        }
+        let mut released = Released::new();
+        match locking.execute(txn, priority, origin, request, needs, now, &mut released) {
+            Step::Run(run) => released.ready.insert(0, run),
+            Step::Parked => {}
+            Step::Denied => {
+                let result = Err(ExecFailure::Conflict(Conflict::Locked));
+                out.send(origin, OccMsg::Executed { txn, shard, result });
+            }
+        }
+        self.answer_released(now, released, out);
+    }
+
+    /// `2pl`: runs the executions whose locks are now held and answers the refused ones. A run
+    /// that meets a lock of a prepared attempt this leader never locked for (one a previous
+    /// leader admitted) is refused, which may release more.
+    fn answer_released(
+        &mut self,
+        now: Time,
+        mut released: Released<ShardRequest>,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        for _ in 0..RELEASED_PER_CALL_MAX {
+            if let Some((origin, request, doom)) = released.refused.pop() {
+                if let ShardRequest::Execute { txn, shard, .. } = request {
+                    let result = Err(ExecFailure::Conflict(conflict_of(doom)));
+                    out.send(origin, OccMsg::Executed { txn, shard, result });
+                }
+                continue;
+            }
+            if released.ready.is_empty() {
+                return;
+            }
+            let (origin, request) = released.ready.remove(0);
+            let ShardRequest::Execute { txn, shard, proc, args, calls, overlay, .. } = request
+            else {
+                continue;
+            };
+            let mut result = self.on_execute(txn, proc, &args, &calls, overlay);
+            if let Ok(runs) = &result {
+                let reads: Vec<&Key> =
+                    runs.iter().flat_map(|r| r.reads.iter().map(|(k, _)| k)).collect();
+                let scans: Vec<ScanRange> =
+                    runs.iter().flat_map(|r| r.scans.iter().map(|s| s.range.clone())).collect();
+                let writes: Vec<&Key> = runs
+                    .iter()
+                    .filter_map(|r| r.effects.as_ref().ok())
+                    .flat_map(|e| e.writes.iter().map(|w| &w.key))
+                    .collect();
+                if self.locks.check_all(txn, reads, &scans, writes).is_err() {
+                    if let Some(locking) = self.locking.as_mut() {
+                        locking.deny(txn, now, &mut released);
+                    }
+                    result = Err(ExecFailure::Conflict(Conflict::Locked));
+                }
+            }
+            out.send(origin, OccMsg::Executed { txn, shard, result });
+        }
+    }
+
     /// Counters and gauges for metrics.
-    pub(super) fn counters(&self) -> [(&'static str, u64); 10] {
-        [
+    pub(super) fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut counters = vec![
             ("occ_participant_prepared", self.prepared.len() as u64),
             ("occ_participant_locked_keys", self.locks.locked_keys() as u64),
             ("occ_participant_inquiries", self.inquiries.len() as u64),
@@ -490,7 +754,21 @@ impl Participant {
             ("occ_participant_aborted_total", self.counts.aborted),
             ("occ_participant_terminated_total", self.counts.terminated),
             ("occ_participant_refused_malformed_total", self.counts.refused_malformed),
-        ]
+        ];
+        if let Some(l) = &self.locking {
+            let (holders, waiting, keys) = l.gauges();
+            counters.extend([
+                ("twopl_exec_holders", holders),
+                ("twopl_exec_waiting", waiting),
+                ("twopl_exec_locked_keys", keys),
+                ("twopl_lock_denied_total", l.denied_total),
+                ("twopl_wounded_total", l.wounded_total),
+                ("twopl_lock_waits_total", l.waits_total),
+                ("twopl_lock_wait_ns_total", l.wait_ns_total),
+                ("twopl_lease_expired_total", l.expired_total),
+            ]);
+        }
+        counters
     }
 
     /// Checks a command's contents (see the module documentation).
@@ -588,7 +866,8 @@ fn check_shards(shards: &[ShardId], count: u32, non_empty: bool) -> Result<(), S
 impl StateMachine for Participant {
     type Command = ShardCommand;
     type Msg = OccMsg;
-    type Read = (meridian_core::NodeId, ShardRequest);
+    /// The asker, the leader's clock when it asked, and the request.
+    type Read = (meridian_core::NodeId, Time, ShardRequest);
     type Image = Image;
 
     fn validate(&self, command: &ShardCommand) -> Result<(), String> {
@@ -598,14 +877,24 @@ impl StateMachine for Participant {
     fn apply(&mut self, command: ShardCommand, answer: bool, out: &mut Outbox<OccMsg>) {
         let shard = self.shard;
         match command {
-            ShardCommand::Prepare { reply_to, now, txn, args } => {
-                let vote = self.on_prepare(now, txn, args);
+            ShardCommand::Prepare { reply_to, now, txn, refused, args } => {
+                let vote = match refused {
+                    Some(conflict) => self.refuse_prepare(now, txn, conflict),
+                    None => self.on_prepare(now, txn, args),
+                };
+                if !matches!(vote, Vote::Yes(_)) {
+                    self.release_exec(now, txn, out);
+                }
                 if answer {
                     out.send(reply_to, OccMsg::Prepared { txn, shard, vote });
                 }
             }
-            ShardCommand::ExecuteCommit { reply_to, now, txn, proc, args } => {
-                let mut result = self.on_execute_commit(now, txn, proc, &args);
+            ShardCommand::ExecuteCommit { reply_to, now, txn, refused, proc, args } => {
+                let mut result = match refused {
+                    Some(conflict) => self.refuse_one_round(now, txn, conflict),
+                    None => self.on_execute_commit(now, txn, proc, &args),
+                };
+                self.release_exec(now, txn, out);
                 if !answer {
                     return;
                 }
@@ -621,6 +910,7 @@ impl StateMachine for Participant {
             }
             ShardCommand::Decide { reply_to, now, txn, decision, tell } => {
                 let Some(state) = self.on_decision(now, txn, decision) else { return };
+                self.release_exec(now, txn, out);
                 if !tell.is_empty() {
                     self.counts.terminated += 1;
                 }
@@ -643,6 +933,9 @@ impl StateMachine for Participant {
             }
             ShardCommand::Query { reply_to, now, txn } => {
                 let state = self.on_query(now, txn);
+                if !matches!(state, PeerState::Prepared(_)) {
+                    self.release_exec(now, txn, out);
+                }
                 if answer {
                     out.send(reply_to, OccMsg::State { txn, shard, state });
                 }
@@ -656,8 +949,11 @@ impl StateMachine for Participant {
         }
     }
 
-    fn serve_read(&mut self, (origin, request): Self::Read, out: &mut Outbox<OccMsg>) {
-        let ShardRequest::Execute { txn, shard, proc, args, calls, overlay } = request else {
+    fn serve_read(&mut self, (origin, now, request): Self::Read, out: &mut Outbox<OccMsg>) {
+        if self.locking.is_some() {
+            return self.execute_locked(now, origin, request, out);
+        }
+        let ShardRequest::Execute { txn, shard, proc, args, calls, overlay, .. } = request else {
             return;
         };
         let result = self.on_execute(txn, proc, &args, &calls, overlay);
@@ -666,6 +962,11 @@ impl StateMachine for Participant {
 
     fn on_leadership(&mut self, _leads: bool) {
         self.inquiries.clear();
+        // Execution locks are the leader's alone: a new term starts without any (attempts
+        // that held some fail to prepare and retry).
+        if let Some(locking) = self.locking.as_mut() {
+            locking.clear();
+        }
     }
 
     /// Encoded from borrows (postcard writes `&T` as `T`), so nothing is copied but the bytes.
@@ -718,6 +1019,9 @@ impl StateMachine for Participant {
         self.ts_last = image.ts_last;
         self.counts = image.counts;
         self.inquiries.clear();
+        if let Some(locking) = self.locking.as_mut() {
+            locking.clear();
+        }
     }
 }
 
@@ -729,6 +1033,14 @@ impl Participant {
 
     pub(super) fn lock_count(&self) -> usize {
         self.locks.locked_keys()
+    }
+
+    /// `2pl`: attempts holding execution locks plus keys locked.
+    pub(super) fn exec_lock_count(&self) -> u64 {
+        self.locking.as_ref().map_or(0, |l| {
+            let (holders, _, keys) = l.gauges();
+            holders + keys
+        })
     }
 
     pub(super) fn set_registry(&mut self, registry: Arc<meridian_core::txn::Registry>) {

@@ -203,6 +203,15 @@ impl Net {
     }
 
     fn with_limits(limits: crate::Limits) -> Self {
+        Self::build(limits, CcMode::Validation)
+    }
+
+    /// A net whose participants lock at execution (`2pl`) under `policy`.
+    fn locking(policy: crate::kit::locks::Policy) -> Self {
+        Self::build(crate::Limits::default(), CcMode::Locking(policy))
+    }
+
+    fn build(limits: crate::Limits, mode: CcMode) -> Self {
         let topology = Arc::new(Topology::standard(vec!["r0".into()], 2, 1).unwrap());
         let mut registry = Registry::default();
         registry.register(Arc::new(ReadWrite));
@@ -223,7 +232,7 @@ impl Net {
                     timing.clone(),
                 );
                 context.limits = limits;
-                OccNode::new(context)
+                OccNode::restore_as(context, &BTreeMap::new(), mode).unwrap()
             })
             .collect();
         let mut net = Self {
@@ -342,17 +351,27 @@ impl Net {
         &self.replies[&RequestId(request)]
     }
 
-    /// Every participant is idle: nothing prepared, nothing locked.
+    /// Every participant is idle: nothing prepared, nothing locked (execution locks included).
     fn assert_quiescent(&self) {
         for node in &self.nodes {
             for (_, p) in node.hosts.iter() {
                 assert_eq!(
-                    (p.prepared_count(), p.lock_count()),
-                    (0, 0),
+                    (p.prepared_count(), p.lock_count(), p.exec_lock_count()),
+                    (0, 0, 0),
                     "participant left state behind"
                 );
             }
         }
+    }
+
+    /// A counter summed over every node.
+    fn counter(&self, name: &str) -> u64 {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.counters())
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+            .sum()
     }
 }
 
@@ -576,7 +595,8 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
 #[test]
 fn late_prepare_after_abort_is_refused() {
     let net = Net::new();
-    let mut participant = Participant::new(ShardId(0), net.nodes[0].context.clone());
+    let mut participant =
+        Participant::new(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
     let txn = TxnId { origin: COORDINATOR, incarnation: 0, seq: 9 };
     assert_eq!(
         participant.on_decision(0, txn, Decision::Aborted),
@@ -601,7 +621,7 @@ fn late_prepare_after_abort_is_refused() {
 fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
     let net = Net::new();
     let context = net.nodes[0].context.clone();
-    let mut participant = Participant::new(ShardId(0), context);
+    let mut participant = Participant::new(ShardId(0), context, CcMode::Validation);
     let (t1, t2) = (
         TxnId { origin: COORDINATOR, incarnation: 0, seq: 1 },
         TxnId { origin: COORDINATOR, incarnation: 0, seq: 2 },
@@ -752,7 +772,7 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
     let net = Net::new();
     let mut context = net.nodes[0].context.clone();
     context.limits.decided_max = 2;
-    let mut participant = Participant::new(ShardId(0), context);
+    let mut participant = Participant::new(ShardId(0), context, CcMode::Validation);
     let txn = |seq| TxnId { origin: COORDINATOR, incarnation: 0, seq };
     let both = vec![ShardId(0), ShardId(1)];
     let prepare = |key_id: u64| PrepareArgs {
@@ -793,6 +813,7 @@ fn mutated_and_random_connection_streams_never_panic_the_reader() {
         OccMsg::Request(ShardRequest::Execute {
             txn,
             shard: ShardId(0),
+            priority: 7,
             proc: meridian_core::txn::ProcId(0),
             args: rw(&[1, 2], &[(3, 4)]).args,
             calls: vec![PieceCall { piece: 0, inputs: vec![vec![Datum::Uint(5)]] }],
@@ -848,7 +869,8 @@ fn scan_of(first: u64, end: u64) -> meridian_core::txn::ScanRange {
 #[test]
 fn a_prepare_carrying_a_stale_scan_votes_no() {
     let net = Net::new();
-    let mut participant = Participant::new(ShardId(0), net.nodes[0].context.clone());
+    let mut participant =
+        Participant::new(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
     let txn = |seq| TxnId { origin: COORDINATOR, incarnation: 0, seq };
     let both = vec![ShardId(0), ShardId(1)];
     let args = |scans, writes| PrepareArgs {
@@ -1117,14 +1139,16 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
     }
     // As a log command, it fails validation and is never applied.
     let participant = net.nodes[0].hosts.get(ShardId(0)).unwrap();
-    let command = ShardCommand::Prepare { reply_to: COORDINATOR, now: 1, txn, args: twice };
+    let command =
+        ShardCommand::Prepare { reply_to: COORDINATOR, now: 1, txn, refused: None, args: twice };
     assert!(crate::kit::host::StateMachine::validate(participant, &command).is_err());
     // The shard serves the next request.
     net.submit(1, rw(&[3], &[(3, 9)]));
     net.answered(&[1]);
     assert_eq!(net.outcome(1).result, TxnResult::Committed);
     // A commit below the proposal is refused, counted, and leaves the attempt prepared.
-    let mut participant = Participant::new(ShardId(0), net.nodes[0].context.clone());
+    let mut participant =
+        Participant::new(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
     let prepare = PrepareArgs {
         reads: vec![],
         scans: vec![],
@@ -1138,4 +1162,221 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
     assert_eq!(participant.prepared_count(), 1, "still prepared");
     let at = Decision::Committed(proposal);
     assert_eq!(participant.on_decision(1_000, txn, at), Some(PeerState::Decided(at)));
+}
+
+// ---- `2pl`: the same engine with execution locks (`CcMode::Locking`). ----
+
+use crate::kit::locks::Policy;
+
+/// The attempt id the test coordinator gives its `seq`-th attempt.
+fn attempt(seq: u64) -> TxnId {
+    TxnId { origin: COORDINATOR, incarnation: 0, seq }
+}
+
+/// Moves the queued message matching `pick` to the front.
+fn to_front(net: &mut Net, pick: impl Fn(&OccMsg) -> bool) {
+    let at = net.queue.iter().position(|(_, _, m)| pick(m)).expect("message queued");
+    let msg = net.queue.remove(at).unwrap();
+    net.queue.push_front(msg);
+}
+
+fn execute_of(txn: TxnId, to: ShardId) -> impl Fn(&OccMsg) -> bool {
+    move |m| {
+        matches!(m, OccMsg::Request(ShardRequest::Execute { txn: t, shard, .. })
+            if *t == txn && *shard == to)
+    }
+}
+
+/// Under no-wait an execution that meets another attempt's lock is refused at once (occ would
+/// run it and fail it at prepare); the refused request retries and both commit, in some order.
+#[test]
+fn twopl_no_wait_refuses_a_conflicting_execution_at_once() {
+    let mut net = Net::locking(Policy::NoWait);
+    net.submit(1, rw(&[5], &[(105, 1)]));
+    net.submit(2, rw(&[105], &[(5, 2)]));
+    net.answered(&[1, 2]);
+    assert_eq!(net.outcome(1).result, TxnResult::Committed);
+    assert_eq!(net.outcome(2).result, TxnResult::Committed);
+    assert!(net.counter("twopl_lock_denied_total") >= 1, "the second execution was refused");
+    let retries = u64::from(net.outcome(1).retries + net.outcome(2).retries);
+    assert_eq!(retries, net.counter("occ_coordinator_retried_total"));
+    // Serial: whichever committed second read the other's write.
+    let (first, second) =
+        if net.outcome(1).commit_ts < net.outcome(2).commit_ts { (1, 2) } else { (2, 1) };
+    // Request 1 reads id 5 in its piece on shard 0; request 2 reads id 105 on shard 1.
+    let read_by_second = match second {
+        1 => &net.outcome(1).outputs[0],
+        _ => &net.outcome(2).outputs[1],
+    };
+    assert_eq!(read_by_second, &vec![Datum::Uint(first)], "request {second} read {first}'s write");
+    net.settle();
+    net.assert_quiescent();
+}
+
+/// Submits T1 and, `gap_ns` later, T2, both writing ids 5 (shard 0) and 105 (shard 1), and
+/// queues their executions crossed: T1 -> shard 0 and T2 -> shard 1 come first.
+fn submit_crossed(net: &mut Net, gap_ns: u64) {
+    net.submit(1, rw(&[], &[(5, 1), (105, 1)]));
+    net.now += gap_ns;
+    net.submit(2, rw(&[], &[(5, 2), (105, 2)]));
+    to_front(net, execute_of(attempt(1), ShardId(1)));
+    to_front(net, execute_of(attempt(0), ShardId(0)));
+}
+
+/// The deadlock-prone schedule: T1 locks 5 (shard 0) and T2 locks 105 (shard 1), then each asks
+/// for the other's key. Under wound-wait the older T1 wounds T2 and commits without a retry;
+/// T2 waits for T1 on shard 0, fails its prepare on shard 1 (wounded), and commits on retry.
+#[test]
+fn twopl_wound_wait_breaks_the_cycle_in_favour_of_the_older_attempt() {
+    let mut net = Net::locking(Policy::WoundWait);
+    submit_crossed(&mut net, NS_PER_MS); // T2 is younger.
+    net.step();
+    net.step();
+    assert_eq!(net.counter("twopl_exec_holders"), 2);
+    net.answered(&[1, 2]);
+    assert_eq!(net.outcome(1).result, TxnResult::Committed);
+    assert_eq!(net.outcome(1).retries, 0, "the older attempt never aborts");
+    assert_eq!(net.outcome(2).result, TxnResult::Committed);
+    assert!(net.outcome(2).retries >= 1, "the younger one was wounded");
+    assert_eq!(net.counter("twopl_wounded_total"), 1);
+    assert_eq!(net.counter("twopl_lock_waits_total"), 1, "T2 waited for T1 on shard 0");
+    assert!(net.outcome(1).commit_ts < net.outcome(2).commit_ts);
+    assert_eq!((net.value(5), net.value(105)), (Some(2), Some(2)));
+    net.settle();
+    net.assert_quiescent();
+}
+
+/// The same schedule under no-wait: both crossed executions are refused and both retry; no
+/// one waits and no one is wounded.
+#[test]
+fn twopl_no_wait_refuses_both_sides_of_the_cycle() {
+    let mut net = Net::locking(Policy::NoWait);
+    submit_crossed(&mut net, 0);
+    net.answered(&[1, 2]);
+    assert_eq!(net.counter("twopl_lock_denied_total"), 2);
+    assert_eq!((net.counter("twopl_wounded_total"), net.counter("twopl_lock_waits_total")), (0, 0));
+    assert!(net.outcome(1).retries >= 1 && net.outcome(2).retries >= 1);
+    assert_eq!(net.outcome(1).result, TxnResult::Committed);
+    assert_eq!(net.outcome(2).result, TxnResult::Committed);
+    net.settle();
+    net.assert_quiescent();
+}
+
+/// The coordinator crashes between shards: shard 0 prepared, shard 1 only ran its piece (and
+/// holds its execution lock). Shard 0 asks shard 1, which refuses the attempt for good and
+/// releases the lock; shard 0 aborts. Nothing is half applied and no lock outlives the crash.
+#[test]
+fn twopl_a_coordinator_crash_between_prepares_aborts_everywhere_and_frees_every_lock() {
+    let mut net = Net::locking(Policy::NoWait);
+    net.filter = Box::new(|to, msg| match msg {
+        _ if gone(to, msg) => Delivery::Drop,
+        OccMsg::Request(ShardRequest::Prepare { shard: ShardId(1), .. }) => Delivery::Drop,
+        OccMsg::Request(ShardRequest::Abort { .. } | ShardRequest::Query { .. })
+            if to == COORDINATOR =>
+        {
+            Delivery::Drop
+        }
+        _ => Delivery::Deliver,
+    });
+    net.submit(1, rw(&[], &[(5, 55), (105, 155)]));
+    net.run_until(|net| net.nodes[0].hosts.get(ShardId(0)).unwrap().prepared_count() == 1);
+    assert!(net.nodes[1].hosts.get(ShardId(1)).unwrap().exec_lock_count() > 0);
+    net.run_until(|net| net.nodes[0].hosts.get(ShardId(0)).unwrap().prepared_count() == 0);
+    net.run_until(|net| net.nodes[1].hosts.get(ShardId(1)).unwrap().exec_lock_count() == 0);
+    assert_eq!((net.value(5), net.value(105)), (None, None), "nothing installed");
+    assert!(!net.replies.contains_key(&RequestId(1)), "the coordinator never heard");
+    // A new transaction takes the keys at once.
+    net.filter = Box::new(|_, _| Delivery::Deliver);
+    net.submit(2, rw(&[], &[(5, 7), (105, 8)]));
+    net.answered(&[2]);
+    assert_eq!(net.outcome(2).result, TxnResult::Committed);
+    assert_eq!((net.value(5), net.value(105)), (Some(7), Some(8)));
+}
+
+/// A coordinator that vanishes after execution (no prepare, no abort ever arrives) leaves
+/// execution locks behind; the lease releases them and the attempt can no longer prepare.
+#[test]
+fn twopl_execution_locks_of_a_vanished_coordinator_expire_with_the_lease() {
+    let mut net = Net::locking(Policy::NoWait);
+    net.filter = Box::new(|to, msg| {
+        if to == COORDINATOR || matches!(msg, OccMsg::Request(ShardRequest::Abort { .. })) {
+            Delivery::Drop
+        } else {
+            Delivery::Deliver
+        }
+    });
+    net.submit(1, rw(&[], &[(5, 55), (105, 155)]));
+    net.run_until(|net| net.counter("twopl_exec_holders") == 2);
+    net.run_until(|net| net.counter("twopl_lease_expired_total") == 2);
+    assert_eq!(net.counter("twopl_exec_holders"), 0);
+    // A late prepare of the expired attempt is refused, and the refusal is remembered.
+    let args = PrepareArgs {
+        reads: vec![],
+        scans: vec![],
+        writes: vec![Write { key: key(5), value: None }],
+        one_phase: false,
+        participants: vec![ShardId(0), ShardId(1)],
+    };
+    let request = ShardRequest::Prepare { txn: attempt(0), shard: ShardId(0), args };
+    let mut out = Outbox::new();
+    net.nodes[0].on_message(net.now, NodeId(1), OccMsg::Request(request), &mut out);
+    let votes: Vec<Vote> = out
+        .drain()
+        .filter_map(|e| match e {
+            Effect::Send { msg: OccMsg::Prepared { vote, .. }, .. } => Some(vote),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(votes, vec![Vote::No(Conflict::LeaseExpired)]);
+    let shard0 = net.nodes[0].hosts.get_mut(ShardId(0)).unwrap();
+    assert_eq!(shard0.on_query(0, attempt(0)), PeerState::Decided(Decision::Aborted));
+}
+
+/// A one-round commit meets an execution lock of a cross-shard attempt: refused (never
+/// waiting, whatever the policy), the refusal recorded, and the request retried after the
+/// holder commits.
+#[test]
+fn twopl_a_one_round_commit_respects_execution_locks() {
+    let mut net = Net::locking(Policy::WoundWait);
+    net.filter = Box::new(|_, msg| {
+        // Hold the cross-shard attempt's prepares back once (they are resent on timeout).
+        if matches!(msg, OccMsg::Request(ShardRequest::Prepare { txn, .. }) if txn.seq == 0) {
+            Delivery::Drop
+        } else {
+            Delivery::Deliver
+        }
+    });
+    net.submit(1, rw(&[], &[(5, 1), (105, 1)]));
+    net.run_until(|net| net.counter("twopl_exec_holders") == 2);
+    net.submit(2, rw(&[5], &[(6, 2)]));
+    net.run_until(|net| net.counter("twopl_lock_denied_total") == 1);
+    net.filter = Box::new(|_, _| Delivery::Deliver);
+    net.answered(&[1, 2]);
+    assert_eq!(net.outcome(2).result, TxnResult::Committed);
+    assert!(net.outcome(2).retries >= 1);
+    net.settle();
+    net.assert_quiescent();
+}
+
+/// With room for one lock holder per leader, a second attempt's execution is refused as
+/// `Full` (not queued, not admitted) while the first holds its locks, and commits once it is
+/// done.
+#[test]
+fn twopl_lock_holders_beyond_the_limit_are_refused_not_admitted() {
+    let limits = crate::Limits { lock_holders_max: 1, ..crate::Limits::default() };
+    let mut net = Net::build(limits, CcMode::Locking(Policy::WoundWait));
+    net.submit(1, rw(&[], &[(5, 1), (105, 1)]));
+    net.submit(2, rw(&[], &[(6, 2), (106, 2)]));
+    net.step();
+    net.step();
+    assert_eq!(net.counter("twopl_exec_holders"), 2, "one holder on each shard");
+    net.step();
+    net.step();
+    assert_eq!(net.counter("twopl_exec_holders"), 2, "the second attempt was not admitted");
+    net.answered(&[1, 2]);
+    assert_eq!(net.outcome(1).retries, 0);
+    assert!(net.outcome(2).retries >= 1);
+    assert_eq!((net.value(6), net.value(106)), (Some(2), Some(2)));
+    net.settle();
+    net.assert_quiescent();
 }
