@@ -86,6 +86,9 @@ pub fn table(output: &RunOutput) -> String {
     if !s.commit_paths.is_empty() {
         let _ = writeln!(text, "{}", paths_line(s));
     }
+    if let Some(line) = lock_wait_line(&output.protocol_counters) {
+        let _ = writeln!(text, "{line}");
+    }
     if output.messages_dropped > 0 {
         let _ = writeln!(
             text,
@@ -153,12 +156,40 @@ pub fn paths_line(s: &crate::stats::Summary) -> String {
     if s.indeterminate > 0 {
         line += &format!("; {} outcomes unknown", s.indeterminate);
     }
+    if !s.abort_causes.is_empty() {
+        let causes: Vec<String> = s.abort_causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        line += &format!("; retries by cause: {}", causes.join(", "));
+    }
     line
+}
+
+/// "lock waits: N, mean M ms" for protocols that count lock waits (counters ending in
+/// `lock_waits_total` and `lock_wait_ns_total`), summed over the nodes.
+pub fn lock_wait_line(counters: &std::collections::BTreeMap<String, u64>) -> Option<String> {
+    let sum = |suffix: &str| -> u64 {
+        counters.iter().filter(|(name, _)| name.ends_with(suffix)).map(|(_, v)| *v).sum()
+    };
+    let waits = sum("lock_waits_total");
+    (waits > 0).then(|| {
+        let mean_ms = sum("lock_wait_ns_total") as f64 / waits as f64 / 1e6;
+        format!("lock waits: {waits}, mean {mean_ms:.3} ms (whole run, warm-up included)")
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_waits_are_summed_over_protocol_counters_and_averaged() {
+        let mut counters = std::collections::BTreeMap::new();
+        assert_eq!(lock_wait_line(&counters), None, "no protocol counted a wait");
+        counters.insert("twopl_lock_waits_total".to_string(), 4);
+        counters.insert("twopl_lock_wait_ns_total".to_string(), 6_000_000);
+        counters.insert("occ_coordinator_retried_total".to_string(), 9);
+        let line = lock_wait_line(&counters).expect("waits were counted");
+        assert!(line.starts_with("lock waits: 4, mean 1.500 ms"), "{line}");
+    }
 
     #[test]
     fn stamps_are_utc_calendar_dates() {

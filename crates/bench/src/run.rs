@@ -110,6 +110,10 @@ pub struct RunOutput {
     /// Messages the runtime dropped because a queue was full (an inbox, a TCP writer to an
     /// unreachable or slow peer); the protocols' timeouts recover them.
     pub messages_dropped: u64,
+    /// The protocol counters of the nodes this process ran (`Node::counters`), summed over
+    /// the nodes, at the end of the run and over all of it (warm-up included): in a `tcp` run
+    /// only the coordinators' own. Counters that stayed 0 are left out.
+    pub protocol_counters: BTreeMap<String, u64>,
     /// The recorded history (elle-cli JSON) for workloads that record one; written beside
     /// `stats.json` as `history.json`.
     #[serde(skip)]
@@ -347,6 +351,7 @@ async fn embedded<N: ProtocolNode>(
     let checks = checker.check(&stores);
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
+    out.protocol_counters = counters_total(results.iter().map(|r| r.node.counters()));
     out.load = Some(load);
     out.messages_dropped = dropped;
     out.node_panics = panics_of(&failures);
@@ -505,8 +510,20 @@ fn output(
         links,
         messages_dropped: 0,
         node_panics: Vec::new(),
+        protocol_counters: BTreeMap::new(),
         history_json: None,
     }
+}
+
+/// Sums the protocol counters of several nodes by name, leaving out those that are 0.
+pub fn counters_total(
+    nodes: impl IntoIterator<Item = Vec<(&'static str, u64)>>,
+) -> BTreeMap<String, u64> {
+    let mut total = BTreeMap::new();
+    for (name, value) in nodes.into_iter().flatten().filter(|&(_, v)| v > 0) {
+        *total.entry(name.to_string()).or_default() += value;
+    }
+    total
 }
 
 /// Runs the clients of `experiment` in this process against the servers of a cluster file.
@@ -605,6 +622,7 @@ async fn remote<N: ProtocolNode>(
         (checker.check(&[]), None)
     };
     let mut out = output(experiment, "tcp", &workload, &stats, checks, note, links);
+    out.protocol_counters = counters_total(results.iter().map(|r| r.node.counters()));
     out.messages_dropped = dropped;
     out.node_panics = panics_of(&failures);
     out.history_json = checker.history_json();
@@ -858,6 +876,7 @@ mod tests {
             links: Vec::new(),
             node_panics: panics.iter().map(|p| p.to_string()).collect(),
             messages_dropped: 0,
+            protocol_counters: BTreeMap::new(),
             history_json: None,
         }
     }

@@ -24,6 +24,8 @@ pub struct RunStats {
     pub cross_shard: u64,
     /// Attempts aborted by a conflict or timeout and retried.
     pub retries: u64,
+    /// The same attempts by cause.
+    abort_causes: BTreeMap<&'static str, u64>,
     /// Requests ended by a user abort.
     pub user_aborted: u64,
     /// Requests that failed.
@@ -65,6 +67,10 @@ pub struct Summary {
     pub abort_rate: f64,
     /// Retried attempts.
     pub retries: u64,
+    /// Retried attempts by cause (`validation`, `lock-denied`, `wounded`, `lease-expired`,
+    /// `timestamp-too-old`, `cascading`, `busy`, `timeout`, `already-aborted`); causes
+    /// that never occurred are left out.
+    pub abort_causes: BTreeMap<String, u64>,
     /// User aborts.
     pub user_aborted: u64,
     /// Failed requests.
@@ -99,6 +105,7 @@ impl RunStats {
             committed: 0,
             cross_shard: 0,
             retries: 0,
+            abort_causes: BTreeMap::new(),
             user_aborted: 0,
             failed: 0,
             first_failure: None,
@@ -120,6 +127,9 @@ impl RunStats {
             return;
         }
         self.retries += u64::from(completion.outcome.retries);
+        for (cause, n) in completion.outcome.aborts.nonzero() {
+            *self.abort_causes.entry(cause.name()).or_default() += u64::from(n);
+        }
         match &completion.outcome.result {
             TxnResult::Committed => {
                 self.committed += 1;
@@ -182,6 +192,7 @@ impl RunStats {
             },
             abort_rate: if attempts == 0 { 0.0 } else { self.retries as f64 / attempts as f64 },
             retries: self.retries,
+            abort_causes: self.abort_causes.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             user_aborted: self.user_aborted,
             failed: self.failed,
             cross_shard_fraction: if self.committed == 0 {
@@ -222,6 +233,7 @@ mod tests {
                 retries,
                 shards_touched: shards,
                 path: meridian_core::txn::CommitPath::None,
+                aborts: Default::default(),
                 speculative_ns: None,
             },
         }
@@ -247,5 +259,25 @@ mod tests {
         assert_eq!(summary.wrtt_mean, Some(1.5));
         assert_eq!(summary.fast_path_ratio, None, "no protocol with a fast path ran");
         assert_eq!(summary.commit_paths.get("none"), Some(&2));
+    }
+
+    #[test]
+    fn abort_causes_are_summed_by_name_inside_the_window() {
+        use meridian_core::txn::AbortCause;
+        let ms = 1_000_000;
+        let mut stats = RunStats::new(1_000 * ms, 2_000 * ms);
+        let mut aborted = |at: Time, causes: &[AbortCause]| {
+            let mut c = completion(at, at + ms, 1, causes.len() as u32);
+            causes.iter().for_each(|&cause| c.outcome.aborts.add(cause));
+            stats.add(&c, None);
+        };
+        aborted(1_100 * ms, &[AbortCause::LockDenied, AbortCause::LockDenied]);
+        aborted(1_200 * ms, &[AbortCause::Wounded, AbortCause::LockDenied]);
+        aborted(500 * ms, &[AbortCause::Timeout]); // warm-up
+        let summary = stats.summary();
+        assert_eq!(summary.retries, 4);
+        let causes: Vec<(&str, u64)> =
+            summary.abort_causes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(causes, [("lock-denied", 3), ("wounded", 1)]);
     }
 }

@@ -543,6 +543,90 @@ impl CommitPath {
     }
 }
 
+/// Why an attempt was aborted and retried. Protocols map their own refusals onto these, so
+/// that reports can compare protocols cause by cause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AbortCause {
+    /// A read or scan was no longer current at validation, or two pieces saw different
+    /// versions of one key (`occ`).
+    Validation,
+    /// A conflicting lock was held: a prepared attempt's (`occ`), or any other attempt's
+    /// under `2pl` no-wait.
+    LockDenied,
+    /// An older attempt wounded this one (`2pl` wound-wait).
+    Wounded,
+    /// Its locks were released after it stayed idle for the lease (`2pl`).
+    LeaseExpired,
+    /// A newer transaction had already read or written past its timestamp (timestamp
+    /// ordering).
+    TimestampTooOld,
+    /// It read a version whose writer aborted (multi-version timestamp ordering).
+    Cascading,
+    /// A participant had no room for another undecided attempt.
+    Busy,
+    /// A participant or the coordinator gave up waiting for an answer.
+    Timeout,
+    /// A participant had already aborted the attempt (termination decided first).
+    AlreadyAborted,
+}
+
+impl AbortCause {
+    /// Every cause, in report order.
+    pub const ALL: [Self; 9] = [
+        Self::Validation,
+        Self::LockDenied,
+        Self::Wounded,
+        Self::LeaseExpired,
+        Self::TimestampTooOld,
+        Self::Cascading,
+        Self::Busy,
+        Self::Timeout,
+        Self::AlreadyAborted,
+    ];
+
+    /// The name reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Validation => "validation",
+            Self::LockDenied => "lock-denied",
+            Self::Wounded => "wounded",
+            Self::LeaseExpired => "lease-expired",
+            Self::TimestampTooOld => "timestamp-too-old",
+            Self::Cascading => "cascading",
+            Self::Busy => "busy",
+            Self::Timeout => "timeout",
+            Self::AlreadyAborted => "already-aborted",
+        }
+    }
+}
+
+/// Aborted attempts of one request, counted by cause (`AbortCause::ALL` order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortCounts([u32; AbortCause::ALL.len()]);
+
+impl AbortCounts {
+    /// Counts one more abort of `cause`.
+    pub fn add(&mut self, cause: AbortCause) {
+        let slot = &mut self.0[cause as usize];
+        *slot = slot.saturating_add(1);
+    }
+
+    /// Aborts of `cause`.
+    pub fn get(self, cause: AbortCause) -> u32 {
+        self.0[cause as usize]
+    }
+
+    /// Aborts of every cause.
+    pub fn total(self) -> u64 {
+        self.0.iter().map(|&n| u64::from(n)).sum()
+    }
+
+    /// The causes with at least one abort, with their counts.
+    pub fn nonzero(self) -> impl Iterator<Item = (AbortCause, u32)> {
+        AbortCause::ALL.into_iter().map(move |c| (c, self.get(c))).filter(|&(_, n)| n > 0)
+    }
+}
+
 /// The reply to one client request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnOutcome {
@@ -556,6 +640,8 @@ pub struct TxnOutcome {
     pub commit_ts: Option<crate::time::Timestamp>,
     /// Attempts aborted by conflicts (or timeouts) before the last one.
     pub retries: u32,
+    /// The same attempts by cause (their total is `retries`).
+    pub aborts: AbortCounts,
     /// Shards the final attempt touched.
     pub shards_touched: u32,
     /// How it committed.
@@ -573,6 +659,7 @@ impl TxnOutcome {
             outputs: Vec::new(),
             commit_ts: None,
             retries: 0,
+            aborts: AbortCounts::default(),
             shards_touched: 0,
             path: CommitPath::None,
             speculative_ns: None,
@@ -629,6 +716,23 @@ mod tests {
         // The shape of the reported crash: a list announcing one item, nested 200,000 deep.
         let hostile: Vec<u8> = std::iter::repeat_n([3u8, 1], 200_000).flatten().collect();
         assert!(postcard::from_bytes::<Datum>(&hostile).is_err());
+    }
+
+    #[test]
+    fn abort_counts_index_every_cause_by_its_position() {
+        let mut counts = AbortCounts::default();
+        for (i, cause) in AbortCause::ALL.into_iter().enumerate() {
+            assert_eq!(cause as usize, i, "ALL is in declaration order");
+            for _ in 0..=i {
+                counts.add(cause);
+            }
+        }
+        assert_eq!(counts.get(AbortCause::Validation), 1);
+        assert_eq!(counts.get(AbortCause::AlreadyAborted), 9);
+        assert_eq!(counts.total(), 45);
+        let names: Vec<_> = counts.nonzero().map(|(c, _)| c.name()).collect();
+        assert_eq!(names.len(), 9);
+        assert_eq!(AbortCounts::default().nonzero().count(), 0);
     }
 
     #[test]

@@ -231,6 +231,9 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     );
     let output = sim_output(&r, &options, &report);
     say!("{}", meridian_bench::report::paths_line(&output.summary));
+    if let Some(line) = meridian_bench::report::lock_wait_line(&output.protocol_counters) {
+        say!("{line}");
+    }
     print_checks(&report);
     say!("trace hash {:016x}", report.trace_hash);
     if let Some(dir) = &args.out {
@@ -315,6 +318,9 @@ fn sim_output(
         links: Vec::new(),
         messages_dropped: 0,
         node_panics: Vec::new(),
+        protocol_counters: meridian_bench::run::counters_total(
+            report.node_counters.values().cloned(),
+        ),
         history_json: report.history_json.clone(),
     }
 }

@@ -233,6 +233,7 @@ mod tests {
             retries: 0,
             shards_touched: 1,
             path: meridian_core::txn::CommitPath::None,
+            aborts: Default::default(),
             speculative_ns: None,
         }
     }

@@ -566,6 +566,7 @@ mod tests {
                     retries: 0,
                     shards_touched: plan.len() as u32,
                     path: meridian_core::txn::CommitPath::None,
+                    aborts: Default::default(),
                     speculative_ns: None,
                 },
             });
@@ -633,6 +634,7 @@ mod tests {
                     retries: 0,
                     shards_touched: 1,
                     path: meridian_core::txn::CommitPath::None,
+                    aborts: Default::default(),
                     speculative_ns: None,
                 },
             });

@@ -441,6 +441,7 @@ mod tests {
             retries: 0,
             shards_touched: 1,
             path: meridian_core::txn::CommitPath::None,
+            aborts: Default::default(),
             speculative_ns: None,
         };
         // Request 2 commits after request 1 in timestamp order although it completes first.

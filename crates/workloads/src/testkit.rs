@@ -80,6 +80,7 @@ pub(crate) fn apply_serially(
                     retries: 0,
                     shards_touched: 0,
                     path: meridian_core::txn::CommitPath::None,
+                    aborts: Default::default(),
                     speculative_ns: None,
                 }
             }
@@ -100,6 +101,7 @@ pub(crate) fn apply_serially(
         retries: 0,
         shards_touched: plan.len() as u32,
         path: meridian_core::txn::CommitPath::None,
+        aborts: Default::default(),
         speculative_ns: None,
     }
 }

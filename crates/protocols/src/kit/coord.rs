@@ -11,8 +11,8 @@ use meridian_core::node::{ClientRequest, Outbox};
 use meridian_core::rng::{uniform_f64, Rng};
 use meridian_core::topology::Topology;
 use meridian_core::txn::{
-    PieceOutput, PlanContext, ProcError, ShardTarget, TxnFailure, TxnOutcome, TxnRequest,
-    PIECES_MAX,
+    AbortCounts, PieceOutput, PlanContext, ProcError, ShardTarget, TxnFailure, TxnOutcome,
+    TxnRequest, PIECES_MAX,
 };
 use meridian_core::{NodeId, RequestId, ShardId, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -117,6 +117,8 @@ pub struct Request {
     pub client: ClientRequest,
     /// Attempts aborted so far.
     pub retries: u32,
+    /// The same attempts by cause.
+    pub aborts: AbortCounts,
     /// The running attempt.
     pub attempt: Option<TxnId>,
     /// When it was submitted (the coordinator's clock).
@@ -158,8 +160,16 @@ impl RequestTable {
             out.reply(id, TxnOutcome::failed(TxnFailure::Rejected(why)));
             return None;
         }
-        self.requests
-            .insert(id, Request { client: request, retries: 0, attempt: None, submitted_at: now });
+        self.requests.insert(
+            id,
+            Request {
+                client: request,
+                retries: 0,
+                aborts: AbortCounts::default(),
+                attempt: None,
+                submitted_at: now,
+            },
+        );
         Some(id)
     }
 

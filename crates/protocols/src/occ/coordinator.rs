@@ -26,7 +26,9 @@ use crate::NodeContext;
 use meridian_core::key::{Key, Value};
 use meridian_core::node::{ClientRequest, Outbox};
 use meridian_core::rng::{child_rng, Rng};
-use meridian_core::txn::{CommitPath, ProcError, TxnFailure, TxnOutcome, TxnResult, Write};
+use meridian_core::txn::{
+    AbortCause, CommitPath, ProcError, TxnFailure, TxnOutcome, TxnResult, Write,
+};
 use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -362,9 +364,13 @@ impl Coordinator {
                 return self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
             // Nothing was prepared for this attempt, so nothing can have committed it.
-            Err(ExecFailure::Conflict(_) | ExecFailure::Decided(_) | ExecFailure::Forgotten) => {
+            Err(ExecFailure::Conflict(conflict)) => {
                 self.release_locks(txn, &attempt, out);
-                return self.retry(attempt, timers, out);
+                return self.retry(attempt, cause_of(conflict), timers, out);
+            }
+            Err(ExecFailure::Decided(_) | ExecFailure::Forgotten) => {
+                self.release_locks(txn, &attempt, out);
+                return self.retry(attempt, AbortCause::AlreadyAborted, timers, out);
             }
         };
         for run in runs {
@@ -379,7 +385,7 @@ impl Coordinator {
                 if *reads.entry(key).or_insert(seen) != seen {
                     // Two pieces saw different versions of one key: this attempt cannot commit.
                     self.release_locks(txn, &attempt, out);
-                    return self.retry(attempt, timers, out);
+                    return self.retry(attempt, AbortCause::Validation, timers, out);
                 }
             }
             attempt.scans.entry(shard).or_default().extend(run.scans);
@@ -481,9 +487,9 @@ impl Coordinator {
                 );
             }
             // A refusal: that shard never prepared it, so aborting is safe.
-            (Phase::Preparing, Vote::No(_)) => {
+            (Phase::Preparing, Vote::No(conflict)) => {
                 self.abort_prepared(now, txn, &attempt, out);
-                self.retry(attempt, timers, out);
+                self.retry(attempt, cause_of(conflict), timers, out);
             }
             (Phase::Preparing, Vote::Forgotten) => {
                 self.start_probing(now, txn, &mut attempt, out);
@@ -507,8 +513,8 @@ impl Coordinator {
                     out,
                 );
             }
-            (Phase::SinglePrepare(s), Vote::No(_)) if s == shard => {
-                self.retry(attempt, timers, out)
+            (Phase::SinglePrepare(s), Vote::No(conflict)) if s == shard => {
+                self.retry(attempt, cause_of(conflict), timers, out)
             }
             (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Forgotten) if s == shard => {
                 self.indeterminate(txn, attempt, s, out)
@@ -635,7 +641,8 @@ impl Coordinator {
                         };
                         self.complete(attempt.request, Some((txn, &attempt)), ending, out)
                     }
-                    (None, None) => self.retry(attempt, timers, out),
+                    // Unreachable today: a run without a commit carries a user abort.
+                    (None, None) => self.retry(attempt, AbortCause::AlreadyAborted, timers, out),
                 }
             }
             Err(ExecFailure::Decided(Decision::Committed(ts))) => {
@@ -647,8 +654,11 @@ impl Coordinator {
                 self.complete(attempt.request, Some((txn, &attempt)), ending, out)
             }
             Err(ExecFailure::Forgotten) => self.indeterminate(txn, attempt, shard, out),
-            Err(ExecFailure::Conflict(_) | ExecFailure::Decided(Decision::Aborted)) => {
-                self.retry(attempt, timers, out)
+            Err(ExecFailure::Conflict(conflict)) => {
+                self.retry(attempt, cause_of(conflict), timers, out)
+            }
+            Err(ExecFailure::Decided(Decision::Aborted)) => {
+                self.retry(attempt, AbortCause::AlreadyAborted, timers, out)
             }
         }
     }
@@ -688,7 +698,7 @@ impl Coordinator {
                 self.complete(attempt.request, Some((txn, &attempt)), ending, out);
             }
             (Phase::Resolving(s), PeerState::Decided(Decision::Aborted)) if s == shard => {
-                self.retry(attempt, timers, out)
+                self.retry(attempt, AbortCause::AlreadyAborted, timers, out)
             }
             _ => {
                 self.attempts.insert(txn, attempt);
@@ -732,7 +742,7 @@ impl Coordinator {
                 }
                 PeerState::Decided(Decision::Aborted) => {
                     self.abort_prepared(now, txn, &attempt, out);
-                    return self.retry(attempt, timers, out);
+                    return self.retry(attempt, AbortCause::AlreadyAborted, timers, out);
                 }
                 PeerState::Prepared(_) | PeerState::Forgotten => {
                     answers.insert(shard, state);
@@ -787,7 +797,7 @@ impl Coordinator {
                         self.leaders.suspect(shard);
                     }
                     self.release_locks(txn, &attempt, out);
-                    self.retry(attempt, timers, out)
+                    self.retry(attempt, AbortCause::Timeout, timers, out)
                 }
                 Phase::Preparing if attempt.probing.is_some() => {
                     for shard in attempt.participants() {
@@ -851,10 +861,12 @@ impl Coordinator {
         );
     }
 
-    /// Ends `attempt` without committing and schedules the next one after backoff.
+    /// Ends `attempt`, aborted for `cause`, without committing and schedules the next one
+    /// after backoff.
     fn retry(
         &mut self,
         attempt: Attempt,
+        cause: AbortCause,
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
@@ -864,6 +876,7 @@ impl Coordinator {
         };
         state.attempt = None;
         state.retries += 1;
+        state.aborts.add(cause);
         self.retried_total += 1;
         if state.retries >= self.context.timing.attempts_max {
             return self.complete(request, None, Ending::failed(TxnFailure::RetriesExhausted), out);
@@ -907,10 +920,25 @@ impl Coordinator {
                 outputs,
                 commit_ts: ending.commit_ts,
                 retries: state.retries,
+                aborts: state.aborts,
                 shards_touched,
                 path: ending.path,
                 speculative_ns: None,
             },
         );
+    }
+}
+
+/// The cause a report counts for a participant's refusal.
+fn cause_of(conflict: Conflict) -> AbortCause {
+    match conflict {
+        Conflict::Stale => AbortCause::Validation,
+        Conflict::Locked => AbortCause::LockDenied,
+        Conflict::Wounded => AbortCause::Wounded,
+        Conflict::LeaseExpired => AbortCause::LeaseExpired,
+        Conflict::AlreadyAborted => AbortCause::AlreadyAborted,
+        Conflict::Full => AbortCause::Busy,
+        // Answered before a retry is considered; counted for completeness.
+        Conflict::Invalid => AbortCause::Validation,
     }
 }

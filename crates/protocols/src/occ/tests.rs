@@ -7,8 +7,8 @@ use meridian_core::node::Effect;
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
 use meridian_core::txn::{
-    Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec, Plan,
-    PlanContext, Procedure, Reads, Registry, ShardTarget, TxnFailure, TxnOutcome, TxnRequest,
+    AbortCause, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceOutput, PieceSpec,
+    Plan, PlanContext, Procedure, Reads, Registry, ShardTarget, TxnFailure, TxnOutcome, TxnRequest,
     TxnResult, UserAbort,
 };
 use meridian_core::RequestId;
@@ -348,7 +348,9 @@ impl Net {
     }
 
     fn outcome(&self, request: u64) -> &TxnOutcome {
-        &self.replies[&RequestId(request)]
+        let outcome = &self.replies[&RequestId(request)];
+        assert_eq!(outcome.aborts.total(), u64::from(outcome.retries), "every retry has a cause");
+        outcome
     }
 
     /// Every participant is idle: nothing prepared, nothing locked (execution locks included).
@@ -474,6 +476,10 @@ fn write_skew_is_prevented_across_shards() {
     // Serializable: whichever committed second saw the other's write, so at most one retry-free
     // pair of stale reads exists; with both executed concurrently one must have retried.
     assert!(t2.retries + t3.retries >= 1, "one of them had to retry");
+    for t in [t2, t3] {
+        let conflicts = t.aborts.get(AbortCause::Validation) + t.aborts.get(AbortCause::LockDenied);
+        assert_eq!(conflicts, t.retries, "occ aborts only on conflicts here: {:?}", t.aborts);
+    }
     assert_eq!((net.value(5), net.value(105)), (Some(1), Some(1)));
     net.assert_quiescent();
 }
@@ -1239,6 +1245,7 @@ fn twopl_wound_wait_breaks_the_cycle_in_favour_of_the_older_attempt() {
     assert_eq!(net.outcome(2).result, TxnResult::Committed);
     assert!(net.outcome(2).retries >= 1, "the younger one was wounded");
     assert_eq!(net.counter("twopl_wounded_total"), 1);
+    assert_eq!(net.outcome(2).aborts.get(AbortCause::Wounded), 1, "reported as wounded");
     assert_eq!(net.counter("twopl_lock_waits_total"), 1, "T2 waited for T1 on shard 0");
     assert!(net.outcome(1).commit_ts < net.outcome(2).commit_ts);
     assert_eq!((net.value(5), net.value(105)), (Some(2), Some(2)));
@@ -1256,6 +1263,11 @@ fn twopl_no_wait_refuses_both_sides_of_the_cycle() {
     assert_eq!(net.counter("twopl_lock_denied_total"), 2);
     assert_eq!((net.counter("twopl_wounded_total"), net.counter("twopl_lock_waits_total")), (0, 0));
     assert!(net.outcome(1).retries >= 1 && net.outcome(2).retries >= 1);
+    for request in [1, 2] {
+        let aborts = net.outcome(request).aborts;
+        assert!(aborts.get(AbortCause::LockDenied) >= 1, "{aborts:?}");
+        assert_eq!(aborts.get(AbortCause::Wounded), 0);
+    }
     assert_eq!(net.outcome(1).result, TxnResult::Committed);
     assert_eq!(net.outcome(2).result, TxnResult::Committed);
     net.settle();
