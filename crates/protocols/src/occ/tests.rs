@@ -537,6 +537,24 @@ fn conflicting_increments_serialize() {
 }
 
 #[test]
+fn a_duplicated_one_round_commit_applies_once() {
+    // The network delivers the single-shard ExecuteCommit twice: the second copy finds the
+    // attempt decided and answers with that decision instead of running it again.
+    let mut net = Net::new();
+    net.filter = Box::new(|_, msg| match msg {
+        OccMsg::Request(ShardRequest::ExecuteCommit { .. }) => Delivery::Duplicate,
+        _ => Delivery::Deliver,
+    });
+    net.submit(1, rw(&[5], &[(5, 77)]));
+    net.answered(&[1]);
+    net.settle();
+    assert_eq!(net.outcome(1).result, TxnResult::Committed);
+    let versions = net.nodes[0].hosts.get(ShardId(0)).unwrap().store().versions(&key(5)).len();
+    assert_eq!(versions, 1, "written once");
+    net.assert_quiescent();
+}
+
+#[test]
 fn lost_replies_never_commit_a_request_twice() {
     // Drop the first ExecutedCommit reply: the coordinator times out, asks with Abort, learns the
     // attempt committed, and answers once without re-running it.
