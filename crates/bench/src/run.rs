@@ -411,16 +411,7 @@ async fn drive(
     let window_start = start + (experiment.warmup_s * 1e9) as u64;
     let window_end = window_start + (experiment.duration_s * 1e9) as u64;
     let mut stats = RunStats::new(window_start, window_end);
-    let total_s = experiment.warmup_s + experiment.duration_s;
-    let bar = if experiment.progress {
-        ProgressBar::new((total_s * 10.0).ceil() as u64)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {percent:>3}% {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(experiment.warmup_s + experiment.duration_s, experiment.progress);
     let mut collect = |stats: &mut RunStats| {
         for (_, pool) in pools {
             let completions = pool.lock().expect("client lock").drain_completions();
@@ -460,6 +451,17 @@ async fn drive(
     tokio::time::sleep(Duration::from_nanos(3 * owd_ns_max + 50 * NS_PER_MS)).await;
     bar.finish_and_clear();
     stats
+}
+
+/// The run's progress bar (hidden when `show` is false), in tenths of a second of `total_s`.
+pub fn progress_bar(total_s: f64, show: bool) -> ProgressBar {
+    let bar =
+        if show { ProgressBar::new((total_s * 10.0).ceil() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {percent:>3}% {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 fn output(

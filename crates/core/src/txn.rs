@@ -568,11 +568,15 @@ pub enum AbortCause {
     Timeout,
     /// A participant had already aborted the attempt (termination decided first).
     AlreadyAborted,
+    /// A database peer reported a serialization failure (PostgreSQL's SQLSTATE 40001).
+    Serialization,
+    /// A database peer broke a deadlock by aborting this transaction (SQLSTATE 40P01).
+    Deadlock,
 }
 
 impl AbortCause {
     /// Every cause, in report order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::Validation,
         Self::LockDenied,
         Self::Wounded,
@@ -582,6 +586,8 @@ impl AbortCause {
         Self::Busy,
         Self::Timeout,
         Self::AlreadyAborted,
+        Self::Serialization,
+        Self::Deadlock,
     ];
 
     /// The name reports use.
@@ -596,6 +602,8 @@ impl AbortCause {
             Self::Busy => "busy",
             Self::Timeout => "timeout",
             Self::AlreadyAborted => "already-aborted",
+            Self::Serialization => "serialization",
+            Self::Deadlock => "deadlock",
         }
     }
 }
@@ -729,9 +737,10 @@ mod tests {
         }
         assert_eq!(counts.get(AbortCause::Validation), 1);
         assert_eq!(counts.get(AbortCause::AlreadyAborted), 9);
-        assert_eq!(counts.total(), 45);
+        assert_eq!(counts.get(AbortCause::Deadlock), 11);
+        assert_eq!(counts.total(), 66);
         let names: Vec<_> = counts.nonzero().map(|(c, _)| c.name()).collect();
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 11);
         assert_eq!(AbortCounts::default().nonzero().count(), 0);
     }
 

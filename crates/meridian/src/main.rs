@@ -92,7 +92,8 @@ struct VerifyArgs {
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Protocol: occ, 2pl (`docs/protocols.md` describes each).
+    /// Protocol: occ, 2pl (`docs/protocols.md` describes each); `bench` also takes postgres
+    /// (a PostgreSQL server runs the transactions; `docs/postgres.md`).
     #[arg(long)]
     protocol: Option<String>,
     /// Workload: micro-luigi, micro-tiga, bank, smallbank, retwis, ycsb-a..f, tpcc, list-append,
@@ -191,6 +192,13 @@ struct BenchArgs {
     /// file sets its own (`log_store`).
     #[arg(long = "log-store")]
     log_store: Option<String>,
+    /// With --protocol postgres: the server to use (a URL or key=value string); without it
+    /// the harness starts a server of its own and removes it afterwards.
+    #[arg(long = "pg-url")]
+    pg_url: Option<String>,
+    /// With --protocol postgres: serializable (default), repeatable-read or read-committed.
+    #[arg(long = "pg-isolation")]
+    pg_isolation: Option<String>,
 }
 
 #[derive(Args)]
@@ -402,7 +410,20 @@ impl From<ConfigError> for Failure {
 
 fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let default_clients = 96;
+    let postgres = args.cluster.protocol.as_deref() == Some("postgres");
+    if !postgres {
+        if let Some(flag) =
+            [(args.pg_url.is_some(), "--pg-url"), (args.pg_isolation.is_some(), "--pg-isolation")]
+                .into_iter()
+                .find_map(|(given, flag)| given.then_some(flag))
+        {
+            return Err(
+                ConfigError::new(format!("{flag} applies to --protocol postgres only")).into()
+            );
+        }
+    }
     let output = match &args.cluster_file {
+        _ if postgres => meridian_pg::run(&postgres_experiment(args, default_clients)?)?,
         Some(path) => {
             if args.durability.is_some() {
                 return Err(ConfigError::new(
@@ -496,19 +517,68 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The run `bench --protocol postgres` asks for: the workload flags as for any protocol, and
+/// none of the flags that describe Meridian's own cluster.
+fn postgres_experiment(
+    args: &BenchArgs,
+    default_clients: u32,
+) -> Result<meridian_pg::PgExperiment, ConfigError> {
+    let c = &args.cluster;
+    let refused = [
+        (args.cluster_file.is_some(), "--cluster"),
+        (c.replicas.is_some_and(|r| r != 1), "--replicas other than 1"),
+        (c.regions.is_some(), "--regions"),
+        (c.network.as_deref().is_some_and(|n| n != "lan"), "--network other than lan"),
+        (c.clock.is_some(), "--clock"),
+        (!c.protocol_option.is_empty(), "--protocol-option (use --pg-isolation)"),
+        (args.snapshot_interval.is_some(), "--snapshot-interval"),
+        (args.log_store.is_some(), "--log-store"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        return Err(ConfigError::new(format!(
+            "{flag} does not apply to --protocol postgres: one PostgreSQL server over loopback runs every transaction"
+        )));
+    }
+    // The workload flags resolve as for any protocol; the protocol and network named here
+    // only satisfy the resolver (nothing of Meridian's cluster runs).
+    let mut cluster = c.clone();
+    cluster.protocol = None;
+    cluster.network = Some("lan".into());
+    cluster.regions = None;
+    let r = cluster.resolve(default_clients)?;
+    let experiment = meridian_pg::PgExperiment {
+        workload: r.workload,
+        workload_options: r.workload_options,
+        clients: r.clients,
+        duration_s: args.duration,
+        warmup_s: args.warmup,
+        seed: r.seed,
+        progress: !args.quiet,
+        durability: DurabilityMode::parse(args.durability.as_deref().unwrap_or("memory"))
+            .map_err(ConfigError::new)?,
+        isolation: meridian_pg::sql::Isolation::parse(
+            args.pg_isolation.as_deref().unwrap_or("serializable"),
+        )
+        .map_err(ConfigError::new)?,
+        url: args.pg_url.clone(),
+    };
+    check_times(args.duration, args.warmup)?;
+    Ok(experiment)
+}
+
+/// `--duration` positive, `--warmup` zero or more.
+fn check_times(duration_s: f64, warmup_s: f64) -> Result<(), ConfigError> {
+    if !(duration_s.is_finite() && duration_s > 0.0) {
+        return Err(ConfigError::new(format!("--duration must be positive, got {duration_s}")));
+    }
+    if !(warmup_s.is_finite() && warmup_s >= 0.0) {
+        return Err(ConfigError::new(format!("--warmup must be zero or more, got {warmup_s}")));
+    }
+    Ok(())
+}
+
 fn validate_times(experiment: &Experiment) -> Result<(), ConfigError> {
-    if !(experiment.duration_s.is_finite() && experiment.duration_s > 0.0) {
-        return Err(ConfigError::new(format!(
-            "--duration must be positive, got {}",
-            experiment.duration_s
-        )));
-    }
-    if !(experiment.warmup_s.is_finite() && experiment.warmup_s >= 0.0) {
-        return Err(ConfigError::new(format!(
-            "--warmup must be zero or more, got {}",
-            experiment.warmup_s
-        )));
-    }
+    check_times(experiment.duration_s, experiment.warmup_s)?;
     if experiment.clients == 0 {
         return Err(ConfigError::new("--clients must be at least 1"));
     }

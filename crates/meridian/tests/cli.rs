@@ -93,6 +93,19 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
             "option 'occ-one-round' = 'maybe' is not accepted; accepted: on, off",
         ),
         (&["sim", "--protocol-option", "occ-one-round"], "is not name=value"),
+        (&["bench", "--pg-url", "host=x", "--out", out], "--pg-url applies to --protocol postgres only"),
+        (
+            &["bench", "--protocol", "postgres", "--pg-isolation", "snapshot", "--out", out],
+            "--pg-isolation 'snapshot': expected serializable, repeatable-read or read-committed",
+        ),
+        (
+            &["bench", "--protocol", "postgres", "--replicas", "3", "--out", out],
+            "--replicas other than 1 does not apply to --protocol postgres",
+        ),
+        (
+            &["bench", "--protocol", "postgres", "--pg-url", "host=127.0.0.1 port=1 connect_timeout=2", "--out", out],
+            "cannot connect to --pg-url",
+        ),
     ];
     for (args, expected) in cases {
         let output = run(args);
@@ -101,6 +114,16 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         assert!(stderr.contains(expected), "{args:?}: expected '{expected}' in {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line, got {stderr}");
     }
+    assert!(std::fs::read_dir(&out_dir).unwrap().next().is_none(), "bad input wrote results");
+    // Without PostgreSQL installed (here: pointed at a directory without it).
+    let output = meridian()
+        .args(["bench", "--protocol", "postgres", "--duration", "1", "--out", out])
+        .env("MERIDIAN_PG_BINDIR", &out_dir)
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("has no postgres and initdb programs"), "{stderr}");
     assert!(std::fs::read_dir(&out_dir).unwrap().next().is_none(), "bad input wrote results");
     // clap's own parse errors exit 2 as well.
     assert_eq!(run(&["bench", "--shards", "two"]).status.code(), Some(2));
