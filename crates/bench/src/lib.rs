@@ -8,8 +8,10 @@
 
 pub mod cluster_file;
 pub mod experiment;
+pub mod plots;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod study;
 
 pub use experiment::Experiment;

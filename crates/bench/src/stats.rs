@@ -6,11 +6,16 @@ use meridian_core::time::NS_PER_US;
 use meridian_core::txn::TxnResult;
 use meridian_core::Time;
 use meridian_workloads::clients::Completion;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Largest latency recorded (µs): ten minutes.
 const LATENCY_US_MAX: u64 = 600_000_000;
+/// Seconds of time series kept (one histogram each); later seconds fold into the last.
+const SERIES_SECONDS_MAX: usize = 3_600;
+/// Percentiles the summary lists for latency CDFs.
+const CDF_PERCENTILES: [f64; 15] =
+    [1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.9, 99.99];
 
 /// Counters and latencies of the measurement window.
 #[derive(Debug)]
@@ -42,10 +47,26 @@ pub struct RunStats {
     speculative_us: Histogram<u64>,
     /// Requests whose outcome is unknown (a participant forgot it).
     indeterminate: u64,
+    /// Per second of the window: commits and their latencies (2 significant digits).
+    series: Vec<Histogram<u64>>,
 }
 
-/// The numbers a report shows.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+/// One second of a run's measurement window.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SecondStats {
+    /// Seconds since the window started.
+    pub second: u32,
+    /// Requests committed in that second (by their completion).
+    pub committed: u64,
+    /// Their median latency (ms).
+    pub latency_ms_p50: f64,
+    /// Their 99th percentile (ms).
+    pub latency_ms_p99: f64,
+}
+
+/// The numbers a report shows. Read back by `meridian report`; fields added later default
+/// when an older `stats.json` lacks them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     /// Measured seconds.
     pub window_s: f64,
@@ -68,8 +89,9 @@ pub struct Summary {
     /// Retried attempts.
     pub retries: u64,
     /// Retried attempts by cause (`validation`, `lock-denied`, `wounded`, `lease-expired`,
-    /// `timestamp-too-old`, `cascading`, `busy`, `timeout`, `already-aborted`); causes
-    /// that never occurred are left out.
+    /// `timestamp-too-old`, `cascading`, `busy`, `timeout`, `already-aborted`,
+    /// `serialization`, `deadlock`); causes that never occurred are left out.
+    #[serde(default)]
     pub abort_causes: BTreeMap<String, u64>,
     /// User aborts.
     pub user_aborted: u64,
@@ -93,6 +115,19 @@ pub struct Summary {
     pub speculative_latency_ms_p50: Option<f64>,
     /// 99th percentile of the speculative latency (ms).
     pub speculative_latency_ms_p99: Option<f64>,
+    /// Mean latency of committed requests (ms).
+    #[serde(default)]
+    pub latency_ms_mean: f64,
+    /// The latency CDF: `(percentile, ms)` at 1, 5, 10, 20, ... 90, 95, 99, 99.9, 99.99.
+    #[serde(default)]
+    pub latency_cdf_ms: Vec<(f64, f64)>,
+    /// The raw latency histogram of committed requests: `(µs, count)` per recorded bucket
+    /// (3 significant digits), for merging runs and redrawing.
+    #[serde(default)]
+    pub latency_histogram_us: Vec<(u64, u64)>,
+    /// Commits and latency per second of the window.
+    #[serde(default)]
+    pub series: Vec<SecondStats>,
 }
 
 impl RunStats {
@@ -114,6 +149,7 @@ impl RunStats {
             wan_hops: Vec::new(),
             speculative_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid bounds"),
             indeterminate: 0,
+            series: Vec::new(),
         }
     }
 
@@ -139,6 +175,15 @@ impl RunStats {
                 let latency = ((completion.completed_at - completion.submitted_at) / NS_PER_US)
                     .clamp(1, LATENCY_US_MAX);
                 let _ = self.latency_us.record(latency);
+                let second = ((completion.completed_at.saturating_sub(self.window_start))
+                    / 1_000_000_000) as usize;
+                let second = second.min(SERIES_SECONDS_MAX - 1);
+                while self.series.len() <= second {
+                    self.series.push(
+                        Histogram::new_with_bounds(1, LATENCY_US_MAX, 2).expect("valid bounds"),
+                    );
+                }
+                let _ = self.series[second].record(latency);
                 *self.paths.entry(completion.outcome.path.name()).or_default() += 1;
                 if let Some(hops) = wan_hops {
                     self.wan_hops.push(hops);
@@ -208,6 +253,32 @@ impl RunStats {
                 .then(|| hops.iter().map(|&h| f64::from(h)).sum::<f64>() / hops.len() as f64 / 2.0),
             speculative_latency_ms_p50: speculative(0.5),
             speculative_latency_ms_p99: speculative(0.99),
+            latency_ms_mean: if self.latency_us.is_empty() {
+                0.0
+            } else {
+                self.latency_us.mean() / 1e3
+            },
+            latency_cdf_ms: if self.latency_us.is_empty() {
+                Vec::new()
+            } else {
+                CDF_PERCENTILES.iter().map(|&p| (p, ms(p / 100.0))).collect()
+            },
+            latency_histogram_us: self
+                .latency_us
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect(),
+            series: self
+                .series
+                .iter()
+                .enumerate()
+                .map(|(second, h)| SecondStats {
+                    second: second as u32,
+                    committed: h.len(),
+                    latency_ms_p50: h.value_at_quantile(0.5) as f64 / 1e3,
+                    latency_ms_p99: h.value_at_quantile(0.99) as f64 / 1e3,
+                })
+                .collect(),
         }
     }
 }
@@ -259,6 +330,40 @@ mod tests {
         assert_eq!(summary.wrtt_mean, Some(1.5));
         assert_eq!(summary.fast_path_ratio, None, "no protocol with a fast path ran");
         assert_eq!(summary.commit_paths.get("none"), Some(&2));
+        // Both commits completed in the window's second 0.
+        assert_eq!(summary.series.len(), 1);
+        assert_eq!(summary.series[0].committed, 2);
+        assert_eq!(summary.latency_histogram_us.iter().map(|(_, n)| n).sum::<u64>(), 2);
+        assert!((summary.latency_ms_mean - 20.0).abs() < 0.1, "{}", summary.latency_ms_mean);
+    }
+
+    #[test]
+    fn percentiles_cdf_and_series_follow_known_inputs() {
+        let ms = 1_000_000;
+        let mut stats = RunStats::new(0, 10_000 * ms);
+        // 1..=100 ms latencies, one each, completing in seconds 0..=4 (20 per second).
+        for i in 1..=100u64 {
+            let done = (i - 1) / 20 * 1_000 * ms + 500 * ms;
+            stats.add(&completion(done - i * ms, done, 1, 0), None);
+        }
+        let summary = stats.summary();
+        let near = |a: f64, b: f64| (a - b).abs() <= b * 0.01 + 0.01;
+        assert!(near(summary.latency_ms_p50, 50.0), "{}", summary.latency_ms_p50);
+        assert!(near(summary.latency_ms_p90, 90.0), "{}", summary.latency_ms_p90);
+        assert!(near(summary.latency_ms_p99, 99.0), "{}", summary.latency_ms_p99);
+        assert!(near(summary.latency_ms_max, 100.0), "{}", summary.latency_ms_max);
+        assert!(near(summary.latency_ms_mean, 50.5), "{}", summary.latency_ms_mean);
+        let cdf: Vec<f64> = summary.latency_cdf_ms.iter().map(|&(_, v)| v).collect();
+        assert!(cdf.windows(2).all(|w| w[0] <= w[1]), "a CDF never decreases: {cdf:?}");
+        assert!(near(summary.latency_cdf_ms[0].1, 1.0), "p1 {:?}", summary.latency_cdf_ms[0]);
+        let per_second: Vec<u64> = summary.series.iter().map(|s| s.committed).collect();
+        assert_eq!(per_second, [20, 20, 20, 20, 20]);
+        // Second 4 holds latencies 81..=100 ms.
+        assert!(near(summary.series[4].latency_ms_p99, 100.0), "{:?}", summary.series[4]);
+        assert!(near(summary.series[0].latency_ms_p50, 10.0), "{:?}", summary.series[0]);
+        let back: Summary =
+            serde_json::from_str(&serde_json::to_string(&summary).unwrap()).unwrap();
+        assert_eq!(back, summary, "a summary reads back as written");
     }
 
     #[test]

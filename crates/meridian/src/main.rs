@@ -6,9 +6,9 @@
 
 use clap::{Args, Parser, Subcommand};
 use meridian_bench::cluster_file::{load_network, ClusterFile};
-use meridian_bench::report;
 use meridian_bench::run::{run_cluster, run_embedded, run_server};
 use meridian_bench::Experiment;
+use meridian_bench::{report, study};
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
 use meridian_core::ConfigError;
@@ -74,6 +74,38 @@ enum Command {
     /// Rebuild a stopped server's state from its data directory, as a restart would, and run
     /// the workload's store checks on it.
     Verify(VerifyArgs),
+    /// Regenerate a results folder's report.md and plots from its stats.json files, or put
+    /// two folders side by side (`--compare A B`).
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// The results folder (holding stats.json or runs/*/stats.json).
+    #[arg(required_unless_present = "compare")]
+    dir: Option<PathBuf>,
+    /// Two results folders: their runs side by side, matched by name, with ratios B / A.
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with = "dir")]
+    compare: Vec<PathBuf>,
+}
+
+fn report_cmd(args: &ReportArgs) -> Result<(), Failure> {
+    let load = |dir: &PathBuf| -> Result<Vec<study::SavedRun>, Failure> {
+        let runs = study::load_runs(dir).map_err(ConfigError::new)?;
+        Ok(runs.into_iter().map(|(_, r)| r).collect())
+    };
+    if let [a, b] = args.compare.as_slice() {
+        say!("A: {}\nB: {}", a.display(), b.display());
+        say_raw!("{}", study::compare(&load(a)?, &load(b)?));
+        return Ok(());
+    }
+    let dir = args.dir.as_ref().ok_or_else(|| ConfigError::new("give a results folder"))?;
+    let runs = load(dir)?;
+    say_raw!("{}", study::runs_table(&runs));
+    let path = study::write_report(dir, &runs)
+        .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
+    say!("report: {}", path.display());
+    Ok(())
 }
 
 #[derive(Args)]
@@ -199,6 +231,11 @@ struct BenchArgs {
     /// With --protocol postgres: serializable (default), repeatable-read or read-committed.
     #[arg(long = "pg-isolation")]
     pg_isolation: Option<String>,
+    /// Run every protocol (each 2PL policy too) one after another with the other flags, into
+    /// one results folder with a report; `meridian bench` with no arguments does this on the
+    /// default setup in about two minutes.
+    #[arg(long = "all-protocols")]
+    all_protocols: bool,
 }
 
 #[derive(Args)]
@@ -408,8 +445,135 @@ impl From<ConfigError> for Failure {
     }
 }
 
+/// The embedded run that `args` and the resolved cluster settings describe.
+fn embedded_experiment(
+    args: &BenchArgs,
+    r: Resolved,
+    duration_s: f64,
+    warmup_s: f64,
+) -> Result<Experiment, ConfigError> {
+    let experiment = Experiment {
+        protocol: r.protocol,
+        protocol_options: r.protocol_options,
+        workload: r.workload,
+        workload_options: r.workload_options,
+        shards: r.shards,
+        replicas: r.replicas,
+        network: r.network,
+        clock: r.clock,
+        clients: r.clients,
+        duration_s,
+        warmup_s,
+        seed: r.seed,
+        out_dir: args.out.clone(),
+        progress: !args.quiet,
+        durability: DurabilityMode::parse(args.durability.as_deref().unwrap_or("memory"))
+            .map_err(ConfigError::new)?,
+        snapshot_interval_entries: args
+            .snapshot_interval
+            .unwrap_or(meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES),
+        log_store: LogStoreKind::parse(args.log_store.as_deref().unwrap_or("file"))
+            .map_err(|e| ConfigError::new(format!("--log-store: {e}")))?,
+    };
+    experiment.validate()?;
+    Ok(experiment)
+}
+
+/// `--protocol-option` pairs, `(name, value)`.
+type OptionPairs = Vec<(String, String)>;
+
+/// Seconds of warm-up and of measurement per protocol when `meridian bench` runs with no
+/// arguments: the whole comparison takes about two minutes with three runs.
+const COMPARE_WARMUP_S: f64 = 3.0;
+const COMPARE_TOTAL_S: f64 = 100.0;
+
+/// `bench --all-protocols` (and `bench` with no arguments): every protocol, with each option
+/// setting it is compared under, one after another on the same cluster and workload, into one
+/// results folder with a report.
+fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), Failure> {
+    let refused = [
+        (args.cluster.protocol.is_some(), "--protocol"),
+        (!args.cluster.protocol_option.is_empty(), "--protocol-option"),
+        (args.cluster_file.is_some(), "--cluster"),
+        (args.pg_url.is_some() || args.pg_isolation.is_some(), "--pg-url/--pg-isolation"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        return Err(ConfigError::new(format!(
+            "{flag} contradicts --all-protocols, which runs every protocol"
+        ))
+        .into());
+    }
+    // (label, protocol, its option settings)
+    let mut runs: Vec<(String, ProtocolKind, OptionPairs)> = Vec::new();
+    for &kind in ProtocolKind::ALL {
+        let info = kind.info();
+        for set in info.compare {
+            let pairs: Vec<(String, String)> =
+                set.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+            let label = std::iter::once(info.name.to_string())
+                .chain(set.iter().map(|(_, v)| v.to_string()))
+                .collect::<Vec<_>>()
+                .join("-");
+            runs.push((label, kind, pairs));
+        }
+    }
+    let (duration_s, warmup_s) = if bare {
+        (COMPARE_TOTAL_S / runs.len() as f64 - COMPARE_WARMUP_S, COMPARE_WARMUP_S)
+    } else {
+        (args.duration, args.warmup)
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut folder = args.out.join(format!("{}-compare", report::utc_stamp(now)));
+    for suffix in 2.. {
+        if !folder.exists() {
+            break;
+        }
+        folder = args.out.join(format!("{}-compare-{suffix}", report::utc_stamp(now)));
+    }
+    let mut saved = Vec::with_capacity(runs.len());
+    let mut failures = Vec::new();
+    for (index, (label, kind, pairs)) in runs.iter().enumerate() {
+        let mut cluster = args.cluster.clone();
+        cluster.protocol = Some(kind.name().to_string());
+        cluster.protocol_option = pairs.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        let experiment =
+            embedded_experiment(args, cluster.resolve(default_clients)?, duration_s, warmup_s)?;
+        say!(
+            "[{}/{}] {label}: {warmup_s:.1} s warm-up, {duration_s:.1} s measured",
+            index + 1,
+            runs.len(),
+        );
+        let mut output = run_embedded(&experiment)?;
+        output.parameters["label"] = serde_json::Value::String(label.clone());
+        if let Err(why) = output.verdict() {
+            failures.push(format!("{label}: {why}"));
+        } else if !output.checks_passed() {
+            failures.push(format!("{label}: an invariant check failed"));
+        }
+        let dir = folder.join("runs").join(format!("{:02}-{label}", index + 1));
+        study::write_run(&dir, &output)
+            .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
+        saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
+    }
+    say_raw!("{}", study::runs_table(&saved));
+    let report = study::write_report(&folder, &saved)
+        .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
+    say!("report: {}", report.display());
+    if !failures.is_empty() {
+        return Err(Failure::Run(failures.join("; ")));
+    }
+    Ok(())
+}
+
 fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let default_clients = 96;
+    // `meridian bench` alone is the main job: compare every protocol.
+    let bare = std::env::args_os().count() <= 2;
+    if args.all_protocols || bare {
+        return bench_all(args, default_clients, bare);
+    }
     let postgres = args.cluster.protocol.as_deref() == Some("postgres");
     if !postgres {
         if let Some(flag) =
@@ -475,30 +639,7 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
         }
         None => {
             let r = args.cluster.resolve(default_clients)?;
-            let experiment = Experiment {
-                protocol: r.protocol,
-                protocol_options: r.protocol_options,
-                workload: r.workload,
-                workload_options: r.workload_options,
-                shards: r.shards,
-                replicas: r.replicas,
-                network: r.network,
-                clock: r.clock,
-                clients: r.clients,
-                duration_s: args.duration,
-                warmup_s: args.warmup,
-                seed: r.seed,
-                out_dir: args.out.clone(),
-                progress: !args.quiet,
-                durability: DurabilityMode::parse(args.durability.as_deref().unwrap_or("memory"))
-                    .map_err(ConfigError::new)?,
-                snapshot_interval_entries: args
-                    .snapshot_interval
-                    .unwrap_or(meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES),
-                log_store: LogStoreKind::parse(args.log_store.as_deref().unwrap_or("file"))
-                    .map_err(|e| ConfigError::new(format!("--log-store: {e}")))?,
-            };
-            experiment.validate()?;
+            let experiment = embedded_experiment(args, r, args.duration, args.warmup)?;
             run_embedded(&experiment)?
         }
     };
@@ -506,6 +647,9 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let folder = report::write_results(&args.out, &output)
         .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
     say!("results: {}", folder.join("stats.json").display());
+    let saved = study::SavedRun::load(&folder.join("stats.json")).map_err(Failure::Run)?;
+    study::write_report(&folder, &[saved])
+        .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
     if let Err(why) = output.verdict() {
         return Err(Failure::Run(why));
     }
@@ -643,6 +787,7 @@ fn main() -> ExitCode {
         Command::Cluster(args) => clustercmd::cluster(args, &cli.log_level),
         Command::Server(args) => server(args),
         Command::Verify(args) => verify(args),
+        Command::Report(args) => report_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -151,6 +151,45 @@ fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
         "micro-luigi on 2 shards is all cross-shard"
     );
     assert!(!stats["links"].as_array().unwrap().is_empty());
+    assert!(!stats["summary"]["latency_histogram_us"].as_array().unwrap().is_empty());
+    let report = std::fs::read_to_string(run_dir.join("report.md")).unwrap();
+    assert!(report.contains("| occ occ-one-round=on |"), "{report}");
+    assert!(run_dir.join("latency-cdf.png").is_file());
+}
+
+#[test]
+fn all_protocols_run_into_one_folder_whose_report_regenerates_and_compares() {
+    let out_dir = scratch("compare");
+    let output = run_words(
+        "bench --all-protocols --network lan --regions 1 --shards 2 --clients 8 --duration 0.6 --warmup 0.2 --quiet --keys-per-shard 1000 --out",
+        &[out_dir.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let folder = std::fs::read_dir(&out_dir).unwrap().next().unwrap().unwrap().path();
+    let runs = std::fs::read_dir(folder.join("runs")).unwrap().count();
+    assert_eq!(runs, 3, "occ and both 2pl policies");
+    let report = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    for label in ["| occ |", "| 2pl-no-wait |", "| 2pl-wound-wait |"] {
+        assert!(report.contains(label), "{label} in {report}");
+        assert!(stdout.contains(label.trim_matches(|c| c == '|' || c == ' ')), "{stdout}");
+    }
+    for plot in ["throughput.png", "latency-cdf.png", "timeseries.svg"] {
+        assert!(folder.join(plot).is_file(), "{plot}");
+    }
+    // The report regenerates from the stats alone.
+    std::fs::remove_file(folder.join("report.md")).unwrap();
+    let again = run(&["report", folder.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(folder.join("report.md").is_file());
+    // A folder compared with itself: every ratio is 1.00.
+    let side = run(&["report", "--compare", folder.to_str().unwrap(), folder.to_str().unwrap()]);
+    let side = String::from_utf8_lossy(&side.stdout);
+    assert_eq!(side.matches("1.00").count(), 9, "{side}");
+    // A folder without runs is bad input.
+    let empty = run(&["report", out_dir.join("nothing").to_str().unwrap()]);
+    assert_eq!(empty.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&out_dir);
 }
 
 #[test]

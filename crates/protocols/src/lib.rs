@@ -36,6 +36,9 @@ pub trait Protocol: 'static {
     const SUMMARY: &'static str;
     /// The options it accepts (each name starts with the protocol's name).
     const OPTIONS: &'static [OptionSpec];
+    /// The option settings a comparison of every protocol runs it with, one run each (the
+    /// defaults only, unless an option changes what the protocol is, like 2PL's policy).
+    const COMPARE: &'static [&'static [(&'static str, &'static str)]] = &[&[]];
     /// Its node.
     type Node: ProtocolNode;
 
@@ -102,6 +105,8 @@ pub struct ProtocolInfo {
     pub summary: &'static str,
     /// Its options.
     pub options: &'static [OptionSpec],
+    /// The option settings a comparison runs it with.
+    pub compare: &'static [&'static [(&'static str, &'static str)]],
     check_topology: fn(&Topology) -> Result<(), ConfigError>,
     may_crash: fn(&Topology, NodeId) -> bool,
 }
@@ -115,6 +120,7 @@ impl ProtocolVisitor for InfoOf {
             name: P::NAME,
             summary: P::SUMMARY,
             options: P::OPTIONS,
+            compare: P::COMPARE,
             check_topology: P::check_topology,
             may_crash: P::may_crash,
         }
@@ -356,5 +362,18 @@ mod tests {
         let error = ProtocolKind::parse("paxos").unwrap_err().0;
         assert!(error.contains("occ"), "{error}");
         assert_eq!(PROTOCOLS.len(), ProtocolKind::ALL.len());
+    }
+
+    #[test]
+    fn every_comparison_setting_is_a_valid_option_set() {
+        for &kind in ProtocolKind::ALL {
+            let info = kind.info();
+            assert!(!info.compare.is_empty(), "{} runs at least once", info.name);
+            for set in info.compare {
+                let pairs: Vec<(String, String)> =
+                    set.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+                assert!(kind.options(&pairs).is_ok(), "{}: {pairs:?}", info.name);
+            }
+        }
     }
 }

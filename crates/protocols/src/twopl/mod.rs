@@ -50,6 +50,8 @@ impl Protocol for TwoPl {
                lets older attempts wound younger ones and younger ones wait",
         kind: OptionKind::Choice { values: &["no-wait", "wound-wait"], default: "no-wait" },
     }];
+    const COMPARE: &'static [&'static [(&'static str, &'static str)]] =
+        &[&[(OPTION_POLICY, "no-wait")], &[(OPTION_POLICY, "wound-wait")]];
     type Node = OccNode;
 
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {

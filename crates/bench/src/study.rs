@@ -1,0 +1,412 @@
+//! A results folder of one or more runs, and its report: `report.md` (a table with a row per
+//! run, the setup, each run's details) and the plots of [`crate::plots`]. Everything is drawn
+//! from the runs' `stats.json` files, so `meridian report DIR` regenerates it at any time and
+//! `meridian report --compare A B` puts two folders side by side.
+//!
+//! A folder holds its runs as `DIR/stats.json` (a single run) and/or `DIR/runs/*/stats.json`
+//! (a comparison or sweep, in name order).
+
+use crate::run::RunOutput;
+use crate::stats::Summary;
+use serde::Deserialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Most runs one report reads (a sweep beyond it is split into several folders).
+pub const RUNS_MAX: usize = 4_096;
+
+/// One check's verdict as `stats.json` holds it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SavedCheck {
+    /// The invariant.
+    pub name: String,
+    /// Whether it held.
+    pub passed: bool,
+    /// What was found.
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// What a report needs of one run's `stats.json`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SavedRun {
+    /// Every parameter of the run.
+    pub parameters: serde_json::Value,
+    /// Its figures.
+    pub summary: Summary,
+    /// Its checks.
+    #[serde(default)]
+    pub checks: Vec<SavedCheck>,
+    /// Its first failure, if a request failed.
+    #[serde(default)]
+    pub first_failure: Option<String>,
+}
+
+impl SavedRun {
+    /// Reads a `stats.json`.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The run's name in tables and legends: the `label` parameter a comparison gives each
+    /// run (`2pl-wound-wait`), else the protocol with its options (`occ occ-one-round=on`).
+    pub fn label(&self) -> String {
+        let p = &self.parameters;
+        if let Some(label) = p["label"].as_str() {
+            return label.to_string();
+        }
+        let mut label = p["protocol"].as_str().unwrap_or("?").to_string();
+        if let Some(options) = p["protocol_options"].as_object() {
+            for (name, value) in options {
+                label += &format!(" {name}={}", value.as_str().unwrap_or("?"));
+            }
+        }
+        label
+    }
+
+    fn setup(&self) -> String {
+        let p = &self.parameters;
+        format!(
+            "{} on {}x{} over `{}`, {} clients",
+            p["workload"]["name"].as_str().unwrap_or("?"),
+            p["shards"],
+            p["replicas"],
+            p["network"]["name"].as_str().unwrap_or("?"),
+            p["clients"]
+        )
+    }
+
+    fn checks_verdict(&self) -> String {
+        let failed: Vec<&str> =
+            self.checks.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();
+        match (self.checks.len(), failed.is_empty()) {
+            (0, _) => "none ran".into(),
+            (n, true) => format!("{n} passed"),
+            (_, false) => format!("FAILED: {}", failed.join(", ")),
+        }
+    }
+}
+
+/// Writes one run's `stats.json` (and `history.json`) into `dir`, which must not exist yet.
+pub fn write_run(dir: &Path, output: &RunOutput) -> std::io::Result<()> {
+    if dir.exists() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists; results are never overwritten", dir.display()),
+        ));
+    }
+    std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(output).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("stats.json"), json)?;
+    if let Some(history) = &output.history_json {
+        std::fs::write(dir.join("history.json"), history)?;
+    }
+    Ok(())
+}
+
+/// The runs of a results folder, in order.
+pub fn load_runs(dir: &Path) -> Result<Vec<(PathBuf, SavedRun)>, String> {
+    let mut paths = Vec::new();
+    let single = dir.join("stats.json");
+    if single.is_file() {
+        paths.push(single);
+    }
+    let runs = dir.join("runs");
+    if runs.is_dir() {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&runs)
+            .map_err(|e| format!("{}: {e}", runs.display()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path().join("stats.json")))
+            .filter(|p| p.is_file())
+            .collect();
+        found.sort();
+        paths.extend(found);
+    }
+    if paths.is_empty() {
+        return Err(format!("{}: no stats.json, and no runs/*/stats.json", dir.display()));
+    }
+    if paths.len() > RUNS_MAX {
+        return Err(format!(
+            "{}: {} runs, at most {RUNS_MAX} per report",
+            dir.display(),
+            paths.len()
+        ));
+    }
+    paths.into_iter().map(|p| SavedRun::load(&p).map(|r| (p, r))).collect()
+}
+
+/// The table of runs: a row per run.
+pub fn runs_table(runs: &[SavedRun]) -> String {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{:<26} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10}  checks",
+        "run", "txn/s", "p50 ms", "p99 ms", "p99.9 ms", "abort %", "WRTT p50"
+    );
+    for run in runs {
+        let s = &run.summary;
+        let _ = writeln!(
+            text,
+            "{:<26} {:>11.1} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>10}  {}",
+            run.label(),
+            s.throughput_txn_per_s,
+            s.latency_ms_p50,
+            s.latency_ms_p99,
+            s.latency_ms_p999,
+            s.abort_rate * 100.0,
+            s.wrtt_p50.map_or("-".into(), |w| format!("{w}")),
+            run.checks_verdict()
+        );
+    }
+    text
+}
+
+/// Writes `report.md` and the plots into `dir` from `runs`.
+pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
+    let setups: std::collections::BTreeSet<String> = runs.iter().map(SavedRun::setup).collect();
+    let title = match setups.len() {
+        1 => setups.iter().next().cloned().unwrap_or_default(),
+        n => format!("{n} setups"),
+    };
+    let bars: Vec<(String, f64)> =
+        runs.iter().map(|r| (r.label(), r.summary.throughput_txn_per_s)).collect();
+    crate::plots::throughput_bars(
+        &dir.join("throughput"),
+        &format!("Committed throughput: {title}"),
+        &bars,
+    )?;
+    let cdfs: Vec<(String, Vec<(f64, f64)>)> = runs
+        .iter()
+        .filter(|r| !r.summary.latency_cdf_ms.is_empty())
+        .map(|r| (r.label(), r.summary.latency_cdf_ms.clone()))
+        .collect();
+    crate::plots::latency_cdf(
+        &dir.join("latency-cdf"),
+        &format!("Commit latency: {title}"),
+        &cdfs,
+    )?;
+    let series: Vec<(String, Vec<(f64, f64)>)> = runs
+        .iter()
+        .map(|r| {
+            let points = r.summary.series.iter().map(|s| (f64::from(s.second), s.committed as f64));
+            (r.label(), points.collect())
+        })
+        .collect();
+    crate::plots::time_series(
+        &dir.join("timeseries"),
+        &format!("Throughput over time: {title}"),
+        &series,
+    )?;
+
+    let mut md = String::new();
+    let _ = writeln!(md, "# Meridian benchmark report\n");
+    let _ = writeln!(
+        md,
+        "{} run(s): {}.\n",
+        runs.len(),
+        setups.into_iter().collect::<Vec<_>>().join("; ")
+    );
+    let _ = writeln!(
+        md,
+        "| run | txn/s | p50 ms | p99 ms | p99.9 ms | mean ms | abort % | retries by cause | WRTT p50 | checks |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    for run in runs {
+        let s = &run.summary;
+        let causes: Vec<String> = s.abort_causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let _ = writeln!(
+            md,
+            "| {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            run.label(),
+            s.throughput_txn_per_s,
+            s.latency_ms_p50,
+            s.latency_ms_p99,
+            s.latency_ms_p999,
+            s.latency_ms_mean,
+            s.abort_rate * 100.0,
+            if causes.is_empty() { "-".into() } else { causes.join(", ") },
+            s.wrtt_p50.map_or("-".into(), |w| format!("{w}")),
+            run.checks_verdict()
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n![committed throughput](throughput.png)\n\n![latency CDF](latency-cdf.png)\n\n![throughput over time](timeseries.png)\n"
+    );
+    let _ = writeln!(md, "## How to read it\n");
+    let _ = writeln!(
+        md,
+        "- **txn/s**: requests committed per second of the measurement window (warm-up \
+         dropped); each client keeps one request outstanding with no think time (closed loop).\n\
+         - **latency**: from the client's submission to its reply, retries included, of \
+         committed requests; for protocols that acknowledge speculatively this is the durable \
+         latency.\n\
+         - **abort %**: retried attempts per attempt; **retries by cause** names why.\n\
+         - **WRTT p50**: wide-area round trips on the critical path of the median commit, \
+         counted by the simulator (`-` in real-time runs, which do not count them).\n\
+         - **checks**: the workload's invariants after the run; a failed check means the \
+         figures of that run are not to be trusted.\n"
+    );
+    for run in runs {
+        let s = &run.summary;
+        let _ = writeln!(md, "## {}\n", run.label());
+        let _ = writeln!(md, "- setup: {}", run.setup());
+        let _ = writeln!(md, "- {}", crate::report::paths_line(s));
+        let _ = writeln!(
+            md,
+            "- window {:.1} s, {} committed, {} retried attempts, {} user aborts, {} failed",
+            s.window_s, s.committed, s.retries, s.user_aborted, s.failed
+        );
+        if let Some(failure) = &run.first_failure {
+            let _ = writeln!(md, "- first failure: {failure}");
+        }
+        for check in &run.checks {
+            let verdict = if check.passed { "PASS" } else { "FAIL" };
+            let _ = writeln!(md, "- check {} {verdict}: {}", check.name, check.detail);
+        }
+        let _ = writeln!(md);
+    }
+    let path = dir.join("report.md");
+    std::fs::write(&path, md).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Two folders' runs side by side, matched by label, with the ratio B / A.
+pub fn compare(a: &[SavedRun], b: &[SavedRun]) -> String {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{:<26} {:>11} {:>11} {:>7}   {:>8} {:>8} {:>7}   {:>8} {:>8} {:>7}",
+        "run", "A txn/s", "B txn/s", "B/A", "A p50", "B p50", "B/A", "A p99", "B p99", "B/A"
+    );
+    let ratio = |x: f64, y: f64| if x > 0.0 { format!("{:.2}", y / x) } else { "-".into() };
+    for run_a in a {
+        let label = run_a.label();
+        let Some(run_b) = b.iter().find(|r| r.label() == label) else {
+            let _ = writeln!(text, "{label:<26} (only in A)");
+            continue;
+        };
+        let (x, y) = (&run_a.summary, &run_b.summary);
+        let _ = writeln!(
+            text,
+            "{:<26} {:>11.1} {:>11.1} {:>7}   {:>8.2} {:>8.2} {:>7}   {:>8.2} {:>8.2} {:>7}",
+            label,
+            x.throughput_txn_per_s,
+            y.throughput_txn_per_s,
+            ratio(x.throughput_txn_per_s, y.throughput_txn_per_s),
+            x.latency_ms_p50,
+            y.latency_ms_p50,
+            ratio(x.latency_ms_p50, y.latency_ms_p50),
+            x.latency_ms_p99,
+            y.latency_ms_p99,
+            ratio(x.latency_ms_p99, y.latency_ms_p99),
+        );
+    }
+    for run_b in b.iter().filter(|r| !a.iter().any(|x| x.label() == r.label())) {
+        let _ = writeln!(text, "{:<26} (only in B)", run_b.label());
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::RunStats;
+    use meridian_core::txn::{CommitPath, ProcId, TxnOutcome, TxnRequest, TxnResult};
+    use meridian_core::{NodeId, RequestId};
+    use meridian_workloads::clients::Completion;
+    use std::collections::BTreeMap;
+
+    /// A run of `protocol` whose `n` commits each took `latency_ms`.
+    fn run(protocol: &str, policy: Option<&str>, n: u64, latency_ms: u64) -> RunOutput {
+        let ms = 1_000_000;
+        let mut stats = RunStats::new(0, 1_000 * ms);
+        for i in 0..n {
+            let done = 100 * ms + i * ms;
+            let outcome = TxnOutcome {
+                result: TxnResult::Committed,
+                outputs: vec![],
+                commit_ts: None,
+                retries: 0,
+                aborts: Default::default(),
+                shards_touched: 1,
+                path: CommitPath::OnePhase,
+                speculative_ns: None,
+            };
+            let completion = Completion {
+                client: 0,
+                coordinator: NodeId(0),
+                request: RequestId(i),
+                txn: TxnRequest { proc: ProcId(0), args: vec![] },
+                submitted_at: done - latency_ms * ms,
+                completed_at: done,
+                outcome,
+            };
+            stats.add(&completion, None);
+        }
+        let options: serde_json::Map<String, serde_json::Value> =
+            policy.map(|p| ("2pl-policy".to_string(), p.into())).into_iter().collect();
+        RunOutput {
+            parameters: serde_json::json!({
+                "protocol": protocol, "protocol_options": options, "workload": {"name": "bank"},
+                "shards": 2, "replicas": 1, "network": {"name": "geo"}, "clients": 8,
+            }),
+            summary: stats.summary(),
+            first_failure: None,
+            checks: vec![],
+            checks_note: None,
+            load: None,
+            links: vec![],
+            node_panics: vec![],
+            messages_dropped: 0,
+            protocol_counters: BTreeMap::new(),
+            history_json: None,
+        }
+    }
+
+    #[test]
+    fn a_folder_of_runs_reports_a_row_and_a_plot_per_run_and_compares() {
+        let dir = std::env::temp_dir().join(format!("meridian-study-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        write_run(&dir.join("runs/01-occ"), &run("occ", None, 400, 5)).unwrap();
+        write_run(&dir.join("runs/02-2pl"), &run("2pl", Some("wound-wait"), 200, 10)).unwrap();
+        assert!(
+            write_run(&dir.join("runs/01-occ"), &run("occ", None, 1, 1)).is_err(),
+            "never overwritten"
+        );
+        let runs: Vec<SavedRun> = load_runs(&dir).unwrap().into_iter().map(|(_, r)| r).collect();
+        let labels: Vec<String> = runs.iter().map(SavedRun::label).collect();
+        assert_eq!(labels, ["occ", "2pl 2pl-policy=wound-wait"]);
+        let report = std::fs::read_to_string(write_report(&dir, &runs).unwrap()).unwrap();
+        assert!(
+            report.contains("| occ | 400.0 |")
+                && report.contains("| 2pl 2pl-policy=wound-wait | 200.0 |"),
+            "{report}"
+        );
+        for plot in ["throughput", "latency-cdf", "timeseries"] {
+            assert!(
+                dir.join(format!("{plot}.png")).is_file()
+                    && dir.join(format!("{plot}.svg")).is_file()
+            );
+        }
+        let table = runs_table(&runs);
+        assert_eq!(table.lines().count(), 3, "{table}");
+        // B is twice as fast with half the latency: ratios 2.00 and 0.50.
+        let faster = [SavedRun::load(&dir.join("runs/01-occ/stats.json")).unwrap()];
+        let mut b = faster.clone();
+        b[0].summary.throughput_txn_per_s *= 2.0;
+        b[0].summary.latency_ms_p50 /= 2.0;
+        let side = compare(&faster, &b);
+        assert!(side.contains("2.00") && side.contains("0.50"), "{side}");
+        assert!(compare(&runs, &faster).contains("2pl 2pl-policy=wound-wait  (only in A)"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_empty_folder_is_an_error_naming_what_is_missing() {
+        let dir = std::env::temp_dir().join(format!("meridian-study-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(load_runs(&dir).unwrap_err().contains("no stats.json"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
