@@ -138,16 +138,17 @@ pub fn load_runs(dir: &Path) -> Result<Vec<(PathBuf, SavedRun)>, String> {
 /// The table of runs: a row per run.
 pub fn runs_table(runs: &[SavedRun]) -> String {
     let mut text = String::new();
+    let width = runs.iter().map(|r| r.label().len()).max().unwrap_or(0).max(8);
     let _ = writeln!(
         text,
-        "{:<26} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10}  checks",
+        "{:<width$} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10}  checks",
         "run", "txn/s", "p50 ms", "p99 ms", "p99.9 ms", "abort %", "WRTT p50"
     );
     for run in runs {
         let s = &run.summary;
         let _ = writeln!(
             text,
-            "{:<26} {:>11.1} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>10}  {}",
+            "{:<width$} {:>11.1} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>10}  {}",
             run.label(),
             s.throughput_txn_per_s,
             s.latency_ms_p50,

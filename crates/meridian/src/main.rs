@@ -35,6 +35,7 @@ macro_rules! say_raw {
 }
 
 mod clustercmd;
+mod experiment_file;
 mod simcmd;
 use std::process::ExitCode;
 
@@ -236,6 +237,11 @@ struct BenchArgs {
     /// default setup in about two minutes.
     #[arg(long = "all-protocols")]
     all_protocols: bool,
+    /// Run the experiment file's runs (every key a bench flag; lists are swept; see
+    /// docs/benchmarking.md) into one results folder with a report. Flags given here
+    /// override the file.
+    #[arg(long)]
+    experiment: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -522,16 +528,7 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
     } else {
         (args.duration, args.warmup)
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let mut folder = args.out.join(format!("{}-compare", report::utc_stamp(now)));
-    for suffix in 2.. {
-        if !folder.exists() {
-            break;
-        }
-        folder = args.out.join(format!("{}-compare-{suffix}", report::utc_stamp(now)));
-    }
+    let folder = new_folder(&args.out, "compare");
     let mut saved = Vec::with_capacity(runs.len());
     let mut failures = Vec::new();
     for (index, (label, kind, pairs)) in runs.iter().enumerate() {
@@ -552,7 +549,7 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
         } else if !output.checks_passed() {
             failures.push(format!("{label}: an invariant check failed"));
         }
-        let dir = folder.join("runs").join(format!("{:02}-{label}", index + 1));
+        let dir = folder.join("runs").join(run_dir_name(index, label));
         study::write_run(&dir, &output)
             .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
         saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
@@ -567,13 +564,18 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
     Ok(())
 }
 
-fn bench(args: &BenchArgs) -> Result<(), Failure> {
-    let default_clients = 96;
-    // `meridian bench` alone is the main job: compare every protocol.
-    let bare = std::env::args_os().count() <= 2;
-    if args.all_protocols || bare {
-        return bench_all(args, default_clients, bare);
-    }
+/// A run, checked and ready to start.
+enum Planned {
+    /// `--protocol postgres`.
+    Postgres(meridian_pg::PgExperiment),
+    /// `--cluster FILE`: clients here, servers elsewhere.
+    Cluster(Box<ClusterFile>, Experiment),
+    /// The embedded cluster.
+    Embedded(Experiment),
+}
+
+/// Checks the flags of one run and says what it will run; nothing starts.
+fn plan_run(args: &BenchArgs, default_clients: u32) -> Result<Planned, ConfigError> {
     let postgres = args.cluster.protocol.as_deref() == Some("postgres");
     if !postgres {
         if let Some(flag) =
@@ -581,38 +583,32 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 .into_iter()
                 .find_map(|(given, flag)| given.then_some(flag))
         {
-            return Err(
-                ConfigError::new(format!("{flag} applies to --protocol postgres only")).into()
-            );
+            return Err(ConfigError::new(format!("{flag} applies to --protocol postgres only")));
         }
     }
-    let output = match &args.cluster_file {
-        _ if postgres => meridian_pg::run(&postgres_experiment(args, default_clients)?)?,
+    Ok(match &args.cluster_file {
+        _ if postgres => Planned::Postgres(postgres_experiment(args, default_clients)?),
         Some(path) => {
             if args.durability.is_some() {
                 return Err(ConfigError::new(
                     "--durability contradicts --cluster: each server sets its own",
-                )
-                .into());
+                ));
             }
             if args.log_store.is_some() {
                 return Err(ConfigError::new(
                     "--log-store contradicts --cluster: the cluster file sets it (log_store)",
-                )
-                .into());
+                ));
             }
             if args.snapshot_interval.is_some() {
                 return Err(ConfigError::new(
                     "--snapshot-interval contradicts --cluster: the cluster file sets it \
                      (snapshot_interval)",
-                )
-                .into());
+                ));
             }
             if let Some(flag) = args.cluster.fixed_by_file() {
                 return Err(ConfigError::new(format!(
                     "{flag} contradicts --cluster: the cluster file sets it"
-                ))
-                .into());
+                )));
             }
             let file = ClusterFile::load(path)?;
             let experiment = Experiment {
@@ -635,14 +631,179 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
                 log_store: file.log_store,
             };
             validate_times(&experiment)?;
-            run_cluster(&file, &experiment)?
+            Planned::Cluster(Box::new(file), experiment)
         }
         None => {
             let r = args.cluster.resolve(default_clients)?;
-            let experiment = embedded_experiment(args, r, args.duration, args.warmup)?;
-            run_embedded(&experiment)?
+            Planned::Embedded(embedded_experiment(args, r, args.duration, args.warmup)?)
         }
-    };
+    })
+}
+
+/// Runs a planned run.
+fn execute(planned: &Planned) -> Result<meridian_bench::run::RunOutput, ConfigError> {
+    match planned {
+        Planned::Postgres(experiment) => meridian_pg::run(experiment),
+        Planned::Cluster(file, experiment) => run_cluster(file, experiment),
+        Planned::Embedded(experiment) => run_embedded(experiment),
+    }
+}
+
+/// A new results folder `out/<UTC time>-<name>` (with a suffix if that exists).
+fn new_folder(out: &std::path::Path, name: &str) -> PathBuf {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let stamp = report::utc_stamp(now);
+    let mut folder = out.join(format!("{stamp}-{name}"));
+    for suffix in 2.. {
+        if !folder.exists() {
+            break;
+        }
+        folder = out.join(format!("{stamp}-{name}-{suffix}"));
+    }
+    folder
+}
+
+/// A run's folder name: its number and label, safe in file names.
+fn run_dir_name(index: usize, label: &str) -> String {
+    let safe: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || ".=,-".contains(c) { c } else { '_' })
+        .take(80)
+        .collect();
+    format!("{:03}-{safe}", index + 1)
+}
+
+/// `bench --experiment FILE`: every run of the file, each checked before any starts.
+fn bench_experiment(
+    args: &BenchArgs,
+    path: &std::path::Path,
+    default_clients: u32,
+) -> Result<(), Failure> {
+    if args.all_protocols || args.cluster_file.is_some() {
+        return Err(ConfigError::new(
+            "--experiment runs the file's points; --all-protocols and --cluster belong in it or on their own",
+        )
+        .into());
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
+    // This command line's own flags (all but --experiment FILE) override the file's keys.
+    let mut cli: Vec<String> = Vec::new();
+    let mut words = std::env::args().skip_while(|a| a != "bench").skip(1);
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "--experiment" => {
+                words.next();
+            }
+            w if w.starts_with("--experiment=") => {}
+            _ => cli.push(word),
+        }
+    }
+    let given = experiment_file::keys_given(&cli);
+    let file = experiment_file::parse(&text, &path.display().to_string(), &given)
+        .map_err(ConfigError::new)?;
+    let mut planned = Vec::with_capacity(file.points.len());
+    for point in &file.points {
+        let argv = ["meridian", "bench"]
+            .into_iter()
+            .map(String::from)
+            .chain(point.args.clone())
+            .chain(cli.clone());
+        let bad = |why: String| {
+            ConfigError::new(format!("{}: run '{}': {why}", path.display(), point.label))
+        };
+        let parsed = Cli::try_parse_from(argv).map_err(|e| {
+            bad(e
+                .render()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or("bad flags")
+                .trim_start_matches("error: ")
+                .to_string())
+        })?;
+        let Command::Bench(run_args) = parsed.command else {
+            return Err(bad("not a bench run".into()).into());
+        };
+        let plan = plan_run(&run_args, default_clients).map_err(|e| bad(e.to_string()))?;
+        planned.push((point, run_args.duration + run_args.warmup, plan));
+    }
+    let folder = new_folder(&args.out, &file.name);
+    let total_s: f64 = planned.iter().map(|(_, seconds, _)| seconds).sum();
+    let started = std::time::Instant::now();
+    let (mut saved, mut failures) = (Vec::new(), Vec::new());
+    let mut planned_done_s = 0.0;
+    for (index, (point, seconds, plan)) in planned.iter().enumerate() {
+        // Remaining planned time, stretched by how much longer than planned the runs so far
+        // took (loads, stops).
+        let stretch = if planned_done_s > 0.0 {
+            started.elapsed().as_secs_f64() / planned_done_s
+        } else {
+            1.0
+        };
+        let eta_s = (total_s - planned_done_s) * stretch.max(1.0);
+        say!(
+            "[{}/{}] {} (ETA {}:{:02})",
+            index + 1,
+            planned.len(),
+            point.label,
+            (eta_s / 60.0) as u64,
+            (eta_s % 60.0) as u64
+        );
+        planned_done_s += seconds;
+        let mut output = match execute(plan) {
+            Ok(output) => output,
+            Err(error) => {
+                failures.push(format!("run {} '{}': {error}", index + 1, point.label));
+                say!("  failed: {error}");
+                continue;
+            }
+        };
+        output.parameters["label"] = serde_json::Value::String(point.label.clone());
+        if let Err(why) = output.verdict() {
+            failures.push(format!("run {} '{}': {why}", index + 1, point.label));
+        } else if !output.checks_passed() {
+            failures.push(format!(
+                "run {} '{}': an invariant check failed",
+                index + 1,
+                point.label
+            ));
+        }
+        let dir = folder.join("runs").join(run_dir_name(index, &point.label));
+        study::write_run(&dir, &output)
+            .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
+        saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
+    }
+    if !saved.is_empty() {
+        say_raw!("{}", study::runs_table(&saved));
+        let report = study::write_report(&folder, &saved)
+            .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
+        say!("report: {}", report.display());
+    }
+    if !failures.is_empty() {
+        return Err(Failure::Run(format!(
+            "{} of {} runs failed (the others' results are kept): {}",
+            failures.len(),
+            planned.len(),
+            failures.join("; ")
+        )));
+    }
+    Ok(())
+}
+
+fn bench(args: &BenchArgs) -> Result<(), Failure> {
+    let default_clients = 96;
+    // `meridian bench` alone is the main job: compare every protocol.
+    let bare = std::env::args_os().count() <= 2;
+    if let Some(path) = &args.experiment {
+        return bench_experiment(args, path, default_clients);
+    }
+    if args.all_protocols || bare {
+        return bench_all(args, default_clients, bare);
+    }
+    let output = execute(&plan_run(args, default_clients)?)?;
     say_raw!("{}", report::table(&output));
     let folder = report::write_results(&args.out, &output)
         .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;

@@ -193,6 +193,52 @@ fn all_protocols_run_into_one_folder_whose_report_regenerates_and_compares() {
 }
 
 #[test]
+fn an_experiment_file_sweeps_into_one_folder_and_bad_files_start_nothing() {
+    let out_dir = scratch("experiment");
+    let file = out_dir.join("sweep.toml");
+    std::fs::write(
+        &file,
+        "name = \"tiny\"\nprotocol = [\"occ\", \"2pl\"]\nclients = [2, 4]\nworkload = \"bank\"\n\
+         network = \"lan\"\nregions = 1\nshards = 2\nkeys_per_shard = 100\nduration = 0.5\nwarmup = 0.1\nquiet = true\n",
+    )
+    .unwrap();
+    let results = out_dir.join("results");
+    let args =
+        ["bench", "--experiment", file.to_str().unwrap(), "--out", results.to_str().unwrap()];
+    let output = run(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("[4/4] clients=4 protocol=2pl (ETA"), "{stdout}");
+    let folder = std::fs::read_dir(&results).unwrap().next().unwrap().unwrap().path();
+    assert!(folder.to_string_lossy().ends_with("-tiny"), "{}", folder.display());
+    assert_eq!(std::fs::read_dir(folder.join("runs")).unwrap().count(), 4);
+    assert!(std::fs::read_to_string(folder.join("report.md"))
+        .unwrap()
+        .contains("| clients=2 protocol=occ |"));
+    // The command line overrides the file: one client count, so two runs.
+    let mut fewer = args.to_vec();
+    fewer.extend(["--clients", "3"]);
+    let output = run(&fewer);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("[2/2] protocol=2pl"));
+    // Bad files: one line, exit 2, nothing run or written.
+    std::fs::remove_dir_all(&results).unwrap();
+    for (text, expected) in [
+        ("workload = \"bank\"\nclinets = 4\n", "sweep.toml:2: unknown key 'clinets'"),
+        ("clients = []\n", "sweep.toml:1: 'clients' is an empty list"),
+        ("shards = [1, 0]\n", "run 'shards=0': --shards must be at least 1"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let output = run(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{text}: {stderr}");
+        assert!(stderr.contains(expected), "{text}: expected '{expected}' in {stderr}");
+        assert!(!results.exists(), "{text}: nothing written");
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+#[test]
 fn sim_prints_a_reproducible_trace_hash() {
     let args =
         ["sim", "--seed", "9", "--txns", "300", "--network", "metro", "--keys-per-shard", "500"];
