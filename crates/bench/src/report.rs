@@ -89,6 +89,13 @@ pub fn table(output: &RunOutput) -> String {
     if let Some(line) = lock_wait_line(&output.protocol_counters) {
         let _ = writeln!(text, "{line}");
     }
+    if let Some(line) = types_line(s) {
+        let _ = writeln!(text, "{line}");
+    }
+    if let Some(us) = s.cpu_us_per_txn {
+        let _ =
+            writeln!(text, "CPU {us:.1} us per committed transaction (this process, every thread)");
+    }
     if output.messages_dropped > 0 {
         let _ = writeln!(
             text,
@@ -161,6 +168,24 @@ pub fn paths_line(s: &crate::stats::Summary) -> String {
         line += &format!("; retries by cause: {}", causes.join(", "));
     }
     line
+}
+
+/// "by type: new-order 4512 committed, p50 1.20 ms, p99 3.40 ms; ..." when a workload has
+/// several transaction types.
+pub fn types_line(s: &crate::stats::Summary) -> Option<String> {
+    (s.by_type.len() > 1).then(|| {
+        let types: Vec<String> = s
+            .by_type
+            .iter()
+            .map(|(name, t)| {
+                format!(
+                    "{name} {} committed, p50 {:.2} ms, p99 {:.2} ms",
+                    t.committed, t.latency_ms_p50, t.latency_ms_p99
+                )
+            })
+            .collect();
+        format!("by type: {}", types.join("; "))
+    })
 }
 
 /// "lock waits: N, mean M ms" for protocols that count lock waits (counters ending in

@@ -344,7 +344,7 @@ async fn embedded<N: ProtocolNode>(
         .map_err(|e| ConfigError::new(format!("cannot start the cluster: {e}")))?;
     let mut checker = workload.checker();
     let failures = cluster.failures();
-    let stats = drive(experiment, &pools, checker.as_mut(), &failures).await;
+    let stats = drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry()).await;
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
@@ -405,12 +405,15 @@ async fn drive(
     pools: &[(NodeId, Arc<Mutex<ClosedLoopClients>>)],
     checker: &mut dyn InvariantCheck,
     failures: &NodeFailures,
+    registry: &meridian_core::txn::Registry,
 ) -> RunStats {
     let clock = WallClock::new();
     let start = clock.now_ns();
     let window_start = start + (experiment.warmup_s * 1e9) as u64;
     let window_end = window_start + (experiment.duration_s * 1e9) as u64;
     let mut stats = RunStats::new(window_start, window_end);
+    stats.name_types(registry);
+    let mut cpu_at_window_start = None;
     let bar = progress_bar(experiment.warmup_s + experiment.duration_s, experiment.progress);
     let mut collect = |stats: &mut RunStats| {
         for (_, pool) in pools {
@@ -423,10 +426,16 @@ async fn drive(
     };
     while clock.now_ns() < window_end && failures.panics().is_empty() {
         tokio::time::sleep(DRAIN_INTERVAL).await;
+        if cpu_at_window_start.is_none() && clock.now_ns() >= window_start {
+            cpu_at_window_start = Some(process_cpu_ns());
+        }
         collect(&mut stats);
         let elapsed_s = (clock.now_ns() - start) as f64 / 1e9;
         bar.set_position((elapsed_s * 10.0) as u64);
         bar.set_message(format!("{} committed in window", stats.committed));
+    }
+    if let (Some(Some(start)), Some(end)) = (cpu_at_window_start, process_cpu_ns()) {
+        stats.set_cpu_ns(end.saturating_sub(start));
     }
     for (_, pool) in pools {
         pool.lock().expect("client lock").stop();
@@ -451,6 +460,16 @@ async fn drive(
     tokio::time::sleep(Duration::from_nanos(3 * owd_ns_max + 50 * NS_PER_MS)).await;
     bar.finish_and_clear();
     stats
+}
+
+/// CPU time (user and system, every thread) this process has used, from `/proc/self/stat`
+/// (in clock ticks of 10 ms: Linux reports them at 100 per second); `None` elsewhere.
+fn process_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces; the fields after it are separated by single spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000)
 }
 
 /// The run's progress bar (hidden when `show` is false), in tenths of a second of `total_s`.
@@ -611,7 +630,7 @@ async fn remote<N: ProtocolNode>(
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
     let mut checker = workload.checker();
     let failures = cluster.failures();
-    let stats = drive(experiment, &pools, checker.as_mut(), &failures).await;
+    let stats = drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry()).await;
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();

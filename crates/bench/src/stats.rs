@@ -49,6 +49,45 @@ pub struct RunStats {
     indeterminate: u64,
     /// Per second of the window: commits and their latencies (2 significant digits).
     series: Vec<Histogram<u64>>,
+    /// Per procedure (transaction type): counts and latencies.
+    by_type: BTreeMap<u32, TypeStats>,
+    /// Procedure names by id, when the driver named them.
+    type_names: Vec<&'static str>,
+    /// CPU time the process spent in the window, when the driver measured it.
+    cpu_ns: Option<u64>,
+}
+
+/// Counts and latencies of one transaction type.
+#[derive(Debug)]
+struct TypeStats {
+    committed: u64,
+    retries: u64,
+    user_aborted: u64,
+    failed: u64,
+    latency_us: Histogram<u64>,
+}
+
+/// The figures of one transaction type.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TypeSummary {
+    /// Committed requests.
+    pub committed: u64,
+    /// Retried attempts.
+    pub retries: u64,
+    /// User aborts.
+    pub user_aborted: u64,
+    /// Failed requests.
+    pub failed: u64,
+    /// Median latency of its commits (ms).
+    pub latency_ms_p50: f64,
+    /// 99th percentile (ms).
+    pub latency_ms_p99: f64,
+    /// 99.9th percentile (ms).
+    pub latency_ms_p999: f64,
+    /// Largest (ms).
+    pub latency_ms_max: f64,
+    /// Mean (ms).
+    pub latency_ms_mean: f64,
 }
 
 /// One second of a run's measurement window.
@@ -128,6 +167,14 @@ pub struct Summary {
     /// Commits and latency per second of the window.
     #[serde(default)]
     pub series: Vec<SecondStats>,
+    /// The same figures per transaction type (procedure name).
+    #[serde(default)]
+    pub by_type: BTreeMap<String, TypeSummary>,
+    /// CPU time of this process (every thread) per committed request of the window (µs):
+    /// in an embedded run the whole cluster's and the harness's, in a `tcp` run the clients'
+    /// and coordinators' only; `null` where not measured (simulated and PostgreSQL runs).
+    #[serde(default)]
+    pub cpu_us_per_txn: Option<f64>,
 }
 
 impl RunStats {
@@ -150,7 +197,22 @@ impl RunStats {
             speculative_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid bounds"),
             indeterminate: 0,
             series: Vec::new(),
+            by_type: BTreeMap::new(),
+            type_names: Vec::new(),
+            cpu_ns: None,
         }
+    }
+
+    /// Names transaction types by the registry's procedure names (otherwise `proc N`).
+    pub fn name_types(&mut self, registry: &meridian_core::txn::Registry) {
+        self.type_names = (0..registry.len() as u32)
+            .filter_map(|i| registry.get(meridian_core::txn::ProcId(i)).map(|p| p.name()))
+            .collect();
+    }
+
+    /// Records the CPU time the process spent in the window.
+    pub fn set_cpu_ns(&mut self, ns: u64) {
+        self.cpu_ns = Some(ns);
     }
 
     /// Adds one completion; `wan_hops` is the number of wide-area one-way legs on its
@@ -163,6 +225,24 @@ impl RunStats {
             return;
         }
         self.retries += u64::from(completion.outcome.retries);
+        let kind = self.by_type.entry(completion.txn.proc.0).or_insert_with(|| TypeStats {
+            committed: 0,
+            retries: 0,
+            user_aborted: 0,
+            failed: 0,
+            latency_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid bounds"),
+        });
+        kind.retries += u64::from(completion.outcome.retries);
+        match &completion.outcome.result {
+            TxnResult::Committed => {
+                kind.committed += 1;
+                let latency = ((completion.completed_at - completion.submitted_at) / NS_PER_US)
+                    .clamp(1, LATENCY_US_MAX);
+                let _ = kind.latency_us.record(latency);
+            }
+            TxnResult::UserAborted(_) => kind.user_aborted += 1,
+            TxnResult::Failed(_) => kind.failed += 1,
+        }
         for (cause, n) in completion.outcome.aborts.nonzero() {
             *self.abort_causes.entry(cause.name()).or_default() += u64::from(n);
         }
@@ -268,6 +348,43 @@ impl RunStats {
                 .iter_recorded()
                 .map(|v| (v.value_iterated_to(), v.count_at_value()))
                 .collect(),
+            by_type: self
+                .by_type
+                .iter()
+                .map(|(&proc, t)| {
+                    let name = self
+                        .type_names
+                        .get(proc as usize)
+                        .map_or_else(|| format!("proc {proc}"), |n| n.to_string());
+                    let q = |q: f64| {
+                        if t.latency_us.is_empty() {
+                            0.0
+                        } else {
+                            t.latency_us.value_at_quantile(q) as f64 / 1e3
+                        }
+                    };
+                    let summary = TypeSummary {
+                        committed: t.committed,
+                        retries: t.retries,
+                        user_aborted: t.user_aborted,
+                        failed: t.failed,
+                        latency_ms_p50: q(0.5),
+                        latency_ms_p99: q(0.99),
+                        latency_ms_p999: q(0.999),
+                        latency_ms_max: q(1.0),
+                        latency_ms_mean: if t.latency_us.is_empty() {
+                            0.0
+                        } else {
+                            t.latency_us.mean() / 1e3
+                        },
+                    };
+                    (name, summary)
+                })
+                .collect(),
+            cpu_us_per_txn: self
+                .cpu_ns
+                .filter(|_| self.committed > 0)
+                .map(|ns| ns as f64 / 1e3 / self.committed as f64),
             series: self
                 .series
                 .iter()
@@ -361,9 +478,66 @@ mod tests {
         // Second 4 holds latencies 81..=100 ms.
         assert!(near(summary.series[4].latency_ms_p99, 100.0), "{:?}", summary.series[4]);
         assert!(near(summary.series[0].latency_ms_p50, 10.0), "{:?}", summary.series[0]);
+        assert_eq!(summary.by_type["proc 0"].committed, 100, "unnamed types are numbered");
+        assert!(near(summary.by_type["proc 0"].latency_ms_p99, 99.0));
         let back: Summary =
             serde_json::from_str(&serde_json::to_string(&summary).unwrap()).unwrap();
         assert_eq!(back, summary, "a summary reads back as written");
+    }
+
+    #[test]
+    fn transaction_types_are_kept_apart_and_named_and_cpu_is_per_commit() {
+        use meridian_core::txn::{ProcId, Registry};
+        #[derive(Debug)]
+        struct Named(&'static str);
+        impl meridian_core::txn::Procedure for Named {
+            fn name(&self) -> &'static str {
+                self.0
+            }
+            fn plan(
+                &self,
+                _: &meridian_core::txn::Args,
+                _: meridian_core::txn::PlanContext<'_>,
+            ) -> Result<meridian_core::txn::Plan, meridian_core::txn::ProcError> {
+                Ok(vec![])
+            }
+            fn keys(
+                &self,
+                _: u32,
+                _: &meridian_core::txn::Args,
+                _: &[&meridian_core::txn::PieceOutput],
+            ) -> Result<meridian_core::txn::KeySet, meridian_core::txn::ProcError> {
+                Ok(Default::default())
+            }
+            fn execute(
+                &self,
+                _: u32,
+                _: &meridian_core::txn::Args,
+                _: &[&meridian_core::txn::PieceOutput],
+                _: &meridian_core::txn::Reads,
+            ) -> Result<meridian_core::txn::PieceEffects, meridian_core::txn::UserAbort>
+            {
+                Ok(Default::default())
+            }
+        }
+        let mut registry = Registry::default();
+        registry.register(std::sync::Arc::new(Named("new-order")));
+        registry.register(std::sync::Arc::new(Named("payment")));
+        let ms = 1_000_000;
+        let mut stats = RunStats::new(0, 1_000 * ms);
+        stats.name_types(&registry);
+        for (proc, latency_ms, retries) in [(0, 10, 1), (0, 30, 0), (1, 2, 0)] {
+            let mut c = completion(100 * ms, (100 + latency_ms) * ms, 1, retries);
+            c.txn.proc = ProcId(proc);
+            stats.add(&c, None);
+        }
+        stats.set_cpu_ns(3_000_000); // 3 ms of CPU for 3 commits.
+        let summary = stats.summary();
+        let new_order = &summary.by_type["new-order"];
+        assert_eq!((new_order.committed, new_order.retries), (2, 1));
+        assert!((new_order.latency_ms_max - 30.0).abs() < 0.1, "{new_order:?}");
+        assert!((summary.by_type["payment"].latency_ms_p50 - 2.0).abs() < 0.01);
+        assert_eq!(summary.cpu_us_per_txn, Some(1_000.0));
     }
 
     #[test]

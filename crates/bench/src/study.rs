@@ -258,8 +258,30 @@ pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
             "- window {:.1} s, {} committed, {} retried attempts, {} user aborts, {} failed",
             s.window_s, s.committed, s.retries, s.user_aborted, s.failed
         );
+        if let Some(us) = s.cpu_us_per_txn {
+            let _ = writeln!(md, "- CPU {us:.1} µs per committed transaction (this process)");
+        }
         if let Some(failure) = &run.first_failure {
             let _ = writeln!(md, "- first failure: {failure}");
+        }
+        if s.by_type.len() > 1 {
+            let _ = writeln!(md, "\n| type | committed | retries | user aborts | failed | p50 ms | p99 ms | p99.9 ms | max ms |");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+            for (name, t) in &s.by_type {
+                let _ = writeln!(
+                    md,
+                    "| {name} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    t.committed,
+                    t.retries,
+                    t.user_aborted,
+                    t.failed,
+                    t.latency_ms_p50,
+                    t.latency_ms_p99,
+                    t.latency_ms_p999,
+                    t.latency_ms_max
+                );
+            }
+            let _ = writeln!(md);
         }
         for check in &run.checks {
             let verdict = if check.passed { "PASS" } else { "FAIL" };

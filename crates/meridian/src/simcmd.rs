@@ -229,7 +229,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         s.reordered,
         s.events,
     );
-    let output = sim_output(&r, &options, &report);
+    let output = sim_output(&r, &options, &report, &workload.registry());
     say!("{}", meridian_bench::report::paths_line(&output.summary));
     if let Some(line) = meridian_bench::report::lock_wait_line(&output.protocol_counters) {
         say!("{line}");
@@ -277,9 +277,11 @@ fn sim_output(
     r: &Resolved,
     options: &SimRunOptions,
     report: &SimRunReport,
+    registry: &meridian_core::txn::Registry,
 ) -> meridian_bench::run::RunOutput {
     let start = meridian_sim::SIM_EPOCH_NS;
     let mut stats = meridian_bench::stats::RunStats::new(start, start + report.virtual_ns.max(1));
+    stats.name_types(registry);
     for (completion, hops) in &report.completions {
         stats.add(completion, Some(*hops));
     }

@@ -277,6 +277,7 @@ async fn run_in_schema(
     drop(sender);
     let mut checker = workload.checker();
     let mut stats = RunStats::new(window_start, window_end);
+    stats.name_types(&shared.registry);
     let bar = meridian_bench::run::progress_bar(
         experiment.warmup_s + experiment.duration_s,
         experiment.progress,
