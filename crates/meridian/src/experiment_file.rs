@@ -6,7 +6,9 @@
 //! (each may also hold lists); the file's other keys apply to every point. `protocol_option`
 //! takes settings `"name=value"` (several in one string separated by commas); a setting whose
 //! option belongs to another protocol is left out of that protocol's runs, and runs that end up
-//! the same are run once. Flags given on the command line override the file's keys. A file
+//! the same are run once. A `[quick]` table holds keys that replace the file's own under
+//! `--quick` (a short version of the study). Flags given on the command line override the
+//! file's keys. A file
 //! with an unknown key, a value of the wrong type or an empty list is refused before anything
 //! runs, with the file, line and key named.
 
@@ -138,13 +140,13 @@ fn dimensions(
 ) -> Result<BTreeMap<String, Vec<Value>>, String> {
     let mut dims = BTreeMap::new();
     for (key, value) in table {
-        if key == "name" || key == "points" {
+        if key == "name" || key == "points" || key == "quick" {
             continue;
         }
         let Some(&(_, kind)) = KEYS.iter().find(|(k, _)| k == key) else {
             let accepted: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
             return Err(format!(
-                "{}: unknown key '{key}'; accepted: name, points, {}",
+                "{}: unknown key '{key}'; accepted: name, points, quick, {}",
                 at(key),
                 accepted.join(", ")
             ));
@@ -156,10 +158,32 @@ fn dimensions(
 
 /// Parses an experiment file's text. `given` holds the keys the command line sets (those of
 /// the file are left out of every run).
-pub fn parse(text: &str, file: &str, given: &BTreeSet<String>) -> Result<ExperimentFile, String> {
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+pub fn parse(
+    text: &str,
+    file: &str,
+    given: &BTreeSet<String>,
+    quick: bool,
+) -> Result<ExperimentFile, String> {
+    let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         format!("{file}: {}", e.to_string().trim().replace('\n', " "))
     })?;
+    match table.remove("quick") {
+        None if quick => {
+            return Err(format!("{file}: --quick needs a [quick] table; this file has none"))
+        }
+        None => {}
+        Some(toml::Value::Table(shorter)) => {
+            let from = line_of(text, "[quick]", 1);
+            let at = |key: &str| format!("{file}:{}", line_of(text, key, from));
+            dimensions(&shorter, &at)?;
+            if quick {
+                table.extend(shorter);
+            }
+        }
+        Some(_) => {
+            return Err(format!("{file}:{}: 'quick' must be a table", line_of(text, "quick", 1)))
+        }
+    }
     let top_at = |key: &str| format!("{file}:{}", line_of(text, key, 1));
     let name = match table.get("name") {
         None => std::path::Path::new(file)
@@ -292,11 +316,11 @@ mod tests {
     use super::*;
 
     fn parse_ok(text: &str) -> ExperimentFile {
-        parse(text, "x.toml", &BTreeSet::new()).unwrap_or_else(|e| panic!("{e}"))
+        parse(text, "x.toml", &BTreeSet::new(), false).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn parse_err(text: &str) -> String {
-        parse(text, "x.toml", &BTreeSet::new()).expect_err("refused")
+        parse(text, "x.toml", &BTreeSet::new(), false).expect_err("refused")
     }
 
     #[test]
@@ -340,9 +364,35 @@ mod tests {
     #[test]
     fn flags_on_the_command_line_override_the_file() {
         let given = keys_given(&["--clients".into(), "16".into(), "--quiet".into()]);
-        let file = parse("clients = [1, 2, 4]\nseed = 3\n", "x.toml", &given).unwrap();
+        let file = parse("clients = [1, 2, 4]\nseed = 3\n", "x.toml", &given, false).unwrap();
         assert_eq!(file.points.len(), 1, "the sweep over clients is the command line's now");
         assert!(!file.points[0].args.contains(&"--clients".to_string()));
+    }
+
+    #[test]
+    fn quick_replaces_keys_with_those_of_the_quick_table() {
+        let text =
+            "clients = [1, 2, 4, 8]\nduration = 30\n\n[quick]\nclients = [1, 8]\nduration = 1\n";
+        assert_eq!(parse_ok(text).points.len(), 4);
+        let quick = parse(text, "x.toml", &BTreeSet::new(), true).unwrap();
+        assert_eq!(quick.points.len(), 2);
+        assert!(quick.points[0].args.windows(2).any(|w| w == ["--duration", "1"]));
+        assert!(parse("clients = 1\n", "x.toml", &BTreeSet::new(), true)
+            .unwrap_err()
+            .contains("[quick]"));
+        let e = parse_err("clients = 1\n[quick]\nclients = 2\nbogus = 3\n");
+        assert!(e.starts_with("x.toml:4: unknown key 'bogus'"), "{e}");
+    }
+
+    #[test]
+    fn every_preset_parses_in_both_versions() {
+        for (name, text) in crate::presets::PRESETS {
+            for quick in [false, true] {
+                let file = parse(text, name, &BTreeSet::new(), quick)
+                    .unwrap_or_else(|e| panic!("{name} quick={quick}: {e}"));
+                assert!(!file.points.is_empty(), "{name}");
+            }
+        }
     }
 
     #[test]

@@ -36,6 +36,7 @@ macro_rules! say_raw {
 
 mod clustercmd;
 mod experiment_file;
+mod presets;
 mod simcmd;
 use std::process::ExitCode;
 
@@ -240,8 +241,15 @@ struct BenchArgs {
     /// Run the experiment file's runs (every key a bench flag; lists are swept; see
     /// docs/benchmarking.md) into one results folder with a report. Flags given here
     /// override the file.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "preset")]
     experiment: Option<PathBuf>,
+    /// Run a built-in experiment reproducing a reference study: luigi-micro, luigi-tpcc,
+    /// luigi-cross-shard, tiga-micro (the files under experiments/).
+    #[arg(long)]
+    preset: Option<String>,
+    /// With --experiment or --preset: the file's short version (its [quick] table).
+    #[arg(long)]
+    quick: bool,
 }
 
 #[derive(Args)]
@@ -678,7 +686,8 @@ fn run_dir_name(index: usize, label: &str) -> String {
 /// `bench --experiment FILE`: every run of the file, each checked before any starts.
 fn bench_experiment(
     args: &BenchArgs,
-    path: &std::path::Path,
+    source: &str,
+    text: &str,
     default_clients: u32,
 ) -> Result<(), Failure> {
     if args.all_protocols || args.cluster_file.is_some() {
@@ -687,23 +696,23 @@ fn bench_experiment(
         )
         .into());
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
-    // This command line's own flags (all but --experiment FILE) override the file's keys.
+    // This command line's own flags (all but --experiment FILE, --preset NAME and --quick)
+    // override the file's keys.
     let mut cli: Vec<String> = Vec::new();
     let mut words = std::env::args().skip_while(|a| a != "bench").skip(1);
     while let Some(word) = words.next() {
         match word.as_str() {
-            "--experiment" => {
+            "--experiment" | "--preset" => {
                 words.next();
             }
-            w if w.starts_with("--experiment=") => {}
+            "--quick" => {}
+            w if w.starts_with("--experiment=") || w.starts_with("--preset=") => {}
             _ => cli.push(word),
         }
     }
     let given = experiment_file::keys_given(&cli);
-    let file = experiment_file::parse(&text, &path.display().to_string(), &given)
-        .map_err(ConfigError::new)?;
+    let file =
+        experiment_file::parse(text, source, &given, args.quick).map_err(ConfigError::new)?;
     let mut planned = Vec::with_capacity(file.points.len());
     for point in &file.points {
         let argv = ["meridian", "bench"]
@@ -711,9 +720,7 @@ fn bench_experiment(
             .map(String::from)
             .chain(point.args.clone())
             .chain(cli.clone());
-        let bad = |why: String| {
-            ConfigError::new(format!("{}: run '{}': {why}", path.display(), point.label))
-        };
+        let bad = |why: String| ConfigError::new(format!("{source}: run '{}': {why}", point.label));
         let parsed = Cli::try_parse_from(argv).map_err(|e| {
             bad(e
                 .render()
@@ -798,7 +805,16 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     // `meridian bench` alone is the main job: compare every protocol.
     let bare = std::env::args_os().count() <= 2;
     if let Some(path) = &args.experiment {
-        return bench_experiment(args, path, default_clients);
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
+        return bench_experiment(args, &path.display().to_string(), &text, default_clients);
+    }
+    if let Some(name) = &args.preset {
+        let text = presets::preset(name).map_err(ConfigError::new)?;
+        return bench_experiment(args, &format!("preset {name}"), text, default_clients);
+    }
+    if args.quick {
+        return Err(ConfigError::new("--quick applies to --experiment or --preset").into());
     }
     if args.all_protocols || bare {
         return bench_all(args, default_clients, bare);

@@ -235,6 +235,16 @@ fn an_experiment_file_sweeps_into_one_folder_and_bad_files_start_nothing() {
         assert!(stderr.contains(expected), "{text}: expected '{expected}' in {stderr}");
         assert!(!results.exists(), "{text}: nothing written");
     }
+    // Presets: unknown names are listed; --quick needs an experiment or a preset.
+    let output = run(&["bench", "--preset", "nope", "--out", results.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unknown preset 'nope'; presets: luigi-micro"), "{stderr}");
+    assert_eq!(
+        run(&["bench", "--quick", "--out", results.to_str().unwrap()]).status.code(),
+        Some(2)
+    );
+    assert!(!results.exists());
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 
