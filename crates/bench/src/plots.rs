@@ -183,10 +183,20 @@ pub fn time_series(
     title: &str,
     runs: &[(String, Vec<(f64, f64)>)],
 ) -> Result<(), String> {
-    struct Series<'a>(&'a str, &'a [(String, Vec<(f64, f64)>)]);
-    impl Draw for Series<'_> {
+    lines(stem, title, ("seconds into the measurement window", "committed txn/s"), runs)
+}
+
+/// One line per series, `(label, [(x, y)])`, on linear axes from 0, named `axes` (x, y).
+pub fn lines(
+    stem: &Path,
+    title: &str,
+    axes: (&str, &str),
+    runs: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    struct Lines<'a>(&'a str, (&'a str, &'a str), &'a [(String, Vec<(f64, f64)>)]);
+    impl Draw for Lines<'_> {
         fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
-            let Series(title, runs) = *self;
+            let Lines(title, (x_desc, y_desc), runs) = *self;
             area.fill(&WHITE).map_err(err)?;
             let x_max = runs.iter().flat_map(|r| r.1.iter().map(|p| p.0)).fold(1.0, f64::max);
             let y_max =
@@ -196,12 +206,12 @@ pub fn time_series(
                 .margin(20)
                 .x_label_area_size(50)
                 .y_label_area_size(90)
-                .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+                .build_cartesian_2d(0.0..x_max * 1.05, 0.0..y_max)
                 .map_err(err)?;
             chart
                 .configure_mesh()
-                .x_desc("seconds into the measurement window")
-                .y_desc("committed txn/s")
+                .x_desc(x_desc)
+                .y_desc(y_desc)
                 .label_style(("sans-serif", 15))
                 .draw()
                 .map_err(err)?;
@@ -209,7 +219,7 @@ pub fn time_series(
             draw_lines(&mut chart, lines)
         }
     }
-    both(stem, &Series(title, runs))
+    both(stem, &Lines(title, axes, runs))
 }
 
 #[cfg(test)]

@@ -77,6 +77,33 @@ impl SavedRun {
         )
     }
 
+    /// What the run shares with the other points of its sweep line: everything but the
+    /// client count and the network (protocol and options, workload, layout, durability).
+    fn group(&self) -> String {
+        let p = &self.parameters;
+        let mut group = p["protocol"].as_str().unwrap_or("?").to_string();
+        if let Some(options) = p["protocol_options"].as_object() {
+            for (name, value) in options {
+                group += &format!(" {name}={}", value.as_str().unwrap_or("?"));
+            }
+        }
+        format!(
+            "{group}, {} on {}x{}{}",
+            p["workload"]["name"].as_str().unwrap_or("?"),
+            p["shards"],
+            p["replicas"],
+            p["durability"].as_str().map_or(String::new(), |d| format!(", {d}"))
+        )
+    }
+
+    fn clients(&self) -> u64 {
+        self.parameters["clients"].as_u64().unwrap_or(0)
+    }
+
+    fn network(&self) -> String {
+        self.parameters["network"]["name"].as_str().unwrap_or("?").to_string()
+    }
+
     fn checks_verdict(&self) -> String {
         let failed: Vec<&str> =
             self.checks.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();
@@ -162,6 +189,95 @@ pub fn runs_table(runs: &[SavedRun]) -> String {
     text
 }
 
+/// Groups of runs that differ only in clients and network, in first-appearance order.
+fn sweep_groups(runs: &[SavedRun]) -> Vec<(String, Vec<&SavedRun>)> {
+    let mut groups: Vec<(String, Vec<&SavedRun>)> = Vec::new();
+    for run in runs {
+        let key = run.group();
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(run),
+            None => groups.push((key, vec![run])),
+        }
+    }
+    groups.retain(|(_, members)| members.len() > 1);
+    groups
+}
+
+/// The references' layout for a sweep: per group, rows = clients, columns = networks, cells
+/// = throughput and median latency. Empty when no two runs differ only in those.
+pub fn sweep_tables(runs: &[SavedRun]) -> String {
+    let mut md = String::new();
+    for (group, members) in sweep_groups(runs) {
+        let mut networks: Vec<String> = Vec::new();
+        for run in &members {
+            if !networks.contains(&run.network()) {
+                networks.push(run.network());
+            }
+        }
+        let clients: std::collections::BTreeSet<u64> =
+            members.iter().map(|r| r.clients()).collect();
+        let _ = writeln!(md, "### {group}\n");
+        let _ = writeln!(md, "| clients | {} |", networks.join(" | "));
+        let _ = writeln!(md, "|---|{}", "---|".repeat(networks.len()));
+        for count in clients {
+            let cells: Vec<String> = networks
+                .iter()
+                .map(|net| {
+                    members.iter().find(|r| r.clients() == count && r.network() == *net).map_or(
+                        "-".into(),
+                        |r| {
+                            format!(
+                                "{:.0} txn/s, p50 {:.1} ms",
+                                r.summary.throughput_txn_per_s, r.summary.latency_ms_p50
+                            )
+                        },
+                    )
+                })
+                .collect();
+            let _ = writeln!(md, "| {count} | {} |", cells.join(" | "));
+        }
+        let _ = writeln!(md);
+    }
+    md
+}
+
+/// Lines across client counts, one per group and network: `(clients, txn/s)` and
+/// `(txn/s, p50 ms)`. Empty when no group has two client counts on one network.
+type Curves = Vec<(String, Vec<(f64, f64)>)>;
+fn sweep_curves(runs: &[SavedRun]) -> (Curves, Curves) {
+    let (mut by_clients, mut latency) = (Vec::new(), Vec::new());
+    for (group, members) in sweep_groups(runs) {
+        let mut networks: Vec<String> = members.iter().map(|r| r.network()).collect();
+        networks.dedup();
+        networks.sort();
+        networks.dedup();
+        for net in networks {
+            let mut points: Vec<&SavedRun> =
+                members.iter().copied().filter(|r| r.network() == net).collect();
+            if points.len() < 2 {
+                continue;
+            }
+            points.sort_by_key(|r| r.clients());
+            let label = format!("{group}, {net}");
+            by_clients.push((
+                label.clone(),
+                points
+                    .iter()
+                    .map(|r| (r.clients() as f64, r.summary.throughput_txn_per_s))
+                    .collect(),
+            ));
+            latency.push((
+                label,
+                points
+                    .iter()
+                    .map(|r| (r.summary.throughput_txn_per_s, r.summary.latency_ms_p50))
+                    .collect(),
+            ));
+        }
+    }
+    (by_clients, latency)
+}
+
 /// Writes `report.md` and the plots into `dir` from `runs`.
 pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
     let setups: std::collections::BTreeSet<String> = runs.iter().map(SavedRun::setup).collect();
@@ -199,6 +315,23 @@ pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
         &series,
     )?;
 
+    let (by_clients, latency_curves) = sweep_curves(runs);
+    if !by_clients.is_empty() {
+        let axes = ("clients", "committed txn/s");
+        crate::plots::lines(
+            &dir.join("throughput-vs-clients"),
+            "Throughput against clients",
+            axes,
+            &by_clients,
+        )?;
+        let axes = ("committed txn/s", "p50 latency (ms)");
+        crate::plots::lines(
+            &dir.join("throughput-latency"),
+            "Throughput and latency",
+            axes,
+            &latency_curves,
+        )?;
+    }
     let mut md = String::new();
     let _ = writeln!(md, "# Meridian benchmark report\n");
     let _ = writeln!(
@@ -234,6 +367,16 @@ pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
         md,
         "\n![committed throughput](throughput.png)\n\n![latency CDF](latency-cdf.png)\n\n![throughput over time](timeseries.png)\n"
     );
+    let tables = sweep_tables(runs);
+    if !tables.is_empty() {
+        let _ = writeln!(md, "## The sweep: rows are clients, columns are networks\n\n{tables}");
+    }
+    if !by_clients.is_empty() {
+        let _ = writeln!(
+            md,
+            "![throughput against clients](throughput-vs-clients.png)\n\n![throughput and latency](throughput-latency.png)\n"
+        );
+    }
     let _ = writeln!(md, "## How to read it\n");
     let _ = writeln!(
         md,
@@ -345,7 +488,7 @@ mod tests {
         let ms = 1_000_000;
         let mut stats = RunStats::new(0, 1_000 * ms);
         for i in 0..n {
-            let done = 100 * ms + i * ms;
+            let done = 400 * ms + i * ms;
             let outcome = TxnOutcome {
                 result: TxnResult::Committed,
                 outputs: vec![],
@@ -422,6 +565,34 @@ mod tests {
         let side = compare(&faster, &b);
         assert!(side.contains("2.00") && side.contains("0.50"), "{side}");
         assert!(compare(&runs, &faster).contains("2pl 2pl-policy=wound-wait  (only in A)"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_sweep_is_laid_out_as_clients_by_network_with_its_curves() {
+        let dir = std::env::temp_dir().join(format!("meridian-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut index = 0;
+        for net in ["metro", "geo"] {
+            for clients in [1u64, 4] {
+                let mut output =
+                    run("occ", None, 100 * clients, if net == "geo" { 300 } else { 5 });
+                output.parameters["clients"] = clients.into();
+                output.parameters["network"]["name"] = net.into();
+                index += 1;
+                write_run(&dir.join(format!("runs/{index:03}")), &output).unwrap();
+            }
+        }
+        let runs: Vec<SavedRun> = load_runs(&dir).unwrap().into_iter().map(|(_, r)| r).collect();
+        let tables = sweep_tables(&runs);
+        assert!(tables.contains("| clients | metro | geo |"), "{tables}");
+        assert!(tables.contains("| 4 | 400 txn/s, p50 5.0 ms | 400 txn/s, p50 300."), "{tables}");
+        let report = std::fs::read_to_string(write_report(&dir, &runs).unwrap()).unwrap();
+        assert!(report.contains("rows are clients, columns are networks"));
+        assert!(dir.join("throughput-vs-clients.png").is_file());
+        assert!(dir.join("throughput-latency.svg").is_file());
+        // Runs that differ in the protocol are no sweep.
+        assert!(sweep_tables(&runs[..1]).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
