@@ -162,20 +162,69 @@ pub fn load_runs(dir: &Path) -> Result<Vec<(PathBuf, SavedRun)>, String> {
     paths.into_iter().map(|p| SavedRun::load(&p).map(|r| (p, r))).collect()
 }
 
-/// The table of runs: a row per run.
+/// The repetitions of one point (runs with the same label), and the one whose throughput is
+/// the median, which stands for them in plots and sweep tables.
+pub struct Repeated<'a> {
+    /// Every repetition, in order.
+    pub members: Vec<&'a SavedRun>,
+    /// The repetition of median throughput (the lower median for an even count).
+    pub median: &'a SavedRun,
+}
+
+impl Repeated<'_> {
+    /// "" for one run; "1,234 .. 1,456 over 3 runs" (the spread of throughput) otherwise.
+    pub fn spread(&self) -> String {
+        if self.members.len() < 2 {
+            return String::new();
+        }
+        let tps = self.members.iter().map(|r| r.summary.throughput_txn_per_s);
+        let (lo, hi) = tps.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        format!("{lo:.1} .. {hi:.1} over {} runs", self.members.len())
+    }
+}
+
+/// Groups the repetitions of each point (runs with a `repetition` parameter and the same
+/// label), in first-appearance order; every other run stands alone.
+pub fn repeated(runs: &[SavedRun]) -> Vec<Repeated<'_>> {
+    let mut groups: Vec<(Option<String>, Vec<&SavedRun>)> = Vec::new();
+    for run in runs {
+        let key = run.parameters.get("repetition").map(|_| run.label());
+        match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
+            Some((_, members)) => members.push(run),
+            None => groups.push((key, vec![run])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, members)| {
+            let mut by_tps = members.clone();
+            by_tps.sort_by(|a, b| {
+                a.summary.throughput_txn_per_s.total_cmp(&b.summary.throughput_txn_per_s)
+            });
+            let median = by_tps[(by_tps.len() - 1) / 2];
+            Repeated { members, median }
+        })
+        .collect()
+}
+
+/// The table of runs: a row per run (per point, with the median repetition's figures and the
+/// spread of throughput when points were repeated).
 pub fn runs_table(runs: &[SavedRun]) -> String {
     let mut text = String::new();
+    let groups = repeated(runs);
     let width = runs.iter().map(|r| r.label().len()).max().unwrap_or(0).max(8);
     let _ = writeln!(
         text,
         "{:<width$} {:>11} {:>9} {:>9} {:>9} {:>8} {:>10}  checks",
         "run", "txn/s", "p50 ms", "p99 ms", "p99.9 ms", "abort %", "WRTT p50"
     );
-    for run in runs {
+    for group in &groups {
+        let run = group.median;
         let s = &run.summary;
+        let spread = group.spread();
         let _ = writeln!(
             text,
-            "{:<width$} {:>11.1} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>10}  {}",
+            "{:<width$} {:>11.1} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>10}  {}{}",
             run.label(),
             s.throughput_txn_per_s,
             s.latency_ms_p50,
@@ -183,7 +232,8 @@ pub fn runs_table(runs: &[SavedRun]) -> String {
             s.latency_ms_p999,
             s.abort_rate * 100.0,
             s.wrtt_p50.map_or("-".into(), |w| format!("{w}")),
-            run.checks_verdict()
+            run.checks_verdict(),
+            if spread.is_empty() { String::new() } else { format!("; txn/s {spread}") }
         );
     }
     text
@@ -279,7 +329,11 @@ fn sweep_curves(runs: &[SavedRun]) -> (Curves, Curves) {
 }
 
 /// Writes `report.md` and the plots into `dir` from `runs`.
-pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
+pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String> {
+    let groups = repeated(all_runs);
+    // Plots and sweep tables show each point once, by its median repetition.
+    let runs: Vec<SavedRun> = groups.iter().map(|g| g.median.clone()).collect();
+    let runs = runs.as_slice();
     let setups: std::collections::BTreeSet<String> = runs.iter().map(SavedRun::setup).collect();
     let title = match setups.len() {
         1 => setups.iter().next().cloned().unwrap_or_default(),
@@ -342,15 +396,16 @@ pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
     );
     let _ = writeln!(
         md,
-        "| run | txn/s | p50 ms | p99 ms | p99.9 ms | mean ms | abort % | retries by cause | WRTT p50 | checks |"
+        "| run | txn/s | p50 ms | p99 ms | p99.9 ms | mean ms | abort % | retries by cause | WRTT p50 | checks | repetitions |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
-    for run in runs {
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for group in &groups {
+        let run = group.median;
         let s = &run.summary;
         let causes: Vec<String> = s.abort_causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
         let _ = writeln!(
             md,
-            "| {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
             run.label(),
             s.throughput_txn_per_s,
             s.latency_ms_p50,
@@ -360,7 +415,11 @@ pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
             s.abort_rate * 100.0,
             if causes.is_empty() { "-".into() } else { causes.join(", ") },
             s.wrtt_p50.map_or("-".into(), |w| format!("{w}")),
-            run.checks_verdict()
+            run.checks_verdict(),
+            match group.spread() {
+                spread if spread.is_empty() => "1".to_string(),
+                spread => format!("median of {spread}"),
+            }
         );
     }
     let _ = writeln!(
@@ -391,9 +450,16 @@ pub fn write_report(dir: &Path, runs: &[SavedRun]) -> Result<PathBuf, String> {
          - **checks**: the workload's invariants after the run; a failed check means the \
          figures of that run are not to be trusted.\n"
     );
-    for run in runs {
+    for run in all_runs {
         let s = &run.summary;
-        let _ = writeln!(md, "## {}\n", run.label());
+        match run.parameters["repetition"].as_u64() {
+            Some(k) => {
+                let _ = writeln!(md, "## {} (repetition {k})\n", run.label());
+            }
+            None => {
+                let _ = writeln!(md, "## {}\n", run.label());
+            }
+        }
         let _ = writeln!(md, "- setup: {}", run.setup());
         let _ = writeln!(md, "- {}", crate::report::paths_line(s));
         let _ = writeln!(
@@ -593,6 +659,32 @@ mod tests {
         assert!(dir.join("throughput-latency.svg").is_file());
         // Runs that differ in the protocol are no sweep.
         assert!(sweep_tables(&runs[..1]).is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn repetitions_show_the_median_and_the_spread() {
+        let dir = std::env::temp_dir().join(format!("meridian-reps-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (k, n) in [(1u64, 100), (2, 300), (3, 200)] {
+            let mut output = run("occ", None, n, 5);
+            output.parameters["label"] = "occ".into();
+            output.parameters["repetition"] = k.into();
+            write_run(&dir.join(format!("runs/00{k}")), &output).unwrap();
+        }
+        let runs: Vec<SavedRun> = load_runs(&dir).unwrap().into_iter().map(|(_, r)| r).collect();
+        let groups = repeated(&runs);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].median.summary.committed, 200, "the median repetition");
+        let table = runs_table(&runs);
+        assert_eq!(table.lines().count(), 2, "one row for the point: {table}");
+        assert!(
+            table.contains("200.0") && table.contains("txn/s 100.0 .. 300.0 over 3 runs"),
+            "{table}"
+        );
+        let report = std::fs::read_to_string(write_report(&dir, &runs).unwrap()).unwrap();
+        assert!(report.contains("median of 100.0 .. 300.0 over 3 runs"), "{report}");
+        assert!(report.contains("## occ (repetition 3)"), "every repetition's details are kept");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

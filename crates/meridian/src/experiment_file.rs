@@ -7,7 +7,8 @@
 //! takes settings `"name=value"` (several in one string separated by commas); a setting whose
 //! option belongs to another protocol is left out of that protocol's runs, and runs that end up
 //! the same are run once. A `[quick]` table holds keys that replace the file's own under
-//! `--quick` (a short version of the study). Flags given on the command line override the
+//! `--quick` (a short version of the study). `repetitions = N` runs every point N times with
+//! seeds `seed`, `seed + 1`, ... (reports show the median and the spread). Flags given on the command line override the
 //! file's keys. A file
 //! with an unknown key, a value of the wrong type or an empty list is refused before anything
 //! runs, with the file, line and key named.
@@ -15,8 +16,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use toml::Value;
 
-/// Most runs one file may describe.
+/// Most runs one file may describe (repetitions included).
 pub const POINTS_MAX: usize = 10_000;
+/// Most repetitions of one point.
+pub const REPETITIONS_MAX: u64 = 100;
 
 /// How a key becomes flags.
 #[derive(Clone, Copy, PartialEq)]
@@ -76,6 +79,8 @@ pub struct ExperimentFile {
     pub name: String,
     /// The runs, in order.
     pub points: Vec<Point>,
+    /// How many times each point runs.
+    pub repetitions: u64,
 }
 
 /// The line of the first `key = ...` at or after line `from` (1-based), for error messages.
@@ -140,13 +145,13 @@ fn dimensions(
 ) -> Result<BTreeMap<String, Vec<Value>>, String> {
     let mut dims = BTreeMap::new();
     for (key, value) in table {
-        if key == "name" || key == "points" || key == "quick" {
+        if ["name", "points", "quick", "repetitions"].contains(&key.as_str()) {
             continue;
         }
         let Some(&(_, kind)) = KEYS.iter().find(|(k, _)| k == key) else {
             let accepted: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
             return Err(format!(
-                "{}: unknown key '{key}'; accepted: name, points, quick, {}",
+                "{}: unknown key '{key}'; accepted: name, points, quick, repetitions, {}",
                 at(key),
                 accepted.join(", ")
             ));
@@ -197,6 +202,16 @@ pub fn parse(
             ))
         }
     };
+    let repetitions = match table.get("repetitions") {
+        None => 1,
+        Some(Value::Integer(n)) if (1..=REPETITIONS_MAX as i64).contains(n) => *n as u64,
+        Some(other) => {
+            return Err(format!(
+                "{}: 'repetitions' must be a whole number in 1..={REPETITIONS_MAX}, got {other}",
+                top_at("repetitions")
+            ))
+        }
+    };
     let base = dimensions(&table, &top_at)?;
     let points: Vec<BTreeMap<String, Vec<Value>>> = match table.get("points") {
         None => vec![BTreeMap::new()],
@@ -243,7 +258,7 @@ pub fn parse(
             .map(Vec::len)
             .try_fold(1usize, |acc, n| acc.checked_mul(n))
             .unwrap_or(usize::MAX);
-        if total.saturating_add(runs.len()) > POINTS_MAX {
+        if total.saturating_add(runs.len()).saturating_mul(repetitions as usize) > POINTS_MAX {
             return Err(format!("{file}: the sweep has more than {POINTS_MAX} runs"));
         }
         for index in 0..total {
@@ -259,7 +274,7 @@ pub fn parse(
             }
         }
     }
-    Ok(ExperimentFile { name, points: runs })
+    Ok(ExperimentFile { name, points: runs, repetitions })
 }
 
 /// The flags and label of one combination.
@@ -393,6 +408,17 @@ mod tests {
                 assert!(!file.points.is_empty(), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn repetitions_are_counted_and_bounded() {
+        let file = parse_ok("repetitions = 3\nclients = [1, 2]\n");
+        assert_eq!((file.points.len(), file.repetitions), (2, 3));
+        assert_eq!(parse_ok("clients = 1\n").repetitions, 1);
+        let e = parse_err("clients = 1\nrepetitions = 0\n");
+        assert!(e.starts_with("x.toml:2: 'repetitions' must be a whole number in 1..=100"), "{e}");
+        let e = parse_err("repetitions = 100\nclients = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nseed = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\n");
+        assert!(e.contains("more than 10000 runs"), "{e}");
     }
 
     #[test]

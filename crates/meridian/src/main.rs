@@ -193,7 +193,7 @@ pub(crate) struct ClusterArgs {
     protocol_option: Vec<String>,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct BenchArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
@@ -734,15 +734,27 @@ fn bench_experiment(
         let Command::Bench(run_args) = parsed.command else {
             return Err(bad("not a bench run".into()).into());
         };
-        let plan = plan_run(&run_args, default_clients).map_err(|e| bad(e.to_string()))?;
-        planned.push((point, run_args.duration + run_args.warmup, plan));
+        for repetition in 0..file.repetitions {
+            let mut rep_args = run_args.clone();
+            if file.repetitions > 1 && rep_args.cluster_file.is_none() {
+                // Repetitions differ in their seed: seed, seed + 1, ...
+                rep_args.cluster.seed = Some(run_args.cluster.seed.unwrap_or(1) + repetition);
+            }
+            let plan = plan_run(&rep_args, default_clients).map_err(|e| bad(e.to_string()))?;
+            let repeated = (file.repetitions > 1).then_some(repetition + 1);
+            planned.push((point, repeated, rep_args.duration + rep_args.warmup, plan));
+        }
     }
     let folder = new_folder(&args.out, &file.name);
-    let total_s: f64 = planned.iter().map(|(_, seconds, _)| seconds).sum();
+    let total_s: f64 = planned.iter().map(|(_, _, seconds, _)| seconds).sum();
     let started = std::time::Instant::now();
     let (mut saved, mut failures) = (Vec::new(), Vec::new());
     let mut planned_done_s = 0.0;
-    for (index, (point, seconds, plan)) in planned.iter().enumerate() {
+    for (index, (point, repetition, seconds, plan)) in planned.iter().enumerate() {
+        let label = match repetition {
+            Some(k) => format!("{} #{k}", point.label),
+            None => point.label.clone(),
+        };
         // Remaining planned time, stretched by how much longer than planned the runs so far
         // took (loads, stops).
         let stretch = if planned_done_s > 0.0 {
@@ -752,10 +764,9 @@ fn bench_experiment(
         };
         let eta_s = (total_s - planned_done_s) * stretch.max(1.0);
         say!(
-            "[{}/{}] {} (ETA {}:{:02})",
+            "[{}/{}] {label} (ETA {}:{:02})",
             index + 1,
             planned.len(),
-            point.label,
             (eta_s / 60.0) as u64,
             (eta_s % 60.0) as u64
         );
@@ -763,22 +774,21 @@ fn bench_experiment(
         let mut output = match execute(plan) {
             Ok(output) => output,
             Err(error) => {
-                failures.push(format!("run {} '{}': {error}", index + 1, point.label));
+                failures.push(format!("run {} '{label}': {error}", index + 1));
                 say!("  failed: {error}");
                 continue;
             }
         };
         output.parameters["label"] = serde_json::Value::String(point.label.clone());
-        if let Err(why) = output.verdict() {
-            failures.push(format!("run {} '{}': {why}", index + 1, point.label));
-        } else if !output.checks_passed() {
-            failures.push(format!(
-                "run {} '{}': an invariant check failed",
-                index + 1,
-                point.label
-            ));
+        if let Some(k) = repetition {
+            output.parameters["repetition"] = (*k).into();
         }
-        let dir = folder.join("runs").join(run_dir_name(index, &point.label));
+        if let Err(why) = output.verdict() {
+            failures.push(format!("run {} '{label}': {why}", index + 1));
+        } else if !output.checks_passed() {
+            failures.push(format!("run {} '{label}': an invariant check failed", index + 1));
+        }
+        let dir = folder.join("runs").join(run_dir_name(index, &label));
         study::write_run(&dir, &output)
             .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
         saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
