@@ -244,7 +244,7 @@ struct BenchArgs {
     #[arg(long, conflicts_with = "preset")]
     experiment: Option<PathBuf>,
     /// Run a built-in experiment reproducing a reference study: luigi-micro, luigi-tpcc,
-    /// luigi-cross-shard, tiga-micro (the files under experiments/).
+    /// luigi-cross-shard, tiga-micro, single-node (the files under experiments/).
     #[arg(long)]
     preset: Option<String>,
     /// With --experiment or --preset: the file's short version (its [quick] table).
@@ -517,8 +517,8 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
         ))
         .into());
     }
-    // (label, protocol, its option settings)
-    let mut runs: Vec<(String, ProtocolKind, OptionPairs)> = Vec::new();
+    // (label, protocol name, its option settings)
+    let mut runs: Vec<(String, String, OptionPairs)> = Vec::new();
     for &kind in ProtocolKind::ALL {
         let info = kind.info();
         for set in info.compare {
@@ -528,7 +528,15 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
                 .chain(set.iter().map(|(_, v)| v.to_string()))
                 .collect::<Vec<_>>()
                 .join("-");
-            runs.push((label, kind, pairs));
+            runs.push((label, info.name.to_string(), pairs));
+        }
+    }
+    // PostgreSQL joins where it can run: one node, no emulated distance.
+    let lan = args.cluster.network.as_deref() == Some("lan");
+    if lan && args.cluster.replicas.unwrap_or(1) == 1 {
+        match meridian_pg::server::find_bindir() {
+            Ok(_) => runs.push(("postgres".into(), "postgres".into(), Vec::new())),
+            Err(why) => say!("postgres left out: {why}"),
         }
     }
     let (duration_s, warmup_s) = if bare {
@@ -539,18 +547,18 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
     let folder = new_folder(&args.out, "compare");
     let mut saved = Vec::with_capacity(runs.len());
     let mut failures = Vec::new();
-    for (index, (label, kind, pairs)) in runs.iter().enumerate() {
-        let mut cluster = args.cluster.clone();
-        cluster.protocol = Some(kind.name().to_string());
-        cluster.protocol_option = pairs.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        let experiment =
-            embedded_experiment(args, cluster.resolve(default_clients)?, duration_s, warmup_s)?;
+    for (index, (label, protocol, pairs)) in runs.iter().enumerate() {
+        let mut run_args = args.clone();
+        run_args.cluster.protocol = Some(protocol.clone());
+        run_args.cluster.protocol_option = pairs.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        (run_args.duration, run_args.warmup) = (duration_s, warmup_s);
+        let plan = plan_run(&run_args, default_clients)?;
         say!(
             "[{}/{}] {label}: {warmup_s:.1} s warm-up, {duration_s:.1} s measured",
             index + 1,
             runs.len(),
         );
-        let mut output = run_embedded(&experiment)?;
+        let mut output = execute(&plan)?;
         output.parameters["label"] = serde_json::Value::String(label.clone());
         if let Err(why) = output.verdict() {
             failures.push(format!("{label}: {why}"));
@@ -858,7 +866,7 @@ fn postgres_experiment(
     let refused = [
         (args.cluster_file.is_some(), "--cluster"),
         (c.replicas.is_some_and(|r| r != 1), "--replicas other than 1"),
-        (c.regions.is_some(), "--regions"),
+        (c.regions.is_some_and(|r| r != 1), "--regions other than 1"),
         (c.network.as_deref().is_some_and(|n| n != "lan"), "--network other than lan"),
         (c.clock.is_some(), "--clock"),
         (!c.protocol_option.is_empty(), "--protocol-option (use --pg-isolation)"),

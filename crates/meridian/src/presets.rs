@@ -7,6 +7,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("luigi-tpcc", include_str!("../../../experiments/luigi-tpcc.toml")),
     ("luigi-cross-shard", include_str!("../../../experiments/luigi-cross-shard.toml")),
     ("tiga-micro", include_str!("../../../experiments/tiga-micro.toml")),
+    ("single-node", include_str!("../../../experiments/single-node.toml")),
 ];
 
 /// The text of preset `name`, or an error listing the presets.
