@@ -309,6 +309,7 @@ fn sim_output(
         "virtual_s": report.virtual_ns as f64 / 1e9,
         "trace_hash": format!("{:016x}", report.trace_hash),
         "meridian_version": env!("CARGO_PKG_VERSION"),
+        "provenance": meridian_bench::report::provenance(),
     });
     meridian_bench::run::RunOutput {
         parameters,

@@ -152,6 +152,9 @@ fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
     );
     assert!(!stats["links"].as_array().unwrap().is_empty());
     assert!(!stats["summary"]["latency_histogram_us"].as_array().unwrap().is_empty());
+    let provenance = &stats["parameters"]["provenance"];
+    assert!(provenance["machine"]["cpus"].as_u64().unwrap() > 0, "{provenance}");
+    assert!(provenance["git_commit"].as_str().is_some(), "{provenance}");
     let report = std::fs::read_to_string(run_dir.join("report.md")).unwrap();
     assert!(report.contains("| occ occ-one-round=on |"), "{report}");
     assert!(run_dir.join("latency-cdf.png").is_file());

@@ -343,6 +343,7 @@ async fn run_in_schema(
         "warmup_s": experiment.warmup_s,
         "seed": experiment.seed,
         "meridian_version": env!("CARGO_PKG_VERSION"),
+        "provenance": meridian_bench::report::provenance(),
     });
     let summary = stats.summary();
     Ok(RunOutput {
