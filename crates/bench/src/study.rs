@@ -396,16 +396,17 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
     );
     let _ = writeln!(
         md,
-        "| run | txn/s | p50 ms | p99 ms | p99.9 ms | mean ms | abort % | retries by cause | WRTT p50 | checks | repetitions |"
+        "| # | run | txn/s | p50 ms | p99 ms | p99.9 ms | mean ms | abort % | retries by cause | WRTT p50 | checks | repetitions |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
-    for group in &groups {
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (number, group) in groups.iter().enumerate() {
         let run = group.median;
         let s = &run.summary;
         let causes: Vec<String> = s.abort_causes.iter().map(|(c, n)| format!("{c} {n}")).collect();
         let _ = writeln!(
             md,
-            "| {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
+            number + 1,
             run.label(),
             s.throughput_txn_per_s,
             s.latency_ms_p50,

@@ -175,10 +175,11 @@ fn all_protocols_run_into_one_folder_whose_report_regenerates_and_compares() {
     let postgres = !stdout.contains("postgres left out");
     assert_eq!(runs, 3 + usize::from(postgres), "occ, both 2pl policies (and postgres): {stdout}");
     let report = std::fs::read_to_string(folder.join("report.md")).unwrap();
-    assert_eq!(report.contains("| postgres |"), postgres, "{report}");
-    for label in ["| occ |", "| 2pl-no-wait |", "| 2pl-wound-wait |"] {
+    assert_eq!(report.contains("| 4 | postgres |"), postgres, "{report}");
+    for label in ["| 1 | occ |", "| 2 | 2pl-no-wait |", "| 3 | 2pl-wound-wait |"] {
         assert!(report.contains(label), "{label} in {report}");
-        assert!(stdout.contains(label.trim_matches(|c| c == '|' || c == ' ')), "{stdout}");
+        let name = label.rsplit(" | ").next().unwrap().trim_end_matches(" |");
+        assert!(stdout.contains(name), "{stdout}");
     }
     for plot in ["throughput.png", "latency-cdf.png", "timeseries.svg"] {
         assert!(folder.join(plot).is_file(), "{plot}");
