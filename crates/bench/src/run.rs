@@ -29,6 +29,52 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Set once Ctrl-C or SIGTERM arrived (after [`watch_signals`]): every run ends early and the
+/// command stops after writing what finished.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True once the process was asked to stop.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Turns Ctrl-C and SIGTERM into [`interrupted`] for the rest of the process (one thread with
+/// a small runtime of its own), so that runs stop at their next check and clean up what they
+/// started (servers, data directories) instead of dying where they are. Call once, before the
+/// first run; without it the signals keep their default action.
+pub fn watch_signals() -> Result<(), ConfigError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ConfigError::new(format!("cannot start the signal watcher: {e}")))?;
+    // Installed here, before any run starts, so no signal falls between two runs.
+    let (mut interrupt, mut terminate) = runtime
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })
+        .map_err(|e| ConfigError::new(format!("cannot install signal handlers: {e}")))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            runtime.block_on(async {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+            });
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            eprintln!(
+                "stopping: finishing the current run's clean-up (send SIGKILL to stop at once)"
+            );
+        })
+        .map_err(|e| ConfigError::new(format!("cannot start the signal watcher: {e}")))?;
+    Ok(())
+}
+
 /// How often the harness drains completions.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest wait for outstanding requests after the clients stop.
@@ -424,7 +470,7 @@ async fn drive(
             }
         }
     };
-    while clock.now_ns() < window_end && failures.panics().is_empty() {
+    while clock.now_ns() < window_end && failures.panics().is_empty() && !interrupted() {
         tokio::time::sleep(DRAIN_INTERVAL).await;
         if cpu_at_window_start.is_none() && clock.now_ns() >= window_start {
             cpu_at_window_start = Some(process_cpu_ns());

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Most runs one report reads (a sweep beyond it is split into several folders).
-pub const RUNS_MAX: usize = 4_096;
+pub const RUNS_MAX: usize = 10_000;
 
 /// One check's verdict as `stats.json` holds it.
 #[derive(Clone, Debug, Deserialize)]
@@ -77,18 +77,35 @@ impl SavedRun {
         )
     }
 
-    /// What the run shares with the other points of its sweep line: everything but the
-    /// client count and the network (protocol and options, workload, layout, durability).
+    /// What the run shares with the other points of its sweep line: every parameter but the
+    /// client count and the network's name (and what names or records the run).
     fn group(&self) -> String {
+        let mut p = self.parameters.clone();
+        if let Some(map) = p.as_object_mut() {
+            for key in
+                ["clients", "label", "repetition", "provenance", "seed", "trace_hash", "virtual_s"]
+            {
+                map.remove(key);
+            }
+            if let Some(network) = map.get_mut("network").and_then(|n| n.as_object_mut()) {
+                network.remove("name");
+                network.remove("owd_ms_max");
+            }
+        }
+        p.to_string()
+    }
+
+    /// A short name for the sweep line: protocol, options, workload and layout.
+    fn group_title(&self) -> String {
         let p = &self.parameters;
-        let mut group = p["protocol"].as_str().unwrap_or("?").to_string();
+        let mut title = p["protocol"].as_str().unwrap_or("?").to_string();
         if let Some(options) = p["protocol_options"].as_object() {
             for (name, value) in options {
-                group += &format!(" {name}={}", value.as_str().unwrap_or("?"));
+                title += &format!(" {name}={}", value.as_str().unwrap_or("?"));
             }
         }
         format!(
-            "{group}, {} on {}x{}{}",
+            "{title}, {} on {}x{}{}",
             p["workload"]["name"].as_str().unwrap_or("?"),
             p["shards"],
             p["replicas"],
@@ -172,6 +189,18 @@ pub struct Repeated<'a> {
 }
 
 impl Repeated<'_> {
+    /// The checks of every repetition: the median's verdict, or the first failing one's.
+    pub fn checks_verdict(&self) -> String {
+        let failing = self.members.iter().position(|r| r.checks.iter().any(|c| !c.passed));
+        match failing {
+            Some(i) if self.members.len() > 1 => {
+                format!("{} (repetition {})", self.members[i].checks_verdict(), i + 1)
+            }
+            Some(i) => self.members[i].checks_verdict(),
+            None => self.median.checks_verdict(),
+        }
+    }
+
     /// "" for one run; "1,234 .. 1,456 over 3 runs" (the spread of throughput) otherwise.
     pub fn spread(&self) -> String {
         if self.members.len() < 2 {
@@ -232,14 +261,16 @@ pub fn runs_table(runs: &[SavedRun]) -> String {
             s.latency_ms_p999,
             s.abort_rate * 100.0,
             s.wrtt_p50.map_or("-".into(), |w| format!("{w}")),
-            run.checks_verdict(),
+            group.checks_verdict(),
             if spread.is_empty() { String::new() } else { format!("; txn/s {spread}") }
         );
     }
     text
 }
 
-/// Groups of runs that differ only in clients and network, in first-appearance order.
+/// Groups of runs that differ only in clients and network, in first-appearance order, named
+/// by their title; a group in which two runs share a client count and a network (they differ
+/// in something else the title does not show) is left out rather than mixed.
 fn sweep_groups(runs: &[SavedRun]) -> Vec<(String, Vec<&SavedRun>)> {
     let mut groups: Vec<(String, Vec<&SavedRun>)> = Vec::new();
     for run in runs {
@@ -249,8 +280,20 @@ fn sweep_groups(runs: &[SavedRun]) -> Vec<(String, Vec<&SavedRun>)> {
             None => groups.push((key, vec![run])),
         }
     }
-    groups.retain(|(_, members)| members.len() > 1);
-    groups
+    groups.retain(|(_, members)| {
+        let cells: std::collections::BTreeSet<(u64, String)> =
+            members.iter().map(|r| (r.clients(), r.network())).collect();
+        members.len() > 1 && cells.len() == members.len()
+    });
+    let mut titled: Vec<(String, Vec<&SavedRun>)> = Vec::new();
+    for (_, members) in groups {
+        let mut title = members[0].group_title();
+        if titled.iter().any(|(t, _)| *t == title) {
+            title = format!("{title} (#{})", titled.len() + 1);
+        }
+        titled.push((title, members));
+    }
+    titled
 }
 
 /// The references' layout for a sweep: per group, rows = clients, columns = networks, cells
@@ -416,7 +459,7 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
             s.abort_rate * 100.0,
             if causes.is_empty() { "-".into() } else { causes.join(", ") },
             s.wrtt_p50.map_or("-".into(), |w| format!("{w}")),
-            run.checks_verdict(),
+            group.checks_verdict(),
             match group.spread() {
                 spread if spread.is_empty() => "1".to_string(),
                 spread => format!("median of {spread}"),
@@ -513,7 +556,10 @@ pub fn compare(a: &[SavedRun], b: &[SavedRun]) -> String {
         "run", "A txn/s", "B txn/s", "B/A", "A p50", "B p50", "B/A", "A p99", "B p99", "B/A"
     );
     let ratio = |x: f64, y: f64| if x > 0.0 { format!("{:.2}", y / x) } else { "-".into() };
-    for run_a in a {
+    // Repeated points compare by their median repetitions.
+    let a: Vec<&SavedRun> = repeated(a).iter().map(|g| g.median).collect();
+    let b: Vec<&SavedRun> = repeated(b).iter().map(|g| g.median).collect();
+    for run_a in a.iter().copied() {
         let label = run_a.label();
         let Some(run_b) = b.iter().find(|r| r.label() == label) else {
             let _ = writeln!(text, "{label:<26} (only in A)");
@@ -548,6 +594,7 @@ mod tests {
     use meridian_core::txn::{CommitPath, ProcId, TxnOutcome, TxnRequest, TxnResult};
     use meridian_core::{NodeId, RequestId};
     use meridian_workloads::clients::Completion;
+    use meridian_workloads::CheckResult;
     use std::collections::BTreeMap;
 
     /// A run of `protocol` whose `n` commits each took `latency_ms`.
@@ -660,6 +707,11 @@ mod tests {
         assert!(dir.join("throughput-latency.svg").is_file());
         // Runs that differ in the protocol are no sweep.
         assert!(sweep_tables(&runs[..1]).is_empty());
+        // Two runs at the same clients and network that differ in a workload parameter are
+        // not one sweep line.
+        let mut other = runs[0].clone();
+        other.parameters["workload"]["remote_item_pct"] = 20.into();
+        assert!(sweep_tables(&[runs[0].clone(), other]).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -671,6 +723,8 @@ mod tests {
             let mut output = run("occ", None, n, 5);
             output.parameters["label"] = "occ".into();
             output.parameters["repetition"] = k.into();
+            let passed = k != 2;
+            output.checks = vec![CheckResult { name: "x".into(), passed, detail: String::new() }];
             write_run(&dir.join(format!("runs/00{k}")), &output).unwrap();
         }
         let runs: Vec<SavedRun> = load_runs(&dir).unwrap().into_iter().map(|(_, r)| r).collect();
@@ -685,6 +739,7 @@ mod tests {
         );
         let report = std::fs::read_to_string(write_report(&dir, &runs).unwrap()).unwrap();
         assert!(report.contains("median of 100.0 .. 300.0 over 3 runs"), "{report}");
+        assert!(table.contains("FAILED: x (repetition 2)"), "a failed repetition shows: {table}");
         assert!(report.contains("## occ (repetition 3)"), "every repetition's details are kept");
         let _ = std::fs::remove_dir_all(&dir);
     }

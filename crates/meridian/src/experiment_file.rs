@@ -95,6 +95,15 @@ fn line_of(text: &str, key: &str, from: usize) -> usize {
         .map_or(from.max(1), |(i, _)| i + 1)
 }
 
+/// The line of the first line reading exactly `header` at or after line `from` (1-based).
+fn header_line(text: &str, header: &str, from: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find(|(_, line)| line.trim() == header)
+        .map_or(from.max(1), |(i, _)| i + 1)
+}
+
 /// A scalar as the flag's value.
 fn scalar(value: &Value) -> Option<String> {
     match value {
@@ -168,6 +177,7 @@ pub fn parse(
     file: &str,
     given: &BTreeSet<String>,
     quick: bool,
+    cli_protocol: Option<&str>,
 ) -> Result<ExperimentFile, String> {
     let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         format!("{file}: {}", e.to_string().trim().replace('\n', " "))
@@ -178,7 +188,7 @@ pub fn parse(
         }
         None => {}
         Some(toml::Value::Table(shorter)) => {
-            let from = line_of(text, "[quick]", 1);
+            let from = header_line(text, "[quick]", 1);
             let at = |key: &str| format!("{file}:{}", line_of(text, key, from));
             dimensions(&shorter, &at)?;
             if quick {
@@ -225,7 +235,7 @@ pub fn parse(
                         top_at("points")
                     ));
                 };
-                from = line_of(text, "[[points]]", from) + 1;
+                from = header_line(text, "[[points]]", from) + 1;
                 let start = from;
                 let at = |key: &str| format!("{file}:{}", line_of(text, key, start));
                 tables.push(dimensions(point, &at)?);
@@ -268,7 +278,7 @@ pub fn parse(
                 chosen.push((key, &values[rest % values.len()]));
                 rest /= values.len();
             }
-            let run = point_of(&chosen, &varying);
+            let run = point_of(&chosen, &varying, cli_protocol);
             if seen.insert(run.args.clone()) {
                 runs.push(run);
             }
@@ -278,12 +288,19 @@ pub fn parse(
 }
 
 /// The flags and label of one combination.
-fn point_of(chosen: &[(&str, &Value)], varying: &BTreeSet<String>) -> Point {
-    let protocol = chosen
-        .iter()
-        .find(|(k, _)| *k == "protocol")
-        .and_then(|(_, v)| scalar(v))
-        .unwrap_or_else(|| "occ".into());
+fn point_of(
+    chosen: &[(&str, &Value)],
+    varying: &BTreeSet<String>,
+    cli_protocol: Option<&str>,
+) -> Point {
+    // The command line's --protocol, when given, is every run's.
+    let protocol = cli_protocol.map(str::to_string).unwrap_or_else(|| {
+        chosen
+            .iter()
+            .find(|(k, _)| *k == "protocol")
+            .and_then(|(_, v)| scalar(v))
+            .unwrap_or_else(|| "occ".into())
+    });
     let mut args = Vec::new();
     let mut label = Vec::new();
     for &(key, value) in chosen {
@@ -331,11 +348,11 @@ mod tests {
     use super::*;
 
     fn parse_ok(text: &str) -> ExperimentFile {
-        parse(text, "x.toml", &BTreeSet::new(), false).unwrap_or_else(|e| panic!("{e}"))
+        parse(text, "x.toml", &BTreeSet::new(), false, None).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn parse_err(text: &str) -> String {
-        parse(text, "x.toml", &BTreeSet::new(), false).expect_err("refused")
+        parse(text, "x.toml", &BTreeSet::new(), false, None).expect_err("refused")
     }
 
     #[test]
@@ -379,9 +396,18 @@ mod tests {
     #[test]
     fn flags_on_the_command_line_override_the_file() {
         let given = keys_given(&["--clients".into(), "16".into(), "--quiet".into()]);
-        let file = parse("clients = [1, 2, 4]\nseed = 3\n", "x.toml", &given, false).unwrap();
+        let file = parse("clients = [1, 2, 4]\nseed = 3\n", "x.toml", &given, false, None).unwrap();
         assert_eq!(file.points.len(), 1, "the sweep over clients is the command line's now");
         assert!(!file.points[0].args.contains(&"--clients".to_string()));
+    }
+
+    #[test]
+    fn a_protocol_on_the_command_line_keeps_its_own_option_settings() {
+        let text = "protocol = [\"occ\", \"2pl\"]\nprotocol_option = [\"2pl-policy=no-wait\", \"2pl-policy=wound-wait\"]\n";
+        let given = keys_given(&["--protocol".into(), "2pl".into()]);
+        let file = parse(text, "x.toml", &given, false, Some("2pl")).unwrap();
+        assert_eq!(file.points.len(), 2, "both policies of the command line's protocol");
+        assert!(file.points.iter().all(|p| p.args.contains(&"--protocol-option".to_string())));
     }
 
     #[test]
@@ -389,10 +415,10 @@ mod tests {
         let text =
             "clients = [1, 2, 4, 8]\nduration = 30\n\n[quick]\nclients = [1, 8]\nduration = 1\n";
         assert_eq!(parse_ok(text).points.len(), 4);
-        let quick = parse(text, "x.toml", &BTreeSet::new(), true).unwrap();
+        let quick = parse(text, "x.toml", &BTreeSet::new(), true, None).unwrap();
         assert_eq!(quick.points.len(), 2);
         assert!(quick.points[0].args.windows(2).any(|w| w == ["--duration", "1"]));
-        assert!(parse("clients = 1\n", "x.toml", &BTreeSet::new(), true)
+        assert!(parse("clients = 1\n", "x.toml", &BTreeSet::new(), true, None)
             .unwrap_err()
             .contains("[quick]"));
         let e = parse_err("clients = 1\n[quick]\nclients = 2\nbogus = 3\n");
@@ -403,7 +429,7 @@ mod tests {
     fn every_preset_parses_in_both_versions() {
         for (name, text) in crate::presets::PRESETS {
             for quick in [false, true] {
-                let file = parse(text, name, &BTreeSet::new(), quick)
+                let file = parse(text, name, &BTreeSet::new(), quick, None)
                     .unwrap_or_else(|e| panic!("{name} quick={quick}: {e}"));
                 assert!(!file.points.is_empty(), "{name}");
             }
@@ -433,6 +459,8 @@ mod tests {
         assert!(e.contains("'quiet' must be true or false"), "{e}");
         let e = parse_err("[[points]]\nprotocol = \"occ\"\n[[points]]\nbogus = 1\n");
         assert!(e.starts_with("x.toml:4: unknown key 'bogus'"), "{e}");
+        let e = parse_err("[[points]]\nclients = 1\n[[points]]\nclients = []\n");
+        assert!(e.starts_with("x.toml:4: 'clients' is an empty list"), "{e}");
         let e = parse_err("clients = [1, 2\n");
         assert!(e.starts_with("x.toml: TOML parse error at line 1"), "{e}");
         let e = parse_err("clients = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nseed = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nshards = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nreplicas = [1, 3, 5, 7, 9, 11, 13, 15, 17, 19]\nwarmup = [1, 2]\n");

@@ -534,8 +534,13 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
     // PostgreSQL joins where it can run: one node, no emulated distance.
     let lan = args.cluster.network.as_deref() == Some("lan");
     if lan && args.cluster.replicas.unwrap_or(1) == 1 {
-        match meridian_pg::server::find_bindir() {
-            Ok(_) => runs.push(("postgres".into(), "postgres".into(), Vec::new())),
+        let postgres_ok = meridian_pg::server::find_bindir().and_then(|_| {
+            let mut pg = args.clone();
+            pg.cluster.protocol = Some("postgres".into());
+            postgres_experiment(&pg, default_clients).map(|_| ()).map_err(|e| e.to_string())
+        });
+        match postgres_ok {
+            Ok(()) => runs.push(("postgres".into(), "postgres".into(), Vec::new())),
             Err(why) => say!("postgres left out: {why}"),
         }
     }
@@ -544,22 +549,42 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
     } else {
         (args.duration, args.warmup)
     };
-    let folder = new_folder(&args.out, "compare");
-    let mut saved = Vec::with_capacity(runs.len());
-    let mut failures = Vec::new();
-    for (index, (label, protocol, pairs)) in runs.iter().enumerate() {
+    // Every run is checked before any starts.
+    let mut plans = Vec::with_capacity(runs.len());
+    for (label, protocol, pairs) in &runs {
         let mut run_args = args.clone();
         run_args.cluster.protocol = Some(protocol.clone());
         run_args.cluster.protocol_option = pairs.iter().map(|(n, v)| format!("{n}={v}")).collect();
         (run_args.duration, run_args.warmup) = (duration_s, warmup_s);
-        let plan = plan_run(&run_args, default_clients)?;
+        plans.push((label, plan_run(&run_args, default_clients)?));
+    }
+    let folder = new_folder(&args.out, "compare");
+    let mut saved = Vec::with_capacity(runs.len());
+    let mut failures = Vec::new();
+    for (index, (label, plan)) in plans.iter().enumerate() {
+        if meridian_bench::run::interrupted() {
+            failures.push(format!("interrupted before {label}"));
+            break;
+        }
         say!(
             "[{}/{}] {label}: {warmup_s:.1} s warm-up, {duration_s:.1} s measured",
             index + 1,
             runs.len(),
         );
-        let mut output = execute(&plan)?;
-        output.parameters["label"] = serde_json::Value::String(label.clone());
+        let mut output = match execute(plan) {
+            Ok(output) => output,
+            Err(error) => {
+                failures.push(format!("{label}: {error}"));
+                say!("  failed: {error}");
+                continue;
+            }
+        };
+        if meridian_bench::run::interrupted() {
+            // Cut short: its figures would understate the window. Not kept.
+            failures.push(format!("interrupted during {label} (not kept)"));
+            break;
+        }
+        output.parameters["label"] = serde_json::Value::String(label.to_string());
         if let Err(why) = output.verdict() {
             failures.push(format!("{label}: {why}"));
         } else if !output.checks_passed() {
@@ -688,7 +713,7 @@ fn run_dir_name(index: usize, label: &str) -> String {
         .map(|c| if c.is_ascii_alphanumeric() || ".=,-".contains(c) { c } else { '_' })
         .take(80)
         .collect();
-    format!("{:03}-{safe}", index + 1)
+    format!("{:05}-{safe}", index + 1)
 }
 
 /// `bench --experiment FILE`: every run of the file, each checked before any starts.
@@ -707,7 +732,10 @@ fn bench_experiment(
     // This command line's own flags (all but --experiment FILE, --preset NAME and --quick)
     // override the file's keys.
     let mut cli: Vec<String> = Vec::new();
-    let mut words = std::env::args().skip_while(|a| a != "bench").skip(1);
+    let mut words = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .skip_while(|a| a != "bench")
+        .skip(1);
     while let Some(word) = words.next() {
         match word.as_str() {
             "--experiment" | "--preset" => {
@@ -720,7 +748,8 @@ fn bench_experiment(
     }
     let given = experiment_file::keys_given(&cli);
     let file =
-        experiment_file::parse(text, source, &given, args.quick).map_err(ConfigError::new)?;
+        experiment_file::parse(text, source, &given, args.quick, args.cluster.protocol.as_deref())
+            .map_err(ConfigError::new)?;
     let mut planned = Vec::with_capacity(file.points.len());
     for point in &file.points {
         let argv = ["meridian", "bench"]
@@ -746,7 +775,8 @@ fn bench_experiment(
             let mut rep_args = run_args.clone();
             if file.repetitions > 1 && rep_args.cluster_file.is_none() {
                 // Repetitions differ in their seed: seed, seed + 1, ...
-                rep_args.cluster.seed = Some(run_args.cluster.seed.unwrap_or(1) + repetition);
+                rep_args.cluster.seed =
+                    Some(run_args.cluster.seed.unwrap_or(1).wrapping_add(repetition));
             }
             let plan = plan_run(&rep_args, default_clients).map_err(|e| bad(e.to_string()))?;
             let repeated = (file.repetitions > 1).then_some(repetition + 1);
@@ -759,6 +789,10 @@ fn bench_experiment(
     let (mut saved, mut failures) = (Vec::new(), Vec::new());
     let mut planned_done_s = 0.0;
     for (index, (point, repetition, seconds, plan)) in planned.iter().enumerate() {
+        if meridian_bench::run::interrupted() {
+            failures.push(format!("interrupted before run {}", index + 1));
+            break;
+        }
         let label = match repetition {
             Some(k) => format!("{} #{k}", point.label),
             None => point.label.clone(),
@@ -787,6 +821,11 @@ fn bench_experiment(
                 continue;
             }
         };
+        if meridian_bench::run::interrupted() {
+            // Cut short: its figures would understate the window. Not kept.
+            failures.push(format!("interrupted during run {} '{label}' (not kept)", index + 1));
+            break;
+        }
         output.parameters["label"] = serde_json::Value::String(point.label.clone());
         if let Some(k) = repetition {
             output.parameters["repetition"] = (*k).into();
@@ -820,6 +859,7 @@ fn bench_experiment(
 
 fn bench(args: &BenchArgs) -> Result<(), Failure> {
     let default_clients = 96;
+    meridian_bench::run::watch_signals()?;
     // `meridian bench` alone is the main job: compare every protocol.
     let bare = std::env::args_os().count() <= 2;
     if let Some(path) = &args.experiment {
@@ -838,6 +878,9 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
         return bench_all(args, default_clients, bare);
     }
     let output = execute(&plan_run(args, default_clients)?)?;
+    if meridian_bench::run::interrupted() {
+        return Err(Failure::Run("interrupted; nothing written".into()));
+    }
     say_raw!("{}", report::table(&output));
     let folder = report::write_results(&args.out, &output)
         .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
@@ -902,6 +945,13 @@ fn postgres_experiment(
         url: args.pg_url.clone(),
     };
     check_times(args.duration, args.warmup)?;
+    if experiment.clients == 0 || experiment.clients > meridian_pg::CLIENTS_MAX {
+        return Err(ConfigError::new(format!(
+            "--clients must be in 1..={} with --protocol postgres (one connection each), got {}",
+            meridian_pg::CLIENTS_MAX,
+            experiment.clients
+        )));
+    }
     Ok(experiment)
 }
 

@@ -94,46 +94,34 @@ pub fn run(experiment: &PgExperiment) -> Result<RunOutput, ConfigError> {
         .build()
         .map_err(|e| ConfigError::new(format!("cannot start the tokio runtime: {e}")))?;
     runtime.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        // Installed before the server starts: from here on Ctrl-C and SIGTERM stop the run
-        // through the code below (which stops and removes the server) instead of killing
-        // the process and leaving the server behind.
-        let signals = signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
-        let (mut interrupt, mut terminate) = signals
-            .map_err(|e| ConfigError::new(format!("cannot install signal handlers: {e}")))?;
-        let work = async {
-            let (server, config) = match &experiment.url {
-                Some(url) => {
-                    let config: Config = url
-                        .parse()
-                        .map_err(|e| ConfigError::new(format!("--pg-url '{url}': {e}")))?;
-                    (None, config)
-                }
-                None => {
-                    let settings = server::Settings {
-                        max_connections: experiment.clients + CONNECTIONS_EXTRA,
-                        durability: experiment.durability,
-                    };
-                    // If the run is interrupted meanwhile, the runtime waits for this start
-                    // to finish when it shuts down and drops (so removes) what it started.
-                    let started = tokio::task::spawn_blocking(move || server::TempServer::start(settings))
+        let (server, config) = match &experiment.url {
+            Some(url) => {
+                let config: Config =
+                    url.parse().map_err(|e| ConfigError::new(format!("--pg-url '{url}': {e}")))?;
+                (None, config)
+            }
+            None => {
+                let settings = server::Settings {
+                    max_connections: experiment.clients + CONNECTIONS_EXTRA,
+                    durability: experiment.durability,
+                };
+                let started =
+                    tokio::task::spawn_blocking(move || server::TempServer::start(settings))
                         .await
-                        .map_err(|e| ConfigError::new(format!("postgres: the start failed: {e}")))?;
-                    let server = started.map_err(ConfigError::new)?;
-                    let config = server.config();
-                    (Some(server), config)
-                }
-            };
-            let result = run_async(experiment, workload, config, server.is_some()).await;
-            // The server outlives every connection of the run.
-            drop(server);
-            result
+                        .map_err(|e| {
+                            ConfigError::new(format!("postgres: the start failed: {e}"))
+                        })?;
+                let server = started.map_err(ConfigError::new)?;
+                let config = server.config();
+                (Some(server), config)
+            }
         };
-        tokio::select! {
-            result = work => result,
-            _ = interrupt.recv() => Err(ConfigError::new("interrupted; the server and its data are removed")),
-            _ = terminate.recv() => Err(ConfigError::new("terminated; the server and its data are removed")),
-        }
+        // Stops early when the process is interrupted (`meridian_bench::run::interrupted`),
+        // always through here, so the schema is dropped and the server stopped and removed.
+        let result = run_async(experiment, workload, config, server.is_some()).await;
+        // The server outlives every connection of the run.
+        drop(server);
+        result
     })
 }
 
@@ -240,6 +228,9 @@ async fn run_in_schema(
         .await
         .map_err(|e| ConfigError::new(format!("postgres: bulk load failed: {e}")))?;
     let load_s = load_started.elapsed().as_secs_f64();
+    if meridian_bench::run::interrupted() {
+        return Err(ConfigError::new("interrupted; the run's server and data are removed"));
+    }
     let shared = Arc::new(Shared {
         schema: schema.to_string(),
         registry: workload.registry(),
@@ -287,7 +278,7 @@ async fn run_in_schema(
         meridian_workloads::observe_completion(checker, &c);
     };
     let mut ticker = tokio::time::interval(Duration::from_millis(100));
-    while shared.clock.now_ns() < window_end {
+    while shared.clock.now_ns() < window_end && !meridian_bench::run::interrupted() {
         tokio::select! {
             Some(c) = completions.recv() => add(&mut stats, checker.as_mut(), c),
             _ = ticker.tick() => {
@@ -312,12 +303,21 @@ async fn run_in_schema(
     for task in &tasks {
         task.abort();
     }
+    for task in tasks {
+        let _ = task.await; // Finished or cancelled: its slot and queue are final now.
+    }
+    while let Ok(c) = completions.try_recv() {
+        add(&mut stats, checker.as_mut(), c);
+    }
     for (number, slot) in shared.running.iter().enumerate() {
         if let Some((request, txn, at)) = slot.lock().expect("running lock").take() {
             checker.unanswered(number as u32, request, &txn, at);
         }
     }
     bar.finish_and_clear();
+    if meridian_bench::run::interrupted() {
+        return Err(ConfigError::new("interrupted; the run's server and data are removed"));
+    }
     let stores = read_back(admin, &shared).await.map_err(|e| {
         ConfigError::new(format!("postgres: cannot read the tables back for the checks: {e}"))
     })?;
