@@ -545,7 +545,8 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
         }
     }
     let (duration_s, warmup_s) = if bare {
-        (COMPARE_TOTAL_S / runs.len() as f64 - COMPARE_WARMUP_S, COMPARE_WARMUP_S)
+        // At least 5 s each, however many protocols there come to be.
+        ((COMPARE_TOTAL_S / runs.len() as f64 - COMPARE_WARMUP_S).max(5.0), COMPARE_WARMUP_S)
     } else {
         (args.duration, args.warmup)
     };
@@ -595,10 +596,12 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
             .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
         saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
     }
-    say_raw!("{}", study::runs_table(&saved));
-    let report = study::write_report(&folder, &saved)
-        .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
-    say!("report: {}", report.display());
+    if !saved.is_empty() {
+        say_raw!("{}", study::runs_table(&saved));
+        let report = study::write_report(&folder, &saved)
+            .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
+        say!("report: {}", report.display());
+    }
     if !failures.is_empty() {
         return Err(Failure::Run(failures.join("; ")));
     }
