@@ -53,16 +53,22 @@ impl SavedRun {
     /// run (`2pl-wound-wait`), else the protocol with its options (`occ occ-one-round=on`).
     pub fn label(&self) -> String {
         let p = &self.parameters;
-        if let Some(label) = p["label"].as_str() {
-            return label.to_string();
+        match p["label"].as_str() {
+            Some(label) => label.to_string(),
+            None => self.protocol_with_options(),
         }
-        let mut label = p["protocol"].as_str().unwrap_or("?").to_string();
+    }
+
+    /// `occ occ-one-round=on`: the protocol and every option setting it ran with.
+    fn protocol_with_options(&self) -> String {
+        let p = &self.parameters;
+        let mut text = p["protocol"].as_str().unwrap_or("?").to_string();
         if let Some(options) = p["protocol_options"].as_object() {
             for (name, value) in options {
-                label += &format!(" {name}={}", value.as_str().unwrap_or("?"));
+                text += &format!(" {name}={}", value.as_str().unwrap_or("?"));
             }
         }
-        label
+        text
     }
 
     fn setup(&self) -> String {
@@ -98,14 +104,9 @@ impl SavedRun {
     /// A short name for the sweep line: protocol, options, workload and layout.
     fn group_title(&self) -> String {
         let p = &self.parameters;
-        let mut title = p["protocol"].as_str().unwrap_or("?").to_string();
-        if let Some(options) = p["protocol_options"].as_object() {
-            for (name, value) in options {
-                title += &format!(" {name}={}", value.as_str().unwrap_or("?"));
-            }
-        }
         format!(
-            "{title}, {} on {}x{}{}",
+            "{}, {} on {}x{}{}",
+            self.protocol_with_options(),
             p["workload"]["name"].as_str().unwrap_or("?"),
             p["shards"],
             p["replicas"],

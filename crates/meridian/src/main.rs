@@ -586,24 +586,46 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
             break;
         }
         output.parameters["label"] = serde_json::Value::String(label.to_string());
-        if let Err(why) = output.verdict() {
+        if let Some(why) = keep_run(&folder, index, label, &output, &mut saved)? {
             failures.push(format!("{label}: {why}"));
-        } else if !output.checks_passed() {
-            failures.push(format!("{label}: an invariant check failed"));
         }
-        let dir = folder.join("runs").join(run_dir_name(index, label));
-        study::write_run(&dir, &output)
-            .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
-        saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
     }
-    if !saved.is_empty() {
-        say_raw!("{}", study::runs_table(&saved));
-        let report = study::write_report(&folder, &saved)
-            .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
-        say!("report: {}", report.display());
-    }
+    write_series_report(&folder, &saved)?;
     if !failures.is_empty() {
         return Err(Failure::Run(failures.join("; ")));
+    }
+    Ok(())
+}
+
+/// Writes a finished run of a series into `folder/runs/` and adds it to `saved`; returns why
+/// the run failed (a node panic, no commit, a failed check), if it did.
+fn keep_run(
+    folder: &std::path::Path,
+    index: usize,
+    label: &str,
+    output: &meridian_bench::run::RunOutput,
+    saved: &mut Vec<study::SavedRun>,
+) -> Result<Option<String>, Failure> {
+    let failed = match output.verdict() {
+        Err(why) => Some(why),
+        Ok(()) if !output.checks_passed() => Some("an invariant check failed".to_string()),
+        Ok(()) => None,
+    };
+    let dir = folder.join("runs").join(run_dir_name(index, label));
+    study::write_run(&dir, output)
+        .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
+    saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
+    Ok(failed)
+}
+
+/// Prints the table of a series' finished runs and writes its report (nothing when none
+/// finished).
+fn write_series_report(folder: &std::path::Path, saved: &[study::SavedRun]) -> Result<(), Failure> {
+    if !saved.is_empty() {
+        say_raw!("{}", study::runs_table(saved));
+        let report = study::write_report(folder, saved)
+            .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
+        say!("report: {}", report.display());
     }
     Ok(())
 }
@@ -833,22 +855,11 @@ fn bench_experiment(
         if let Some(k) = repetition {
             output.parameters["repetition"] = (*k).into();
         }
-        if let Err(why) = output.verdict() {
+        if let Some(why) = keep_run(&folder, index, &label, &output, &mut saved)? {
             failures.push(format!("run {} '{label}': {why}", index + 1));
-        } else if !output.checks_passed() {
-            failures.push(format!("run {} '{label}': an invariant check failed", index + 1));
         }
-        let dir = folder.join("runs").join(run_dir_name(index, &label));
-        study::write_run(&dir, &output)
-            .map_err(|e| Failure::Run(format!("cannot write results: {e}")))?;
-        saved.push(study::SavedRun::load(&dir.join("stats.json")).map_err(Failure::Run)?);
     }
-    if !saved.is_empty() {
-        say_raw!("{}", study::runs_table(&saved));
-        let report = study::write_report(&folder, &saved)
-            .map_err(|e| Failure::Run(format!("cannot write the report: {e}")))?;
-        say!("report: {}", report.display());
-    }
+    write_series_report(&folder, &saved)?;
     if !failures.is_empty() {
         return Err(Failure::Run(format!(
             "{} of {} runs failed (the others' results are kept): {}",

@@ -375,7 +375,7 @@ async fn client_loop(
     let mut counter: u64 = 0;
     let slot = &shared.running[number as usize];
     while !shared.stop.load(Ordering::SeqCst) {
-        let id = RequestId((u64::from(number) << 40) | counter);
+        let id = meridian_workloads::clients::request_id(number, counter);
         counter = (counter + 1) & meridian_workloads::clients::REQUEST_COUNTER_MASK;
         let txn = generator.next(id);
         let submitted_at = shared.clock.now_ns();
@@ -431,20 +431,20 @@ async fn run_request(
             isolation: shared.isolation,
         };
         let ending = match session.attempt(procedure.as_ref(), &txn.args).await {
-            Ok(Finished::Committed { ts, outputs }) => {
-                let mut outcome = TxnOutcome::failed(TxnFailure::RetriesExhausted);
-                outcome.result = TxnResult::Committed;
-                outcome.outputs = outputs;
-                outcome.commit_ts = Some(ts);
-                outcome.path = CommitPath::OnePhase;
-                outcome.shards_touched = shards;
-                outcome
-            }
-            Ok(Finished::UserAborted(why)) => {
-                let mut outcome = TxnOutcome::failed(TxnFailure::RetriesExhausted);
-                outcome.result = TxnResult::UserAborted(why);
-                outcome
-            }
+            Ok(Finished::Committed { ts, outputs }) => TxnOutcome {
+                result: TxnResult::Committed,
+                outputs,
+                commit_ts: Some(ts),
+                retries,
+                aborts,
+                shards_touched: shards,
+                path: CommitPath::OnePhase,
+                speculative_ns: None,
+            },
+            Ok(Finished::UserAborted(why)) => TxnOutcome {
+                result: TxnResult::UserAborted(why),
+                ..TxnOutcome::failed(TxnFailure::RetriesExhausted)
+            },
             Err(AttemptError::Conflict(cause)) => {
                 aborts.add(cause);
                 retries += 1;

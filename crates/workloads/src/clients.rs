@@ -24,6 +24,11 @@ pub const CLIENTS_MAX: u32 = 1 << 20;
 
 const _: () = assert!(COUNTER_BITS + 20 <= 64);
 
+/// The id of client `number`'s request number `counter` (the counter wraps at 2^40).
+pub fn request_id(number: u32, counter: u64) -> RequestId {
+    RequestId((u64::from(number) << COUNTER_BITS) | (counter & REQUEST_COUNTER_MASK))
+}
+
 /// One finished request.
 #[derive(Clone, Debug)]
 pub struct Completion {
@@ -127,8 +132,8 @@ impl ClosedLoopClients {
         }
         let client = &mut self.clients[index];
         debug_assert!(client.outstanding.is_none());
-        let id = RequestId((u64::from(client.number) << COUNTER_BITS) | client.counter);
-        client.counter = (client.counter + 1) & ((1 << COUNTER_BITS) - 1);
+        let id = request_id(client.number, client.counter);
+        client.counter = (client.counter + 1) & REQUEST_COUNTER_MASK;
         let txn = client.generator.next(id);
         client.outstanding = Some((id, now, txn.clone()));
         Some((client.coordinator, ClientRequest { id, txn }))

@@ -460,6 +460,16 @@ fn user_abort_writes_nothing_and_is_not_retried() {
     net.assert_quiescent();
 }
 
+/// The votes a participant sent in `out`, in order.
+fn votes_in(out: &mut Outbox<OccMsg>) -> Vec<Vote> {
+    out.drain()
+        .filter_map(|e| match e {
+            Effect::Send { msg: OccMsg::Prepared { vote, .. }, .. } => Some(vote),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn write_skew_is_prevented_across_shards() {
     // T1 reads x (shard 0) and writes y (shard 1); T2 reads y and writes x. Interleaving their
@@ -1152,14 +1162,7 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
         let mut out = Outbox::new();
         let request = ShardRequest::Prepare { txn, shard: ShardId(0), args };
         net.nodes[0].on_message(net.now, COORDINATOR, OccMsg::Request(request), &mut out);
-        let votes: Vec<Vote> = out
-            .drain()
-            .filter_map(|e| match e {
-                Effect::Send { msg: OccMsg::Prepared { vote, .. }, .. } => Some(vote),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(votes, vec![Vote::No(Conflict::Invalid)]);
+        assert_eq!(votes_in(&mut out), vec![Vote::No(Conflict::Invalid)]);
     }
     // As a log command, it fails validation and is never applied.
     let participant = net.nodes[0].hosts.get(ShardId(0)).unwrap();
@@ -1350,14 +1353,7 @@ fn twopl_execution_locks_of_a_vanished_coordinator_expire_with_the_lease() {
     let request = ShardRequest::Prepare { txn: attempt(0), shard: ShardId(0), args };
     let mut out = Outbox::new();
     net.nodes[0].on_message(net.now, NodeId(1), OccMsg::Request(request), &mut out);
-    let votes: Vec<Vote> = out
-        .drain()
-        .filter_map(|e| match e {
-            Effect::Send { msg: OccMsg::Prepared { vote, .. }, .. } => Some(vote),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(votes, vec![Vote::No(Conflict::LeaseExpired)]);
+    assert_eq!(votes_in(&mut out), vec![Vote::No(Conflict::LeaseExpired)]);
     let shard0 = net.nodes[0].hosts.get_mut(ShardId(0)).unwrap();
     assert_eq!(shard0.on_query(0, attempt(0)), PeerState::Decided(Decision::Aborted));
 }
