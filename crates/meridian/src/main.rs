@@ -126,7 +126,7 @@ struct VerifyArgs {
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Protocol: occ, 2pl (`docs/protocols.md` describes each); `bench` also takes postgres
+    /// Protocol: occ, 2pl, 2pc-mvto (`docs/protocols.md` describes each); `bench` also takes postgres
     /// (a PostgreSQL server runs the transactions; `docs/postgres.md`).
     #[arg(long)]
     protocol: Option<String>,
@@ -188,7 +188,7 @@ pub(crate) struct ClusterArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// A protocol option, NAME=VALUE (repeatable); see `docs/protocols.md` for each protocol's
-    /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`.
+    /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`, `2pc-mvto-read-stamps=prepare|execution`.
     #[arg(long = "protocol-option", value_name = "NAME=VALUE")]
     protocol_option: Vec<String>,
 }

@@ -173,10 +173,16 @@ fn all_protocols_run_into_one_folder_whose_report_regenerates_and_compares() {
     let runs = std::fs::read_dir(folder.join("runs")).unwrap().count();
     // On `lan` with one replica PostgreSQL joins, where it is installed.
     let postgres = !stdout.contains("postgres left out");
-    assert_eq!(runs, 3 + usize::from(postgres), "occ, both 2pl policies (and postgres): {stdout}");
+    assert_eq!(
+        runs,
+        4 + usize::from(postgres),
+        "occ, both 2pl policies, 2pc-mvto (and postgres): {stdout}"
+    );
     let report = std::fs::read_to_string(folder.join("report.md")).unwrap();
-    assert_eq!(report.contains("| 4 | postgres |"), postgres, "{report}");
-    for label in ["| 1 | occ |", "| 2 | 2pl-no-wait |", "| 3 | 2pl-wound-wait |"] {
+    assert_eq!(report.contains("| 5 | postgres |"), postgres, "{report}");
+    for label in
+        ["| 1 | occ |", "| 2 | 2pl-no-wait |", "| 3 | 2pl-wound-wait |", "| 4 | 2pc-mvto |"]
+    {
         assert!(report.contains(label), "{label} in {report}");
         let name = label.rsplit(" | ").next().unwrap().trim_end_matches(" |");
         assert!(stdout.contains(name), "{stdout}");

@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod kit;
+pub mod mvto;
 pub mod occ;
 pub mod options;
 pub mod twopl;
@@ -39,6 +40,8 @@ pub trait Protocol: 'static {
     /// The option settings a comparison of every protocol runs it with, one run each (the
     /// defaults only, unless an option changes what the protocol is, like 2PL's policy).
     const COMPARE: &'static [&'static [(&'static str, &'static str)]] = &[&[]];
+    /// What its committed histories promise.
+    const GUARANTEE: Guarantee = Guarantee::Strict;
     /// Its node.
     type Node: ProtocolNode;
 
@@ -53,6 +56,27 @@ pub trait Protocol: 'static {
     /// Brings a restored node to the state it would reach before talking to anyone (snapshot
     /// and committed log applied), for offline checks (`meridian verify`).
     fn replay_committed(node: &mut Self::Node) -> Replayed;
+}
+
+/// The consistency a protocol's committed histories promise, so checks ask for no more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guarantee {
+    /// Strictly serializable, whatever the clocks do.
+    Strict,
+    /// Serializable; strictly serializable too while coordinator clocks are synchronized
+    /// (timestamp orders taken from clocks).
+    StrictWithSyncedClocks,
+}
+
+impl Guarantee {
+    /// Whether histories are strictly serializable when clocks are `synced` (perfect, and never
+    /// stepped back).
+    pub fn strict(self, synced: bool) -> bool {
+        match self {
+            Self::Strict => true,
+            Self::StrictWithSyncedClocks => synced,
+        }
+    }
 }
 
 /// Something to do with a protocol type, chosen at run time by [`ProtocolKind::visit`].
@@ -94,6 +118,7 @@ macro_rules! protocols {
 protocols! {
     Occ => occ::Occ,
     TwoPl => twopl::TwoPl,
+    Mvto => mvto::Mvto,
 }
 
 /// A protocol's static facts, as plain values.
@@ -107,6 +132,8 @@ pub struct ProtocolInfo {
     pub options: &'static [OptionSpec],
     /// The option settings a comparison runs it with.
     pub compare: &'static [&'static [(&'static str, &'static str)]],
+    /// What its histories promise.
+    pub guarantee: Guarantee,
     check_topology: fn(&Topology) -> Result<(), ConfigError>,
     may_crash: fn(&Topology, NodeId) -> bool,
 }
@@ -121,6 +148,7 @@ impl ProtocolVisitor for InfoOf {
             summary: P::SUMMARY,
             options: P::OPTIONS,
             compare: P::COMPARE,
+            guarantee: P::GUARANTEE,
             check_topology: P::check_topology,
             may_crash: P::may_crash,
         }
@@ -243,6 +271,12 @@ pub struct Limits {
     /// Attempts a `2pl` shard leader lets hold execution locks at once; beyond it, executions
     /// of new attempts are refused (`Full`) until some finish or their lease runs out.
     pub lock_holders_max: usize,
+    /// `2pc-mvto`: read stamps a shard keeps (beyond it the oldest raise a floor every write
+    /// must exceed) and the leader's read hints.
+    pub read_stamps_max: usize,
+    /// `2pc-mvto`: prepares a shard leader holds back until the writers whose pending versions
+    /// they read are decided; beyond it a prepare is refused (`Full`).
+    pub dependents_waiting_max: usize,
 }
 
 impl Default for Limits {
@@ -255,6 +289,8 @@ impl Default for Limits {
             requests_in_flight_max: 1 << 16,
             snapshot_bytes_max: meridian_replication::raft::SNAPSHOT_BYTES_MAX,
             lock_holders_max: 1 << 16,
+            read_stamps_max: 1 << 20,
+            dependents_waiting_max: 4_096,
         }
     }
 }
@@ -269,6 +305,8 @@ impl Limits {
             ("inquiries_max", self.inquiries_max),
             ("requests_in_flight_max", self.requests_in_flight_max),
             ("lock_holders_max", self.lock_holders_max),
+            ("read_stamps_max", self.read_stamps_max),
+            ("dependents_waiting_max", self.dependents_waiting_max),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{name} must be at least 1")));

@@ -276,6 +276,11 @@ fn run_with<N: ProtocolNode>(
     }
     let mut sim = Sim::new(config, &topology, factory, clients);
     let mut checker = workload.checker();
+    // Clocks are synchronized when perfect and never stepped back.
+    let synced = options.clock.error_ns == 0
+        && options.clock.drift_ppm == 0.0
+        && options.restart_clock_step_back_ns == 0;
+    checker.expect_strict(options.protocol.info().guarantee.strict(synced));
     let mut report = SimRunReport {
         seed,
         trace_hash: 0,

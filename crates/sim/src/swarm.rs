@@ -165,6 +165,15 @@ impl FaultPlan {
             lock_holders_max: pick(extra, &[2, 64]),
             ..Limits::default()
         });
+        // Limits added later come from a stream of their own, so earlier seeds keep their plans.
+        let limits = limits.map(|l| {
+            let mut later = child_rng(seed, "swarm-plan-limits-2", 0);
+            Limits {
+                read_stamps_max: pick(&mut later, &[2, 64]),
+                dependents_waiting_max: pick(&mut later, &[1, 64]),
+                ..l
+            }
+        });
         // A long partition: one node cut off from every other for most of the fault phase, so
         // that prepared attempts outlive many decisions elsewhere (with shrunken limits, their
         // peers forget all else meanwhile).
@@ -196,12 +205,14 @@ impl FaultPlan {
         if let Some(l) = &limits {
             let _ = write!(
                 text,
-                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {}",
+                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {} read stamps {} dependents {}",
                 l.decided_max,
                 l.deliveries_max,
                 l.inquiries_max,
                 l.reads_waiting_max,
-                l.lock_holders_max
+                l.lock_holders_max,
+                l.read_stamps_max,
+                l.dependents_waiting_max
             );
         }
         Self {

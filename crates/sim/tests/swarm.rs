@@ -191,3 +191,19 @@ fn twopl_replicated_swarm() {
     twopl_swarm("wound-wait", "bank", 170_000, 3);
     twopl_swarm("no-wait", "list-append", 180_000, 3);
 }
+
+/// `2pc-mvto`: cross-shard read-modify-writes over few keys (cascading aborts, timestamp
+/// refusals), phantoms, and replicated shards whose leaders crash (held prepares and read
+/// hints are lost with them). Seeds whose plan skews or steps back clocks are checked for
+/// serializability, the rest for strict serializability (`Guarantee::StrictWithSyncedClocks`).
+#[test]
+fn mvto_swarm() {
+    swarm(ProtocolKind::Mvto, "list-append", 190_000);
+    swarm(ProtocolKind::Mvto, "bank", 200_000);
+}
+
+#[test]
+fn mvto_replicated_swarm() {
+    swarm_with(ProtocolKind::Mvto, "list-append", 210_000, WorkloadOptions::default(), "", 3);
+    swarm_with(ProtocolKind::Mvto, "scan-count", 220_000, WorkloadOptions::default(), "", 3);
+}

@@ -296,6 +296,8 @@ struct ElleCheck {
     events: Vec<(Time, u64, u64, OpType, Vec<RecordedMop>)>,
     dropped: u64,
     malformed: u64,
+    /// Check for strict serializability (else serializability).
+    strict: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -308,7 +310,7 @@ enum RecordedMop {
 
 impl ElleCheck {
     fn new(kind: Kind, keys_per_shard: u64) -> Self {
-        Self { kind, keys_per_shard, events: Vec::new(), dropped: 0, malformed: 0 }
+        Self { kind, keys_per_shard, events: Vec::new(), dropped: 0, malformed: 0, strict: true }
     }
 
     fn invocation(&self, mops: &[(u64, u64)], request: u64) -> Vec<RecordedMop> {
@@ -477,12 +479,14 @@ impl InvariantCheck for ElleCheck {
             }];
         }
         let history = self.history();
-        let (passed, detail) = match check(&history, self.kind.model(), Consistency::StrictSerializable) {
+        let consistency =
+            if self.strict { Consistency::StrictSerializable } else { Consistency::Serializable };
+        let (passed, detail) = match check(&history, self.kind.model(), consistency) {
             Ok((report, _)) if report.valid => (
                 true,
                 format!(
-                    "strict-serializable: {} committed, {} failed, {} unknown; {} ww, {} wr, {} rw, {} realtime edges; no anomaly",
-                    report.txns[0], report.txns[1], report.txns[2],
+                    "{}: {} committed, {} failed, {} unknown; {} ww, {} wr, {} rw, {} realtime edges; no anomaly",
+                    consistency.name(), report.txns[0], report.txns[1], report.txns[2],
                     report.edges[0], report.edges[1], report.edges[2], report.edges[3]
                 ),
             ),
@@ -497,6 +501,10 @@ impl InvariantCheck for ElleCheck {
 
     fn needs_stores(&self) -> bool {
         false
+    }
+
+    fn expect_strict(&mut self, strict: bool) {
+        self.strict = strict;
     }
 
     fn history_json(&self) -> Option<String> {

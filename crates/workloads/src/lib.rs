@@ -91,6 +91,11 @@ pub trait InvariantCheck: Send {
     fn history_json(&self) -> Option<String> {
         None
     }
+    /// Whether the run's histories must be strictly serializable (the default) or only
+    /// serializable: a protocol that orders by clock timestamps promises strictness only while
+    /// clocks are synchronized (`meridian_protocols::Guarantee`). Checks of recorded histories
+    /// follow it; invariants of the final state hold either way.
+    fn expect_strict(&mut self, _strict: bool) {}
 }
 
 /// Hands a completion to `checker`: a request whose outcome the protocol reported unknown

@@ -60,6 +60,8 @@ struct Attempt {
     /// `2pl`: shards that ran pieces for it, which may hold execution locks for it until they
     /// hear a decision (empty under `occ`).
     locked_at: BTreeSet<ShardId>,
+    /// `2pc-mvto`: its timestamp (zero under the other protocols).
+    ts: Timestamp,
 }
 
 impl Attempt {
@@ -121,6 +123,10 @@ pub(super) struct Coordinator {
     /// `2pl`: participants lock at execution; executions carry the request's age, and an
     /// attempt that ends before prepare tells the shards that ran its pieces.
     locking: bool,
+    /// `2pc-mvto`: attempts carry timestamps, each above `ts_floor`: the last one given, and
+    /// the newest version or stamp seen or refused for.
+    mvto: bool,
+    ts_floor: Timestamp,
     /// Requests answered committed, attempts retried, outcomes reported unknown.
     committed_total: u64,
     retried_total: u64,
@@ -146,6 +152,8 @@ impl Coordinator {
                 .choice(super::OPTION_ONE_ROUND, <super::Occ as crate::Protocol>::OPTIONS)
                 == "on",
             locking: matches!(mode, CcMode::Locking(_)),
+            mvto: mode == CcMode::Mvto,
+            ts_floor: Timestamp::ZERO,
             committed_total: 0,
             retried_total: 0,
             indeterminate_total: 0,
@@ -246,6 +254,12 @@ impl Coordinator {
             }
         };
         let txn = self.ids.next_id();
+        let ts = if self.mvto {
+            self.ts_floor = crate::mvto::order::attempt_ts(now, self.ts_floor, self.context.id);
+            self.ts_floor
+        } else {
+            Timestamp::ZERO
+        };
         let state = self.requests.get_mut(request).expect("request in flight");
         assert!(state.attempt.is_none(), "a request runs one attempt at a time");
         state.attempt = Some(txn);
@@ -262,6 +276,7 @@ impl Coordinator {
             ts_max: Timestamp::ZERO,
             probing: None,
             locked_at: BTreeSet::new(),
+            ts,
         };
         if attempt.pieces.is_empty() {
             return self.complete(request, None, Ending::committed(None, CommitPath::Empty), out);
@@ -269,7 +284,8 @@ impl Coordinator {
         match single_shard {
             Some(shard) if self.one_round => {
                 attempt.phase = Phase::ExecuteCommit(shard);
-                self.send(shard, ShardRequest::ExecuteCommit { txn, shard, proc, args }, out);
+                let request = ShardRequest::ExecuteCommit { txn, shard, ts, proc, args };
+                self.send(shard, request, out);
             }
             _ => self.dispatch(txn, &mut attempt, out),
         }
@@ -292,6 +308,7 @@ impl Coordinator {
                 txn,
                 shard,
                 priority,
+                ts: attempt.ts,
                 proc: txn_request.proc,
                 args: txn_request.args.clone(),
                 calls,
@@ -366,7 +383,10 @@ impl Coordinator {
             // Nothing was prepared for this attempt, so nothing can have committed it.
             Err(ExecFailure::Conflict(conflict)) => {
                 self.release_locks(txn, &attempt, out);
-                return self.retry(attempt, cause_of(conflict), timers, out);
+                return {
+                    let cause = self.note_conflict(conflict);
+                    self.retry(attempt, cause, timers, out)
+                };
             }
             Err(ExecFailure::Decided(_) | ExecFailure::Forgotten) => {
                 self.release_locks(txn, &attempt, out);
@@ -379,6 +399,12 @@ impl Coordinator {
             };
             if slot.shard != shard || !slot.sent || slot.output.is_some() {
                 continue;
+            }
+            if let Some(newest) = run.reads.iter().filter_map(|(_, seen)| *seen).map(|v| v.ts).max()
+            {
+                if self.mvto {
+                    self.ts_floor = self.ts_floor.max(newest);
+                }
             }
             let reads = attempt.reads.entry(shard).or_default();
             for (key, seen) in run.reads {
@@ -440,6 +466,7 @@ impl Coordinator {
                 writes,
                 one_phase,
                 participants: participants.iter().copied().collect(),
+                ts: attempt.ts,
             };
             self.send(shard, ShardRequest::Prepare { txn, shard, args }, out);
         }
@@ -489,7 +516,10 @@ impl Coordinator {
             // A refusal: that shard never prepared it, so aborting is safe.
             (Phase::Preparing, Vote::No(conflict)) => {
                 self.abort_prepared(now, txn, &attempt, out);
-                self.retry(attempt, cause_of(conflict), timers, out);
+                {
+                    let cause = self.note_conflict(conflict);
+                    self.retry(attempt, cause, timers, out)
+                };
             }
             (Phase::Preparing, Vote::Forgotten) => {
                 self.start_probing(now, txn, &mut attempt, out);
@@ -514,7 +544,8 @@ impl Coordinator {
                 );
             }
             (Phase::SinglePrepare(s), Vote::No(conflict)) if s == shard => {
-                self.retry(attempt, cause_of(conflict), timers, out)
+                let cause = self.note_conflict(conflict);
+                self.retry(attempt, cause, timers, out)
             }
             (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Forgotten) if s == shard => {
                 self.indeterminate(txn, attempt, s, out)
@@ -655,7 +686,8 @@ impl Coordinator {
             }
             Err(ExecFailure::Forgotten) => self.indeterminate(txn, attempt, shard, out),
             Err(ExecFailure::Conflict(conflict)) => {
-                self.retry(attempt, cause_of(conflict), timers, out)
+                let cause = self.note_conflict(conflict);
+                self.retry(attempt, cause, timers, out)
             }
             Err(ExecFailure::Decided(Decision::Aborted)) => {
                 self.retry(attempt, AbortCause::AlreadyAborted, timers, out)
@@ -930,12 +962,25 @@ impl Coordinator {
 }
 
 /// The cause a report counts for a participant's refusal.
+impl Coordinator {
+    /// The abort cause of a refusal; a timestamp refusal also raises the floor of the next
+    /// attempt's timestamp above what refused it.
+    fn note_conflict(&mut self, conflict: Conflict) -> AbortCause {
+        if let Conflict::TooOld(ts) = conflict {
+            self.ts_floor = self.ts_floor.max(ts);
+        }
+        cause_of(conflict)
+    }
+}
+
 fn cause_of(conflict: Conflict) -> AbortCause {
     match conflict {
         Conflict::Stale => AbortCause::Validation,
         Conflict::Locked => AbortCause::LockDenied,
         Conflict::Wounded => AbortCause::Wounded,
         Conflict::LeaseExpired => AbortCause::LeaseExpired,
+        Conflict::TooOld(_) => AbortCause::TimestampTooOld,
+        Conflict::Cascading => AbortCause::Cascading,
         Conflict::AlreadyAborted => AbortCause::AlreadyAborted,
         Conflict::Full => AbortCause::Busy,
         // Answered before a retry is considered; counted for completeness.

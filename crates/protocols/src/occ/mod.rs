@@ -134,6 +134,11 @@ pub enum Conflict {
     Wounded,
     /// Its execution locks were released after it was idle for the lease (`2pl`).
     LeaseExpired,
+    /// Its timestamp is not above a version, a read stamp or the GC watermark of a key it
+    /// touches (`2pc-mvto`); carries that timestamp, so the retry starts above it.
+    TooOld(Timestamp),
+    /// It read a pending version whose writer aborted (`2pc-mvto`).
+    Cascading,
     /// The attempt was already aborted here.
     AlreadyAborted,
     /// The shard holds as many undecided and unsettled attempts as it may: try again later.
@@ -182,6 +187,9 @@ pub struct PrepareArgs {
     /// Every participant of the attempt, in shard order (for termination without the
     /// coordinator).
     pub participants: Vec<ShardId>,
+    /// The attempt's timestamp (`2pc-mvto`: its reads were at it and it commits at it; zero
+    /// under the other protocols).
+    pub ts: Timestamp,
 }
 
 /// A request to one shard's participant. Not recursive: a forwarded request wraps one of
@@ -197,6 +205,9 @@ pub enum ShardRequest {
         /// The request's age for wound-wait (`2pl`): the coordinator's clock when the request
         /// arrived (smaller is older; attempt ids break ties).
         priority: u64,
+        /// The attempt's timestamp: reads see the newest version below it (`2pc-mvto`; zero
+        /// under the other protocols).
+        ts: Timestamp,
         /// The procedure.
         proc: ProcId,
         /// Its arguments.
@@ -212,6 +223,8 @@ pub enum ShardRequest {
         txn: TxnId,
         /// The shard.
         shard: ShardId,
+        /// The attempt's timestamp (`2pc-mvto`; zero under the other protocols).
+        ts: Timestamp,
         /// The procedure.
         proc: ProcId,
         /// Its arguments.
@@ -384,6 +397,8 @@ pub enum ShardCommand {
         /// lock); applying it records the refusal, so a duplicate of the request cannot commit
         /// the attempt after its coordinator moved on.
         refused: Option<Conflict>,
+        /// The attempt's timestamp (`2pc-mvto`; zero under the other protocols).
+        ts: Timestamp,
         /// The procedure.
         proc: ProcId,
         /// Its arguments.
@@ -443,6 +458,8 @@ pub enum CcMode {
     /// `2pl`: lock at execution (see `crate::twopl`) under this conflict policy; prepare still
     /// validates, which only matters across a leader change.
     Locking(crate::kit::locks::Policy),
+    /// `2pc-mvto`: multi-version timestamp ordering (see `crate::mvto`).
+    Mvto,
 }
 
 /// A node running `occ` (or `2pl`): participants for the shards it hosts, and a coordinator if
@@ -530,18 +547,27 @@ impl OccNode {
                 self.hosts.read(shard, (origin, now, execute), out);
                 return;
             }
-            ShardRequest::ExecuteCommit { txn, proc, args, .. } => {
+            ShardRequest::ExecuteCommit { txn, ts, proc, args, .. } => {
                 // Under locking the leader takes the commit's locks first (or records why not).
                 let window = self.hosts.has_log(shard);
                 let refused = self
                     .hosts
                     .get_mut(shard)
                     .and_then(|p| p.lock_one_round(now, txn, proc, &args, window));
-                ShardCommand::ExecuteCommit { reply_to: origin, now, txn, refused, proc, args }
+                ShardCommand::ExecuteCommit { reply_to: origin, now, txn, refused, ts, proc, args }
             }
             ShardRequest::Prepare { txn, args, .. } => {
-                // Under locking the attempt must still hold its execution locks here.
-                let refused = self.hosts.get_mut(shard).and_then(|p| p.may_prepare(txn, &args));
+                // Under `2pc-mvto` a prepare that read a pending version waits here for its
+                // writer's decision (it comes back through `resume_waiting`).
+                let Some((args, held)) =
+                    self.hosts.get_mut(shard).and_then(|p| p.hold_prepare(now, origin, txn, args))
+                else {
+                    return;
+                };
+                // Under locking the attempt must still hold its execution locks here; under
+                // `2pc-mvto` its writes must be above the reads the leader served.
+                let refused = held
+                    .or_else(|| self.hosts.get_mut(shard).and_then(|p| p.may_prepare(txn, &args)));
                 ShardCommand::Prepare { reply_to: origin, now, txn, refused, args }
             }
             ShardRequest::Commit { txn, ts, .. } => ShardCommand::Decide {
@@ -589,6 +615,19 @@ impl OccNode {
                 }
                 None => {}
             }
+        }
+    }
+
+    /// `2pc-mvto`: prepares held back for a writer's decision whose writers are now decided go
+    /// on (they may wait again, for another writer).
+    fn resume_waiting(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
+        let mut ready = Vec::new();
+        for (shard, participant, _) in self.hosts.iter_mut() {
+            ready.extend(participant.take_unblocked().into_iter().map(|w| (shard, w)));
+        }
+        for (shard, (origin, txn, args)) in ready {
+            let request = ShardRequest::Prepare { txn, shard, args };
+            self.on_shard_request(now, origin, request, false, out);
         }
     }
 
@@ -718,29 +757,28 @@ impl Node for OccNode {
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
         self.handle_message(now, from, msg, out);
+        self.resume_waiting(now, out);
         self.hosts.flush(out);
     }
 
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<OccMsg>) {
         self.handle_timer(now, timer, out);
+        self.resume_waiting(now, out);
         self.hosts.flush(out);
     }
 
-    fn on_persisted(&mut self, _now: Time, token: PersistToken, out: &mut Outbox<OccMsg>) {
+    fn on_persisted(&mut self, now: Time, token: PersistToken, out: &mut Outbox<OccMsg>) {
         self.hosts.on_persisted(token, out);
+        self.resume_waiting(now, out);
         self.hosts.flush(out);
     }
 
-    fn on_persisted_batch(
-        &mut self,
-        _now: Time,
-        tokens: &[PersistToken],
-        out: &mut Outbox<OccMsg>,
-    ) {
+    fn on_persisted_batch(&mut self, now: Time, tokens: &[PersistToken], out: &mut Outbox<OccMsg>) {
         // The Raft messages the whole group commit releases leave together.
         for &token in tokens {
             self.hosts.on_persisted(token, out);
         }
+        self.resume_waiting(now, out);
         self.hosts.flush(out);
     }
 

@@ -8,6 +8,10 @@
 //! - a commit installs versions above every version the key held at prepare (the proposal
 //!   rule), so the store accepts them.
 //!
+//! Under `2pc-mvto` ([`CcMode::Mvto`], the `mvto` submodule) reads see versions below the
+//! attempt's timestamp, prepared writes are pending versions in the store, prepared reads
+//! leave read stamps instead of locks, and the GC watermark moves only in log order.
+//!
 //! Under `2pl` ([`CcMode::Locking`]) the leader also keeps execution locks (see
 //! `crate::twopl`): pieces run only under their locks, a prepare is logged as refused when the
 //! attempt no longer holds them, and every decision releases them. The replicated state and
@@ -18,6 +22,8 @@
 //! command whose contents are malformed (keys off the shard, a key listed twice, a bad
 //! participant list), and state-dependent nonsense (a commit below the proposal) is refused
 //! as a value and counted.
+
+mod mvto;
 
 use super::{CcMode, Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
 use crate::kit::coord::LeaderCache;
@@ -37,7 +43,7 @@ use meridian_core::txn::{
     SCAN_ROWS_MAX,
 };
 use meridian_core::{ShardId, Time, Timestamp, TxnId};
-use meridian_storage::{MvccStore, VersionState};
+use meridian_storage::{MvccStore, Version, VersionState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,8 +84,10 @@ struct Prepared {
 /// A participant's replicated state as a snapshot carries it. The store part holds only the
 /// keys transactions wrote, each with its newest committed version (deletes included): every
 /// replica bulk-loads the same initial data, and `occ` reads only the newest version, so the
-/// initial load plus these rows is the store. Locks follow from `prepared`. Leader-only state
-/// (inquiries, the peers' leaders) is not carried.
+/// initial load plus these rows is the store. Under `2pc-mvto`, which reads history, the rows
+/// are every committed version of those keys (oldest first per key), and the watermark and
+/// read stamps come too; pending versions follow from `prepared`. Locks follow from
+/// `prepared`. Leader-only state (inquiries, the peers' leaders) is not carried.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Image {
     rows: Vec<(Key, Timestamp, TxnId, Option<Value>)>,
@@ -87,6 +95,8 @@ pub(super) struct Image {
     decided: DecidedImage,
     ts_last: Timestamp,
     counts: Counts,
+    watermark: Timestamp,
+    stamps: Option<crate::mvto::order::StampsImage>,
 }
 
 /// Monotonic counters, replicated with the state.
@@ -113,6 +123,8 @@ pub(super) struct Participant {
     peers: LeaderCache,
     /// Leader-only, `2pl`: execution locks.
     locking: Option<Locking<ShardRequest>>,
+    /// `2pc-mvto`: read stamps, held prepares.
+    mvto: Option<mvto::MvtoState>,
 }
 
 /// The vote or failure a doomed attempt gets.
@@ -128,9 +140,16 @@ impl Participant {
     pub(super) fn new(shard: ShardId, context: NodeContext, mode: CcMode) -> Self {
         Self {
             locking: match mode {
-                CcMode::Validation => None,
+                CcMode::Validation | CcMode::Mvto => None,
                 CcMode::Locking(policy) => Some(Locking::new(policy)),
             },
+            mvto: (mode == CcMode::Mvto).then(|| {
+                let at = context.options.choice(
+                    crate::mvto::OPTION_READ_STAMPS,
+                    <crate::mvto::Mvto as crate::Protocol>::OPTIONS,
+                );
+                mvto::MvtoState::new(context.limits.read_stamps_max, at == "execution")
+            }),
             shard,
             store: MvccStore::new(),
             locks: LockTable::new(),
@@ -266,7 +285,10 @@ impl Participant {
             Known::Forgotten => return Vote::Forgotten,
             Known::Unseen => {}
         }
-        let PrepareArgs { reads, scans, writes, one_phase, participants } = request;
+        if self.mvto.is_some() {
+            return self.prepare_mvto(now, txn, request);
+        }
+        let PrepareArgs { reads, scans, writes, one_phase, participants, ts: _ } = request;
         let scan_ranges: Vec<ScanRange> = scans.iter().map(|s| s.range.clone()).collect();
         let read_keys: Vec<Key> = reads.iter().map(|(k, _)| k.clone()).collect();
         let write_keys: Vec<Key> = writes.iter().map(|w| w.key.clone()).collect();
@@ -370,7 +392,9 @@ impl Participant {
             return Some(PeerState::Decided(decision));
         };
         if let Decision::Committed(ts) = decision {
-            if ts < prepared.proposal {
+            // Under `2pc-mvto` every participant proposes the attempt's timestamp, and its
+            // pending versions sit there.
+            if ts < prepared.proposal || (self.mvto.is_some() && ts != prepared.proposal) {
                 self.counts.refused_malformed += 1;
                 return None;
             }
@@ -378,7 +402,12 @@ impl Participant {
         let prepared = self.prepared.remove(&txn).expect("checked above");
         self.locks.release_all(txn);
         self.inquiries.close(txn);
-        if let Decision::Committed(ts) = decision {
+        if self.mvto.is_some() {
+            self.decide_mvto(txn, &prepared, decision);
+            if let Decision::Committed(ts) = decision {
+                self.ts_last = self.ts_last.max(ts);
+            }
+        } else if let Decision::Committed(ts) = decision {
             self.install(txn, &prepared.writes, ts);
             self.ts_last = self.ts_last.max(ts);
         }
@@ -387,15 +416,16 @@ impl Participant {
     }
 
     fn install(&mut self, txn: TxnId, writes: &[Write], ts: Timestamp) {
+        self.install_as(txn, writes, ts, VersionState::Committed);
+    }
+
+    /// Writes `writes` at `ts` as versions in `state` (pending: a `2pc-mvto` prepare). The
+    /// caller has checked that `ts` is above every version of the keys and the watermark.
+    fn install_as(&mut self, txn: TxnId, writes: &[Write], ts: Timestamp, state: VersionState) {
         for write in writes {
-            if let Err(error) = self.store.write(
-                write.key.clone(),
-                ts,
-                write.value.clone(),
-                txn,
-                VersionState::Committed,
-            ) {
-                panic!("occ commit of {txn} at {} refused by the store: {error}", ts.0);
+            let (key, value) = (write.key.clone(), write.value.clone());
+            if let Err(error) = self.store.write(key, ts, value, txn, state) {
+                panic!("{state:?} write of {txn} at {} refused by the store: {error}", ts.0);
             }
         }
     }
@@ -433,16 +463,20 @@ impl Participant {
     /// leads, starts inquiries (prepared attempts whose coordinator has been quiet too long,
     /// commits unsettled too long) and sends the queries due.
     pub(super) fn on_gc_tick(&mut self, now: Time, leads: bool, out: &mut Outbox<OccMsg>) {
-        let mut watermark =
-            Timestamp(self.ts_last.0.saturating_sub(self.context.timing.gc_retention_ns));
-        if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
-            watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
+        // Under `2pc-mvto` the watermark moves in log order instead (`advance_watermark`).
+        if self.mvto.is_none() {
+            let mut watermark =
+                Timestamp(self.ts_last.0.saturating_sub(self.context.timing.gc_retention_ns));
+            if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
+                watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
+            }
+            self.store.set_gc_watermark(watermark);
         }
-        self.store.set_gc_watermark(watermark);
         if !leads {
             self.inquiries.clear();
             return;
         }
+        self.expire_waiting(now);
         let rpc_ns = self.context.timing.rpc_timeout_ns;
         if let Some(locking) = self.locking.as_mut() {
             let mut released = Released::new();
@@ -561,6 +595,9 @@ impl Participant {
     /// execution locks of what it read and writes here), if it must. Attempts prepared or
     /// decided here go to the log as they are (the log answers duplicates).
     pub(super) fn may_prepare(&mut self, txn: TxnId, args: &PrepareArgs) -> Option<Conflict> {
+        if self.mvto.is_some() {
+            return self.may_prepare_mvto(txn, args);
+        }
         let locking = self.locking.as_mut()?;
         if self.prepared.contains_key(&txn) || !matches!(self.decided.get(txn), Known::Unseen) {
             return None;
@@ -755,6 +792,9 @@ impl Participant {
             ("occ_participant_terminated_total", self.counts.terminated),
             ("occ_participant_refused_malformed_total", self.counts.refused_malformed),
         ];
+        if let Some(m) = &self.mvto {
+            counters.extend(m.counters());
+        }
         if let Some(l) = &self.locking {
             let (holders, waiting, keys) = l.gauges();
             counters.extend([
@@ -806,7 +846,13 @@ impl Participant {
                 }
                 Ok(())
             }
-            ShardCommand::ExecuteCommit { .. } | ShardCommand::Query { .. } => Ok(()),
+            ShardCommand::ExecuteCommit { ts, .. } => {
+                if self.mvto.is_some() && *ts == Timestamp::ZERO {
+                    return Err("a 2pc-mvto one-round commit without a timestamp".into());
+                }
+                Ok(())
+            }
+            ShardCommand::Query { .. } => Ok(()),
             ShardCommand::Settle { .. } => Ok(()),
         }
     }
@@ -848,6 +894,9 @@ impl Participant {
         if args.one_phase && args.participants.len() != 1 {
             return Err("a one-phase prepare with several participants".into());
         }
+        if self.mvto.is_some() && args.ts == Timestamp::ZERO {
+            return Err("a 2pc-mvto prepare without a timestamp".into());
+        }
         Ok(())
     }
 }
@@ -876,6 +925,13 @@ impl StateMachine for Participant {
 
     fn apply(&mut self, command: ShardCommand, answer: bool, out: &mut Outbox<OccMsg>) {
         let shard = self.shard;
+        match &command {
+            ShardCommand::Prepare { now, .. }
+            | ShardCommand::ExecuteCommit { now, .. }
+            | ShardCommand::Decide { now, .. }
+            | ShardCommand::Query { now, .. } => self.advance_watermark(*now),
+            ShardCommand::Settle { .. } => {}
+        }
         match command {
             ShardCommand::Prepare { reply_to, now, txn, refused, args } => {
                 let vote = match refused {
@@ -889,9 +945,12 @@ impl StateMachine for Participant {
                     out.send(reply_to, OccMsg::Prepared { txn, shard, vote });
                 }
             }
-            ShardCommand::ExecuteCommit { reply_to, now, txn, refused, proc, args } => {
+            ShardCommand::ExecuteCommit { reply_to, now, txn, refused, ts, proc, args } => {
                 let mut result = match refused {
                     Some(conflict) => self.refuse_one_round(now, txn, conflict),
+                    None if self.mvto.is_some() => {
+                        self.execute_commit_mvto(now, txn, ts, proc, &args)
+                    }
                     None => self.on_execute_commit(now, txn, proc, &args),
                 };
                 self.release_exec(now, txn, out);
@@ -953,15 +1012,22 @@ impl StateMachine for Participant {
         if self.locking.is_some() {
             return self.execute_locked(now, origin, request, out);
         }
-        let ShardRequest::Execute { txn, shard, proc, args, calls, overlay, .. } = request else {
+        let ShardRequest::Execute { txn, shard, ts, proc, args, calls, overlay, .. } = request
+        else {
             return;
         };
-        let result = self.on_execute(txn, proc, &args, &calls, overlay);
+        let result = match self.mvto {
+            Some(_) => self.execute_mvto(txn, ts, proc, &args, &calls, overlay),
+            None => self.on_execute(txn, proc, &args, &calls, overlay),
+        };
         out.send(origin, OccMsg::Executed { txn, shard, result });
     }
 
     fn on_leadership(&mut self, _leads: bool) {
         self.inquiries.clear();
+        if let Some(m) = self.mvto.as_mut() {
+            m.clear_leader_state();
+        }
         // Execution locks are the leader's alone: a new term starts without any (attempts
         // that held some fail to prepare and retry).
         if let Some(locking) = self.locking.as_mut() {
@@ -978,17 +1044,36 @@ impl StateMachine for Participant {
             decided: DecidedImage,
             ts_last: Timestamp,
             counts: Counts,
+            watermark: Timestamp,
+            stamps: Option<crate::mvto::order::StampsImage>,
         }
-        let image = ImageRef {
-            rows: self
+        let rows = match &self.mvto {
+            None => self
                 .store
                 .written_since_load()
                 .map(|(k, v)| (k, v.ts, v.writer, &v.value))
                 .collect(),
+            // Reads see history: every committed version of the written keys.
+            Some(_) => self
+                .store
+                .written_since_load()
+                .flat_map(|(k, _)| {
+                    self.store
+                        .versions(k)
+                        .iter()
+                        .filter(|v| v.state == VersionState::Committed)
+                        .map(move |v| (k, v.ts, v.writer, &v.value))
+                })
+                .collect(),
+        };
+        let image = ImageRef {
+            rows,
             prepared: self.prepared.iter().map(|(&txn, p)| (txn, p)).collect(),
             decided: self.decided.image(),
             ts_last: self.ts_last,
             counts: self.counts,
+            watermark: self.store.gc_watermark(),
+            stamps: self.mvto.as_ref().map(|m| m.stamps.image()),
         };
         postcard::to_allocvec(&image).expect("images encode")
     }
@@ -997,23 +1082,47 @@ impl StateMachine for Participant {
         let image: Image = postcard::from_bytes(bytes)
             .map_err(|e| format!("snapshot image does not decode: {e}"))?;
         image.decided.check(context.limits.decided_max)?;
+        if let Some(stamps) = &image.stamps {
+            crate::mvto::order::ReadStamps::check_image(stamps, context.limits.read_stamps_max)?;
+        }
+        if image.rows.windows(2).any(|w| w[0].0 == w[1].0 && w[0].1 >= w[1].1) {
+            return Err("snapshot versions of a key are not in timestamp order".into());
+        }
         Ok(image)
     }
 
     /// The rows go over the store as it is (the initial load, or an older state of the same
     /// log); everything else is replaced.
     fn install(&mut self, image: Image) {
-        for (key, ts, writer, value) in image.rows {
-            self.store.restore_latest(key, ts, writer, value);
+        // Pending versions of the attempts prepared before belong to the old state.
+        for (txn, prepared) in std::mem::take(&mut self.prepared) {
+            for write in prepared.writes.iter().filter(|_| self.mvto.is_some()) {
+                self.store.revoke(&write.key, txn);
+            }
         }
+        let mut rows = image.rows.into_iter().peekable();
+        while let Some((key, ts, writer, value)) = rows.next() {
+            let mut chain = vec![Version { ts, value, writer, state: VersionState::Committed }];
+            while let Some((_, ts, writer, value)) = rows.next_if(|(next, ..)| *next == key) {
+                chain.push(Version { ts, value, writer, state: VersionState::Committed });
+            }
+            self.store.restore_chain(key, chain);
+        }
+        self.store.set_gc_watermark(image.watermark);
         self.locks = LockTable::new();
-        self.prepared.clear();
         for (txn, prepared) in image.prepared {
             let writes: Vec<Key> = prepared.writes.iter().map(|w| w.key.clone()).collect();
             self.locks
                 .try_all(txn, &prepared.reads, &prepared.scans, &writes)
                 .expect("the prepared attempts of one state never conflict");
+            if self.mvto.is_some() {
+                self.install_as(txn, &prepared.writes, prepared.proposal, VersionState::Pending);
+            }
             self.prepared.insert(txn, prepared);
+        }
+        if let (Some(m), Some(stamps)) = (self.mvto.as_mut(), image.stamps) {
+            m.stamps.install(stamps);
+            m.clear_leader_state();
         }
         self.decided.install(image.decided);
         self.ts_last = image.ts_last;

@@ -212,6 +212,10 @@ impl Net {
     }
 
     fn build(limits: crate::Limits, mode: CcMode) -> Self {
+        Self::build_with(limits, mode, crate::ProtocolOptions::default())
+    }
+
+    fn build_with(limits: crate::Limits, mode: CcMode, options: crate::ProtocolOptions) -> Self {
         let topology = Arc::new(Topology::standard(vec!["r0".into()], 2, 1).unwrap());
         let mut registry = Registry::default();
         registry.register(Arc::new(ReadWrite));
@@ -232,6 +236,7 @@ impl Net {
                     timing.clone(),
                 );
                 context.limits = limits;
+                context.options = options.clone();
                 OccNode::restore_as(context, &BTreeMap::new(), mode).unwrap()
             })
             .collect();
@@ -645,6 +650,7 @@ fn late_prepare_after_abort_is_refused() {
             writes: vec![Write { key: key(1), value: None }],
             one_phase: false,
             participants: vec![ShardId(0), ShardId(1)],
+            ts: Timestamp::ZERO,
         },
     );
     assert_eq!(vote, Vote::No(Conflict::AlreadyAborted));
@@ -669,7 +675,8 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 scans: vec![],
                 writes: vec![],
                 one_phase: false,
-                participants: vec![ShardId(0), ShardId(1)]
+                participants: vec![ShardId(0), ShardId(1)],
+                ts: Timestamp::ZERO,
             }
         ),
         Vote::Yes(_)
@@ -683,6 +690,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
             writes: vec![Write { key: key(1), value: Some(vec![0; 8]) }],
             one_phase: false,
             participants: vec![ShardId(0), ShardId(1)],
+            ts: Timestamp::ZERO,
         },
     );
     assert_eq!(blocked, Vote::No(Conflict::Locked));
@@ -696,7 +704,8 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 scans: vec![],
                 writes: vec![Write { key: key(2), value: None }],
                 one_phase: false,
-                participants: vec![ShardId(0), ShardId(1)]
+                participants: vec![ShardId(0), ShardId(1)],
+                ts: Timestamp::ZERO,
             }
         ),
         Vote::Yes(_)
@@ -711,7 +720,8 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 scans: vec![],
                 writes: vec![],
                 one_phase: false,
-                participants: vec![ShardId(0), ShardId(1)]
+                participants: vec![ShardId(0), ShardId(1)],
+                ts: Timestamp::ZERO,
             }
         ),
         Vote::No(Conflict::Locked)
@@ -728,7 +738,8 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 scans: vec![],
                 writes: vec![],
                 one_phase: false,
-                participants: vec![ShardId(0), ShardId(1)]
+                participants: vec![ShardId(0), ShardId(1)],
+                ts: Timestamp::ZERO,
             }
         ),
         Vote::No(Conflict::Stale)
@@ -815,6 +826,7 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
         writes: vec![Write { key: key(key_id), value: Some(7u64.to_le_bytes().to_vec()) }],
         one_phase: false,
         participants: both.clone(),
+        ts: Timestamp::ZERO,
     };
     assert!(matches!(participant.on_prepare(10, txn(1), prepare(1)), Vote::Yes(_)));
     // Later attempts of the same coordinator are refused and evicted.
@@ -848,6 +860,7 @@ fn mutated_and_random_connection_streams_never_panic_the_reader() {
             txn,
             shard: ShardId(0),
             priority: 7,
+            ts: Timestamp::ZERO,
             proc: meridian_core::txn::ProcId(0),
             args: rw(&[1, 2], &[(3, 4)]).args,
             calls: vec![PieceCall { piece: 0, inputs: vec![vec![Datum::Uint(5)]] }],
@@ -913,6 +926,7 @@ fn a_prepare_carrying_a_stale_scan_votes_no() {
         writes,
         one_phase: false,
         participants: both.clone(),
+        ts: Timestamp::ZERO,
     };
     let empty = crate::kit::exec::ScanCheck { range: scan_of(10, 20), rows: vec![] };
     // A row appears in the range (another attempt commits an insert).
@@ -1093,6 +1107,7 @@ fn a_replicated_leader_answers_only_after_the_log_entry_commits() {
             writes: vec![Write { key: key(3), value: Some(vec![1]) }],
             one_phase: false,
             participants: vec![ShardId(0)],
+            ts: Timestamp::ZERO,
         },
     };
     queue.push_back((coordinator, leader, OccMsg::Request(prepare)));
@@ -1155,6 +1170,7 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
         ],
         one_phase: false,
         participants: both.clone(),
+        ts: Timestamp::ZERO,
     };
     let elsewhere =
         PrepareArgs { writes: vec![Write { key: key(150), value: None }], ..twice.clone() };
@@ -1182,6 +1198,7 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
         writes: vec![Write { key: key(4), value: Some(vec![1]) }],
         one_phase: false,
         participants: both,
+        ts: Timestamp::ZERO,
     };
     let Vote::Yes(proposal) = participant.on_prepare(1_000, txn, prepare) else { panic!() };
     let below = Decision::Committed(Timestamp(proposal.0 - 1));
@@ -1349,6 +1366,7 @@ fn twopl_execution_locks_of_a_vanished_coordinator_expire_with_the_lease() {
         writes: vec![Write { key: key(5), value: None }],
         one_phase: false,
         participants: vec![ShardId(0), ShardId(1)],
+        ts: Timestamp::ZERO,
     };
     let request = ShardRequest::Prepare { txn: attempt(0), shard: ShardId(0), args };
     let mut out = Outbox::new();
@@ -1405,4 +1423,215 @@ fn twopl_lock_holders_beyond_the_limit_are_refused_not_admitted() {
     assert_eq!((net.value(6), net.value(106)), (Some(2), Some(2)));
     net.settle();
     net.assert_quiescent();
+}
+
+// ---- 2pc-mvto -------------------------------------------------------------------------------
+
+/// A `2pc-mvto` participant of shard 0 (keys 0..100) and attempt ids for it.
+fn mvto_participant() -> Participant {
+    let context = Net::new().nodes[0].context.clone();
+    Participant::new(ShardId(0), context, CcMode::Mvto)
+}
+
+/// A prepare at `ts` reading `reads` (id and the version seen) and writing `writes`.
+fn mvto_args(
+    ts: u64,
+    reads: &[(u64, Option<VersionTag>)],
+    writes: &[(u64, u64)],
+    one_phase: bool,
+) -> PrepareArgs {
+    PrepareArgs {
+        reads: reads.iter().map(|&(id, seen)| (key(id), seen)).collect(),
+        scans: vec![],
+        writes: writes
+            .iter()
+            .map(|&(id, v)| Write { key: key(id), value: Some(v.to_le_bytes().to_vec()) })
+            .collect(),
+        one_phase,
+        participants: if one_phase { vec![ShardId(0)] } else { vec![ShardId(0), ShardId(1)] },
+        ts: Timestamp(ts),
+    }
+}
+
+fn tag(ts: u64, writer: TxnId) -> Option<VersionTag> {
+    Some(VersionTag { ts: Timestamp(ts), writer })
+}
+
+/// The value and writer a read of `id` at `ts` sees.
+fn mvto_read(p: &Participant, id: u64, ts: u64) -> Option<(u64, TxnId)> {
+    use crate::kit::exec::ReadSource;
+    let source = crate::mvto::order::Below(p.store(), Timestamp(ts));
+    source.read(&key(id)).map(|v| (as_u64(&v.value), v.writer))
+}
+
+#[test]
+fn mvto_reads_see_the_newest_version_below_their_timestamp() {
+    let mut p = mvto_participant();
+    let (t1, t2) = (attempt(1), attempt(2));
+    assert_eq!(
+        p.on_prepare(0, t1, mvto_args(100, &[], &[(1, 10)], true)),
+        Vote::Committed(Timestamp(100))
+    );
+    assert_eq!(
+        p.on_prepare(0, t2, mvto_args(200, &[], &[(1, 20)], true)),
+        Vote::Committed(Timestamp(200))
+    );
+    assert_eq!(mvto_read(&p, 1, 150), Some((10, t1)), "history below a newer commit");
+    assert_eq!(mvto_read(&p, 1, 201), Some((20, t2)));
+    assert_eq!(
+        mvto_read(&p, 1, 100),
+        None,
+        "a version at the reader's own timestamp is not below it"
+    );
+    // A reader at 150 that saw t1's version still validates: t2's version is above it.
+    let t3 = attempt(3);
+    assert_eq!(
+        p.on_prepare(0, t3, mvto_args(150, &[(1, tag(100, t1))], &[], true)),
+        Vote::Committed(Timestamp(150))
+    );
+}
+
+#[test]
+fn mvto_writes_below_a_prepared_read_or_a_newer_version_are_too_old() {
+    let mut p = mvto_participant();
+    let (reader, writer) = (attempt(1), attempt(2));
+    assert_eq!(
+        p.on_prepare(0, reader, mvto_args(300, &[(1, None)], &[], false)),
+        Vote::Yes(Timestamp(300))
+    );
+    assert_eq!(
+        p.on_prepare(0, writer, mvto_args(250, &[], &[(1, 5)], false)),
+        Vote::No(Conflict::TooOld(Timestamp(300))),
+        "the prepared read at 300 stamped the key"
+    );
+    assert_eq!(
+        p.on_prepare(0, attempt(3), mvto_args(350, &[], &[(1, 5)], true)),
+        Vote::Committed(Timestamp(350))
+    );
+    assert_eq!(
+        p.on_prepare(0, attempt(4), mvto_args(340, &[], &[(1, 6)], true)),
+        Vote::No(Conflict::TooOld(Timestamp(350))),
+        "versions are only added on top"
+    );
+    // The reader's decision changes none of this, and a refused attempt stays refused.
+    p.on_decision(0, reader, Decision::Committed(Timestamp(300)));
+    assert_eq!(
+        p.on_prepare(0, writer, mvto_args(250, &[], &[(1, 5)], false)),
+        Vote::No(Conflict::AlreadyAborted)
+    );
+    assert_eq!(p.prepared_count(), 0);
+}
+
+#[test]
+fn mvto_a_prepare_that_read_a_pending_version_waits_for_its_writer() {
+    for writer_commits in [true, false] {
+        let mut p = mvto_participant();
+        let (writer, reader) = (attempt(1), attempt(2));
+        assert_eq!(
+            p.on_prepare(0, writer, mvto_args(400, &[], &[(1, 7)], false)),
+            Vote::Yes(Timestamp(400))
+        );
+        assert_eq!(mvto_read(&p, 1, 450), Some((7, writer)), "a pending version is read");
+        let args = mvto_args(450, &[(1, tag(400, writer))], &[(2, 8)], false);
+        assert!(p.hold_prepare(0, COORDINATOR, reader, args,).is_none(), "held for the writer");
+        assert!(p.take_unblocked().is_empty());
+        let decision =
+            if writer_commits { Decision::Committed(Timestamp(400)) } else { Decision::Aborted };
+        p.on_decision(0, writer, decision);
+        let mut ready = p.take_unblocked();
+        assert_eq!(ready.len(), 1, "the writer is decided: the prepare goes on");
+        let (origin, txn, args) = ready.remove(0);
+        assert_eq!((origin, txn), (COORDINATOR, reader));
+        let vote = p.on_prepare(0, reader, args);
+        if writer_commits {
+            assert_eq!(vote, Vote::Yes(Timestamp(450)));
+            assert_eq!(mvto_read(&p, 1, 500), Some((7, writer)));
+        } else {
+            assert_eq!(vote, Vote::No(Conflict::Cascading), "it read a write that never happened");
+            assert_eq!(mvto_read(&p, 1, 500), None, "the aborted write is gone");
+            assert_eq!(
+                p.counters().iter().find(|c| c.0 == "mvto_cascading_aborts_total").unwrap().1,
+                1
+            );
+        }
+    }
+}
+
+#[test]
+fn mvto_a_read_at_a_timestamp_another_attempt_wrote_at_is_refused() {
+    // Two attempts with one timestamp (a coordinator whose clock stepped back across a
+    // restart): the reader cannot be ordered against the writer, so it is refused.
+    let mut p = mvto_participant();
+    assert_eq!(
+        p.on_prepare(0, attempt(1), mvto_args(500, &[], &[(1, 1)], true)),
+        Vote::Committed(Timestamp(500))
+    );
+    assert_eq!(
+        p.on_prepare(0, attempt(2), mvto_args(500, &[(1, None)], &[(2, 1)], true)),
+        Vote::No(Conflict::Stale)
+    );
+}
+
+#[test]
+fn mvto_a_snapshot_carries_history_stamps_and_pending_versions() {
+    use crate::kit::host::StateMachine;
+    let mut p = mvto_participant();
+    let context = Net::new().nodes[0].context.clone();
+    p.on_prepare(0, attempt(1), mvto_args(100, &[], &[(1, 10)], true));
+    p.on_prepare(0, attempt(2), mvto_args(200, &[], &[(1, 20)], true));
+    p.on_prepare(0, attempt(3), mvto_args(300, &[(3, None)], &[], false));
+    p.on_prepare(0, attempt(4), mvto_args(400, &[], &[(2, 40)], false));
+    let mut copy = mvto_participant();
+    // The copy's own prepared attempt (an older state) is replaced, its pending version too.
+    copy.on_prepare(0, attempt(9), mvto_args(50, &[], &[(5, 1)], false));
+    let image = Participant::decode_image(&context, &p.image()).unwrap();
+    copy.install(image);
+    for id in 1..=5 {
+        for ts in [50, 101, 150, 201, 401] {
+            assert_eq!(mvto_read(&copy, id, ts), mvto_read(&p, id, ts), "id {id} at {ts}");
+        }
+    }
+    assert_eq!(copy.prepared_count(), 2);
+    assert_eq!(
+        copy.on_prepare(0, attempt(5), mvto_args(250, &[], &[(3, 1)], false)),
+        Vote::No(Conflict::TooOld(Timestamp(300))),
+        "the read stamp came along"
+    );
+    copy.on_decision(0, attempt(4), Decision::Committed(Timestamp(400)));
+    assert_eq!(mvto_read(&copy, 2, 401), Some((40, attempt(4))), "the pending version committed");
+}
+
+/// Ten concurrent read-modify-write transactions under `2pc-mvto` (both read-stamp rules)
+/// end at 10 on both shards, each committed at its attempt's timestamp (the coordinator's
+/// slot in the low bits).
+#[test]
+fn mvto_conflicting_increments_serialize() {
+    for stamps in ["prepare", "execution"] {
+        let pairs = [(crate::mvto::OPTION_READ_STAMPS.to_string(), stamps.to_string())];
+        let options = crate::ProtocolKind::Mvto.options(&pairs).expect("a valid option");
+        let mut net = Net::build_with(crate::Limits::default(), CcMode::Mvto, options);
+        let requests: Vec<u64> = (1..=10).collect();
+        for &r in &requests {
+            net.submit(r, rw(&[9, 109], &[(9, r), (109, r)]));
+        }
+        net.answered(&requests);
+        net.settle();
+        assert!(requests.iter().all(|&r| net.outcome(r).result == TxnResult::Committed));
+        let ts: Vec<u64> = requests.iter().map(|&r| net.outcome(r).commit_ts.unwrap().0).collect();
+        assert!(ts
+            .iter()
+            .all(|t| t % crate::mvto::order::TS_NODE_SLOTS == u64::from(COORDINATOR.0)));
+        // In timestamp order, every request read what the one before it wrote (on both
+        // shards), and the last one's writes remain.
+        let mut order = requests.clone();
+        order.sort_by_key(|&r| net.outcome(r).commit_ts);
+        let mut before = 0;
+        for &r in &order {
+            let read = vec![Datum::Uint(before)];
+            assert_eq!(net.outcome(r).outputs, vec![read.clone(), read], "{stamps}: request {r}");
+            before = r;
+        }
+        assert_eq!((net.value(9), net.value(109)), (Some(before), Some(before)));
+        net.assert_quiescent();
+    }
 }

@@ -1,0 +1,347 @@
+//! Multi-version timestamp ordering: the pieces `2pc-mvto`'s participant uses (see the module
+//! above for the rules they implement).
+//!
+//! - [`attempt_ts`]: a coordinator's attempt timestamps, unique across coordinators (the low
+//!   bits name the node) and increasing at each one.
+//! - [`Below`]: the read source of an attempt at timestamp `ts`: the newest version strictly
+//!   below `ts`, pending versions included (a read of one makes the attempt depend on its
+//!   writer).
+//! - [`ReadStamps`]: the replicated read timestamps (per key and per scanned range) that a
+//!   write must exceed, bounded: evicting a stamp raises a floor that every write must exceed
+//!   instead, so forgetting a stamp can refuse a write but never admit one it would have
+//!   refused.
+
+use crate::kit::exec::ReadSource;
+use meridian_core::key::Key;
+use meridian_core::topology::NODES_MAX;
+use meridian_core::txn::ScanRange;
+use meridian_core::{NodeId, Time, Timestamp};
+use meridian_storage::{MvccStore, Version, VersionState};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Attempt timestamps are multiples of this plus the coordinator's node index, so two
+/// coordinators never pick the same one.
+pub(crate) const TS_NODE_SLOTS: u64 = NODES_MAX as u64;
+const _: () = assert!(TS_NODE_SLOTS.is_power_of_two() && TS_NODE_SLOTS >= NODES_MAX as u64);
+
+/// Scanned ranges whose stamps a shard keeps at once; beyond it the oldest goes into the floor.
+pub(crate) const RANGE_STAMPS_MAX: usize = 1_024;
+
+/// The timestamp of a new attempt at coordinator `node`: above `floor` (the coordinator's last
+/// attempt timestamp and the newest version or stamp it was refused for), at or above its clock
+/// `now`, and `node` modulo [`TS_NODE_SLOTS`].
+pub(crate) fn attempt_ts(now: Time, floor: Timestamp, node: NodeId) -> Timestamp {
+    debug_assert!(u64::from(node.0) < TS_NODE_SLOTS);
+    let base = now.max(floor.0.saturating_add(1));
+    let ts = (base / TS_NODE_SLOTS).saturating_add(1).saturating_mul(TS_NODE_SLOTS);
+    let ts = Timestamp(ts.saturating_add(u64::from(node.0)));
+    debug_assert!(ts > floor);
+    ts
+}
+
+/// The newest version of `key` (committed or pending) strictly below `ts`.
+pub(crate) fn version_below<'a>(
+    store: &'a MvccStore,
+    key: &Key,
+    ts: Timestamp,
+) -> Option<&'a Version> {
+    store.versions(key).iter().rev().find(|v| v.ts < ts)
+}
+
+/// True when `key` has a version at exactly `ts` written by another attempt: a read at `ts`
+/// cannot be ordered against it.
+pub(crate) fn taken_at(
+    store: &MvccStore,
+    key: &Key,
+    ts: Timestamp,
+    own: meridian_core::TxnId,
+) -> bool {
+    store.versions(key).iter().any(|v| v.ts == ts && v.writer != own)
+}
+
+/// The pending version `key` holds, if any (at most one: prepared writers exclude each other).
+pub(crate) fn pending_of<'a>(store: &'a MvccStore, key: &Key) -> Option<&'a Version> {
+    store.versions(key).iter().rev().find(|v| v.state == VersionState::Pending)
+}
+
+/// What an attempt at `ts` reads: the newest version below `ts`, pending ones included; scans
+/// see committed rows below `ts` (a pending row in the range is checked at prepare).
+pub(crate) struct Below<'a>(pub &'a MvccStore, pub Timestamp);
+
+impl ReadSource for Below<'_> {
+    fn read(&self, key: &Key) -> Option<&Version> {
+        version_below(self.0, key, self.1)
+    }
+
+    fn scan(&self, range: &ScanRange) -> Vec<(Key, Version)> {
+        self.0.scan(range, Timestamp(self.1 .0.saturating_sub(1)))
+    }
+}
+
+/// Whether `key` lies in `range`.
+fn contains(range: &ScanRange, key: &Key) -> bool {
+    range.start <= *key && *key < range.end
+}
+
+/// Read timestamps a write must exceed. Replicated: every replica records the same stamps in
+/// the same order (at prepare), so every replica refuses the same writes.
+#[derive(Clone, Debug)]
+pub(crate) struct ReadStamps {
+    keys: BTreeMap<Key, Timestamp>,
+    by_ts: BTreeSet<(Timestamp, Key)>,
+    ranges: Vec<(ScanRange, Timestamp)>,
+    /// Every write must be above this: the largest stamp evicted for room.
+    floor: Timestamp,
+    keys_max: usize,
+    evicted_total: u64,
+}
+
+/// [`ReadStamps`] as a snapshot carries it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct StampsImage {
+    keys: Vec<(Key, Timestamp)>,
+    ranges: Vec<(ScanRange, Timestamp)>,
+    floor: Timestamp,
+    evicted_total: u64,
+}
+
+impl ReadStamps {
+    /// Empty, keeping at most `keys_max` key stamps.
+    pub(crate) fn new(keys_max: usize) -> Self {
+        assert!(keys_max > 0, "the limit is validated");
+        Self {
+            keys: BTreeMap::new(),
+            by_ts: BTreeSet::new(),
+            ranges: Vec::new(),
+            floor: Timestamp::ZERO,
+            keys_max,
+            evicted_total: 0,
+        }
+    }
+
+    /// A read of `key` at `ts` prepared: later writes of `key` must be above `ts`.
+    pub(crate) fn note_read(&mut self, key: &Key, ts: Timestamp) {
+        if ts <= self.floor {
+            return;
+        }
+        if let Some(&old) = self.keys.get(key) {
+            if old >= ts {
+                return;
+            }
+            self.by_ts.remove(&(old, key.clone()));
+        } else if self.keys.len() >= self.keys_max {
+            let oldest = self.by_ts.pop_first().expect("the map is full, so not empty");
+            self.keys.remove(&oldest.1);
+            self.floor = self.floor.max(oldest.0);
+            self.evicted_total += 1;
+            if ts <= self.floor {
+                return;
+            }
+        }
+        self.keys.insert(key.clone(), ts);
+        self.by_ts.insert((ts, key.clone()));
+        debug_assert_eq!(self.keys.len(), self.by_ts.len());
+    }
+
+    /// A scan of `range` at `ts` prepared: later writes inside it must be above `ts`.
+    pub(crate) fn note_scan(&mut self, range: &ScanRange, ts: Timestamp) {
+        if ts <= self.floor {
+            return;
+        }
+        if self.ranges.len() >= RANGE_STAMPS_MAX {
+            let (index, _) = self
+                .ranges
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, (_, stamp))| *stamp)
+                .expect("full, so not empty");
+            let (_, stamp) = self.ranges.swap_remove(index);
+            self.floor = self.floor.max(stamp);
+            self.evicted_total += 1;
+        }
+        self.ranges.push((range.clone(), ts));
+    }
+
+    /// The stamp a write of `key` must exceed.
+    pub(crate) fn stamp_of(&self, key: &Key) -> Timestamp {
+        let own = self.keys.get(key).copied().unwrap_or(Timestamp::ZERO);
+        let ranged = self
+            .ranges
+            .iter()
+            .filter(|(range, _)| contains(range, key))
+            .map(|(_, stamp)| *stamp)
+            .max()
+            .unwrap_or(Timestamp::ZERO);
+        self.floor.max(own).max(ranged)
+    }
+
+    /// Drops stamps at or below `watermark`: writes there are refused by the watermark anyway.
+    pub(crate) fn forget_below(&mut self, watermark: Timestamp) {
+        while let Some((ts, _)) = self.by_ts.first() {
+            if *ts > watermark {
+                break;
+            }
+            let (_, key) = self.by_ts.pop_first().expect("just seen");
+            self.keys.remove(&key);
+        }
+        self.ranges.retain(|(_, stamp)| *stamp > watermark);
+    }
+
+    /// Stamps held (keys and ranges).
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len() + self.ranges.len()
+    }
+
+    /// Stamps evicted for room since the start.
+    pub(crate) fn evicted_total(&self) -> u64 {
+        self.evicted_total
+    }
+
+    pub(crate) fn image(&self) -> StampsImage {
+        StampsImage {
+            keys: self.keys.iter().map(|(k, &ts)| (k.clone(), ts)).collect(),
+            ranges: self.ranges.clone(),
+            floor: self.floor,
+            evicted_total: self.evicted_total,
+        }
+    }
+
+    /// Checks an image from a snapshot fits this shard's bounds.
+    pub(crate) fn check_image(image: &StampsImage, keys_max: usize) -> Result<(), String> {
+        if image.keys.len() > keys_max || image.ranges.len() > RANGE_STAMPS_MAX {
+            return Err(format!(
+                "snapshot holds {} key and {} range stamps, over {keys_max} and {RANGE_STAMPS_MAX}",
+                image.keys.len(),
+                image.ranges.len()
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn install(&mut self, image: StampsImage) {
+        self.keys.clear();
+        self.by_ts.clear();
+        for (key, ts) in image.keys {
+            self.by_ts.insert((ts, key.clone()));
+            self.keys.insert(key, ts);
+        }
+        self.ranges = image.ranges;
+        self.floor = image.floor;
+        self.evicted_total = image.evicted_total;
+    }
+}
+
+/// Read timestamps the leader saw at execution, before any of them is prepared: a write below
+/// one is refused at the leader (before it enters the log), so the writer aborts rather than
+/// the reader that came first. Leader-only and a hint: forgetting one (a leader change, or the
+/// map filling up) only moves the abort to the reader's prepare, which checks its reads.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SoftStamps {
+    keys: BTreeMap<Key, Timestamp>,
+    keys_max: usize,
+}
+
+impl SoftStamps {
+    pub(crate) fn new(keys_max: usize) -> Self {
+        Self { keys: BTreeMap::new(), keys_max }
+    }
+
+    pub(crate) fn note(&mut self, key: &Key, ts: Timestamp) {
+        if self.keys.len() >= self.keys_max && !self.keys.contains_key(key) {
+            // Cheaper than an eviction order, and safe: these are hints.
+            self.keys.clear();
+        }
+        let stamp = self.keys.entry(key.clone()).or_insert(ts);
+        *stamp = (*stamp).max(ts);
+    }
+
+    pub(crate) fn stamp_of(&self, key: &Key) -> Timestamp {
+        self.keys.get(key).copied().unwrap_or(Timestamp::ZERO)
+    }
+
+    pub(crate) fn forget_below(&mut self, watermark: Timestamp) {
+        self.keys.retain(|_, ts| *ts > watermark);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.keys.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: u64) -> Key {
+        Key::table(1).u64(id).build()
+    }
+
+    fn range(start: u64, end: u64) -> ScanRange {
+        ScanRange { start: key(start), end: key(end), limit: 10, reverse: false }
+    }
+
+    #[test]
+    fn attempt_timestamps_are_unique_per_node_and_increase() {
+        let a = attempt_ts(5_000, Timestamp::ZERO, NodeId(3));
+        let b = attempt_ts(5_000, Timestamp::ZERO, NodeId(4));
+        assert_ne!(a, b);
+        assert_eq!(a.0 % TS_NODE_SLOTS, 3);
+        assert!(a.0 >= 5_000);
+        let next = attempt_ts(5_000, a, NodeId(3));
+        assert!(next > a, "same clock reading, later attempt");
+        let bumped = attempt_ts(5_000, Timestamp(1_000_000), NodeId(3));
+        assert!(bumped > Timestamp(1_000_000), "a floor above the clock wins");
+    }
+
+    #[test]
+    fn a_write_must_exceed_every_stamp_of_its_key_and_range() {
+        let mut stamps = ReadStamps::new(8);
+        stamps.note_read(&key(1), Timestamp(50));
+        stamps.note_read(&key(1), Timestamp(40));
+        stamps.note_scan(&range(10, 20), Timestamp(70));
+        assert_eq!(stamps.stamp_of(&key(1)), Timestamp(50), "stamps only rise");
+        assert_eq!(stamps.stamp_of(&key(15)), Timestamp(70));
+        assert_eq!(stamps.stamp_of(&key(20)), Timestamp::ZERO, "ranges are half open");
+        stamps.forget_below(Timestamp(60));
+        assert_eq!(stamps.stamp_of(&key(1)), Timestamp::ZERO);
+        assert_eq!(stamps.stamp_of(&key(15)), Timestamp(70));
+    }
+
+    #[test]
+    fn eviction_raises_the_floor_so_no_write_slips_under_a_forgotten_stamp() {
+        let mut stamps = ReadStamps::new(2);
+        stamps.note_read(&key(1), Timestamp(30));
+        stamps.note_read(&key(2), Timestamp(10));
+        stamps.note_read(&key(3), Timestamp(20)); // evicts key 2's stamp (the oldest)
+        assert_eq!(stamps.len(), 2);
+        assert_eq!(stamps.evicted_total(), 1);
+        assert_eq!(stamps.stamp_of(&key(2)), Timestamp(10), "the floor keeps its stamp");
+        assert_eq!(stamps.stamp_of(&key(9)), Timestamp(10), "and refuses more than needed");
+        assert_eq!(stamps.stamp_of(&key(1)), Timestamp(30));
+        let image = stamps.image();
+        let mut copy = ReadStamps::new(2);
+        copy.install(image);
+        for id in 0..5 {
+            assert_eq!(copy.stamp_of(&key(id)), stamps.stamp_of(&key(id)));
+        }
+        assert!(ReadStamps::check_image(&stamps.image(), 1).is_err());
+    }
+
+    #[test]
+    fn reads_below_a_timestamp_see_pending_versions_and_never_their_own_timestamp() {
+        let mut store = MvccStore::new();
+        store.load(key(1), b"a".to_vec());
+        let writer = meridian_core::TxnId { origin: NodeId(0), incarnation: 0, seq: 1 };
+        store
+            .write(key(1), Timestamp(100), Some(b"b".to_vec()), writer, VersionState::Pending)
+            .unwrap();
+        let source = Below(&store, Timestamp(101));
+        let seen = source.read(&key(1)).unwrap();
+        assert_eq!((seen.ts, seen.state), (Timestamp(100), VersionState::Pending));
+        assert_eq!(Below(&store, Timestamp(100)).read(&key(1)).unwrap().ts, Timestamp::ZERO);
+        assert!(taken_at(&store, &key(1), Timestamp(100), meridian_core::TxnId::LOAD));
+        assert!(!taken_at(&store, &key(1), Timestamp(100), writer));
+        assert_eq!(pending_of(&store, &key(1)).map(|v| v.writer), Some(writer));
+    }
+}
