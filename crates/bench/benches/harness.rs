@@ -13,7 +13,7 @@ use meridian_core::node::ClientDriver;
 use meridian_core::txn::{CommitPath, TxnOutcome, TxnResult};
 use meridian_core::NodeId;
 use meridian_core::Timestamp;
-use meridian_workloads::clients::ClosedLoopClients;
+use meridian_workloads::clients::ClientPool;
 use meridian_workloads::{InvariantCheck, WorkloadOptions};
 
 /// Transactions per measured batch.
@@ -21,7 +21,7 @@ const BATCH: u64 = 10_000;
 const CLIENTS: u32 = 64;
 
 struct Harness {
-    pool: ClosedLoopClients,
+    pool: ClientPool,
     stats: RunStats,
     checker: Box<dyn InvariantCheck>,
     pending: Vec<(NodeId, meridian_core::node::ClientRequest)>,
@@ -33,7 +33,7 @@ impl Harness {
         let options = WorkloadOptions { shards: 2, keys_per_shard: 100_000, ..Default::default() };
         let workload = meridian_workloads::build(workload, &options).expect("workload");
         let clients = (0..CLIENTS).map(|c| (NodeId(0), workload.generator(c, 1))).collect();
-        let mut pool = ClosedLoopClients::new(0, clients);
+        let mut pool = ClientPool::new(0, clients);
         let pending = pool.start(0);
         let mut stats = RunStats::new(0, u64::MAX / 2);
         stats.name_types(&workload.registry());

@@ -8,8 +8,10 @@ use meridian_protocols::{ProtocolKind, ProtocolOptions};
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
-/// Most closed-loop clients in one run.
+/// Most clients in one run (request streams: clients times outstanding requests each).
 pub const CLIENTS_MAX: u32 = 100_000;
+/// Most requests one closed-loop client keeps outstanding.
+pub const OUTSTANDING_MAX: u32 = 1_024;
 /// Longest run (one day).
 pub const DURATION_S_MAX: f64 = 86_400.0;
 
@@ -32,8 +34,14 @@ pub struct Experiment {
     pub network: NetworkModel,
     /// The clock model.
     pub clock: ClockModel,
-    /// Closed-loop clients, spread over the coordinators.
+    /// Clients, spread over the coordinators: each keeps `outstanding` requests in flight
+    /// (closed loop), or at most one (open loop: the cap on requests in flight).
     pub clients: u32,
+    /// Closed loop: requests each client keeps outstanding (it runs that many independent
+    /// request streams). 1 under an open loop.
+    pub outstanding: u32,
+    /// Closed or open loop.
+    pub load: meridian_workloads::clients::Load,
     /// Measured seconds.
     pub duration_s: f64,
     /// Seconds discarded at the start.
@@ -62,6 +70,11 @@ pub fn check_snapshot_interval(entries: u64) -> Result<(), String> {
 }
 
 impl Experiment {
+    /// One line saying how the load was offered (reports and `stats.json` carry it).
+    pub fn load_description(&self) -> String {
+        self.load.describe(self.clients, self.outstanding)
+    }
+
     /// Checks the numbers; names the bad one and what is accepted.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.shards == 0 || self.shards > SHARDS_MAX {
@@ -74,6 +87,24 @@ impl Experiment {
             return Err(ConfigError::new(format!(
                 "--replicas must be in 1..={REPLICAS_MAX}, got {}",
                 self.replicas
+            )));
+        }
+        self.load.validate().map_err(|e| ConfigError::new(format!("--rate: {e}")))?;
+        if self.outstanding == 0 || self.outstanding > OUTSTANDING_MAX {
+            return Err(ConfigError::new(format!(
+                "--outstanding must be in 1..={OUTSTANDING_MAX}, got {}",
+                self.outstanding
+            )));
+        }
+        if self.outstanding > 1 && self.load != meridian_workloads::clients::Load::Closed {
+            return Err(ConfigError::new(
+                "--outstanding applies to the closed loop; an open loop's cap on requests in flight is --clients",
+            ));
+        }
+        if u64::from(self.clients) * u64::from(self.outstanding) > u64::from(CLIENTS_MAX) {
+            return Err(ConfigError::new(format!(
+                "--clients {} x --outstanding {} is over {CLIENTS_MAX} request streams",
+                self.clients, self.outstanding
             )));
         }
         if self.clients == 0 || self.clients > CLIENTS_MAX {

@@ -124,6 +124,13 @@ pub fn table(output: &RunOutput) -> String {
         "window {:.1} s, {} committed, {} retried attempts, {} user aborts, {} failed; p90 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
         s.window_s, s.committed, s.retries, s.user_aborted, s.failed, s.latency_ms_p90, s.latency_ms_p999, s.latency_ms_max
     );
+    if let Some(load) = p["load"].as_str() {
+        let offered = match (p["offered"]["arrived"].as_u64(), p["offered"]["shed"].as_u64()) {
+            (Some(arrived), Some(shed)) => format!("; {arrived} arrivals, {shed} shed"),
+            _ => String::new(),
+        };
+        let _ = writeln!(text, "load: {load}{offered}");
+    }
     if !s.commit_paths.is_empty() {
         let _ = writeln!(text, "{}", paths_line(s));
     }

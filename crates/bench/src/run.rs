@@ -21,7 +21,7 @@ use meridian_runtime::node_task::{ClusterConfig, LocalNode};
 use meridian_runtime::tcp::TcpConfig;
 use meridian_runtime::{Cluster, LinkDelays};
 use meridian_storage::MvccStore;
-use meridian_workloads::clients::ClosedLoopClients;
+use meridian_workloads::clients::{ClientPool, Load, Offered};
 use meridian_workloads::{CheckResult, InvariantCheck, Workload};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -273,12 +273,15 @@ fn contexts(base: ContextBase<'_>) -> impl Fn(NodeId) -> NodeContext {
 }
 
 /// One pool per coordinator; clients are dealt round the coordinators in contiguous blocks.
+/// Each closed-loop client's outstanding requests are clients of their own (independent
+/// request streams); an open loop's rate is shared among the pools by their clients.
 fn client_pools(
     coordinators: &[NodeId],
-    clients: u32,
+    experiment: &Experiment,
     workload: &Arc<dyn Workload>,
     seed: u64,
-) -> Vec<(NodeId, Arc<Mutex<ClosedLoopClients>>)> {
+) -> Vec<(NodeId, Arc<Mutex<ClientPool>>)> {
+    let clients = experiment.clients * experiment.outstanding;
     let per = clients / coordinators.len() as u32;
     let extra = clients % coordinators.len() as u32;
     let mut first = 0;
@@ -289,7 +292,17 @@ fn client_pools(
             let count = per + u32::from((index as u32) < extra);
             let members =
                 (first..first + count).map(|c| (node, workload.generator(c, seed))).collect();
-            let pool = ClosedLoopClients::new(first, members);
+            let load = match experiment.load {
+                Load::Open { rate_per_s } => {
+                    Load::Open { rate_per_s: rate_per_s * f64::from(count) / f64::from(clients) }
+                }
+                closed => closed,
+            };
+            let pool = if count == 0 {
+                ClientPool::new(first, members) // No clients, no arrivals.
+            } else {
+                ClientPool::with_load(first, members, load, seed)
+            };
             first += count;
             (node, Arc::new(Mutex::new(pool)))
         })
@@ -350,8 +363,7 @@ async fn embedded<N: ProtocolNode>(
         options: &experiment.protocol_options,
         incarnation: 0,
     });
-    let pools =
-        client_pools(&topology.coordinators(), experiment.clients, &workload, experiment.seed);
+    let pools = client_pools(&topology.coordinators(), experiment, &workload, experiment.seed);
     // An embedded run starts from empty logs in a scratch directory of its own.
     let data_dir = std::env::temp_dir().join(format!("meridian-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
@@ -400,6 +412,7 @@ async fn embedded<N: ProtocolNode>(
     let checks = checker.check(&stores);
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
+    note_offered(&mut out, &pools);
     out.protocol_counters = counters_total(results.iter().map(|r| r.node.counters()));
     out.load = Some(load);
     out.messages_dropped = dropped;
@@ -451,7 +464,7 @@ fn panics_of(failures: &NodeFailures) -> Vec<String> {
 /// outstanding. Stops early when a node panics: the run has failed.
 async fn drive(
     experiment: &Experiment,
-    pools: &[(NodeId, Arc<Mutex<ClosedLoopClients>>)],
+    pools: &[(NodeId, Arc<Mutex<ClientPool>>)],
     checker: &mut dyn InvariantCheck,
     failures: &NodeFailures,
     registry: &meridian_core::txn::Registry,
@@ -560,8 +573,13 @@ fn output(
         "clock": experiment.clock.name,
         "durability": experiment.durability.name(),
         "log_store": experiment.log_store.name(),
-        "load": "closed-loop, one request outstanding per client, no think time",
+        "load": experiment.load_description(),
         "clients": experiment.clients,
+        "outstanding": experiment.outstanding,
+        "rate_per_s": match experiment.load {
+            Load::Open { rate_per_s } => serde_json::json!(rate_per_s),
+            Load::Closed => serde_json::Value::Null,
+        },
         "duration_s": experiment.duration_s,
         "warmup_s": experiment.warmup_s,
         "seed": experiment.seed,
@@ -583,6 +601,21 @@ fn output(
         node_panics: Vec::new(),
         protocol_counters: BTreeMap::new(),
         history_json: None,
+    }
+}
+
+/// Open loop: the arrivals the pools drew and shed, in the parameters (`offered`).
+fn note_offered(out: &mut RunOutput, pools: &[(NodeId, Arc<Mutex<ClientPool>>)]) {
+    let mut total: Option<Offered> = None;
+    for (_, pool) in pools {
+        if let Some(o) = pool.lock().expect("client lock").offered() {
+            let t = total.get_or_insert_with(Offered::default);
+            t.arrived += o.arrived;
+            t.shed += o.shed;
+        }
+    }
+    if let Some(t) = total {
+        out.parameters["offered"] = serde_json::json!({ "arrived": t.arrived, "shed": t.shed });
     }
 }
 
@@ -664,7 +697,7 @@ async fn remote<N: ProtocolNode>(
     // Coordinators host no replicas: nothing of theirs is logged, and their incarnation comes
     // from the clock (see `meridian_runtime::incarnation`).
     let context = file_contexts(file, &topology, &workload, false, incarnation::from_clock());
-    let pools = client_pools(&topology.coordinators(), experiment.clients, &workload, file.seed);
+    let pools = client_pools(&topology.coordinators(), experiment, &workload, file.seed);
     let empty = BTreeMap::new();
     let mut local = Vec::new();
     for (id, pool) in &pools {
@@ -695,6 +728,7 @@ async fn remote<N: ProtocolNode>(
         (checker.check(&[]), None)
     };
     let mut out = output(experiment, "tcp", &workload, &stats, checks, note, links);
+    note_offered(&mut out, &pools);
     out.protocol_counters = counters_total(results.iter().map(|r| r.node.counters()));
     out.messages_dropped = dropped;
     out.node_panics = panics_of(&failures);
@@ -877,7 +911,7 @@ async fn serve<N: ProtocolNode>(
         tracing::info!(node = %id, %addr, "metrics at /metrics");
         config.metrics = Some(hub);
     }
-    let local: Vec<LocalNode<N, ClosedLoopClients>> = vec![(id, node, None)];
+    let local: Vec<LocalNode<N, ClientPool>> = vec![(id, node, None)];
     let cluster = Cluster::start(config, local).await.map_err(|e| {
         ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
     })?;

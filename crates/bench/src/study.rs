@@ -482,11 +482,17 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
         );
     }
     let _ = writeln!(md, "## How to read it\n");
+    let loads: std::collections::BTreeSet<&str> =
+        all_runs.iter().filter_map(|r| r.parameters["load"].as_str()).collect();
+    for load in &loads {
+        let _ = writeln!(md, "- **load**: {load}.");
+    }
     let _ = writeln!(
         md,
         "- **txn/s**: requests committed per second of the measurement window (warm-up \
-         dropped); each client keeps one request outstanding with no think time (closed loop).\n\
-         - **latency**: from the client's submission to its reply, retries included, of \
+         dropped).\n\
+         - **latency**: from the client's submission (under an open loop, from the request's \
+         arrival, however long it waited for a client) to its reply, retries included, of \
          committed requests; for protocols that acknowledge speculatively this is the durable \
          latency.\n\
          - **abort %**: retried attempts per attempt; **retries by cause** names why.\n\

@@ -243,4 +243,13 @@ pub trait ClientDriver {
     fn stop(&mut self);
     /// True when the clients submit no more and nothing is outstanding.
     fn finished(&self) -> bool;
+    /// When (true time) the clients next want to submit on their own rather than in answer to
+    /// a reply: an open-loop arrival. Drivers call [`ClientDriver::on_time`] then.
+    fn next_arrival(&self) -> Option<Time> {
+        None
+    }
+    /// True time reached `now`: the requests due by then.
+    fn on_time(&mut self, _now: Time) -> Vec<(NodeId, ClientRequest)> {
+        Vec::new()
+    }
 }

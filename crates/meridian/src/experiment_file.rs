@@ -43,6 +43,9 @@ const KEYS: &[(&str, Kind)] = &[
     ("network", Kind::Value),
     ("clock", Kind::Value),
     ("clients", Kind::Value),
+    ("load", Kind::Value),
+    ("rate", Kind::Value),
+    ("outstanding", Kind::Value),
     ("keys_per_shard", Kind::Value),
     ("zipf", Kind::Value),
     ("ops_max", Kind::Value),
@@ -391,6 +394,20 @@ mod tests {
         assert_eq!(file.name, "two");
         assert_eq!(file.points.len(), 3);
         assert!(file.points.iter().all(|p| p.args.contains(&"ycsb-a".to_string())));
+    }
+
+    #[test]
+    fn an_open_loop_sweeps_its_rate() {
+        let text = "load = \"open\"\nrate = [100, 400]\nclients = 64\n";
+        let file = parse(text, "x.toml", &BTreeSet::new(), false, None).unwrap();
+        assert_eq!(file.points.len(), 2);
+        for (point, rate) in file.points.iter().zip(["100", "400"]) {
+            let args = point.args.join(" ");
+            assert!(
+                args.contains("--load open") && args.contains(&format!("--rate {rate}")),
+                "{args}"
+            );
+        }
     }
 
     #[test]

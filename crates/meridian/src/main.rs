@@ -14,6 +14,7 @@ use meridian_core::netmodel::NetworkModel;
 use meridian_core::ConfigError;
 use meridian_protocols::ProtocolKind;
 use meridian_runtime::logstore::{DurabilityMode, LogStoreKind};
+use meridian_workloads::clients::Load;
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
@@ -181,9 +182,19 @@ pub(crate) struct ClusterArgs {
     /// and items; for simulation).
     #[arg(long)]
     tpcc_scale: Option<String>,
-    /// Closed-loop clients, spread over the coordinators.
+    /// Clients, spread over the coordinators (under an open loop: the most requests in flight).
     #[arg(long)]
     clients: Option<u32>,
+    /// How clients offer load: closed (each submits again when answered) or open (Poisson
+    /// arrivals at --rate, latency counted from each arrival).
+    #[arg(long)]
+    load: Option<String>,
+    /// Open loop: mean arrivals per second, over all clients.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Closed loop: requests each client keeps outstanding (default 1).
+    #[arg(long)]
+    outstanding: Option<u32>,
     /// Master seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -353,10 +364,54 @@ pub(crate) struct Resolved {
     network: NetworkModel,
     clock: ClockModel,
     clients: u32,
+    load: Load,
+    outstanding: u32,
     seed: u64,
 }
 
 impl ClusterArgs {
+    /// The load flags: closed or open loop, and requests outstanding per client.
+    fn load(&self) -> Result<(Load, u32), ConfigError> {
+        let load = match (self.load.as_deref().unwrap_or("closed"), self.rate) {
+            ("closed", None) => Load::Closed,
+            ("closed", Some(_)) => {
+                return Err(ConfigError::new("--rate applies to --load open"));
+            }
+            ("open", Some(rate_per_s)) => Load::Open { rate_per_s },
+            ("open", None) => {
+                return Err(ConfigError::new("--load open needs --rate (arrivals per second)"));
+            }
+            (other, _) => {
+                return Err(ConfigError::new(format!(
+                    "--load must be closed or open, got '{other}'"
+                )));
+            }
+        };
+        load.validate().map_err(|e| ConfigError::new(format!("--rate: {e}")))?;
+        let outstanding = self.outstanding.unwrap_or(1);
+        let most = meridian_bench::experiment::OUTSTANDING_MAX;
+        if outstanding == 0 || outstanding > most {
+            return Err(ConfigError::new(format!(
+                "--outstanding must be in 1..={most}, got {outstanding}"
+            )));
+        }
+        if outstanding > 1 && load != Load::Closed {
+            return Err(ConfigError::new(
+                "--outstanding applies to the closed loop; an open loop's cap on requests in flight is --clients",
+            ));
+        }
+        if let Some(clients) = self.clients {
+            let streams = u64::from(clients) * u64::from(outstanding);
+            let most = meridian_bench::experiment::CLIENTS_MAX;
+            if clients == 0 || streams > u64::from(most) {
+                return Err(ConfigError::new(format!(
+                    "--clients times --outstanding must be in 1..={most}, got {clients} x {outstanding}"
+                )));
+            }
+        }
+        Ok((load, outstanding))
+    }
+
     fn resolve(&self, default_clients: u32) -> Result<Resolved, ConfigError> {
         let protocol = ProtocolKind::parse(self.protocol.as_deref().unwrap_or("occ"))?;
         let pairs = self
@@ -414,6 +469,8 @@ impl ClusterArgs {
             network,
             clock,
             clients: self.clients.unwrap_or(default_clients),
+            load: self.load()?.0,
+            outstanding: self.load()?.1,
             seed: self.seed.unwrap_or(1),
         })
     }
@@ -476,6 +533,8 @@ fn embedded_experiment(
         network: r.network,
         clock: r.clock,
         clients: r.clients,
+        outstanding: r.outstanding,
+        load: r.load,
         duration_s,
         warmup_s,
         seed: r.seed,
@@ -687,6 +746,8 @@ fn plan_run(args: &BenchArgs, default_clients: u32) -> Result<Planned, ConfigErr
                 network: file.network.clone(),
                 clock: file.clock,
                 clients: args.cluster.clients.unwrap_or(default_clients),
+                outstanding: args.cluster.load()?.1,
+                load: args.cluster.load()?.0,
                 duration_s: args.duration,
                 warmup_s: args.warmup,
                 seed: file.seed,
@@ -697,6 +758,7 @@ fn plan_run(args: &BenchArgs, default_clients: u32) -> Result<Planned, ConfigErr
                 log_store: file.log_store,
             };
             validate_times(&experiment)?;
+            experiment.validate()?;
             Planned::Cluster(Box::new(file), experiment)
         }
         None => {
@@ -942,6 +1004,12 @@ fn postgres_experiment(
     cluster.network = Some("lan".into());
     cluster.regions = None;
     let r = cluster.resolve(default_clients)?;
+    if r.load != Load::Closed || r.outstanding != 1 {
+        return Err(ConfigError::new(
+            "--protocol postgres runs a closed loop with one request per client (one connection each); \
+             --load open and --outstanding are for Meridian's protocols",
+        ));
+    }
     let experiment = meridian_pg::PgExperiment {
         workload: r.workload,
         workload_options: r.workload_options,

@@ -36,7 +36,8 @@ fn seed_options(
 ) -> (SimRunOptions, Option<String>) {
     let mut base =
         SimRunOptions::new(r.protocol, topology.clone(), r.network.clone(), r.clock, seed);
-    base.clients = r.clients;
+    base.clients = r.clients * r.outstanding;
+    base.load = r.load;
     base.txns = txns;
     base.protocol_options = r.protocol_options.clone();
     base.time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
@@ -55,6 +56,15 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     );
     if let Some(n) = &c.network {
         line += &format!(" --network {n}");
+    }
+    if let Some(load) = &c.load {
+        line += &format!(" --load {load}");
+    }
+    if let Some(rate) = c.rate {
+        line += &format!(" --rate {rate}");
+    }
+    if let Some(k) = c.outstanding {
+        line += &format!(" --outstanding {k}");
     }
     if let Some(n) = c.regions {
         line += &format!(" --regions {n}");
@@ -302,7 +312,7 @@ fn sim_output(
             "owd_ms_max": r.network.owd_ns_max() as f64 / 1e6,
         },
         "clock": r.clock.name,
-        "load": "closed-loop, one request outstanding per client, no think time",
+        "load": r.load.describe(r.clients, r.outstanding),
         "clients": r.clients,
         "txns": options.txns,
         "seed": report.seed,

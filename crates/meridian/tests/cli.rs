@@ -84,6 +84,20 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
             "unknown durability 'disk'",
         ),
         (&["bench", "--durability", "paper", "--out", out], "unknown durability 'paper'"),
+        (&["bench", "--load", "open", "--out", out], "--load open needs --rate"),
+        (&["bench", "--rate", "100", "--out", out], "--rate applies to --load open"),
+        (&["bench", "--load", "burst", "--out", out], "--load must be closed or open"),
+        (&["bench", "--load", "open", "--rate", "0", "--out", out], "the open-loop rate must be in"),
+        (
+            &["bench", "--load", "open", "--rate", "10", "--outstanding", "2", "--out", out],
+            "--outstanding applies to the closed loop",
+        ),
+        (&["sim", "--clients", "2000000"], "--clients times --outstanding must be in 1..=100000"),
+        (&["sim", "--outstanding", "0"], "--outstanding must be in 1..=1024"),
+        (
+            &["bench", "--protocol", "postgres", "--load", "open", "--rate", "10", "--out", out],
+            "--protocol postgres runs a closed loop",
+        ),
         (
             &["bench", "--protocol-option", "tiga-headroom-ms=5", "--out", out],
             "option 'tiga-headroom-ms' does not apply to protocol occ; its options: occ-one-round",
@@ -127,6 +141,33 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
     assert!(std::fs::read_dir(&out_dir).unwrap().next().is_none(), "bad input wrote results");
     // clap's own parse errors exit 2 as well.
     assert_eq!(run(&["bench", "--shards", "two"]).status.code(), Some(2));
+}
+
+/// An open-loop run says so in its table and its `stats.json`, with what was offered.
+#[test]
+fn an_open_loop_bench_reports_its_load_and_what_it_offered() {
+    let out_dir = scratch("open");
+    let output = run_words(
+        "bench --protocol 2pc-mvto --workload bank --network lan --regions 1 --shards 2 --clients 4 --load open --rate 400 --duration 0.8 --warmup 0.2 --quiet --out",
+        &[out_dir.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        stdout.contains("load: open loop: Poisson arrivals at 400 txn/s, at most 4"),
+        "{stdout}"
+    );
+    let run_dir = std::fs::read_dir(&out_dir).unwrap().next().unwrap().unwrap().path();
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("stats.json")).unwrap())
+            .unwrap();
+    let p = &stats["parameters"];
+    assert_eq!(p["rate_per_s"], 400.0);
+    let arrived = p["offered"]["arrived"].as_u64().unwrap();
+    assert!((200..=600).contains(&arrived), "about 400 arrivals in a second: {arrived}");
+    let committed = stats["summary"]["committed"].as_u64().unwrap();
+    assert!(committed > 0 && committed < arrived, "{committed} of {arrived}");
+    let _ = std::fs::remove_dir_all(&out_dir);
 }
 
 #[test]

@@ -257,6 +257,7 @@ impl<N: Node> Cluster<N> {
                 timers: BinaryHeap::new(),
                 timer_seq: 0,
                 clients,
+                open_loop: false,
                 pending_submits: VecDeque::new(),
                 persisted: VecDeque::new(),
                 storage: config.storage.clone(),
@@ -394,6 +395,9 @@ struct NodeTask<N: Node, C> {
     timers: BinaryHeap<Reverse<(Instant, u64, TimerId)>>,
     timer_seq: u64,
     clients: Option<Arc<Mutex<C>>>,
+    /// The clients offer open-loop load: they submit at their arrival times, not only on
+    /// replies (looked at once, at the start, so a closed loop costs the loop nothing).
+    open_loop: bool,
     pending_submits: VecDeque<ClientRequest>,
     persisted: VecDeque<PersistToken>,
     storage: Option<Storage>,
@@ -424,7 +428,9 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         self.node.on_start(now, &mut self.outbox);
         self.carry_out().await;
         if let Some(clients) = &self.clients {
-            let first = clients.lock().expect("client lock").start(self.clock.now_ns());
+            let mut clients = clients.lock().expect("client lock");
+            let first = clients.start(self.clock.now_ns());
+            self.open_loop = clients.next_arrival().is_some();
             self.pending_submits.extend(first.into_iter().map(|(_, request)| request));
         }
         'serve: loop {
@@ -437,6 +443,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             // Nothing waits in this node while it sleeps.
             self.flush_held();
             let next_timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
+            let next_arrival = self.next_arrival();
             tokio::select! {
                 biased;
                 inbound = self.inbox.recv() => {
@@ -473,14 +480,37 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                     self.complete_persists(&mut persisted).await;
                 }
                 () = sleep_until(next_timer.unwrap_or_else(Instant::now)), if next_timer.is_some() => {}
+                () = sleep_until(next_arrival.unwrap_or_else(Instant::now)), if next_arrival.is_some() => {}
             }
             self.fire_due_timers().await;
+            self.take_arrivals();
             self.maybe_publish();
         }
         let delays = self.delay_report();
         let drawn_p50_us =
             self.drawn.iter().map(|(&to, h)| (to, h.value_at_quantile(0.5))).collect();
         NodeResult { id: self.id, node: self.node, delays, drawn_p50_us }
+    }
+
+    /// When the open-loop clients' next arrival is due, as an instant.
+    fn next_arrival(&self) -> Option<Instant> {
+        if !self.open_loop {
+            return None;
+        }
+        let at = self.clients.as_ref()?.lock().expect("client lock").next_arrival()?;
+        let wait_ns = at.saturating_sub(self.clock.now_ns());
+        Some(Instant::now() + std::time::Duration::from_nanos(wait_ns))
+    }
+
+    /// Queues the open-loop arrivals due by now.
+    fn take_arrivals(&mut self) {
+        if !self.open_loop {
+            return;
+        }
+        if let Some(clients) = &self.clients {
+            let due = clients.lock().expect("client lock").on_time(self.clock.now_ns());
+            self.pending_submits.extend(due.into_iter().map(|(_, request)| request));
+        }
     }
 
     /// Publishes a metrics snapshot when one is due.

@@ -12,7 +12,7 @@ use meridian_protocols::{NodeContext, ProtocolNode, Timing};
 use meridian_runtime::node_task::ClusterConfig;
 use meridian_runtime::tcp::TcpConfig;
 use meridian_runtime::Cluster;
-use meridian_workloads::clients::ClosedLoopClients;
+use meridian_workloads::clients::ClientPool;
 use meridian_workloads::WorkloadOptions;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -67,7 +67,7 @@ async fn a_burst_larger_than_the_inbound_batch_arrives_whole() {
             (
                 NodeId(i),
                 Burst { id: NodeId(i), received: 0, sum: 0 },
-                None::<Arc<Mutex<ClosedLoopClients>>>,
+                None::<Arc<Mutex<ClientPool>>>,
             )
         })
         .collect();
@@ -116,11 +116,7 @@ async fn a_panicking_node_is_reported_with_its_message() {
     };
     let nodes = (0..2)
         .map(|i| {
-            (
-                NodeId(i),
-                Fragile { id: NodeId(i), panic_on: 42 },
-                None::<Arc<Mutex<ClosedLoopClients>>>,
-            )
+            (NodeId(i), Fragile { id: NodeId(i), panic_on: 42 }, None::<Arc<Mutex<ClientPool>>>)
         })
         .collect();
     let cluster = Cluster::start(config, nodes).await.unwrap();
@@ -163,7 +159,7 @@ async fn an_unreachable_peer_never_stalls_the_sender() {
         fn on_persisted(&mut self, _: Time, _: PersistToken, _: &mut Outbox<u64>) {}
         fn submit(&mut self, _: Time, _: ClientRequest, _: &mut Outbox<u64>) {}
     }
-    let nodes = vec![(NodeId(0), Flood, None::<Arc<Mutex<ClosedLoopClients>>>)];
+    let nodes = vec![(NodeId(0), Flood, None::<Arc<Mutex<ClientPool>>>)];
     let cluster = Cluster::start(config, nodes).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(cluster.dropped_messages() > 0, "the surplus was dropped and counted");
@@ -234,7 +230,7 @@ async fn occ_commits_over_tcp_on_loopback_and_bad_frames_close_only_their_connec
     // The server process's side: node 0 hosts shard 0.
     let server = Cluster::start(
         setup.config(),
-        vec![(NodeId(0), setup.node(NodeId(0)), None::<Arc<Mutex<ClosedLoopClients>>>)],
+        vec![(NodeId(0), setup.node(NodeId(0)), None::<Arc<Mutex<ClientPool>>>)],
     )
     .await
     .unwrap();
@@ -250,7 +246,7 @@ async fn occ_commits_over_tcp_on_loopback_and_bad_frames_close_only_their_connec
     }
     // The benchmark process's side: node 1 coordinates 8 clients.
     let generators = (0..8).map(|c| (NodeId(1), setup.workload.generator(c, 3))).collect();
-    let pool = Arc::new(Mutex::new(ClosedLoopClients::new(0, generators)));
+    let pool = Arc::new(Mutex::new(ClientPool::new(0, generators)));
     let client_side = Cluster::start(
         setup.config(),
         vec![(NodeId(1), setup.node(NodeId(1)), Some(pool.clone()))],

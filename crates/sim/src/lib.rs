@@ -177,10 +177,33 @@ pub struct SimStats {
 type Hops = u16;
 
 enum EventKind<M> {
-    Deliver { from: NodeId, to: NodeId, msg: M, hops: Hops },
-    Timer { node: NodeId, timer: TimerId, incarnation: u32, hops: Hops },
-    Persisted { node: NodeId, token: PersistToken, incarnation: u32, sync: bool, hops: Hops },
-    Submit { node: NodeId, request: ClientRequest },
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        msg: M,
+        hops: Hops,
+    },
+    Timer {
+        node: NodeId,
+        timer: TimerId,
+        incarnation: u32,
+        hops: Hops,
+    },
+    Persisted {
+        node: NodeId,
+        token: PersistToken,
+        incarnation: u32,
+        sync: bool,
+        hops: Hops,
+    },
+    Submit {
+        node: NodeId,
+        request: ClientRequest,
+    },
+    /// The clients' next open-loop arrival is due (stale unless it is the one armed).
+    ClientWake {
+        at: Time,
+    },
     Fault(Fault),
 }
 
@@ -238,6 +261,8 @@ pub struct Sim<N: Node, C: ClientDriver> {
     scratch: Vec<u8>,
     chaos_rng: Rng,
     tail: VecDeque<String>,
+    /// The clients' armed wake-up (open loop), if any.
+    client_wake: Option<Time>,
 }
 
 impl<N: Node, C: ClientDriver> Sim<N, C> {
@@ -278,6 +303,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             scratch: Vec::new(),
             chaos_rng: child_rng(config.seed, "sim-chaos", 0),
             tail: VecDeque::new(),
+            client_wake: None,
             config,
         };
         for (at, fault) in sim.config.faults.clone() {
@@ -313,6 +339,13 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
     fn submit_all(&mut self, requests: Vec<(NodeId, ClientRequest)>) {
         for (node, request) in requests {
             self.schedule(self.now, EventKind::Submit { node, request });
+        }
+        // Every call into the clients ends here: arm their next arrival if it moved earlier.
+        if let Some(at) = self.clients.next_arrival() {
+            if self.client_wake.is_none_or(|armed| at < armed) {
+                self.client_wake = Some(at);
+                self.schedule(at.max(self.now), EventKind::ClientWake { at });
+            }
         }
     }
 
@@ -421,6 +454,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             EventKind::Submit { node, request } => {
                 format!("submit n{} request {}", node.0, request.id.0)
             }
+            EventKind::ClientWake { at } => format!("clients wake for {at}"),
             EventKind::Fault(fault) => format!("fault {fault:?}"),
         };
         if self.tail.len() == keep {
@@ -497,6 +531,16 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     }
                     None => self.clients.on_crash(node),
                 }
+            }
+            EventKind::ClientWake { at } => {
+                if self.client_wake != Some(at) {
+                    return; // Superseded by an earlier arrival.
+                }
+                self.client_wake = None;
+                self.hops = 0;
+                self.hash(9, 0, at);
+                let requests = self.clients.on_time(self.now);
+                self.submit_all(requests);
             }
             EventKind::Fault(fault) => {
                 self.hops = 0;

@@ -16,7 +16,7 @@ use meridian_protocols::{
     Timing,
 };
 use meridian_storage::MvccStore;
-use meridian_workloads::clients::{ClosedLoopClients, Completion};
+use meridian_workloads::clients::{ClientPool, Completion, Load};
 use meridian_workloads::{CheckResult, Workload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -74,6 +74,8 @@ pub struct SimRunOptions {
     /// livelocks ends, and says so, instead of hanging its swarm). `None`: [`EVENTS_BASE`] plus
     /// [`EVENTS_PER_TXN`] per transaction.
     pub events_max: Option<u64>,
+    /// How the clients offer load (closed loop by default).
+    pub load: Load,
     /// A restarted node's clock comes back this far behind.
     pub restart_clock_step_back_ns: u64,
 }
@@ -112,6 +114,7 @@ impl SimRunOptions {
             limits: Limits::default(),
             protocol_options: ProtocolOptions::default(),
             events_max: None,
+            load: Load::Closed,
             restart_clock_step_back_ns: 0,
         }
     }
@@ -259,11 +262,13 @@ fn run_with<N: ProtocolNode>(
             node
         });
     let coordinators = topology.coordinators();
-    let clients = ClosedLoopClients::new(
+    let clients = ClientPool::with_load(
         0,
         (0..options.clients)
             .map(|c| (coordinators[c as usize % coordinators.len()], workload.generator(c, seed)))
             .collect(),
+        options.load,
+        seed,
     );
     let mut config = SimConfig::new(seed, options.network.clone(), options.clock);
     config.faults = options.faults.clone();

@@ -557,3 +557,38 @@ fn a_run_over_its_event_budget_fails_instead_of_running_on() {
     );
     assert!(report.stats.events <= 5_000 + 20_000, "stopped near the budget");
 }
+
+/// An open loop offers its rate whatever the replies do: below capacity it commits about the
+/// rate with the closed loop's latency; far above it (12 clients cannot keep up) the arrivals
+/// queue, and the latency counted from each arrival shows the queueing. Same seed, same trace.
+#[test]
+fn an_open_loop_offers_its_rate_and_its_latency_counts_the_queueing() {
+    use meridian_workloads::clients::Load;
+    // 1,500 requests: the run's tail after the last arrival (the healing wait) is small beside it.
+    let open = |rate_per_s: f64| {
+        let mut o = options(5, "metro", 2, 1_500);
+        o.load = Load::Open { rate_per_s };
+        o
+    };
+    let light = run(&open(100.0), micro_keys(2, 100_000, None)).unwrap();
+    assert_passed(&light);
+    let seconds = light.virtual_ns as f64 / 1e9;
+    let rate = light.committed as f64 / seconds;
+    assert!(
+        (80.0..=120.0).contains(&rate),
+        "offered 100/s, committed {rate:.1}/s over {seconds:.1} s"
+    );
+    let closed = run(&options(5, "metro", 2, 400), micro_keys(2, 100_000, None)).unwrap();
+    let ratio = light.latency_ns_p50 as f64 / closed.latency_ns_p50 as f64;
+    assert!((0.8..=1.25).contains(&ratio), "unloaded p50 {ratio:.2}x the closed loop's");
+    let heavy = run(&open(1_000_000.0), micro_keys(2, 100_000, None)).unwrap();
+    assert_passed(&heavy);
+    assert!(
+        heavy.latency_ns_p99 > 10 * closed.latency_ns_p99,
+        "overloaded p99 {} ms against {} ms unloaded: the backlog's wait must count",
+        heavy.latency_ns_p99 / NS_PER_MS,
+        closed.latency_ns_p99 / NS_PER_MS
+    );
+    let again = run(&open(100.0), micro_keys(2, 100_000, None)).unwrap();
+    assert_eq!(again.trace_hash, light.trace_hash);
+}

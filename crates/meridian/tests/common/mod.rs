@@ -10,7 +10,19 @@ pub fn meridian() -> Command {
 
 /// A loopback port free right now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    // Below Linux's ephemeral range (32768 and up by default): a port the kernel hands out for
+    // `:0` can be handed out again, as the source port of an outgoing connection (a server
+    // dialling its peers), before the process it was picked for binds it.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() % 600) * 20;
+    for _ in 0..12_000 {
+        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 12_000;
+        let port = u16::try_from(20_000 + (base - 20_000 + offset) % 12_000).expect("below 32000");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
 }
 
 /// Waits (up to 30 s) until something accepts connections on `port`.
