@@ -2,8 +2,9 @@
 
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
-use meridian_core::topology::{Topology, REPLICAS_MAX, SHARDS_MAX};
+use meridian_core::topology::{region_ids, Topology, REPLICAS_MAX, SHARDS_MAX};
 use meridian_core::ConfigError;
+use meridian_core::{NodeId, RegionId};
 use meridian_protocols::{ProtocolKind, ProtocolOptions};
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
@@ -42,6 +43,10 @@ pub struct Experiment {
     pub outstanding: u32,
     /// Closed or open loop.
     pub load: meridian_workloads::clients::Load,
+    /// Regions that host replicas (empty: every region of the network).
+    pub server_regions: Vec<String>,
+    /// Regions whose coordinators take clients (empty: every region).
+    pub client_regions: Vec<String>,
     /// Measured seconds.
     pub duration_s: f64,
     /// Seconds discarded at the start.
@@ -129,13 +134,29 @@ impl Experiment {
         check_snapshot_interval(self.snapshot_interval_entries)
             .map_err(|e| ConfigError::new(format!("--snapshot-interval: {e}")))?;
         let topology = self.topology()?;
+        self.client_coordinators(&topology)?;
         self.protocol.check_topology(&topology)?;
         meridian_workloads::build(&self.workload, &self.workload_options)?;
         Ok(())
     }
 
-    /// The standard layout over the network's regions.
+    /// The standard layout over the network's regions, replicas in the server regions.
     pub fn topology(&self) -> Result<Topology, ConfigError> {
-        Topology::standard(self.network.regions.clone(), self.shards, self.replicas)
+        let regions = &self.network.regions;
+        let mut servers = region_ids(regions, &self.server_regions, "--server-regions")?;
+        if servers.is_empty() {
+            servers = (0..regions.len() as u32).map(RegionId).collect();
+        }
+        Topology::placed(regions.clone(), &servers, self.shards, self.replicas)
+    }
+
+    /// The coordinators that take clients in `topology`.
+    pub fn client_coordinators(&self, topology: &Topology) -> Result<Vec<NodeId>, ConfigError> {
+        let regions = region_ids(&topology.regions, &self.client_regions, "--client-regions")?;
+        let coordinators = topology.coordinators_in(&regions);
+        if coordinators.is_empty() {
+            return Err(ConfigError::new("--client-regions: no coordinator runs there"));
+        }
+        Ok(coordinators)
     }
 }

@@ -363,7 +363,8 @@ async fn embedded<N: ProtocolNode>(
         options: &experiment.protocol_options,
         incarnation: 0,
     });
-    let pools = client_pools(&topology.coordinators(), experiment, &workload, experiment.seed);
+    let coordinators = experiment.client_coordinators(&topology)?;
+    let pools = client_pools(&coordinators, experiment, &workload, experiment.seed);
     // An embedded run starts from empty logs in a scratch directory of its own.
     let data_dir = std::env::temp_dir().join(format!("meridian-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
@@ -576,6 +577,8 @@ fn output(
         "load": experiment.load_description(),
         "clients": experiment.clients,
         "outstanding": experiment.outstanding,
+        "server_regions": experiment.server_regions,
+        "client_regions": experiment.client_regions,
         "rate_per_s": match experiment.load {
             Load::Open { rate_per_s } => serde_json::json!(rate_per_s),
             Load::Closed => serde_json::Value::Null,
@@ -697,7 +700,8 @@ async fn remote<N: ProtocolNode>(
     // Coordinators host no replicas: nothing of theirs is logged, and their incarnation comes
     // from the clock (see `meridian_runtime::incarnation`).
     let context = file_contexts(file, &topology, &workload, false, incarnation::from_clock());
-    let pools = client_pools(&topology.coordinators(), experiment, &workload, file.seed);
+    let coordinators = experiment.client_coordinators(&topology)?;
+    let pools = client_pools(&coordinators, experiment, &workload, file.seed);
     let empty = BTreeMap::new();
     let mut local = Vec::new();
     for (id, pool) in &pools {

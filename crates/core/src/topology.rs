@@ -117,6 +117,14 @@ impl Topology {
         self.node_ids().filter(|id| self.nodes[id.0 as usize].coordinator).collect()
     }
 
+    /// The coordinators in `regions` (every coordinator when `regions` is empty).
+    pub fn coordinators_in(&self, regions: &[RegionId]) -> Vec<NodeId> {
+        self.coordinators()
+            .into_iter()
+            .filter(|&n| regions.is_empty() || regions.contains(&self.region_of(n)))
+            .collect()
+    }
+
     /// All node ids in order.
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> {
         (0..self.nodes.len() as u32).map(NodeId)
@@ -130,15 +138,33 @@ impl Topology {
     /// Builds the standard layout: shard `s` replica `r` on its own node in region
     /// `(s + r) % regions`, and one coordinator node per region (listed after the servers).
     pub fn standard(regions: Vec<String>, shards: u32, replicas: u32) -> Result<Self, ConfigError> {
+        let all: Vec<RegionId> = (0..regions.len() as u32).map(RegionId).collect();
+        Self::placed(regions, &all, shards, replicas)
+    }
+
+    /// The standard layout with replicas only in `server_regions` (replica `r` of shard `s` in
+    /// `server_regions[(s + r) % len]`) and a coordinator in every region: the other regions
+    /// hold coordinators only (Tiga's remote client region, CrossStitch's remote clients).
+    pub fn placed(
+        regions: Vec<String>,
+        server_regions: &[RegionId],
+        shards: u32,
+        replicas: u32,
+    ) -> Result<Self, ConfigError> {
         if regions.is_empty() {
             return Err(ConfigError::new("at least one region is needed"));
         }
+        if server_regions.is_empty() || server_regions.iter().any(|r| r.0 as usize >= regions.len())
+        {
+            return Err(ConfigError::new("the server regions must be regions of the layout"));
+        }
+        let server_count = server_regions.len() as u32;
         let region_count = regions.len() as u32;
         let mut nodes = Vec::new();
         for shard in 0..shards {
             for replica in 0..replicas {
                 nodes.push(NodeInfo {
-                    region: RegionId((shard + replica) % region_count),
+                    region: server_regions[((shard + replica) % server_count) as usize],
                     replicas: vec![ReplicaSlot { shard: ShardId(shard), replica }],
                     coordinator: false,
                 });
@@ -155,6 +181,30 @@ impl Topology {
         topology.validate()?;
         Ok(topology)
     }
+}
+
+/// The ids of the regions `names` among `regions`, for `flag` (every name known, none twice);
+/// empty for no names.
+pub fn region_ids(
+    regions: &[String],
+    names: &[String],
+    flag: &str,
+) -> Result<Vec<RegionId>, ConfigError> {
+    let mut ids = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(index) = regions.iter().position(|r| r == name) else {
+            return Err(ConfigError::new(format!(
+                "{flag}: no region '{name}' in this network; its regions: {}",
+                regions.join(", ")
+            )));
+        };
+        let id = RegionId(index as u32);
+        if ids.contains(&id) {
+            return Err(ConfigError::new(format!("{flag}: region '{name}' is named twice")));
+        }
+        ids.push(id);
+    }
+    Ok(ids)
 }
 
 #[cfg(test)]
@@ -175,6 +225,22 @@ mod tests {
         let regions: Vec<RegionId> =
             t.shard_nodes(ShardId(0)).iter().map(|&n| t.region_of(n)).collect();
         assert_eq!(regions, vec![RegionId(0), RegionId(1), RegionId(2)]);
+    }
+
+    #[test]
+    fn placed_layouts_keep_replicas_in_the_server_regions_and_coordinators_everywhere() {
+        let t = Topology::placed(names(4), &[RegionId(0), RegionId(1), RegionId(2)], 3, 3).unwrap();
+        for shard in 0..3 {
+            let mut regions: Vec<RegionId> =
+                t.shard_nodes(ShardId(shard)).iter().map(|&n| t.region_of(n)).collect();
+            regions.sort();
+            assert_eq!(regions, vec![RegionId(0), RegionId(1), RegionId(2)], "shard {shard}");
+        }
+        assert_eq!(t.coordinators().len(), 4);
+        assert_eq!(t.coordinators_in(&[RegionId(3)]).len(), 1);
+        assert_eq!(t.coordinators_in(&[]).len(), 4);
+        assert!(Topology::placed(names(2), &[RegionId(2)], 1, 1).is_err());
+        assert!(Topology::placed(names(2), &[], 1, 1).is_err());
     }
 
     #[test]

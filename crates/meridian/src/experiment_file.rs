@@ -46,6 +46,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("load", Kind::Value),
     ("rate", Kind::Value),
     ("outstanding", Kind::Value),
+    ("server_regions", Kind::Value),
+    ("client_regions", Kind::Value),
     ("keys_per_shard", Kind::Value),
     ("zipf", Kind::Value),
     ("ops_max", Kind::Value),

@@ -195,6 +195,13 @@ pub(crate) struct ClusterArgs {
     /// Closed loop: requests each client keeps outstanding (default 1).
     #[arg(long)]
     outstanding: Option<u32>,
+    /// Regions that host replicas, comma-separated (default: every region of the network);
+    /// the others hold coordinators only.
+    #[arg(long, value_delimiter = ',')]
+    server_regions: Vec<String>,
+    /// Regions whose coordinators take the clients, comma-separated (default: every region).
+    #[arg(long, value_delimiter = ',')]
+    client_regions: Vec<String>,
     /// Master seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -255,7 +262,7 @@ struct BenchArgs {
     #[arg(long, conflicts_with = "preset")]
     experiment: Option<PathBuf>,
     /// Run a built-in experiment reproducing a reference study: luigi-micro, luigi-tpcc,
-    /// luigi-cross-shard, tiga-micro, single-node (the files under experiments/).
+    /// luigi-cross-shard, tiga-micro, tiga-tpcc, single-node (the files under experiments/).
     #[arg(long)]
     preset: Option<String>,
     /// With --experiment or --preset: the file's short version (its [quick] table).
@@ -366,6 +373,8 @@ pub(crate) struct Resolved {
     clients: u32,
     load: Load,
     outstanding: u32,
+    server_regions: Vec<String>,
+    client_regions: Vec<String>,
     seed: u64,
 }
 
@@ -471,6 +480,8 @@ impl ClusterArgs {
             clients: self.clients.unwrap_or(default_clients),
             load: self.load()?.0,
             outstanding: self.load()?.1,
+            server_regions: self.server_regions.clone(),
+            client_regions: self.client_regions.clone(),
             seed: self.seed.unwrap_or(1),
         })
     }
@@ -495,6 +506,7 @@ impl ClusterArgs {
             (self.tpcc_mode.is_some(), "--tpcc-mode"),
             (self.tpcc_scale.is_some(), "--tpcc-scale"),
             (self.seed.is_some(), "--seed"),
+            (!self.server_regions.is_empty(), "--server-regions"),
             (!self.protocol_option.is_empty(), "--protocol-option"),
         ]
         .into_iter()
@@ -535,6 +547,8 @@ fn embedded_experiment(
         clients: r.clients,
         outstanding: r.outstanding,
         load: r.load,
+        server_regions: r.server_regions,
+        client_regions: r.client_regions,
         duration_s,
         warmup_s,
         seed: r.seed,
@@ -748,6 +762,8 @@ fn plan_run(args: &BenchArgs, default_clients: u32) -> Result<Planned, ConfigErr
                 clients: args.cluster.clients.unwrap_or(default_clients),
                 outstanding: args.cluster.load()?.1,
                 load: args.cluster.load()?.0,
+                server_regions: Vec::new(),
+                client_regions: args.cluster.client_regions.clone(),
                 duration_s: args.duration,
                 warmup_s: args.warmup,
                 seed: file.seed,

@@ -5,7 +5,7 @@ use crate::{CheckArgs, ClusterArgs, Failure, Resolved, SimArgs};
 use meridian_check::history::{History, Model};
 use meridian_check::Consistency;
 use meridian_core::time::NS_PER_S;
-use meridian_core::topology::Topology;
+use meridian_core::topology::{region_ids, Topology};
 use meridian_core::ConfigError;
 use meridian_sim::runner::{run as run_sim, SimRunOptions, SimRunReport};
 use meridian_sim::swarm;
@@ -37,6 +37,8 @@ fn seed_options(
     let mut base =
         SimRunOptions::new(r.protocol, topology.clone(), r.network.clone(), r.clock, seed);
     base.clients = r.clients * r.outstanding;
+    base.client_regions =
+        region_ids(&topology.regions, &r.client_regions, "--client-regions").unwrap_or_default();
     base.load = r.load;
     base.txns = txns;
     base.protocol_options = r.protocol_options.clone();
@@ -65,6 +67,12 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     }
     if let Some(k) = c.outstanding {
         line += &format!(" --outstanding {k}");
+    }
+    if !c.server_regions.is_empty() {
+        line += &format!(" --server-regions {}", c.server_regions.join(","));
+    }
+    if !c.client_regions.is_empty() {
+        line += &format!(" --client-regions {}", c.client_regions.join(","));
     }
     if let Some(n) = c.regions {
         line += &format!(" --regions {n}");
@@ -163,7 +171,16 @@ fn parse_seeds(text: &str) -> Result<(u64, u64), ConfigError> {
 /// `meridian sim`.
 pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     let r = args.cluster.resolve(if args.seeds.is_some() { 8 } else { 24 })?;
-    let topology = Topology::standard(r.network.regions.clone(), r.shards, r.replicas)?;
+    let regions = &r.network.regions;
+    let mut servers = region_ids(regions, &r.server_regions, "--server-regions")?;
+    if servers.is_empty() {
+        servers = (0..regions.len() as u32).map(meridian_core::RegionId).collect();
+    }
+    let topology = Topology::placed(regions.clone(), &servers, r.shards, r.replicas)?;
+    let client_regions = region_ids(regions, &r.client_regions, "--client-regions")?;
+    if topology.coordinators_in(&client_regions).is_empty() {
+        return Err(ConfigError::new("--client-regions: no coordinator runs there").into());
+    }
     let workload = Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
     if let Some(seeds) = &args.seeds {
         if args.cluster.seed.is_some() {
@@ -313,6 +330,8 @@ fn sim_output(
         },
         "clock": r.clock.name,
         "load": r.load.describe(r.clients, r.outstanding),
+        "server_regions": r.server_regions,
+        "client_regions": r.client_regions,
         "clients": r.clients,
         "txns": options.txns,
         "seed": report.seed,

@@ -94,6 +94,8 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
         ),
         (&["sim", "--clients", "2000000"], "--clients times --outstanding must be in 1..=100000"),
         (&["sim", "--outstanding", "0"], "--outstanding must be in 1..=1024"),
+        (&["sim", "--server-regions", "mars"], "--server-regions: no region 'mars' in this network"),
+        (&["bench", "--client-regions", "r0,r0", "--out", out], "region 'r0' is named twice"),
         (
             &["bench", "--protocol", "postgres", "--load", "open", "--rate", "10", "--out", out],
             "--protocol postgres runs a closed loop",
@@ -148,7 +150,7 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
 fn an_open_loop_bench_reports_its_load_and_what_it_offered() {
     let out_dir = scratch("open");
     let output = run_words(
-        "bench --protocol 2pc-mvto --workload bank --network lan --regions 1 --shards 2 --clients 4 --load open --rate 400 --duration 0.8 --warmup 0.2 --quiet --out",
+        "bench --protocol 2pc-mvto --workload bank --network lan --regions 2 --server-regions r0 --client-regions r1 --shards 2 --clients 4 --load open --rate 400 --duration 0.8 --warmup 0.2 --quiet --out",
         &[out_dir.to_str().unwrap()],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -163,6 +165,10 @@ fn an_open_loop_bench_reports_its_load_and_what_it_offered() {
             .unwrap();
     let p = &stats["parameters"];
     assert_eq!(p["rate_per_s"], 400.0);
+    assert_eq!(
+        (p["server_regions"][0].as_str(), p["client_regions"][0].as_str()),
+        (Some("r0"), Some("r1"))
+    );
     let arrived = p["offered"]["arrived"].as_u64().unwrap();
     assert!((200..=600).contains(&arrived), "about 400 arrivals in a second: {arrived}");
     let committed = stats["summary"]["committed"].as_u64().unwrap();

@@ -76,6 +76,8 @@ pub struct SimRunOptions {
     pub events_max: Option<u64>,
     /// How the clients offer load (closed loop by default).
     pub load: Load,
+    /// Regions whose coordinators take the clients (empty: every region).
+    pub client_regions: Vec<meridian_core::RegionId>,
     /// A restarted node's clock comes back this far behind.
     pub restart_clock_step_back_ns: u64,
 }
@@ -115,6 +117,7 @@ impl SimRunOptions {
             protocol_options: ProtocolOptions::default(),
             events_max: None,
             load: Load::Closed,
+            client_regions: Vec::new(),
             restart_clock_step_back_ns: 0,
         }
     }
@@ -261,7 +264,10 @@ fn run_with<N: ProtocolNode>(
             }
             node
         });
-    let coordinators = topology.coordinators();
+    let mut coordinators = topology.coordinators_in(&options.client_regions);
+    if coordinators.is_empty() {
+        coordinators = topology.coordinators(); // Checked by the callers; never no clients.
+    }
     let clients = ClientPool::with_load(
         0,
         (0..options.clients)

@@ -592,3 +592,32 @@ fn an_open_loop_offers_its_rate_and_its_latency_counts_the_queueing() {
     let again = run(&open(100.0), micro_keys(2, 100_000, None)).unwrap();
     assert_eq!(again.trace_hash, light.trace_hash);
 }
+
+/// Tiga's placement: servers in three regions of `tiga-wan`, a fourth (Hong Kong) with
+/// coordinators only. Clients there pay its wide-area distance on every round trip that
+/// clients in a server region do not.
+#[test]
+fn clients_in_a_coordinator_only_region_pay_its_distance() {
+    use meridian_core::RegionId;
+    let network = NetworkModel::preset("tiga-wan", 4).unwrap();
+    let servers = [RegionId(0), RegionId(1), RegionId(2)];
+    let topology = Topology::placed(network.regions.clone(), &servers, 3, 3).unwrap();
+    assert!(topology.nodes.iter().all(|n| n.replicas.is_empty() || n.region != RegionId(3)));
+    let run_from = |region: u32| {
+        let mut o = SimRunOptions::new(
+            ProtocolKind::Occ,
+            topology.clone(),
+            network.clone(),
+            ClockModel::preset("perfect").unwrap(),
+            2,
+        );
+        o.clients = 12;
+        o.txns = 300;
+        o.client_regions = vec![RegionId(region)];
+        let report = run(&o, micro_keys(3, 100_000, None)).unwrap();
+        assert_passed(&report);
+        report.latency_ns_p50 / NS_PER_MS
+    };
+    let (near, far) = (run_from(0), run_from(3));
+    assert!(far > near + 200, "p50 {far} ms from Hong Kong against {near} ms from South Carolina");
+}

@@ -7,18 +7,19 @@
 //!   below `ts`, pending versions included (a read of one makes the attempt depend on its
 //!   writer).
 //! - [`ReadStamps`]: the replicated read timestamps (per key and per scanned range) that a
-//!   write must exceed, bounded: evicting a stamp raises a floor that every write must exceed
+//!   write must exceed, bounded: evicting stamps raises a floor that every write must exceed
 //!   instead, so forgetting a stamp can refuse a write but never admit one it would have
 //!   refused.
 
 use crate::kit::exec::ReadSource;
+use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
 use meridian_core::topology::NODES_MAX;
 use meridian_core::txn::ScanRange;
 use meridian_core::{NodeId, Time, Timestamp};
 use meridian_storage::{MvccStore, Version, VersionState};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Attempt timestamps are multiples of this plus the coordinator's node index, so two
 /// coordinators never pick the same one.
@@ -27,6 +28,9 @@ const _: () = assert!(TS_NODE_SLOTS.is_power_of_two() && TS_NODE_SLOTS >= NODES_
 
 /// Scanned ranges whose stamps a shard keeps at once; beyond it the oldest goes into the floor.
 pub(crate) const RANGE_STAMPS_MAX: usize = 1_024;
+/// Key stamps at or below the watermark are swept out when it has moved this far since the
+/// last sweep (they refuse nothing the watermark does not; the sweep walks every stamp).
+const STAMP_SWEEP_NS: u64 = 100 * meridian_core::time::NS_PER_MS;
 
 /// The timestamp of a new attempt at coordinator `node`: above `floor` (the coordinator's last
 /// attempt timestamp and the newest version or stamp it was refused for), at or above its clock
@@ -40,29 +44,20 @@ pub(crate) fn attempt_ts(now: Time, floor: Timestamp, node: NodeId) -> Timestamp
     ts
 }
 
-/// The newest version of `key` (committed or pending) strictly below `ts`.
-pub(crate) fn version_below<'a>(
-    store: &'a MvccStore,
-    key: &Key,
-    ts: Timestamp,
-) -> Option<&'a Version> {
-    store.versions(key).iter().rev().find(|v| v.ts < ts)
+/// The newest version of a key's `chain` (committed or pending) strictly below `ts`.
+pub(crate) fn version_below(chain: &[Version], ts: Timestamp) -> Option<&Version> {
+    chain.iter().rev().find(|v| v.ts < ts)
 }
 
-/// True when `key` has a version at exactly `ts` written by another attempt: a read at `ts`
+/// True when `chain` has a version at exactly `ts` written by another attempt: a read at `ts`
 /// cannot be ordered against it.
-pub(crate) fn taken_at(
-    store: &MvccStore,
-    key: &Key,
-    ts: Timestamp,
-    own: meridian_core::TxnId,
-) -> bool {
-    store.versions(key).iter().any(|v| v.ts == ts && v.writer != own)
+pub(crate) fn taken_at(chain: &[Version], ts: Timestamp, own: meridian_core::TxnId) -> bool {
+    chain.iter().any(|v| v.ts == ts && v.writer != own)
 }
 
-/// The pending version `key` holds, if any (at most one: prepared writers exclude each other).
-pub(crate) fn pending_of<'a>(store: &'a MvccStore, key: &Key) -> Option<&'a Version> {
-    store.versions(key).iter().rev().find(|v| v.state == VersionState::Pending)
+/// The pending version of `chain`, if any (at most one: prepared writers exclude each other).
+pub(crate) fn pending_of(chain: &[Version]) -> Option<&Version> {
+    chain.iter().rev().find(|v| v.state == VersionState::Pending)
 }
 
 /// What an attempt at `ts` reads: the newest version below `ts`, pending ones included; scans
@@ -71,7 +66,7 @@ pub(crate) struct Below<'a>(pub &'a MvccStore, pub Timestamp);
 
 impl ReadSource for Below<'_> {
     fn read(&self, key: &Key) -> Option<&Version> {
-        version_below(self.0, key, self.1)
+        version_below(self.0.versions(key), self.1)
     }
 
     fn scan(&self, range: &ScanRange) -> Vec<(Key, Version)> {
@@ -85,16 +80,20 @@ fn contains(range: &ScanRange, key: &Key) -> bool {
 }
 
 /// Read timestamps a write must exceed. Replicated: every replica records the same stamps in
-/// the same order (at prepare), so every replica refuses the same writes.
+/// the same order (at prepare), so every replica refuses the same writes. Key stamps sit in a
+/// hash map (one lookup per read: this is on every prepare's path); when it is full they all
+/// go into the floor at once, which only happens when more reads than the limit prepared
+/// within one GC retention.
 #[derive(Clone, Debug)]
 pub(crate) struct ReadStamps {
-    keys: BTreeMap<Key, Timestamp>,
-    by_ts: BTreeSet<(Timestamp, Key)>,
+    keys: FixedHashMap<Key, Timestamp>,
     ranges: Vec<(ScanRange, Timestamp)>,
     /// Every write must be above this: the largest stamp evicted for room.
     floor: Timestamp,
     keys_max: usize,
     evicted_total: u64,
+    /// The watermark at the last sweep of `keys`.
+    swept_at: Timestamp,
 }
 
 /// [`ReadStamps`] as a snapshot carries it.
@@ -111,12 +110,12 @@ impl ReadStamps {
     pub(crate) fn new(keys_max: usize) -> Self {
         assert!(keys_max > 0, "the limit is validated");
         Self {
-            keys: BTreeMap::new(),
-            by_ts: BTreeSet::new(),
+            keys: FixedHashMap::default(),
             ranges: Vec::new(),
             floor: Timestamp::ZERO,
             keys_max,
             evicted_total: 0,
+            swept_at: Timestamp::ZERO,
         }
     }
 
@@ -125,23 +124,21 @@ impl ReadStamps {
         if ts <= self.floor {
             return;
         }
-        if let Some(&old) = self.keys.get(key) {
-            if old >= ts {
-                return;
-            }
-            self.by_ts.remove(&(old, key.clone()));
-        } else if self.keys.len() >= self.keys_max {
-            let oldest = self.by_ts.pop_first().expect("the map is full, so not empty");
-            self.keys.remove(&oldest.1);
-            self.floor = self.floor.max(oldest.0);
-            self.evicted_total += 1;
+        if let Some(stamp) = self.keys.get_mut(key) {
+            *stamp = (*stamp).max(ts);
+            return;
+        }
+        if self.keys.len() >= self.keys_max {
+            let highest = self.keys.values().copied().max().unwrap_or(Timestamp::ZERO);
+            self.floor = self.floor.max(highest);
+            self.evicted_total += self.keys.len() as u64;
+            self.keys.clear();
             if ts <= self.floor {
                 return;
             }
         }
         self.keys.insert(key.clone(), ts);
-        self.by_ts.insert((ts, key.clone()));
-        debug_assert_eq!(self.keys.len(), self.by_ts.len());
+        debug_assert!(self.keys.len() <= self.keys_max);
     }
 
     /// A scan of `range` at `ts` prepared: later writes inside it must be above `ts`.
@@ -176,16 +173,15 @@ impl ReadStamps {
         self.floor.max(own).max(ranged)
     }
 
-    /// Drops stamps at or below `watermark`: writes there are refused by the watermark anyway.
+    /// Drops stamps at or below `watermark` (writes there are refused by the watermark
+    /// anyway): ranges at once, keys when the watermark has moved [`STAMP_SWEEP_NS`] since the
+    /// last sweep.
     pub(crate) fn forget_below(&mut self, watermark: Timestamp) {
-        while let Some((ts, _)) = self.by_ts.first() {
-            if *ts > watermark {
-                break;
-            }
-            let (_, key) = self.by_ts.pop_first().expect("just seen");
-            self.keys.remove(&key);
-        }
         self.ranges.retain(|(_, stamp)| *stamp > watermark);
+        if watermark.0 >= self.swept_at.0.saturating_add(STAMP_SWEEP_NS) {
+            self.keys.retain(|_, stamp| *stamp > watermark);
+            self.swept_at = watermark;
+        }
     }
 
     /// Stamps held (keys and ranges).
@@ -199,8 +195,11 @@ impl ReadStamps {
     }
 
     pub(crate) fn image(&self) -> StampsImage {
+        let mut keys: Vec<(Key, Timestamp)> =
+            self.keys.iter().map(|(k, &ts)| (k.clone(), ts)).collect();
+        keys.sort_unstable(); // Hash order is not an order to put in a snapshot.
         StampsImage {
-            keys: self.keys.iter().map(|(k, &ts)| (k.clone(), ts)).collect(),
+            keys,
             ranges: self.ranges.clone(),
             floor: self.floor,
             evicted_total: self.evicted_total,
@@ -220,12 +219,7 @@ impl ReadStamps {
     }
 
     pub(crate) fn install(&mut self, image: StampsImage) {
-        self.keys.clear();
-        self.by_ts.clear();
-        for (key, ts) in image.keys {
-            self.by_ts.insert((ts, key.clone()));
-            self.keys.insert(key, ts);
-        }
+        self.keys = image.keys.into_iter().collect();
         self.ranges = image.ranges;
         self.floor = image.floor;
         self.evicted_total = image.evicted_total;
@@ -304,8 +298,11 @@ mod tests {
         assert_eq!(stamps.stamp_of(&key(15)), Timestamp(70));
         assert_eq!(stamps.stamp_of(&key(20)), Timestamp::ZERO, "ranges are half open");
         stamps.forget_below(Timestamp(60));
-        assert_eq!(stamps.stamp_of(&key(1)), Timestamp::ZERO);
+        assert_eq!(stamps.stamp_of(&key(1)), Timestamp(50), "key stamps wait for a sweep");
         assert_eq!(stamps.stamp_of(&key(15)), Timestamp(70));
+        stamps.forget_below(Timestamp(STAMP_SWEEP_NS + 60));
+        assert_eq!(stamps.stamp_of(&key(1)), Timestamp::ZERO);
+        assert_eq!(stamps.len(), 0);
     }
 
     #[test]
@@ -313,19 +310,22 @@ mod tests {
         let mut stamps = ReadStamps::new(2);
         stamps.note_read(&key(1), Timestamp(30));
         stamps.note_read(&key(2), Timestamp(10));
-        stamps.note_read(&key(3), Timestamp(20)); // evicts key 2's stamp (the oldest)
-        assert_eq!(stamps.len(), 2);
-        assert_eq!(stamps.evicted_total(), 1);
-        assert_eq!(stamps.stamp_of(&key(2)), Timestamp(10), "the floor keeps its stamp");
-        assert_eq!(stamps.stamp_of(&key(9)), Timestamp(10), "and refuses more than needed");
+        stamps.note_read(&key(3), Timestamp(40)); // full: both go into the floor
+        assert_eq!(stamps.len(), 1);
+        assert_eq!(stamps.evicted_total(), 2);
+        assert_eq!(stamps.stamp_of(&key(2)), Timestamp(30), "the floor covers its stamp");
+        assert_eq!(stamps.stamp_of(&key(9)), Timestamp(30), "and refuses more than needed");
         assert_eq!(stamps.stamp_of(&key(1)), Timestamp(30));
+        assert_eq!(stamps.stamp_of(&key(3)), Timestamp(40));
+        stamps.note_read(&key(4), Timestamp(25));
+        assert_eq!(stamps.len(), 1, "a stamp under the floor is already covered");
         let image = stamps.image();
         let mut copy = ReadStamps::new(2);
         copy.install(image);
         for id in 0..5 {
             assert_eq!(copy.stamp_of(&key(id)), stamps.stamp_of(&key(id)));
         }
-        assert!(ReadStamps::check_image(&stamps.image(), 1).is_err());
+        assert!(ReadStamps::check_image(&stamps.image(), 0).is_err());
     }
 
     #[test]
@@ -340,8 +340,9 @@ mod tests {
         let seen = source.read(&key(1)).unwrap();
         assert_eq!((seen.ts, seen.state), (Timestamp(100), VersionState::Pending));
         assert_eq!(Below(&store, Timestamp(100)).read(&key(1)).unwrap().ts, Timestamp::ZERO);
-        assert!(taken_at(&store, &key(1), Timestamp(100), meridian_core::TxnId::LOAD));
-        assert!(!taken_at(&store, &key(1), Timestamp(100), writer));
-        assert_eq!(pending_of(&store, &key(1)).map(|v| v.writer), Some(writer));
+        let chain = store.versions(&key(1));
+        assert!(taken_at(chain, Timestamp(100), meridian_core::TxnId::LOAD));
+        assert!(!taken_at(chain, Timestamp(100), writer));
+        assert_eq!(pending_of(chain).map(|v| v.writer), Some(writer));
     }
 }

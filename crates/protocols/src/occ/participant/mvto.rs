@@ -128,7 +128,7 @@ impl Participant {
     fn blocked_on(&self, txn: TxnId, args: &PrepareArgs) -> Option<TxnId> {
         args.reads.iter().find_map(|(key, seen)| {
             let seen = (*seen)?;
-            let pending = pending_of(&self.store, key)?;
+            let pending = pending_of(self.store.versions(key))?;
             (pending.writer != txn && pending.writer == seen.writer && pending.ts == seen.ts)
                 .then_some(pending.writer)
         })
@@ -234,10 +234,11 @@ impl Participant {
             return Err(Conflict::TooOld(watermark));
         }
         for (key, seen) in &args.reads {
-            if taken_at(&self.store, key, ts, txn) {
+            let chain = self.store.versions(key);
+            if taken_at(chain, ts, txn) {
                 return Err(Conflict::Stale);
             }
-            let now = version_below(&self.store, key, ts);
+            let now = version_below(chain, ts);
             if VersionTag::of(now) != *seen {
                 let writer_aborted = seen.is_some_and(|s| {
                     matches!(self.decided.get(s.writer), Known::Decided(Decision::Aborted))
@@ -266,10 +267,11 @@ impl Participant {
         }
         let stamps = &self.mvto.as_ref().expect("2pc-mvto").stamps;
         for write in &args.writes {
-            if pending_of(&self.store, &write.key).is_some_and(|v| v.writer != txn) {
+            let chain = self.store.versions(&write.key);
+            if pending_of(chain).is_some_and(|v| v.writer != txn) {
                 return Err(Conflict::Locked);
             }
-            if let Some(newest) = self.store.versions(&write.key).last() {
+            if let Some(newest) = chain.last() {
                 if newest.ts >= ts {
                     return Err(Conflict::TooOld(newest.ts));
                 }
