@@ -31,6 +31,10 @@ pub(crate) const RANGE_STAMPS_MAX: usize = 1_024;
 /// Key stamps at or below the watermark are swept out when it has moved this far since the
 /// last sweep (they refuse nothing the watermark does not; the sweep walks every stamp).
 const STAMP_SWEEP_NS: u64 = 100 * meridian_core::time::NS_PER_MS;
+/// Furthest an attempt's timestamp may be ahead of the leader's clock: a coordinator clock
+/// that far ahead is broken, and a timestamp near the end of time would stop the shard's
+/// writes for good (every later write must be above it).
+pub(crate) const TS_AHEAD_MAX_NS: u64 = 3_600 * meridian_core::time::NS_PER_S;
 
 /// The timestamp of a new attempt at coordinator `node`: above `floor` (the coordinator's last
 /// attempt timestamp and the newest version or stamp it was refused for), at or above its clock
@@ -94,6 +98,9 @@ pub(crate) struct ReadStamps {
     evicted_total: u64,
     /// The watermark at the last sweep of `keys`.
     swept_at: Timestamp,
+    /// The watermark now: stamps at or below it are dead (they refuse nothing the watermark
+    /// does not), whether or not a sweep has removed them yet.
+    watermark: Timestamp,
 }
 
 /// [`ReadStamps`] as a snapshot carries it.
@@ -116,6 +123,7 @@ impl ReadStamps {
             keys_max,
             evicted_total: 0,
             swept_at: Timestamp::ZERO,
+            watermark: Timestamp::ZERO,
         }
     }
 
@@ -127,6 +135,14 @@ impl ReadStamps {
         if let Some(stamp) = self.keys.get_mut(key) {
             *stamp = (*stamp).max(ts);
             return;
+        }
+        if self.keys.len() >= self.keys_max {
+            // Only live stamps count: when dead ones were swept differs between replicas (a
+            // replica restored from a snapshot sweeps on its own schedule), and what is full
+            // decides the floor, which decides votes.
+            let watermark = self.watermark;
+            self.keys.retain(|_, stamp| *stamp > watermark);
+            self.swept_at = watermark;
         }
         if self.keys.len() >= self.keys_max {
             let highest = self.keys.values().copied().max().unwrap_or(Timestamp::ZERO);
@@ -177,6 +193,7 @@ impl ReadStamps {
     /// anyway): ranges at once, keys when the watermark has moved [`STAMP_SWEEP_NS`] since the
     /// last sweep.
     pub(crate) fn forget_below(&mut self, watermark: Timestamp) {
+        self.watermark = self.watermark.max(watermark);
         self.ranges.retain(|(_, stamp)| *stamp > watermark);
         if watermark.0 >= self.swept_at.0.saturating_add(STAMP_SWEEP_NS) {
             self.keys.retain(|_, stamp| *stamp > watermark);
@@ -194,9 +211,14 @@ impl ReadStamps {
         self.evicted_total
     }
 
+    /// The live stamps (dead ones differ between replicas by when they were swept).
     pub(crate) fn image(&self) -> StampsImage {
-        let mut keys: Vec<(Key, Timestamp)> =
-            self.keys.iter().map(|(k, &ts)| (k.clone(), ts)).collect();
+        let mut keys: Vec<(Key, Timestamp)> = self
+            .keys
+            .iter()
+            .filter(|(_, &ts)| ts > self.watermark)
+            .map(|(k, &ts)| (k.clone(), ts))
+            .collect();
         keys.sort_unstable(); // Hash order is not an order to put in a snapshot.
         StampsImage {
             keys,
@@ -218,8 +240,11 @@ impl ReadStamps {
         Ok(())
     }
 
-    pub(crate) fn install(&mut self, image: StampsImage) {
+    /// Installs a snapshot's stamps; the watermark comes with the snapshot's store.
+    pub(crate) fn install(&mut self, image: StampsImage, watermark: Timestamp) {
         self.keys = image.keys.into_iter().collect();
+        self.watermark = watermark;
+        self.swept_at = watermark;
         self.ranges = image.ranges;
         self.floor = image.floor;
         self.evicted_total = image.evicted_total;
@@ -321,7 +346,7 @@ mod tests {
         assert_eq!(stamps.len(), 1, "a stamp under the floor is already covered");
         let image = stamps.image();
         let mut copy = ReadStamps::new(2);
-        copy.install(image);
+        copy.install(image, Timestamp::ZERO);
         for id in 0..5 {
             assert_eq!(copy.stamp_of(&key(id)), stamps.stamp_of(&key(id)));
         }
@@ -344,5 +369,27 @@ mod tests {
         assert!(taken_at(chain, Timestamp(100), meridian_core::TxnId::LOAD));
         assert!(!taken_at(chain, Timestamp(100), writer));
         assert_eq!(pending_of(chain).map(|v| v.writer), Some(writer));
+    }
+
+    /// Whether the map is full, and so the floor, depends on live stamps only: two replicas
+    /// that swept dead stamps at different times make the same decisions.
+    #[test]
+    fn dead_stamps_never_fill_the_map() {
+        let mut swept = ReadStamps::new(2);
+        let mut unswept = ReadStamps::new(2);
+        for stamps in [&mut swept, &mut unswept] {
+            stamps.note_read(&key(1), Timestamp(STAMP_SWEEP_NS + 10)); // dead past that
+            stamps.note_read(&key(2), Timestamp(STAMP_SWEEP_NS + 50));
+        }
+        swept.forget_below(Timestamp(STAMP_SWEEP_NS + 20)); // a sweep: key 1 goes
+        unswept.forget_below(Timestamp(STAMP_SWEEP_NS)); // a sweep: key 1 still lives
+        unswept.forget_below(Timestamp(STAMP_SWEEP_NS + 20)); // too soon for another
+        assert_eq!((swept.len(), unswept.len()), (1, 2));
+        for stamps in [&mut swept, &mut unswept] {
+            stamps.note_read(&key(3), Timestamp(STAMP_SWEEP_NS + 60));
+            assert_eq!(stamps.stamp_of(&key(9)), Timestamp::ZERO, "no flush into the floor");
+            assert_eq!(stamps.stamp_of(&key(3)), Timestamp(STAMP_SWEEP_NS + 60));
+        }
+        assert_eq!(swept.image().keys, unswept.image().keys);
     }
 }

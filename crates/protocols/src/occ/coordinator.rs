@@ -22,6 +22,7 @@ use crate::kit::coord::{self, AttemptIds, LeaderCache, PieceSlot, RequestTable};
 use crate::kit::exec::{PieceRun, ScanCheck, VersionTag};
 use crate::kit::timers::Timers;
 use crate::kit::twopc::{Decision, Delivery, PeerState};
+use crate::mvto::order::TS_AHEAD_MAX_NS;
 use crate::NodeContext;
 use meridian_core::key::{Key, Value};
 use meridian_core::node::{ClientRequest, Outbox};
@@ -124,9 +125,12 @@ pub(super) struct Coordinator {
     /// attempt that ends before prepare tells the shards that ran its pieces.
     locking: bool,
     /// `2pc-mvto`: attempts carry timestamps, each above `ts_floor`: the last one given, and
-    /// the newest version or stamp seen or refused for.
+    /// the newest version or stamp seen or refused for. `ts_offset_ns` is added to the clock:
+    /// how far behind the shards' clocks a refusal showed this one to be (a clock that lags
+    /// more than the GC retention would otherwise be refused below the watermark for ever).
     mvto: bool,
     ts_floor: Timestamp,
+    ts_offset_ns: u64,
     /// Requests answered committed, attempts retried, outcomes reported unknown.
     committed_total: u64,
     retried_total: u64,
@@ -154,6 +158,7 @@ impl Coordinator {
             locking: matches!(mode, CcMode::Locking(_)),
             mvto: mode == CcMode::Mvto,
             ts_floor: Timestamp::ZERO,
+            ts_offset_ns: 0,
             committed_total: 0,
             retried_total: 0,
             indeterminate_total: 0,
@@ -255,7 +260,8 @@ impl Coordinator {
         };
         let txn = self.ids.next_id();
         let ts = if self.mvto {
-            self.ts_floor = crate::mvto::order::attempt_ts(now, self.ts_floor, self.context.id);
+            let clock = now.saturating_add(self.ts_offset_ns);
+            self.ts_floor = crate::mvto::order::attempt_ts(clock, self.ts_floor, self.context.id);
             self.ts_floor
         } else {
             Timestamp::ZERO
@@ -383,10 +389,8 @@ impl Coordinator {
             // Nothing was prepared for this attempt, so nothing can have committed it.
             Err(ExecFailure::Conflict(conflict)) => {
                 self.release_locks(txn, &attempt, out);
-                return {
-                    let cause = self.note_conflict(conflict);
-                    self.retry(attempt, cause, timers, out)
-                };
+                let cause = self.note_conflict(conflict, now);
+                return self.retry(attempt, cause, timers, out);
             }
             Err(ExecFailure::Decided(_) | ExecFailure::Forgotten) => {
                 self.release_locks(txn, &attempt, out);
@@ -402,7 +406,7 @@ impl Coordinator {
             }
             if let Some(newest) = run.reads.iter().filter_map(|(_, seen)| *seen).map(|v| v.ts).max()
             {
-                if self.mvto {
+                if self.mvto && newest.0 <= now.saturating_add(TS_AHEAD_MAX_NS) {
                     self.ts_floor = self.ts_floor.max(newest);
                 }
             }
@@ -516,10 +520,8 @@ impl Coordinator {
             // A refusal: that shard never prepared it, so aborting is safe.
             (Phase::Preparing, Vote::No(conflict)) => {
                 self.abort_prepared(now, txn, &attempt, out);
-                {
-                    let cause = self.note_conflict(conflict);
-                    self.retry(attempt, cause, timers, out)
-                };
+                let cause = self.note_conflict(conflict, now);
+                self.retry(attempt, cause, timers, out);
             }
             (Phase::Preparing, Vote::Forgotten) => {
                 self.start_probing(now, txn, &mut attempt, out);
@@ -544,7 +546,7 @@ impl Coordinator {
                 );
             }
             (Phase::SinglePrepare(s), Vote::No(conflict)) if s == shard => {
-                let cause = self.note_conflict(conflict);
+                let cause = self.note_conflict(conflict, now);
                 self.retry(attempt, cause, timers, out)
             }
             (Phase::SinglePrepare(s) | Phase::Resolving(s), Vote::Forgotten) if s == shard => {
@@ -634,7 +636,7 @@ impl Coordinator {
 
     fn on_executed_commit(
         &mut self,
-        _now: Time,
+        now: Time,
         txn: TxnId,
         shard: ShardId,
         result: Result<(Vec<PieceRun>, Option<Timestamp>), ExecFailure>,
@@ -686,7 +688,7 @@ impl Coordinator {
             }
             Err(ExecFailure::Forgotten) => self.indeterminate(txn, attempt, shard, out),
             Err(ExecFailure::Conflict(conflict)) => {
-                let cause = self.note_conflict(conflict);
+                let cause = self.note_conflict(conflict, now);
                 self.retry(attempt, cause, timers, out)
             }
             Err(ExecFailure::Decided(Decision::Aborted)) => {
@@ -964,10 +966,21 @@ impl Coordinator {
 /// The cause a report counts for a participant's refusal.
 impl Coordinator {
     /// The abort cause of a refusal; a timestamp refusal also raises the floor of the next
-    /// attempt's timestamp above what refused it.
-    fn note_conflict(&mut self, conflict: Conflict) -> AbortCause {
+    /// attempt's timestamp above what refused it (a timestamp absurdly far ahead is not
+    /// believed). A refusal beyond this clock `now` (more than timestamp rounding explains)
+    /// shows the clock lags the shards': the offset then puts it ahead of what refused it by
+    /// an RPC timeout, since a watermark keeps moving while the retry travels. Synchronized
+    /// clocks never get an offset, so their timestamps stay in real-time order.
+    fn note_conflict(&mut self, conflict: Conflict, now: Time) -> AbortCause {
         if let Conflict::TooOld(ts) = conflict {
-            self.ts_floor = self.ts_floor.max(ts);
+            if ts.0 <= now.saturating_add(TS_AHEAD_MAX_NS) {
+                self.ts_floor = self.ts_floor.max(ts);
+                let rounding = 2 * crate::mvto::order::TS_NODE_SLOTS;
+                if ts.0 > now.saturating_add(rounding) {
+                    let ahead = ts.0 - now + self.context.timing.rpc_timeout_ns;
+                    self.ts_offset_ns = self.ts_offset_ns.max(ahead);
+                }
+            }
         }
         cause_of(conflict)
     }

@@ -435,6 +435,9 @@ impl Participant {
         // allocates nothing: most commits are single-shard).
         let participants =
             if participants.iter().all(|&s| s == self.shard) { Vec::new() } else { participants };
+        if let Some(m) = self.mvto.as_mut() {
+            m.note_decided(); // Held prepares of this attempt, or waiting on it, move on.
+        }
         if self.decided.remember(txn, decision, participants, now) {
             match decision {
                 Decision::Committed(_) => self.counts.committed += 1,
@@ -835,7 +838,10 @@ impl Participant {
             }
         }
         match command {
-            ShardCommand::Prepare { args, .. } => self.check_prepare(args),
+            ShardCommand::Prepare { args, now, .. } => {
+                self.check_prepare(args)?;
+                self.check_ts(args.ts, *now)
+            }
             ShardCommand::Decide { decision, tell, .. } => {
                 if *decision == Decision::Committed(Timestamp::ZERO) {
                     return Err("a commit at timestamp 0".into());
@@ -846,12 +852,7 @@ impl Participant {
                 }
                 Ok(())
             }
-            ShardCommand::ExecuteCommit { ts, .. } => {
-                if self.mvto.is_some() && *ts == Timestamp::ZERO {
-                    return Err("a 2pc-mvto one-round commit without a timestamp".into());
-                }
-                Ok(())
-            }
+            ShardCommand::ExecuteCommit { ts, now, .. } => self.check_ts(*ts, *now),
             ShardCommand::Query { .. } => Ok(()),
             ShardCommand::Settle { .. } => Ok(()),
         }
@@ -894,8 +895,25 @@ impl Participant {
         if args.one_phase && args.participants.len() != 1 {
             return Err("a one-phase prepare with several participants".into());
         }
-        if self.mvto.is_some() && args.ts == Timestamp::ZERO {
-            return Err("a 2pc-mvto prepare without a timestamp".into());
+        Ok(())
+    }
+
+    /// `2pc-mvto`: an attempt's timestamp is set and not far beyond the leader's clock `now`
+    /// (as logged). Other protocols carry none.
+    fn check_ts(&self, ts: Timestamp, now: Time) -> Result<(), String> {
+        if self.mvto.is_none() {
+            return Ok(());
+        }
+        if ts == Timestamp::ZERO {
+            return Err("a 2pc-mvto request without a timestamp".into());
+        }
+        let latest = now.saturating_add(crate::mvto::order::TS_AHEAD_MAX_NS);
+        if ts.0 > latest {
+            return Err(format!(
+                "timestamp {} is more than {} s ahead of the leader's clock",
+                ts.0,
+                crate::mvto::order::TS_AHEAD_MAX_NS / meridian_core::time::NS_PER_S
+            ));
         }
         Ok(())
     }
@@ -1121,7 +1139,7 @@ impl StateMachine for Participant {
             self.prepared.insert(txn, prepared);
         }
         if let (Some(m), Some(stamps)) = (self.mvto.as_mut(), image.stamps) {
-            m.stamps.install(stamps);
+            m.stamps.install(stamps, image.watermark);
             m.clear_leader_state();
         }
         self.decided.install(image.decided);

@@ -1635,3 +1635,34 @@ fn mvto_conflicting_increments_serialize() {
         net.assert_quiescent();
     }
 }
+
+/// A `2pc-mvto` request without a timestamp, or with one far beyond the leader's clock (which
+/// would stop the shard's writes for good), is refused before it enters the log.
+#[test]
+fn mvto_timestamps_missing_or_far_ahead_are_refused_before_the_log() {
+    use crate::kit::host::StateMachine;
+    let p = mvto_participant();
+    let now = 1_000 * NS_PER_MS;
+    let prepare = |ts: u64| ShardCommand::Prepare {
+        reply_to: COORDINATOR,
+        now,
+        txn: attempt(1),
+        refused: None,
+        args: mvto_args(ts, &[], &[(1, 1)], true),
+    };
+    assert!(p.validate(&prepare(now + 5 * NS_PER_MS)).is_ok());
+    let ahead = crate::mvto::order::TS_AHEAD_MAX_NS;
+    assert!(p.validate(&prepare(now + ahead + 1)).unwrap_err().contains("ahead of the leader"));
+    assert!(p.validate(&prepare(u64::MAX)).is_err());
+    assert!(p.validate(&prepare(0)).unwrap_err().contains("without a timestamp"));
+    let one_round = ShardCommand::ExecuteCommit {
+        reply_to: COORDINATOR,
+        now,
+        txn: attempt(2),
+        refused: None,
+        ts: Timestamp(u64::MAX),
+        proc: meridian_core::txn::ProcId(0),
+        args: vec![],
+    };
+    assert!(p.validate(&one_round).is_err());
+}

@@ -61,6 +61,11 @@ impl MvtoState {
         self.waiting.clear();
     }
 
+    /// A decision or refusal was recorded: the held prepares are looked at again.
+    pub(super) fn note_decided(&mut self) {
+        self.decided_since_scan = true;
+    }
+
     pub(super) fn counters(&self) -> [(&'static str, u64); 7] {
         [
             ("mvto_read_stamps", self.stamps.len() as u64),
@@ -182,15 +187,24 @@ impl Participant {
         })
     }
 
-    /// Held prepares whose writers are all decided now, to go on (oldest first).
+    /// Held prepares whose writers are all decided now, to go on (oldest first). Those of
+    /// attempts decided meanwhile (their coordinator's query refused them) are dropped: they
+    /// would only take room.
     pub(in crate::occ) fn take_unblocked(&mut self) -> Vec<(NodeId, TxnId, PrepareArgs)> {
         let Some(mvto) = self.mvto.as_mut() else { return Vec::new() };
         if !std::mem::take(&mut mvto.decided_since_scan) || mvto.waiting.is_empty() {
             return Vec::new();
         }
         let waiting = std::mem::take(&mut mvto.waiting);
+        let live: Vec<Waiting> = waiting
+            .into_iter()
+            .filter(|w| {
+                !self.prepared.contains_key(&w.txn)
+                    && matches!(self.decided.get(w.txn), Known::Unseen)
+            })
+            .collect();
         let (blocked, ready): (Vec<Waiting>, Vec<Waiting>) =
-            waiting.into_iter().partition(|w| self.blocked_on(w.txn, &w.args).is_some());
+            live.into_iter().partition(|w| self.blocked_on(w.txn, &w.args).is_some());
         self.mvto_mut().waiting = blocked;
         ready.into_iter().map(|w| (w.origin, w.txn, w.args)).collect()
     }
