@@ -22,6 +22,9 @@
 //!      it asked for. Completions arrive in the order the persists were issued.
 //!    - [`Node::submit`] when a client hands this node a transaction. A node that cannot
 //!      coordinate answers with a `Rejected` reply.
+//!    - [`Node::on_session`] when a client takes a step of an interactive transaction
+//!      (begin, reads, commit, abort). A protocol without interactive transactions answers
+//!      `Rejected`.
 //!
 //!    `now` is always the node's own clock reading (true time plus the node's skew from the
 //!    clock model). Readings passed to one node never decrease.
@@ -46,8 +49,9 @@
 //!   it never panics the node. Assertions guard the node's own invariants only.
 
 use crate::ids::{NodeId, RequestId};
+use crate::key::Key;
 use crate::time::Time;
-use crate::txn::{TxnOutcome, TxnRequest};
+use crate::txn::{ScanRange, TxnFailure, TxnOutcome, TxnRequest, Write};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 
@@ -85,6 +89,103 @@ pub struct ClientRequest {
     pub id: RequestId,
     /// What to run.
     pub txn: TxnRequest,
+}
+
+/// Names one interactive transaction at its coordinator. The client chooses it; it must be
+/// unique among the coordinator's sessions (the client library draws it like a request id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SessionId(pub u64);
+
+/// One step of an interactive transaction. Writes stay with the client (which answers its own
+/// reads of them) until `Commit` carries them, so a step is a read round or the end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionOp {
+    /// Start the transaction (the coordinator picks its attempt id and timestamp).
+    Begin,
+    /// Read these keys and scan these ranges, all in one round: the reads overlap.
+    Read {
+        /// Point reads.
+        keys: Vec<Key>,
+        /// Range scans (`start <= end`; rows merged over every shard, at most `limit`).
+        scans: Vec<ScanRange>,
+    },
+    /// Commit with these writes (`None` deletes).
+    Commit {
+        /// The client's buffered writes, one per key.
+        writes: Vec<Write>,
+    },
+    /// Abort: release whatever the transaction holds.
+    Abort,
+}
+
+/// A step of interactive transaction `session`; the reply names `id`. A reply's result is
+/// `Committed` when the step succeeded (for `Begin` and `Read` the transaction stays open),
+/// and `Failed` otherwise: [`TxnFailure::Aborted`] when the protocol aborted the transaction
+/// (it is over; the client may run it again), `Rejected` or `Procedure` when the step itself
+/// was refused. A `Read`'s outputs are [`read_outputs`]'s shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRequest {
+    /// Unique per run, like a client request's.
+    pub id: RequestId,
+    /// The transaction.
+    pub session: SessionId,
+    /// The step.
+    pub op: SessionOp,
+}
+
+/// The outputs of a `Read` step: `outputs[0]` has one datum per key read (an empty list when
+/// absent, a one-item list holding the value's bytes when present), `outputs[1]` one datum
+/// per scan (a list of `[key, value]` pairs in scan order).
+pub fn read_outputs(
+    values: Vec<Option<crate::key::Value>>,
+    rows: Vec<Vec<(Key, crate::key::Value)>>,
+) -> Vec<crate::txn::PieceOutput> {
+    use crate::txn::Datum;
+    let values = values
+        .into_iter()
+        .map(|v| Datum::List(v.map(Datum::Bytes).into_iter().collect()))
+        .collect();
+    let rows = rows
+        .into_iter()
+        .map(|scan| {
+            Datum::List(
+                scan.into_iter()
+                    .map(|(k, v)| Datum::List(vec![Datum::Bytes(k.0), Datum::Bytes(v)]))
+                    .collect(),
+            )
+        })
+        .collect();
+    vec![values, rows]
+}
+
+/// What a reply built by [`read_outputs`] holds: the values, then the rows of each scan.
+/// `None` when the outputs do not have that shape.
+#[allow(clippy::type_complexity)]
+pub fn parse_read_outputs(
+    outputs: &[crate::txn::PieceOutput],
+) -> Option<(Vec<Option<crate::key::Value>>, Vec<Vec<(Key, crate::key::Value)>>)> {
+    let [values, scans] = outputs else { return None };
+    let values = values
+        .iter()
+        .map(|d| match d.as_list()? {
+            [] => Some(None),
+            [v] => Some(Some(v.as_bytes()?.to_vec())),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let scans = scans
+        .iter()
+        .map(|scan| {
+            scan.as_list()?
+                .iter()
+                .map(|row| match row.as_list()? {
+                    [k, v] => Some((Key(k.as_bytes()?.to_vec()), v.as_bytes()?.to_vec())),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((values, scans))
 }
 
 /// Something a node wants its driver to do.
@@ -214,6 +315,11 @@ pub trait Node: Send + 'static {
     }
     /// A client submitted a transaction.
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<Self::Msg>);
+    /// A client took a step of an interactive transaction. By default: refused.
+    fn on_session(&mut self, _now: Time, request: SessionRequest, out: &mut Outbox<Self::Msg>) {
+        let why = "this protocol does not run interactive transactions (occ, 2pl and 2pc-mvto do)";
+        out.reply(request.id, TxnOutcome::failed(TxnFailure::Rejected(why.into())));
+    }
     /// The protocol's counters (names ending in `_total`, monotonic) and gauges, for metrics.
     /// Read between calls, never during one; must not change the node.
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -212,6 +212,123 @@ pub type PieceOutput = Vec<Datum>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProcId(pub u32);
 
+impl ProcId {
+    /// The built-in procedure of interactive transactions' reads ([`SessionReads`]), known to
+    /// every registry without being registered.
+    pub const SESSION_READS: ProcId = ProcId(u32::MAX);
+}
+
+/// The reads of one interactive-transaction step on one shard, as a procedure, so that every
+/// protocol serves them through the same execution path (and validation, locks or read
+/// timestamps) as any piece. One piece; `args[0]` lists the keys read (bytes), `args[1]` the
+/// scans (each `[start, end, limit, reverse]`), `args[2]` keys declared as written (so that
+/// `2pl` takes their exclusive locks before a commit; the piece writes nothing itself). Its output is `[values, scans]` in the shape
+/// of [`crate::node::read_outputs`]. Never planned: coordinators build its calls directly,
+/// with the step's number as the piece index (so a late reply of an earlier step is told
+/// apart).
+#[derive(Debug)]
+pub struct SessionReads;
+
+static SESSION_READS: std::sync::LazyLock<Arc<dyn Procedure>> =
+    std::sync::LazyLock::new(|| Arc::new(SessionReads));
+
+impl SessionReads {
+    /// The arguments that read `keys`, scan `scans` and lock `writes` for writing.
+    pub fn args(keys: &[Key], scans: &[ScanRange], writes: &[Key]) -> Args {
+        let list =
+            |keys: &[Key]| Datum::List(keys.iter().map(|k| Datum::Bytes(k.0.clone())).collect());
+        let scans = scans
+            .iter()
+            .map(|r| {
+                Datum::List(vec![
+                    Datum::Bytes(r.start.0.clone()),
+                    Datum::Bytes(r.end.0.clone()),
+                    Datum::Uint(u64::from(r.limit)),
+                    Datum::Uint(u64::from(r.reverse)),
+                ])
+            })
+            .collect();
+        vec![list(keys), Datum::List(scans), list(writes)]
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn parse(args: &Args) -> Result<(Vec<Key>, Vec<ScanRange>, Vec<Key>), ProcError> {
+        let bad = |what: &str| ProcError::BadArgs(format!("session reads: {what}"));
+        let [keys, scans, writes] = args.as_slice() else {
+            return Err(bad("three arguments expected"));
+        };
+        let keys_of = |list: &Datum| {
+            list.as_list()
+                .ok_or_else(|| bad("keys are not a list"))?
+                .iter()
+                .map(|k| {
+                    k.as_bytes().map(|b| Key(b.to_vec())).ok_or_else(|| bad("a key is not bytes"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let (keys, writes) = (keys_of(keys)?, keys_of(writes)?);
+        let scans = scans
+            .as_list()
+            .ok_or_else(|| bad("scans are not a list"))?
+            .iter()
+            .map(|scan| match scan.as_list() {
+                Some([start, end, limit, reverse]) => {
+                    let start = Key(start.as_bytes().ok_or_else(|| bad("scan start"))?.to_vec());
+                    let end = Key(end.as_bytes().ok_or_else(|| bad("scan end"))?.to_vec());
+                    let limit = limit
+                        .as_uint()
+                        .and_then(|l| u32::try_from(l).ok())
+                        .ok_or_else(|| bad("scan limit"))?;
+                    if start > end {
+                        return Err(bad("a scan's range is reversed (start after end)"));
+                    }
+                    Ok(ScanRange { start, end, limit, reverse: reverse.as_uint() == Some(1) })
+                }
+                _ => Err(bad("a scan is not [start, end, limit, reverse]")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((keys, scans, writes))
+    }
+}
+
+impl Procedure for SessionReads {
+    fn name(&self) -> &'static str {
+        "session-reads"
+    }
+
+    fn plan(&self, _args: &Args, _context: PlanContext<'_>) -> Result<Plan, ProcError> {
+        Err(ProcError::Unsupported(
+            "session reads are steps of an interactive transaction, not a procedure to run".into(),
+        ))
+    }
+
+    /// Any piece index is this one piece: coordinators number a session's steps with it.
+    fn keys(
+        &self,
+        _piece: u32,
+        args: &Args,
+        _inputs: &[&PieceOutput],
+    ) -> Result<KeySet, ProcError> {
+        let (reads, scans, writes) = Self::parse(args)?;
+        Ok(KeySet { reads, writes, scans })
+    }
+
+    fn execute(
+        &self,
+        _piece: u32,
+        _args: &Args,
+        _inputs: &[&PieceOutput],
+        reads: &Reads,
+    ) -> Result<PieceEffects, UserAbort> {
+        // `[values, scans]`, each as one list (the coordinator merges shards' answers).
+        let output = crate::node::read_outputs(reads.values.clone(), reads.scans.clone())
+            .into_iter()
+            .map(Datum::List)
+            .collect();
+        Ok(PieceEffects { writes: Vec::new(), output })
+    }
+}
+
 /// What a client asks a coordinator to run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnRequest {
@@ -363,8 +480,11 @@ impl Registry {
         id
     }
 
-    /// The procedure with this id.
+    /// The procedure with this id ([`ProcId::SESSION_READS`] is built in everywhere).
     pub fn get(&self, id: ProcId) -> Option<&Arc<dyn Procedure>> {
+        if id == ProcId::SESSION_READS {
+            return Some(&SESSION_READS);
+        }
         self.procs.get(id.0 as usize)
     }
 
@@ -492,6 +612,21 @@ pub enum TxnFailure {
     /// decided it and has forgotten it since, while the coordinator could not learn which).
     /// Never retried: retrying could commit it twice.
     Indeterminate(String),
+    /// An interactive transaction was aborted by the protocol for this cause (it is over and
+    /// did not commit; its client may run it again). One-shot requests are retried instead.
+    Aborted(AbortCause),
+}
+
+impl fmt::Display for TxnFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Procedure(error) => write!(f, "{error}"),
+            Self::RetriesExhausted => f.write_str("aborted by conflicts more often than allowed"),
+            Self::Rejected(why) => write!(f, "rejected: {why}"),
+            Self::Indeterminate(why) => write!(f, "outcome unknown: {why}"),
+            Self::Aborted(cause) => write!(f, "aborted ({})", cause.name()),
+        }
+    }
 }
 
 impl TxnResult {

@@ -37,6 +37,7 @@ macro_rules! say_raw {
 
 mod clustercmd;
 mod experiment_file;
+mod kvcmd;
 mod presets;
 mod simcmd;
 use std::process::ExitCode;
@@ -80,6 +81,9 @@ enum Command {
     /// Regenerate a results folder's report.md and plots from its stats.json files, or put
     /// two folders side by side (`--compare A B`).
     Report(ReportArgs),
+    /// Run an interactive transaction against a running cluster: `kv --config FILE txn
+    /// "get a; put a 1; commit"` (or statements on standard input, one per line).
+    Kv(kvcmd::KvArgs),
 }
 
 #[derive(Args)]
@@ -1131,6 +1135,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server(args),
         Command::Verify(args) => verify(args),
         Command::Report(args) => report_cmd(args),
+        Command::Kv(args) => kvcmd::kv(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -223,6 +223,9 @@ pub struct Timing {
     /// Commands each shard replica applies between snapshots of its state (replicated or
     /// durable shards only).
     pub snapshot_interval_entries: u64,
+    /// How long an interactive transaction may stay idle (no step in progress) before its
+    /// coordinator aborts it and releases what it holds.
+    pub session_lease_ns: u64,
 }
 
 impl Timing {
@@ -240,6 +243,8 @@ impl Timing {
             // before its votes arrive, again and again (swarm seed 1 of `bank`, 3 replicas).
             raft_tick_ns: (owd_ns_max / 2).max(25 * NS_PER_MS),
             snapshot_interval_entries: SNAPSHOT_INTERVAL_ENTRIES,
+            // As long as a `2pl` shard leader keeps an idle attempt's execution locks.
+            session_lease_ns: 4 * (4 * owd_ns_max + 200 * NS_PER_MS),
         }
     }
 }

@@ -19,13 +19,15 @@ use hdrhistogram::Histogram;
 use meridian_core::clock::{ClockModel, NodeClock};
 use meridian_core::netmodel::{Jitter, LinkModel, LinkState, NetworkModel};
 use meridian_core::node::{
-    ClientDriver, ClientRequest, Effect, Node, Outbox, PersistToken, TimerId,
+    ClientDriver, ClientRequest, Effect, Node, Outbox, PersistToken, SessionRequest, TimerId,
 };
 use meridian_core::rng::child_rng;
 use meridian_core::time::NS_PER_US;
 use meridian_core::topology::Topology;
+use meridian_core::txn::{TxnFailure, TxnOutcome};
 use meridian_core::wire::Envelope;
 use meridian_core::NodeId;
+use meridian_core::RequestId;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,8 +74,69 @@ pub enum Inbound<M> {
         /// The node's token.
         token: PersistToken,
     },
+    /// A call from a client library in this process (not a pool of the benchmark): run it
+    /// and send the reply back on `reply`.
+    Client {
+        /// What to run.
+        call: ClientCall,
+        /// Where the reply goes.
+        reply: oneshot::Sender<TxnOutcome>,
+    },
     /// Finish and hand the node back.
     Stop,
+}
+
+/// What a client library asks a coordinator node of this process to do.
+#[derive(Debug)]
+pub enum ClientCall {
+    /// Run a transaction (a registered procedure).
+    Submit(ClientRequest),
+    /// Take a step of an interactive transaction.
+    Session(SessionRequest),
+}
+
+impl ClientCall {
+    fn id(&self) -> RequestId {
+        match self {
+            Self::Submit(request) => request.id,
+            Self::Session(request) => request.id,
+        }
+    }
+}
+
+/// Most calls of a client library one node has in progress; beyond it a call is refused.
+pub const CLIENT_CALLS_MAX: usize = 1 << 16;
+
+/// A client library's way into one coordinator node of this process. Cloneable; calls from
+/// several tasks run concurrently (each has its own request id).
+#[derive(Clone)]
+pub struct ClientHandle {
+    submit: Arc<dyn Fn(ClientCall, oneshot::Sender<TxnOutcome>) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for ClientHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientHandle")
+    }
+}
+
+impl ClientHandle {
+    /// Hands `call` to the node and waits for its reply. An error when the node is gone or
+    /// its inbox is full.
+    pub async fn call(&self, call: ClientCall) -> Result<TxnOutcome, String> {
+        let (tx, rx) = oneshot::channel();
+        if !(self.submit)(call, tx) {
+            return Err("the coordinator is stopped or overloaded".into());
+        }
+        rx.await.map_err(|_| "the coordinator stopped before it answered".to_string())
+    }
+
+    /// Hands `call` to the node without waiting for the reply (which is dropped). False when
+    /// the node is gone or its inbox is full.
+    pub fn send(&self, call: ClientCall) -> bool {
+        let (tx, _rx) = oneshot::channel();
+        (self.submit)(call, tx)
+    }
 }
 
 /// Where messages to one destination go.
@@ -259,6 +322,7 @@ impl<N: Node> Cluster<N> {
                 clients,
                 open_loop: false,
                 pending_submits: VecDeque::new(),
+                waiters: BTreeMap::new(),
                 persisted: VecDeque::new(),
                 storage: config.storage.clone(),
                 self_inbox: inboxes[&id].clone(),
@@ -313,6 +377,15 @@ impl<N: Node> Cluster<N> {
     pub fn dropped_messages(&self) -> u64 {
         let shed = self.tcp_stats.as_ref().map_or(0, |s| s.dropped.load(Ordering::Relaxed));
         self.dropped.load(Ordering::Relaxed) + shed
+    }
+
+    /// A client library's handle on local node `node` (a coordinator), if it runs here.
+    pub fn client(&self, node: NodeId) -> Option<ClientHandle> {
+        let inbox = self.inboxes.get(&node)?.clone();
+        let submit = move |call: ClientCall, reply: oneshot::Sender<TxnOutcome>| {
+            inbox.try_send(Inbound::Client { call, reply }).is_ok()
+        };
+        Some(ClientHandle { submit: Arc::new(submit) })
     }
 
     /// Stops every local node and returns them with their measured delays.
@@ -399,6 +472,8 @@ struct NodeTask<N: Node, C> {
     /// replies (looked at once, at the start, so a closed loop costs the loop nothing).
     open_loop: bool,
     pending_submits: VecDeque<ClientRequest>,
+    /// Calls of client libraries in progress: where each reply goes.
+    waiters: BTreeMap<RequestId, oneshot::Sender<TxnOutcome>>,
     persisted: VecDeque<PersistToken>,
     storage: Option<Storage>,
     /// This node's own inbox, for the storage thread's completions.
@@ -466,6 +541,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                                 }
                             }
                             Some(Inbound::Persisted { token }) => persisted.push(token),
+                            Some(Inbound::Client { call, reply }) => self.on_client_call(call, reply).await,
                             Some(Inbound::Stop) | None => break 'serve,
                         }
                         handled += 1;
@@ -570,6 +646,23 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         }
     }
 
+    /// A client library's call: refused when too many are in progress or its id is taken.
+    async fn on_client_call(&mut self, call: ClientCall, reply: oneshot::Sender<TxnOutcome>) {
+        let id = call.id();
+        if self.waiters.len() >= CLIENT_CALLS_MAX || self.waiters.contains_key(&id) {
+            let why = format!("{CLIENT_CALLS_MAX} calls in progress, or request {} twice", id.0);
+            let _ = reply.send(TxnOutcome::failed(TxnFailure::Rejected(why)));
+            return;
+        }
+        self.waiters.insert(id, reply);
+        let now = self.node_now();
+        match call {
+            ClientCall::Submit(request) => self.node.submit(now, request, &mut self.outbox),
+            ClientCall::Session(request) => self.node.on_session(now, request, &mut self.outbox),
+        }
+        self.carry_out().await;
+    }
+
     /// Hands the node the persist completions gathered so far, if any, as one batch.
     async fn complete_persists(&mut self, tokens: &mut Vec<PersistToken>) {
         if tokens.is_empty() {
@@ -610,7 +703,9 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                         None => self.persisted.push_back(token),
                     },
                     Effect::Reply { request, outcome } => {
-                        if let Some(clients) = &self.clients {
+                        if let Some(waiter) = self.waiters.remove(&request) {
+                            let _ = waiter.send(outcome);
+                        } else if let Some(clients) = &self.clients {
                             let next = clients.lock().expect("client lock").on_reply(
                                 self.clock.now_ns(),
                                 self.id,

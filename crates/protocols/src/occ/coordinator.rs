@@ -33,6 +33,8 @@ use meridian_core::txn::{
 use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod session;
+
 /// Where an attempt stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -63,6 +65,9 @@ struct Attempt {
     locked_at: BTreeSet<ShardId>,
     /// `2pc-mvto`: its timestamp (zero under the other protocols).
     ts: Timestamp,
+    /// The interactive transaction it runs, if any (its steps come from the client; it is
+    /// never retried).
+    session: Option<meridian_core::node::SessionId>,
 }
 
 impl Attempt {
@@ -131,6 +136,8 @@ pub(super) struct Coordinator {
     mvto: bool,
     ts_floor: Timestamp,
     ts_offset_ns: u64,
+    /// Open interactive transactions.
+    sessions: session::Sessions,
     /// Requests answered committed, attempts retried, outcomes reported unknown.
     committed_total: u64,
     retried_total: u64,
@@ -159,6 +166,7 @@ impl Coordinator {
             mvto: mode == CcMode::Mvto,
             ts_floor: Timestamp::ZERO,
             ts_offset_ns: 0,
+            sessions: session::Sessions::new(context.limits.requests_in_flight_max),
             committed_total: 0,
             retried_total: 0,
             indeterminate_total: 0,
@@ -167,8 +175,9 @@ impl Coordinator {
     }
 
     /// Counters and gauges for metrics.
-    pub(super) fn counters(&self) -> [(&'static str, u64); 6] {
+    pub(super) fn counters(&self) -> [(&'static str, u64); 7] {
         [
+            ("occ_coordinator_sessions", self.sessions.len() as u64),
             ("occ_coordinator_requests", self.requests.len() as u64),
             ("occ_coordinator_attempts", self.attempts.len() as u64),
             ("occ_coordinator_delivering", self.delivery.len() as u64),
@@ -283,6 +292,7 @@ impl Coordinator {
             probing: None,
             locked_at: BTreeSet::new(),
             ts,
+            session: None,
         };
         if attempt.pieces.is_empty() {
             return self.complete(request, None, Ending::committed(None, CommitPath::Empty), out);
@@ -364,6 +374,9 @@ impl Coordinator {
         out: &mut Outbox<OccMsg>,
     ) {
         let Some(mut attempt) = self.attempts.remove(&txn) else { return };
+        if attempt.session.is_some() {
+            return self.on_session_executed(now, txn, attempt, shard, result, out);
+        }
         // A reply answers the wave now outstanding on its shard only if it carries a run for
         // every piece of that wave: a duplicated reply of an earlier wave does not. (Swarm seed
         // 18 hit this through a reused attempt id; the unit test
@@ -824,6 +837,11 @@ impl Coordinator {
         for txn in due {
             let Some(mut attempt) = self.attempts.remove(&txn) else { continue };
             match attempt.phase {
+                // A step of an interactive transaction took too long, or its client has been
+                // idle past the lease: it ends, aborted.
+                Phase::Executing if attempt.session.is_some() => {
+                    self.on_session_step_timeout(now, txn, attempt, out);
+                }
                 // Execution keeps no state at participants (but execution locks under `2pl`,
                 // released by an abort): start over.
                 Phase::Executing => {
@@ -904,6 +922,11 @@ impl Coordinator {
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
+        if let Some(session) = attempt.session {
+            // An interactive transaction is not retried: its client decides.
+            self.retried_total += 1;
+            return self.end_session(session, session::End::Aborted(cause), out);
+        }
         let request = attempt.request;
         let Some(state) = self.requests.get_mut(request) else {
             return;
@@ -930,6 +953,10 @@ impl Coordinator {
         ending: Ending,
         out: &mut Outbox<OccMsg>,
     ) {
+        if let Some((txn, Attempt { session: Some(session), .. })) = attempt {
+            self.attempts.remove(&txn);
+            return self.end_session(*session, session::End::Finished(ending), out);
+        }
         let Some(state) = self.requests.finish(request) else {
             return;
         };

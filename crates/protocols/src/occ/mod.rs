@@ -794,6 +794,23 @@ impl Node for OccNode {
         }
     }
 
+    fn on_session(
+        &mut self,
+        now: Time,
+        request: meridian_core::node::SessionRequest,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        match self.coordinator.as_mut() {
+            Some(c) => c.on_session(now, request, &mut self.timers, out),
+            None => out.reply(
+                request.id,
+                meridian_core::txn::TxnOutcome::failed(meridian_core::txn::TxnFailure::Rejected(
+                    format!("node {} is not a coordinator", self.id),
+                )),
+            ),
+        }
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         // Summed over the shards hosted here.
         let mut counters: BTreeMap<&'static str, u64> = BTreeMap::new();

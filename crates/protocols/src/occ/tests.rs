@@ -1666,3 +1666,194 @@ fn mvto_timestamps_missing_or_far_ahead_are_refused_before_the_log() {
     };
     assert!(p.validate(&one_round).is_err());
 }
+
+// Interactive transactions (sessions): `coordinator/session.rs`.
+
+mod sessions {
+    use super::*;
+    use meridian_core::node::{parse_read_outputs, SessionId, SessionOp, SessionRequest};
+
+    fn write(id: u64, value: u64) -> Write {
+        Write { key: key(id), value: Some(value.to_le_bytes().to_vec()) }
+    }
+
+    fn read(ids: &[u64]) -> SessionOp {
+        SessionOp::Read { keys: ids.iter().map(|&id| key(id)).collect(), scans: vec![] }
+    }
+
+    impl Net {
+        /// Takes step `op` of session `session` as request `request` and runs until answered.
+        fn session(&mut self, request: u64, session: u64, op: SessionOp) -> TxnOutcome {
+            let mut out = Outbox::new();
+            let step = SessionRequest { id: RequestId(request), session: SessionId(session), op };
+            self.nodes[COORDINATOR.0 as usize].on_session(self.now, step, &mut out);
+            self.drain(COORDINATOR, &mut out);
+            self.answered(&[request]);
+            self.replies[&RequestId(request)].clone()
+        }
+
+        /// The values a read step returned.
+        fn read_values(&mut self, request: u64, session: u64, ids: &[u64]) -> Vec<Option<u64>> {
+            let outcome = self.session(request, session, read(ids));
+            assert_eq!(outcome.result, TxnResult::Committed, "{outcome:?}");
+            let (values, _) = parse_read_outputs(&outcome.outputs).expect("read outputs");
+            values.iter().map(|v| v.as_ref().map(|_| as_u64(v))).collect()
+        }
+    }
+
+    fn aborted(outcome: &TxnOutcome) -> Option<AbortCause> {
+        match outcome.result {
+            TxnResult::Failed(TxnFailure::Aborted(cause)) => Some(cause),
+            _ => None,
+        }
+    }
+
+    fn refusal(outcome: &TxnOutcome) -> String {
+        match &outcome.result {
+            TxnResult::Failed(TxnFailure::Rejected(why)) => why.clone(),
+            other => panic!("not a refusal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_reads_every_shard_in_one_round_and_commits_its_writes_atomically() {
+        for mode in
+            [CcMode::Validation, CcMode::Locking(crate::kit::locks::Policy::NoWait), CcMode::Mvto]
+        {
+            let mut net = Net::build(crate::Limits::default(), mode);
+            net.submit(1, rw(&[], &[(5, 50), (105, 150)]));
+            net.answered(&[1]);
+            net.settle();
+            assert_eq!(net.session(2, 7, SessionOp::Begin).result, TxnResult::Committed);
+            let before = net.delivered;
+            assert_eq!(net.read_values(3, 7, &[5, 105, 6]), vec![Some(50), Some(150), None]);
+            assert_eq!(net.delivered - before, 4, "{mode:?}: one execution per shard, and replies");
+            let commit = net.session(
+                4,
+                7,
+                SessionOp::Commit { writes: vec![write(5, 40), write(105, 160)] },
+            );
+            assert_eq!(commit.result, TxnResult::Committed, "{mode:?}");
+            assert!(commit.commit_ts.is_some());
+            net.settle();
+            assert_eq!((net.value(5), net.value(105)), (Some(40), Some(160)), "{mode:?}");
+            // The session is over: a late step is told how it ended, and nothing changes.
+            let late = net.session(5, 7, read(&[5]));
+            assert!(refusal(&late).contains("is over: it committed"), "{late:?}");
+            net.assert_quiescent();
+        }
+    }
+
+    #[test]
+    fn a_conflicting_session_aborts_with_its_cause_and_applies_nothing() {
+        let mut net = Net::new();
+        net.session(1, 1, SessionOp::Begin);
+        assert_eq!(net.read_values(2, 1, &[5, 105]), vec![None, None]);
+        // Another transaction overwrites what the session read.
+        net.submit(3, rw(&[], &[(105, 7)]));
+        net.answered(&[3]);
+        net.run_until(|_| true);
+        let commit =
+            net.session(4, 1, SessionOp::Commit { writes: vec![write(5, 1), write(105, 1)] });
+        assert_eq!(aborted(&commit), Some(AbortCause::Validation), "{commit:?}");
+        net.settle();
+        assert_eq!((net.value(5), net.value(105)), (None, Some(7)), "nothing of it applied");
+        let after = net.session(5, 1, SessionOp::Commit { writes: vec![] });
+        assert!(refusal(&after).contains("was aborted (validation)"), "{after:?}");
+        net.assert_quiescent();
+    }
+
+    #[test]
+    fn a_session_that_read_one_key_at_two_versions_cannot_commit() {
+        let mut net = Net::new();
+        net.session(1, 1, SessionOp::Begin);
+        assert_eq!(net.read_values(2, 1, &[5]), vec![None]);
+        net.submit(3, rw(&[], &[(5, 9)]));
+        net.answered(&[3]);
+        net.run_until(|_| true);
+        let again = net.session(4, 1, read(&[5]));
+        assert_eq!(aborted(&again), Some(AbortCause::Validation), "{again:?}");
+        net.assert_quiescent();
+    }
+
+    #[test]
+    fn an_idle_2pl_session_is_aborted_after_its_lease_and_its_locks_released() {
+        let mut net = Net::locking(crate::kit::locks::Policy::NoWait);
+        net.session(1, 1, SessionOp::Begin);
+        assert_eq!(net.read_values(2, 1, &[5]), vec![None]);
+        assert!(net.nodes[0].hosts.get(ShardId(0)).unwrap().exec_lock_count() > 0);
+        // A writer of the key is refused while the session holds its lock, and commits once
+        // the lease has ended the session (the coordinator releases the lock).
+        net.submit(3, rw(&[], &[(5, 9)]));
+        net.answered(&[3]);
+        assert_eq!(net.outcome(3).result, TxnResult::Committed);
+        assert!(net.outcome(3).aborts.get(AbortCause::LockDenied) > 0, "it had to wait");
+        net.settle();
+        assert_eq!(net.value(5), Some(9));
+        let late = net.session(4, 1, SessionOp::Commit { writes: vec![write(5, 1)] });
+        assert!(refusal(&late).contains("lease-expired"), "{late:?}");
+        assert_eq!(net.value(5), Some(9));
+        net.assert_quiescent();
+    }
+
+    #[test]
+    fn an_aborted_session_releases_its_2pl_locks_at_once() {
+        let mut net = Net::locking(crate::kit::locks::Policy::NoWait);
+        net.session(1, 1, SessionOp::Begin);
+        net.read_values(2, 1, &[5, 105]);
+        assert_eq!(net.session(3, 1, SessionOp::Abort).result, TxnResult::Committed);
+        net.run_until(|_| true);
+        net.assert_quiescent();
+        net.submit(4, rw(&[], &[(5, 9)]));
+        net.answered(&[4]);
+        assert_eq!(net.outcome(4).retries, 0, "nothing held the lock any more");
+    }
+
+    #[test]
+    fn bad_steps_are_refused_and_leave_the_session_open() {
+        let mut net = Net::new();
+        assert!(refusal(&net.session(1, 1, read(&[5]))).contains("no open transaction 1"));
+        net.session(2, 1, SessionOp::Begin);
+        assert!(refusal(&net.session(3, 1, SessionOp::Begin)).contains("already began"));
+        let reversed = SessionOp::Read { keys: vec![], scans: vec![scan_of(50, 10)] };
+        let outcome = net.session(4, 1, reversed);
+        assert!(
+            matches!(&outcome.result, TxnResult::Failed(TxnFailure::Procedure(ProcError::BadArgs(why))) if why.contains("reversed")),
+            "{outcome:?}"
+        );
+        // Still open: a scan over both shards merges their rows in key order, up to the limit.
+        net.submit(5, rw(&[], &[(3, 30), (104, 140), (2, 20)]));
+        net.answered(&[5]);
+        net.run_until(|_| true);
+        let mut range = scan_of(0, 200);
+        range.limit = 2;
+        let outcome = net.session(6, 1, SessionOp::Read { keys: vec![], scans: vec![range] });
+        let (_, rows) = parse_read_outputs(&outcome.outputs).expect("rows");
+        let ids: Vec<Key> = rows[0].iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(ids, vec![key(2), key(3)]);
+        let outcome = net.session(7, 1, SessionOp::Commit { writes: vec![write(4, 1)] });
+        assert_eq!(outcome.result, TxnResult::Committed, "{outcome:?}");
+        net.run_until(|_| true);
+        assert_eq!(net.value(4), Some(1));
+        net.assert_quiescent();
+    }
+
+    #[test]
+    fn a_lost_read_is_asked_again_and_a_dead_shard_ends_the_session() {
+        let mut net = Net::new();
+        net.session(1, 1, SessionOp::Begin);
+        let mut lost = 0;
+        net.filter = Box::new(move |_, msg| {
+            if matches!(msg, OccMsg::Executed { .. }) && lost == 0 {
+                lost += 1;
+                return Delivery::Drop;
+            }
+            Delivery::Deliver
+        });
+        assert_eq!(net.read_values(2, 1, &[5]), vec![None]);
+        net.filter =
+            Box::new(|to, _| if to == NodeId(1) { Delivery::Drop } else { Delivery::Deliver });
+        let outcome = net.session(3, 1, read(&[105]));
+        assert_eq!(aborted(&outcome), Some(AbortCause::Timeout), "{outcome:?}");
+    }
+}
