@@ -482,7 +482,7 @@ async fn drive(
         for (_, pool) in pools {
             let completions = pool.lock().expect("client lock").drain_completions();
             for completion in completions {
-                stats.add(&completion, None);
+                stats.add(&completion, completion.wan_hops);
                 meridian_workloads::observe_completion(checker, &completion);
             }
         }
@@ -1089,6 +1089,7 @@ mod tests {
                         meridian_core::txn::TxnFailure::RetriesExhausted,
                     )
                 },
+                wan_hops: None,
             };
             stats.add(&completion, None);
         }

@@ -41,8 +41,9 @@ pub struct RunStats {
     pub outside_window: u64,
     /// Committed requests by commit path.
     paths: BTreeMap<&'static str, u64>,
-    /// Wide-area one-way hops on the critical path of each committed request (simulated runs).
-    wan_hops: Vec<u16>,
+    /// Committed requests by the wide-area one-way hops on their critical path (simulated
+    /// runs, and real-time runs whose driver counts them): bounded by the distinct counts.
+    wan_hops: BTreeMap<u16, u64>,
     /// Speculative latencies, for protocols that report them.
     speculative_us: Histogram<u64>,
     /// Requests whose outcome is unknown (a participant forgot it).
@@ -193,7 +194,7 @@ impl RunStats {
             first_failure: None,
             outside_window: 0,
             paths: BTreeMap::new(),
-            wan_hops: Vec::new(),
+            wan_hops: BTreeMap::new(),
             speculative_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid bounds"),
             indeterminate: 0,
             series: Vec::new(),
@@ -266,7 +267,7 @@ impl RunStats {
                 let _ = self.series[second].record(latency);
                 *self.paths.entry(completion.outcome.path.name()).or_default() += 1;
                 if let Some(hops) = wan_hops {
-                    self.wan_hops.push(hops);
+                    *self.wan_hops.entry(hops).or_default() += 1;
                 }
                 if let Some(ns) = completion.outcome.speculative_ns {
                     let _ = self.speculative_us.record((ns / NS_PER_US).clamp(1, LATENCY_US_MAX));
@@ -296,8 +297,14 @@ impl RunStats {
         let attempts = self.committed + self.user_aborted + self.failed + self.retries;
         let fast = self.paths.get("fast").copied().unwrap_or(0);
         let slow = self.paths.get("slow").copied().unwrap_or(0);
-        let mut hops = self.wan_hops.clone();
-        hops.sort_unstable();
+        let counted: u64 = self.wan_hops.values().sum();
+        // The upper median, as an index into the sorted counts.
+        let mut below = 0;
+        let hops_p50 = self.wan_hops.iter().find_map(|(&hops, &n)| {
+            below += n;
+            (below > counted / 2).then_some(hops)
+        });
+        let hops_sum: f64 = self.wan_hops.iter().map(|(&h, &n)| f64::from(h) * n as f64).sum();
         let speculative = |q: f64| {
             (!self.speculative_us.is_empty())
                 .then(|| self.speculative_us.value_at_quantile(q) as f64 / 1e3)
@@ -328,9 +335,8 @@ impl RunStats {
             indeterminate: self.indeterminate,
             commit_paths: self.paths.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             fast_path_ratio: (fast + slow > 0).then(|| fast as f64 / self.committed as f64),
-            wrtt_p50: hops.get(hops.len() / 2).map(|&h| f64::from(h) / 2.0),
-            wrtt_mean: (!hops.is_empty())
-                .then(|| hops.iter().map(|&h| f64::from(h)).sum::<f64>() / hops.len() as f64 / 2.0),
+            wrtt_p50: hops_p50.map(|h| f64::from(h) / 2.0),
+            wrtt_mean: (counted > 0).then(|| hops_sum / counted as f64 / 2.0),
             speculative_latency_ms_p50: speculative(0.5),
             speculative_latency_ms_p99: speculative(0.99),
             latency_ms_mean: if self.latency_us.is_empty() {
@@ -424,6 +430,7 @@ mod tests {
                 aborts: Default::default(),
                 speculative_ns: None,
             },
+            wan_hops: None,
         }
     }
 

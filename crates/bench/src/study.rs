@@ -628,6 +628,7 @@ mod tests {
                 submitted_at: done - latency_ms * ms,
                 completed_at: done,
                 outcome,
+                wan_hops: None,
             };
             stats.add(&completion, None);
         }

@@ -341,6 +341,9 @@ pub trait ClientDriver {
         request: RequestId,
         outcome: &TxnOutcome,
     ) -> Vec<(NodeId, ClientRequest)>;
+    /// The reply to `request` that comes next came at the end of a causal chain of `hops`
+    /// wide-area one-way legs (drivers that count them call this just before `on_reply`).
+    fn note_wan_hops(&mut self, _request: RequestId, _hops: u16) {}
     /// Coordinator `node` crashed: its outstanding requests will never be answered.
     fn on_crash(&mut self, node: NodeId);
     /// Coordinator `node` restarted; returns requests to submit now.

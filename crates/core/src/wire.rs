@@ -14,7 +14,7 @@ pub const FRAME_HEADER_BYTES: usize = 4;
 /// Default largest frame payload.
 pub const FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Protocol version in `Hello`; bump on any incompatible change of the frame types.
-pub const WIRE_VERSION: u32 = 2;
+pub const WIRE_VERSION: u32 = 3;
 
 /// What opens a connection and what follows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,6 +43,9 @@ pub struct Hello {
 pub struct Envelope<M> {
     /// Sender's wall-clock send time in nanoseconds since the Unix epoch (unskewed).
     pub sent_at_ns: u64,
+    /// Wide-area one-way legs on the causal chain that led to this message, this one
+    /// included (how the runtime counts round trips per commit, as the simulator does).
+    pub hops: u16,
     /// The message.
     pub msg: M,
 }
@@ -258,7 +261,9 @@ mod tests {
     use super::*;
 
     fn batch(values: &[u32]) -> WireFrame<u32> {
-        WireFrame::Batch(values.iter().map(|&msg| Envelope { sent_at_ns: 7, msg }).collect())
+        WireFrame::Batch(
+            values.iter().map(|&msg| Envelope { sent_at_ns: 7, hops: 0, msg }).collect(),
+        )
     }
 
     #[test]

@@ -197,6 +197,9 @@ fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
         stats["summary"]["cross_shard_fraction"], 1.0,
         "micro-luigi on 2 shards is all cross-shard"
     );
+    // Counted from the messages each commit waited for, as the simulator counts them: a wave
+    // of reads and the prepare, each a round trip to the other region's shard.
+    assert_eq!(stats["summary"]["wrtt_p50"], 2.0, "{}", stats["summary"]);
     assert!(!stats["links"].as_array().unwrap().is_empty());
     assert!(!stats["summary"]["latency_histogram_us"].as_array().unwrap().is_empty());
     let provenance = &stats["parameters"]["provenance"];

@@ -8,6 +8,7 @@
 //! lock behind once the lease has passed, and `meridian kv` refuses a bad statement before
 //! running anything.
 
+#[allow(dead_code)] // Each test binary uses part of the helpers.
 mod common;
 
 use common::{free_port, meridian, wait_for_port};

@@ -396,6 +396,7 @@ async fn client_loop(
             submitted_at,
             completed_at,
             outcome,
+            wan_hops: None,
         };
         if completions.send(completion).await.is_err() || lost {
             return; // The harness stopped listening, or the connection is gone.

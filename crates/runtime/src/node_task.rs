@@ -57,6 +57,8 @@ pub enum Inbound<M> {
         from: NodeId,
         /// Sender's send time (ns since the Unix epoch).
         sent_at_ns: u64,
+        /// Wide-area legs on the causal chain that led to it, its own included.
+        hops: u16,
         /// The message.
         msg: M,
     },
@@ -66,8 +68,8 @@ pub enum Inbound<M> {
     Msgs {
         /// Sender.
         from: NodeId,
-        /// Send times (ns since the Unix epoch) and messages.
-        msgs: Vec<(u64, M)>,
+        /// Send times (ns since the Unix epoch), wide-area legs, and messages.
+        msgs: Vec<(u64, u16, M)>,
     },
     /// The storage thread made this persist durable.
     Persisted {
@@ -149,10 +151,16 @@ enum Route<M> {
 impl<M: Send + 'static> Route<M> {
     /// Hands `msg` over without waiting; false (and counted in `dropped`) when the queue is
     /// full or gone.
-    fn deliver(&self, from: NodeId, sent_at_ns: u64, msg: M, dropped: &AtomicU64) -> bool {
+    fn deliver(
+        &self,
+        from: NodeId,
+        (sent_at_ns, hops): (u64, u16),
+        msg: M,
+        dropped: &AtomicU64,
+    ) -> bool {
         let sent = match self {
-            Self::Local(tx) => tx.try_send(Inbound::Msg { from, sent_at_ns, msg }).is_ok(),
-            Self::Remote(tx) => tx.try_send(Envelope { sent_at_ns, msg }).is_ok(),
+            Self::Local(tx) => tx.try_send(Inbound::Msg { from, sent_at_ns, hops, msg }).is_ok(),
+            Self::Remote(tx) => tx.try_send(Envelope { sent_at_ns, hops, msg }).is_ok(),
         };
         if !sent {
             dropped.fetch_add(1, Ordering::Relaxed);
@@ -319,11 +327,13 @@ impl<N: Node> Cluster<N> {
                 skew,
                 timers: BinaryHeap::new(),
                 timer_seq: 0,
+                hops: 0,
                 clients,
                 open_loop: false,
                 pending_submits: VecDeque::new(),
                 waiters: BTreeMap::new(),
                 persisted: VecDeque::new(),
+                persist_hops: BTreeMap::new(),
                 storage: config.storage.clone(),
                 self_inbox: inboxes[&id].clone(),
                 outbox: Outbox::new(),
@@ -465,8 +475,12 @@ struct NodeTask<N: Node, C> {
     links: Vec<Option<LinkOut<N::Msg>>>,
     clock: WallClock,
     skew: NodeClock,
-    timers: BinaryHeap<Reverse<(Instant, u64, TimerId)>>,
+    /// Timers by due time, with the wide-area legs of the call that set them.
+    timers: BinaryHeap<Reverse<(Instant, u64, TimerId, u16)>>,
     timer_seq: u64,
+    /// Wide-area legs on the causal chain of the call in progress (see `Envelope::hops`):
+    /// what a send adds to, what a timer or persist carries, and what a reply reports.
+    hops: u16,
     clients: Option<Arc<Mutex<C>>>,
     /// The clients offer open-loop load: they submit at their arrival times, not only on
     /// replies (looked at once, at the start, so a closed loop costs the loop nothing).
@@ -474,7 +488,10 @@ struct NodeTask<N: Node, C> {
     pending_submits: VecDeque<ClientRequest>,
     /// Calls of client libraries in progress: where each reply goes.
     waiters: BTreeMap<RequestId, oneshot::Sender<TxnOutcome>>,
-    persisted: VecDeque<PersistToken>,
+    /// Persists completed at once (memory durability), with the legs of the call that asked.
+    persisted: VecDeque<(PersistToken, u16)>,
+    /// Legs of the calls whose persists the storage thread is writing.
+    persist_hops: BTreeMap<PersistToken, u16>,
     storage: Option<Storage>,
     /// This node's own inbox, for the storage thread's completions.
     self_inbox: mpsc::Sender<Inbound<N::Msg>>,
@@ -488,7 +505,7 @@ struct NodeTask<N: Node, C> {
     /// The process's count of messages dropped at full queues.
     dropped: Arc<AtomicU64>,
     /// Messages for in-process destinations held until the end of the pass, per node.
-    held: Vec<Vec<(u64, N::Msg)>>,
+    held: Vec<Vec<(u64, u16, N::Msg)>>,
     started_ns: u64,
     published_ns: u64,
 }
@@ -512,12 +529,13 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             self.run_submits().await;
             while let Some(msg) = self.self_queue.pop_front() {
                 let now = self.node_now();
+                self.hops = 0;
                 self.node.on_message(now, self.id, msg, &mut self.outbox);
                 self.carry_out().await;
             }
             // Nothing waits in this node while it sleeps.
             self.flush_held();
-            let next_timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
+            let next_timer = self.timers.peek().map(|Reverse((at, _, _, _))| *at);
             let next_arrival = self.next_arrival();
             tokio::select! {
                 biased;
@@ -534,10 +552,10 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                             self.complete_persists(&mut persisted).await;
                         }
                         match next {
-                            Some(Inbound::Msg { from, sent_at_ns, msg }) => self.on_inbound(from, sent_at_ns, msg).await,
+                            Some(Inbound::Msg { from, sent_at_ns, hops, msg }) => self.on_inbound(from, sent_at_ns, hops, msg).await,
                             Some(Inbound::Msgs { from, msgs }) => {
-                                for (sent_at_ns, msg) in msgs {
-                                    self.on_inbound(from, sent_at_ns, msg).await;
+                                for (sent_at_ns, hops, msg) in msgs {
+                                    self.on_inbound(from, sent_at_ns, hops, msg).await;
                                 }
                             }
                             Some(Inbound::Persisted { token }) => persisted.push(token),
@@ -617,21 +635,23 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         hub.publish(self.id, snapshot);
     }
 
-    async fn on_inbound(&mut self, from: NodeId, sent_at_ns: u64, msg: N::Msg) {
+    async fn on_inbound(&mut self, from: NodeId, sent_at_ns: u64, hops: u16, msg: N::Msg) {
         record_delay(&mut self.delays, from, self.clock.now_ns().saturating_sub(sent_at_ns));
         let now = self.node_now();
+        self.hops = hops;
         self.node.on_message(now, from, msg, &mut self.outbox);
         self.carry_out().await;
     }
 
     async fn fire_due_timers(&mut self) {
         let now_instant = Instant::now();
-        while let Some(Reverse((at, _, timer))) = self.timers.peek().copied() {
+        while let Some(Reverse((at, _, timer, hops))) = self.timers.peek().copied() {
             if at > now_instant {
                 break;
             }
             self.timers.pop();
             let now = self.node_now();
+            self.hops = hops;
             self.node.on_timer(now, timer, &mut self.outbox);
             self.carry_out().await;
         }
@@ -641,6 +661,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         for _ in 0..SUBMITS_PER_PASS_MAX {
             let Some(request) = self.pending_submits.pop_front() else { return };
             let now = self.node_now();
+            self.hops = 0;
             self.node.submit(now, request, &mut self.outbox);
             self.carry_out().await;
         }
@@ -656,6 +677,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         }
         self.waiters.insert(id, reply);
         let now = self.node_now();
+        self.hops = 0;
         match call {
             ClientCall::Submit(request) => self.node.submit(now, request, &mut self.outbox),
             ClientCall::Session(request) => self.node.on_session(now, request, &mut self.outbox),
@@ -669,6 +691,8 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             return;
         }
         let now = self.node_now();
+        // What the batch releases waited for the longest chain among them.
+        self.hops = tokens.iter().filter_map(|t| self.persist_hops.remove(t)).max().unwrap_or(0);
         self.node.on_persisted_batch(now, tokens, &mut self.outbox);
         tokens.clear();
         self.carry_out().await;
@@ -687,10 +711,11 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                         let at = Instant::now()
                             + std::time::Duration::from_nanos(self.skew.true_duration(after_ns));
                         self.timer_seq += 1;
-                        self.timers.push(Reverse((at, self.timer_seq, timer)));
+                        self.timers.push(Reverse((at, self.timer_seq, timer, self.hops)));
                     }
                     Effect::Persist { token, records, durability } => match &self.storage {
                         Some(storage) => {
+                            self.persist_hops.insert(token, self.hops);
                             let inbox = self.self_inbox.clone();
                             storage.submit(PersistJob {
                                 records,
@@ -700,26 +725,25 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                                 }),
                             });
                         }
-                        None => self.persisted.push_back(token),
+                        None => self.persisted.push_back((token, self.hops)),
                     },
                     Effect::Reply { request, outcome } => {
                         if let Some(waiter) = self.waiters.remove(&request) {
                             let _ = waiter.send(outcome);
                         } else if let Some(clients) = &self.clients {
-                            let next = clients.lock().expect("client lock").on_reply(
-                                self.clock.now_ns(),
-                                self.id,
-                                request,
-                                &outcome,
-                            );
+                            let mut clients = clients.lock().expect("client lock");
+                            clients.note_wan_hops(request, self.hops);
+                            let next =
+                                clients.on_reply(self.clock.now_ns(), self.id, request, &outcome);
                             self.pending_submits.extend(next.into_iter().map(|(_, r)| r));
                         }
                     }
                 }
             }
             self.outbox = outbox;
-            let Some(token) = self.persisted.pop_front() else { return };
+            let Some((token, hops)) = self.persisted.pop_front() else { return };
             let now = self.node_now();
+            self.hops = hops;
             self.node.on_persisted(now, token, &mut self.outbox);
         }
     }
@@ -730,6 +754,8 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             return;
         }
         let sent_at_ns = self.clock.now_ns();
+        let wide = self.topology.region_of(self.id) != self.topology.region_of(to);
+        let hops = self.hops.saturating_add(u16::from(wide));
         let Some(Some(link)) = self.links.get_mut(to.0 as usize) else { return };
         if !link.delayed {
             if let Route::Local(_) = link.route {
@@ -737,20 +763,20 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                 // and one wake-up for all of them. A wake-up per message cost the sender as
                 // much as the protocol work of a transaction on busy in-process runs.
                 let held = &mut self.held[to.0 as usize];
-                held.push((sent_at_ns, msg));
+                held.push((sent_at_ns, hops, msg));
                 if held.len() >= HELD_MESSAGES_MAX {
                     self.flush_to(to);
                 }
                 return;
             }
-            link.route.deliver(self.id, sent_at_ns, msg, &self.dropped);
+            link.route.deliver(self.id, (sent_at_ns, hops), msg, &self.dropped);
             return;
         }
         let deliver_ns = link.state.sample(&link.model, sent_at_ns).unwrap_or(sent_at_ns);
         record_delay(&mut self.drawn, to, deliver_ns.saturating_sub(sent_at_ns));
         let due = self.clock.instant_at(deliver_ns);
         let (route, from, dropped) = (link.route.clone(), self.id, self.dropped.clone());
-        let delivery = Box::new(move || route.deliver(from, sent_at_ns, msg, &dropped));
+        let delivery = Box::new(move || route.deliver(from, (sent_at_ns, hops), msg, &dropped));
         if !self.delay.schedule(due, delivery) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }

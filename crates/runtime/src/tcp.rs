@@ -218,6 +218,7 @@ pub async fn read_connection<M: Message>(
                         let inbound = Inbound::Msg {
                             from: sender,
                             sent_at_ns: envelope.sent_at_ns,
+                            hops: envelope.hops,
                             msg: envelope.msg,
                         };
                         if inbox.send(inbound).await.is_err() {

@@ -135,6 +135,9 @@ pub struct Completion {
     pub completed_at: Time,
     /// The reply.
     pub outcome: TxnOutcome,
+    /// Wide-area one-way legs on the causal chain that completed it, when the driver counts
+    /// them (the runtime does; the simulator reports its own).
+    pub wan_hops: Option<u16>,
 }
 
 struct Client {
@@ -154,6 +157,8 @@ pub struct ClientPool {
     stopped: bool,
     completions: VecDeque<Completion>,
     completions_dropped: u64,
+    /// The legs the driver noted for the reply about to arrive.
+    noted_hops: Option<(RequestId, u16)>,
     lost: u64,
     /// Requests whose coordinator crashed: (client, id, transaction, submitted at). Their
     /// outcome is unknown; histories record them as such.
@@ -209,6 +214,7 @@ impl ClientPool {
             stopped: false,
             completions: VecDeque::new(),
             completions_dropped: 0,
+            noted_hops: None,
             lost: 0,
             lost_requests: VecDeque::new(),
         }
@@ -358,8 +364,13 @@ impl ClientDriver for ClientPool {
             submitted_at,
             completed_at: now,
             outcome: outcome.clone(),
+            wan_hops: self.noted_hops.take().filter(|(r, _)| *r == request).map(|(_, h)| h),
         });
         self.on_idle(index, now).into_iter().collect()
+    }
+
+    fn note_wan_hops(&mut self, request: RequestId, hops: u16) {
+        self.noted_hops = Some((request, hops));
     }
 
     fn on_crash(&mut self, node: NodeId) {

@@ -577,6 +577,7 @@ mod tests {
                     aborts: Default::default(),
                     speculative_ns: None,
                 },
+                wan_hops: None,
             });
             all.push(txn);
         }
@@ -645,6 +646,7 @@ mod tests {
                     aborts: Default::default(),
                     speculative_ns: None,
                 },
+                wan_hops: None,
             });
         }
         let results = tampered.check(&[]);

@@ -453,6 +453,7 @@ mod tests {
             submitted_at: 0,
             completed_at: 0,
             outcome,
+            wan_hops: None,
         };
         check.observe(&done(txn(2, &[5, 6]), commit(20)));
         check.observe(&done(txn(1, &[5]), commit(10)));

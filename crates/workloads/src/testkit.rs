@@ -116,6 +116,7 @@ pub(crate) fn completion(request: u64, txn: TxnRequest, outcome: TxnOutcome) -> 
         submitted_at: 10 * request,
         completed_at: 10 * request + 5,
         outcome,
+        wan_hops: None,
     }
 }
 

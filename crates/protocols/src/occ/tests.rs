@@ -872,7 +872,7 @@ fn mutated_and_random_connection_streams_never_panic_the_reader() {
             request: ShardRequest::Query { txn, shard: ShardId(0) },
         },
     ];
-    let batch = msgs.into_iter().map(|msg| Envelope { sent_at_ns: 1, msg }).collect();
+    let batch = msgs.into_iter().map(|msg| Envelope { sent_at_ns: 1, hops: 0, msg }).collect();
     encode_frame(&WireFrame::Batch(batch), &mut valid).unwrap();
     let mut reader = ConnectionReader::new(identity, 1 << 16);
     reader.push(&valid);
