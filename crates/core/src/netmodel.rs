@@ -29,7 +29,10 @@ pub const REGIONS_MAX: usize = 64;
 /// Largest one-way delay accepted from a file (one minute).
 pub const DELAY_NS_MAX: u64 = 60_000 * NS_PER_MS;
 
-/// The preset names, for error messages and help.
+/// Largest round trip of an `rtt-MS` preset (ms).
+pub const RTT_PRESET_MS_MAX: u32 = 10_000;
+
+/// The preset names, for error messages and help (besides the `rtt-MS` family).
 pub const PRESETS: [&str; 9] = [
     "lan",
     "metro",
@@ -221,7 +224,19 @@ impl NetworkModel {
                 &[(0, 1, 463.0), (0, 2, 546.0), (1, 2, 318.0)],
                 1.0,
             ),
-            other => return Err(unknown_name("network preset", other, &PRESETS)),
+            other => match other.strip_prefix("rtt-").map(str::parse::<u32>) {
+                // `rtt-MS`: every pair of regions MS apart (round trip), fixed, as `tc`
+                // shapes links in the CrossStitch study.
+                Some(Ok(rtt_ms)) if (1..=RTT_PRESET_MS_MAX).contains(&rtt_ms) => {
+                    let link = LinkModel::fixed(u64::from(rtt_ms) * NS_PER_MS / 2);
+                    Self::uniform(name, names(), link, intra)
+                }
+                _ => {
+                    let mut accepted = PRESETS.to_vec();
+                    accepted.push("rtt-MS (MS in 1..=10000)");
+                    return Err(unknown_name("network preset", other, &accepted));
+                }
+            },
         })
     }
 
@@ -435,6 +450,18 @@ mod tests {
             .collect();
         delays.sort_unstable();
         delays[count / 2]
+    }
+
+    #[test]
+    fn rtt_presets_put_every_pair_of_regions_a_fixed_round_trip_apart() {
+        let model = NetworkModel::preset("rtt-120", 2).unwrap();
+        assert_eq!(model.link(0, 1).delay_ns, 60 * NS_PER_MS);
+        assert_eq!(model.link(1, 0).jitter, Jitter::None);
+        assert_eq!(model.link(0, 0).delay_ns, INTRA_REGION_DELAY_NS);
+        for bad in ["rtt-0", "rtt-10001", "rtt-x", "rtt-"] {
+            let error = NetworkModel::preset(bad, 2).unwrap_err().to_string();
+            assert!(error.contains("rtt-MS"), "{bad}: {error}");
+        }
     }
 
     #[test]

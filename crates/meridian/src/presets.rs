@@ -9,6 +9,8 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("tiga-micro", include_str!("../../../experiments/tiga-micro.toml")),
     ("tiga-tpcc", include_str!("../../../experiments/tiga-tpcc.toml")),
     ("single-node", include_str!("../../../experiments/single-node.toml")),
+    ("crossstitch-latency", include_str!("../../../experiments/crossstitch-latency.toml")),
+    ("crossstitch-3dc", include_str!("../../../experiments/crossstitch-3dc.toml")),
 ];
 
 /// The text of preset `name`, or an error listing the presets.

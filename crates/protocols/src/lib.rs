@@ -236,7 +236,13 @@ impl Timing {
             backoff_ns_min: NS_PER_MS / 10,
             backoff_ns_max: 2 * owd_ns_max + 10 * NS_PER_MS,
             attempts_max: 1_000,
-            gc_retention_ns: 1_000 * NS_PER_MS,
+            // A `2pc-mvto` attempt reads at its timestamp and prepares after its last wave of
+            // pieces: one that runs longer than the retention is refused below the GC
+            // watermark on every retry, a livelock (the `crossstitch-3dc` preset hit it: ten
+            // dependent operations at round trips of up to 546 ms). Keep a plan's worth of the
+            // slowest round trips, and at least a second.
+            gc_retention_ns: (2 * owd_ns_max * meridian_core::txn::PIECES_MAX as u64)
+                .max(1_000 * NS_PER_MS),
             // Elections wait 10–20 ticks: 5–10 slowest one-way delays (2.5–5 round trips), and
             // at least 250 ms, because a vote needs a synced write at the candidate and at each
             // voter first (a slow disk syncs in 50 ms). Shorter, and a candidate times out

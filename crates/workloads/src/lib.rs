@@ -7,6 +7,7 @@
 
 pub mod bank;
 pub mod clients;
+pub mod crossstitch;
 pub mod dist;
 pub mod elle;
 pub mod micro;
@@ -29,7 +30,7 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 15] = [
+pub const WORKLOADS: [&str; 16] = [
     "micro-luigi",
     "micro-tiga",
     "bank",
@@ -45,6 +46,7 @@ pub const WORKLOADS: [&str; 15] = [
     "ycsb-f",
     "tpcc",
     "scan-count",
+    "crossstitch-synthetic",
 ];
 
 /// Produces one client's transactions.
@@ -228,6 +230,7 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
         "rw-register" => Ok(Box::new(elle::ElleWorkload::new(elle::Kind::RwRegister, options)?)),
         "tpcc" => Ok(Box::new(tpcc::Tpcc::new(options)?)),
         "scan-count" => Ok(Box::new(scancount::ScanCount::new(options)?)),
+        "crossstitch-synthetic" => Ok(Box::new(crossstitch::Synthetic::new(options)?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),
     }
 }
