@@ -765,6 +765,9 @@ impl ClientNode {
     }
 }
 
+/// The longest session lease a client may ask for.
+pub const SESSION_LEASE_NS_MAX: u64 = 3_600 * NS_PER_S;
+
 /// Starts coordinator node `node` of `file` (the first coordinator that hosts no replica when
 /// `None`) in this process, connected over TCP to the cluster's servers, for a client library.
 /// `session_lease_ns` overrides how long an interactive transaction may stay idle. Must run
@@ -796,8 +799,8 @@ pub async fn start_client_node(
             ConfigError::new("the cluster file has no coordinator node that hosts no replica")
         })?,
     };
-    if session_lease_ns == Some(0) {
-        return Err(ConfigError::new("the session lease must be positive"));
+    if session_lease_ns.is_some_and(|ns| ns == 0 || ns > SESSION_LEASE_NS_MAX) {
+        return Err(ConfigError::new("the session lease must be in 1 ns ..= 1 hour"));
     }
     let start = StartClient { file: file.clone(), id, session_lease_ns, workload, topology };
     file.protocol.visit(start).await

@@ -56,13 +56,15 @@ enum Statement {
 }
 
 fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
-    if !text.len().is_multiple_of(2) {
+    let digits = text.as_bytes();
+    if !digits.iter().all(u8::is_ascii_hexdigit) {
+        return Err(format!("0x{text}: not hex"));
+    }
+    if !digits.len().is_multiple_of(2) {
         return Err(format!("0x{text}: an odd number of hex digits"));
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| format!("0x{text}: not hex")))
-        .collect()
+    let value = |d: u8| (d as char).to_digit(16).expect("checked above") as u8;
+    Ok(digits.chunks(2).map(|pair| (value(pair[0]) << 4) | value(pair[1])).collect())
 }
 
 fn parse_key(word: &str) -> Result<Key, String> {
@@ -343,6 +345,9 @@ mod tests {
         assert!(bad(&["commit", "get a"]).contains("already ended"));
         assert!(bad(&["frobnicate"]).contains("unknown statement"));
         assert!(bad(&["put a 0xabc"]).contains("odd number"));
+        assert!(bad(&["get 0x€1"]).contains("not hex"), "a multi-byte character is not a digit");
+        assert!(bad(&["get 0x+1+2"]).contains("not hex"));
+        assert_eq!(parse_key("0x00fF").unwrap(), Key(vec![0, 255]));
         assert!(bad(&["scan a b 0"]).contains("limit"));
         assert!(bad(&[]).contains("no statements"));
         assert_eq!(show_key(&parse_key("t3:7").unwrap()), "t3:7");

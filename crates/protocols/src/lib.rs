@@ -249,8 +249,10 @@ impl Timing {
             // before its votes arrive, again and again (swarm seed 1 of `bank`, 3 replicas).
             raft_tick_ns: (owd_ns_max / 2).max(25 * NS_PER_MS),
             snapshot_interval_entries: SNAPSHOT_INTERVAL_ENTRIES,
-            // As long as a `2pl` shard leader keeps an idle attempt's execution locks.
-            session_lease_ns: 4 * (4 * owd_ns_max + 200 * NS_PER_MS),
+            // Shorter than a `2pl` shard leader keeps an idle attempt's execution locks (four
+            // RPC timeouts from its last execution), by more than the reply's way back, so a
+            // live coordinator's lease ends first.
+            session_lease_ns: 3 * (4 * owd_ns_max + 200 * NS_PER_MS),
         }
     }
 }

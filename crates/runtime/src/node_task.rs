@@ -471,7 +471,8 @@ struct NodeTask<N: Node, C> {
     id: NodeId,
     node: N,
     inbox: mpsc::Receiver<Inbound<N::Msg>>,
-    self_queue: VecDeque<N::Msg>,
+    /// Messages to itself, with the legs of the call that sent them.
+    self_queue: VecDeque<(u16, N::Msg)>,
     links: Vec<Option<LinkOut<N::Msg>>>,
     clock: WallClock,
     skew: NodeClock,
@@ -527,9 +528,9 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         }
         'serve: loop {
             self.run_submits().await;
-            while let Some(msg) = self.self_queue.pop_front() {
+            while let Some((hops, msg)) = self.self_queue.pop_front() {
                 let now = self.node_now();
-                self.hops = 0;
+                self.hops = hops;
                 self.node.on_message(now, self.id, msg, &mut self.outbox);
                 self.carry_out().await;
             }
@@ -750,7 +751,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
 
     fn send(&mut self, to: NodeId, msg: N::Msg) {
         if to == self.id {
-            self.self_queue.push_back(msg);
+            self.self_queue.push_back((self.hops, msg));
             return;
         }
         let sent_at_ns = self.clock.now_ns();

@@ -36,8 +36,16 @@ const ENDED_REMEMBERED_MAX: usize = 4_096;
 /// Times a read step is sent to a shard that stays silent (its reply may be lost while a
 /// connection is re-established, or its leader may have moved) before the session is aborted.
 const STEP_SENDS_MAX: u32 = 4;
-/// Most writes one commit may carry (a plan's worth, as a prepare may).
-const COMMIT_WRITES_MAX: usize = PIECES_MAX * PIECE_KEYS_MAX;
+/// Most keys read plus ranges scanned over a session's steps: what a prepare carries stays
+/// bounded (and within what a participant accepts, with the writes).
+const SESSION_READS_MAX: usize = 8 * PIECE_KEYS_MAX;
+/// Most writes one commit may carry to one shard (`2pl` locks them in one piece).
+const COMMIT_WRITES_PER_SHARD_MAX: usize = PIECE_KEYS_MAX;
+
+const _: () = assert!(
+    SESSION_READS_MAX + COMMIT_WRITES_PER_SHARD_MAX <= PIECES_MAX * PIECE_KEYS_MAX,
+    "a session's prepare fits what a participant accepts"
+);
 
 /// How a session ends.
 pub(super) enum End {
@@ -75,13 +83,16 @@ struct Session {
     began_at: Time,
     steps: u32,
     step: Option<Step>,
+    /// Keys read and ranges scanned so far (at most [`SESSION_READS_MAX`]).
+    reads_total: usize,
 }
 
 /// The open sessions of one coordinator, at most `open_max`, and how the last ones ended.
 pub(super) struct Sessions {
     open: BTreeMap<SessionId, Session>,
     open_max: usize,
-    ended: BTreeMap<SessionId, String>,
+    /// How each ended, and the cause when the protocol aborted it.
+    ended: BTreeMap<SessionId, (String, Option<AbortCause>)>,
     ended_order: VecDeque<SessionId>,
 }
 
@@ -95,21 +106,28 @@ impl Sessions {
         }
     }
 
-    fn remember(&mut self, session: SessionId, how: String) {
+    fn remember(&mut self, session: SessionId, how: String, cause: Option<AbortCause>) {
         if self.ended_order.len() >= ENDED_REMEMBERED_MAX {
             if let Some(old) = self.ended_order.pop_front() {
                 self.ended.remove(&old);
             }
         }
-        self.ended.insert(session, how);
+        self.ended.insert(session, (how, cause));
         self.ended_order.push_back(session);
     }
 
-    /// Why `session` cannot take a step.
-    fn not_open(&self, session: SessionId) -> String {
+    /// The answer to a step of `session`, which is not open: aborted (with its cause) when
+    /// the protocol aborted it, so that its client sees the abort however late it asks;
+    /// refused otherwise, saying how it ended if that is remembered.
+    fn not_open(&self, session: SessionId) -> TxnOutcome {
         match self.ended.get(&session) {
-            Some(how) => format!("transaction {} is over: it {how}", session.0),
-            None => format!("no open transaction {} here", session.0),
+            Some((_, Some(cause))) => {
+                let mut outcome = TxnOutcome::failed(TxnFailure::Aborted(*cause));
+                outcome.aborts.add(*cause);
+                outcome
+            }
+            Some((how, None)) => refused(format!("transaction {} is over: it {how}", session.0)),
+            None => refused(format!("no open transaction {} here", session.0)),
         }
     }
 
@@ -148,7 +166,7 @@ impl Coordinator {
             return self.begin_session(now, id, session, out);
         }
         let Some(open) = self.sessions.open.get(&session) else {
-            return out.reply(id, refused(self.sessions.not_open(session)));
+            return out.reply(id, self.sessions.not_open(session));
         };
         let txn = open.txn;
         let busy = match &open.step {
@@ -169,7 +187,7 @@ impl Coordinator {
             SessionOp::Commit { writes } => self.session_commit(now, id, session, txn, writes, out),
             SessionOp::Abort => {
                 let Some(attempt) = self.attempts.remove(&txn) else {
-                    return out.reply(id, refused(self.sessions.not_open(session)));
+                    return out.reply(id, self.sessions.not_open(session));
                 };
                 self.release_locks(txn, &attempt, out);
                 if let Some(Session { step: Some(Step::Read(step)), .. }) =
@@ -178,7 +196,7 @@ impl Coordinator {
                     out.reply(step.request, refused("aborted by its client meanwhile".into()));
                 }
                 self.sessions.open.remove(&session);
-                self.sessions.remember(session, "was aborted by its client".into());
+                self.sessions.remember(session, "was aborted by its client".into(), None);
                 out.reply(id, ok(Vec::new()));
             }
         }
@@ -213,7 +231,7 @@ impl Coordinator {
             scans: BTreeMap::new(),
             writes: BTreeMap::new(),
             phase: Phase::Executing,
-            deadline: now + self.context.timing.session_lease_ns,
+            deadline: now.saturating_add(self.context.timing.session_lease_ns),
             waiting: BTreeSet::new(),
             ts_max: Timestamp::ZERO,
             probing: None,
@@ -222,7 +240,9 @@ impl Coordinator {
             session: Some(session),
         };
         self.attempts.insert(txn, attempt);
-        self.sessions.open.insert(session, Session { txn, began_at: now, steps: 0, step: None });
+        self.sessions
+            .open
+            .insert(session, Session { txn, began_at: now, steps: 0, step: None, reads_total: 0 });
         out.reply(id, ok(Vec::new()));
     }
 
@@ -268,11 +288,17 @@ impl Coordinator {
         if keys.is_empty() && scans.is_empty() {
             return out.reply(id, ok(read_outputs(Vec::new(), Vec::new())));
         }
+        let reads_total = self.sessions.open.get(&session).map_or(0, |o| o.reads_total);
+        if reads_total + keys.len() + scans.len() > SESSION_READS_MAX {
+            let why = format!("a transaction reads at most {SESSION_READS_MAX} keys and ranges");
+            return out.reply(id, bad_step(why));
+        }
         let Some(mut attempt) = self.attempts.remove(&txn) else {
-            return out.reply(id, refused(self.sessions.not_open(session)));
+            return out.reply(id, self.sessions.not_open(session));
         };
         let open = self.sessions.open.get_mut(&session).expect("an open session");
         open.steps += 1;
+        open.reads_total += keys.len() + scans.len();
         let number = open.steps;
         let priority = if self.locking { open.began_at } else { 0 };
         let mut keys_of: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
@@ -468,13 +494,15 @@ impl Coordinator {
             let ReadStep { request, scans, values, mut rows, .. } = step;
             for (range, rows) in scans.iter().zip(rows.iter_mut()) {
                 rows.sort_by(|a, b| a.0.cmp(&b.0));
+                // Tables replicated on every shard answer from every shard.
+                rows.dedup_by(|a, b| a.0 == b.0);
                 if range.reverse {
                     rows.reverse();
                 }
                 rows.truncate(range.limit as usize);
             }
             out.reply(request, ok(read_outputs(values, rows)));
-            attempt.deadline = now + self.context.timing.session_lease_ns;
+            attempt.deadline = now.saturating_add(self.context.timing.session_lease_ns);
         }
         self.attempts.insert(txn, attempt);
     }
@@ -489,11 +517,9 @@ impl Coordinator {
         writes: Vec<Write>,
         out: &mut Outbox<OccMsg>,
     ) {
-        if writes.len() > COMMIT_WRITES_MAX {
-            return out.reply(
-                id,
-                bad_step(format!("more than {COMMIT_WRITES_MAX} writes in one commit")),
-            );
+        if writes.len() > COMMIT_WRITES_PER_SHARD_MAX * self.context.topology.shards as usize {
+            let why = format!("more than {COMMIT_WRITES_PER_SHARD_MAX} writes per shard");
+            return out.reply(id, bad_step(why));
         }
         let mut by_shard: BTreeMap<ShardId, BTreeMap<Key, Option<Value>>> = BTreeMap::new();
         for write in writes {
@@ -513,8 +539,17 @@ impl Coordinator {
                 }
             }
         }
+        if let Some((shard, _)) =
+            by_shard.iter().find(|(_, w)| w.len() > COMMIT_WRITES_PER_SHARD_MAX)
+        {
+            let why = format!(
+                "more than {COMMIT_WRITES_PER_SHARD_MAX} writes to shard {} in one commit",
+                shard.0
+            );
+            return out.reply(id, bad_step(why));
+        }
         let Some(mut attempt) = self.attempts.remove(&txn) else {
-            return out.reply(id, refused(self.sessions.not_open(session)));
+            return out.reply(id, self.sessions.not_open(session));
         };
         attempt.request = id;
         if self.locking && !by_shard.is_empty() {
@@ -576,7 +611,7 @@ impl Coordinator {
     pub(super) fn end_session(&mut self, session: SessionId, end: End, out: &mut Outbox<OccMsg>) {
         let Some(open) = self.sessions.open.remove(&session) else { return };
         self.attempts.remove(&open.txn);
-        let (outcome, how) = match end {
+        let (outcome, how, cause) = match end {
             End::Finished(ending) => {
                 let how = match &ending.result {
                     TxnResult::Committed => "committed".to_string(),
@@ -596,12 +631,12 @@ impl Coordinator {
                     path: ending.path,
                     speculative_ns: None,
                 };
-                (outcome, how)
+                (outcome, how, None)
             }
             End::Aborted(cause) => {
                 let mut outcome = TxnOutcome::failed(TxnFailure::Aborted(cause));
                 outcome.aborts.add(cause);
-                (outcome, format!("was aborted ({})", cause.name()))
+                (outcome, format!("was aborted ({})", cause.name()), Some(cause))
             }
         };
         let request = match open.step {
@@ -612,6 +647,6 @@ impl Coordinator {
         if let Some(request) = request {
             out.reply(request, outcome);
         }
-        self.sessions.remember(session, how);
+        self.sessions.remember(session, how, cause);
     }
 }
