@@ -1866,6 +1866,156 @@ mod sessions {
         assert!(matches!(commit.result, TxnResult::Failed(TxnFailure::Procedure(_))), "{commit:?}");
     }
 
+    /// Where one simulated client of `concurrent_sessions_keep_the_total_through_loss_and_duplication` stands.
+    enum Transfer {
+        Begin,
+        Read,
+        Commit,
+    }
+
+    fn cents(value: &Option<Vec<u8>>) -> i64 {
+        value.as_ref().map_or(0, |v| i64::from_le_bytes(v[..8].try_into().unwrap()))
+    }
+
+    /// Many interleaved interactive transfers (read two balances in one step, write both,
+    /// commit; run again when aborted) over few keys on both shards, while a seeded filter
+    /// drops and duplicates protocol messages, under every mode: every session ends, nothing
+    /// is answered twice (the router asserts it), and the balances still sum to zero.
+    #[test]
+    fn concurrent_sessions_keep_the_total_through_loss_and_duplication() {
+        for mode in [
+            CcMode::Validation,
+            CcMode::Locking(crate::kit::locks::Policy::NoWait),
+            CcMode::Locking(crate::kit::locks::Policy::WoundWait),
+            CcMode::Mvto,
+        ] {
+            let mut net = Net::build(crate::Limits::default(), mode);
+            let mut state = 0x9e37_79b9_7f4a_7c15u64;
+            let mut roll = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let mut filter_roll = roll.clone();
+            net.filter = Box::new(move |_, _| match filter_roll() % 20 {
+                0 => Delivery::Drop,
+                1 => Delivery::Duplicate,
+                _ => Delivery::Deliver,
+            });
+            let keys = [1u64, 2, 3, 101, 102, 103];
+            // Per client: its state, session, pending request, the pair and what it read.
+            let clients = 6;
+            let mut at: Vec<(Transfer, u64, u64, (u64, u64), Option<(i64, i64)>)> = Vec::new();
+            let mut next_request = 1_000u64;
+            let mut next_session = 1u64;
+            let (mut done, mut aborted) = (0, 0);
+            let transfers_per_client = 8;
+            let mut left = vec![transfers_per_client; clients];
+            let send = |net: &mut Net, request: u64, session: u64, op: SessionOp| {
+                let mut out = Outbox::new();
+                let step =
+                    SessionRequest { id: RequestId(request), session: SessionId(session), op };
+                net.nodes[COORDINATOR.0 as usize].on_session(net.now, step, &mut out);
+                net.drain(COORDINATOR, &mut out);
+            };
+            for _ in 0..clients {
+                let pair = (keys[(roll() % 6) as usize], keys[(roll() % 6) as usize]);
+                at.push((Transfer::Begin, next_session, next_request, pair, None));
+                send(&mut net, next_request, next_session, SessionOp::Begin);
+                next_session += 1;
+                next_request += 1;
+            }
+            for _ in 0..2_000_000 {
+                if left.iter().all(|&n| n == 0) {
+                    break;
+                }
+                for (c, client) in at.iter_mut().enumerate() {
+                    if left[c] == 0 {
+                        continue;
+                    }
+                    let Some(outcome) = net.replies.remove(&RequestId(client.2)) else { continue };
+                    let ok = outcome.result == TxnResult::Committed;
+                    let (a, b) = client.3;
+                    let (step, op) = match (&client.0, ok) {
+                        (Transfer::Begin, true) => {
+                            let keys = if a == b { vec![key(a)] } else { vec![key(a), key(b)] };
+                            (Transfer::Read, SessionOp::Read { keys, scans: vec![] })
+                        }
+                        (Transfer::Read, true) => {
+                            let (values, _) = parse_read_outputs(&outcome.outputs).unwrap();
+                            let (va, vb) = (cents(&values[0]), cents(values.last().unwrap()));
+                            client.4 = Some((va, vb));
+                            let writes = if a == b {
+                                vec![]
+                            } else {
+                                vec![
+                                    Write {
+                                        key: key(a),
+                                        value: Some((va - 7).to_le_bytes().to_vec()),
+                                    },
+                                    Write {
+                                        key: key(b),
+                                        value: Some((vb + 7).to_le_bytes().to_vec()),
+                                    },
+                                ]
+                            };
+                            (Transfer::Commit, SessionOp::Commit { writes })
+                        }
+                        (Transfer::Commit, true) => {
+                            done += 1;
+                            left[c] -= 1;
+                            (Transfer::Begin, SessionOp::Begin)
+                        }
+                        (_, false) => {
+                            // Aborted (a conflict, a timeout after losses): a new session.
+                            assert!(
+                                matches!(outcome.result, TxnResult::Failed(TxnFailure::Aborted(_))),
+                                "{mode:?}: {outcome:?}"
+                            );
+                            aborted += 1;
+                            (Transfer::Begin, SessionOp::Begin)
+                        }
+                    };
+                    if matches!(step, Transfer::Begin) {
+                        if left[c] == 0 {
+                            continue;
+                        }
+                        client.1 = next_session;
+                        next_session += 1;
+                        client.3 = (keys[(roll() % 6) as usize], keys[(roll() % 6) as usize]);
+                    }
+                    client.0 = step;
+                    client.2 = next_request;
+                    next_request += 1;
+                    send(&mut net, client.2, client.1, op);
+                }
+                if net.step() {
+                    continue;
+                }
+                net.timers.sort_unstable();
+                let (at_ns, node, timer) = net.timers.remove(0);
+                net.now = net.now.max(at_ns);
+                let mut out = Outbox::new();
+                net.nodes[node.0 as usize].on_timer(net.now, timer, &mut out);
+                net.drain(node, &mut out);
+            }
+            assert!(left.iter().all(|&n| n == 0), "{mode:?}: stuck with {left:?} left");
+            net.filter = Box::new(|_, _| Delivery::Deliver);
+            net.settle();
+            let total: i64 = keys
+                .iter()
+                .map(|&id| {
+                    let store =
+                        net.nodes[shard_of(id).0 as usize].hosts.get(shard_of(id)).unwrap().store();
+                    cents(&store.get_at(&key(id), Timestamp::MAX).cloned())
+                })
+                .sum();
+            assert_eq!(total, 0, "{mode:?}: {done} transfers, {aborted} aborted");
+            assert_eq!(done, clients * transfers_per_client as usize, "{mode:?}");
+        }
+    }
+
     #[test]
     fn a_lost_read_is_asked_again_and_a_dead_shard_ends_the_session() {
         let mut net = Net::new();
