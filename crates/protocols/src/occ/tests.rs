@@ -1873,6 +1873,14 @@ mod sessions {
         Commit,
     }
 
+    /// One client: where it stands, its session, its request in flight, the two keys.
+    struct Client {
+        step: Transfer,
+        session: u64,
+        request: u64,
+        pair: (u64, u64),
+    }
+
     fn cents(value: &Option<Vec<u8>>) -> i64 {
         value.as_ref().map_or(0, |v| i64::from_le_bytes(v[..8].try_into().unwrap()))
     }
@@ -1897,16 +1905,15 @@ mod sessions {
                 state ^= state << 17;
                 state
             };
-            let mut filter_roll = roll.clone();
+            let mut filter_roll = roll; // A copy: the same coin flips, independent state.
             net.filter = Box::new(move |_, _| match filter_roll() % 20 {
                 0 => Delivery::Drop,
                 1 => Delivery::Duplicate,
                 _ => Delivery::Deliver,
             });
             let keys = [1u64, 2, 3, 101, 102, 103];
-            // Per client: its state, session, pending request, the pair and what it read.
             let clients = 6;
-            let mut at: Vec<(Transfer, u64, u64, (u64, u64), Option<(i64, i64)>)> = Vec::new();
+            let mut at: Vec<Client> = Vec::new();
             let mut next_request = 1_000u64;
             let mut next_session = 1u64;
             let (mut done, mut aborted) = (0, 0);
@@ -1921,7 +1928,12 @@ mod sessions {
             };
             for _ in 0..clients {
                 let pair = (keys[(roll() % 6) as usize], keys[(roll() % 6) as usize]);
-                at.push((Transfer::Begin, next_session, next_request, pair, None));
+                at.push(Client {
+                    step: Transfer::Begin,
+                    session: next_session,
+                    request: next_request,
+                    pair,
+                });
                 send(&mut net, next_request, next_session, SessionOp::Begin);
                 next_session += 1;
                 next_request += 1;
@@ -1934,10 +1946,12 @@ mod sessions {
                     if left[c] == 0 {
                         continue;
                     }
-                    let Some(outcome) = net.replies.remove(&RequestId(client.2)) else { continue };
+                    let Some(outcome) = net.replies.remove(&RequestId(client.request)) else {
+                        continue;
+                    };
                     let ok = outcome.result == TxnResult::Committed;
-                    let (a, b) = client.3;
-                    let (step, op) = match (&client.0, ok) {
+                    let (a, b) = client.pair;
+                    let (step, op) = match (&client.step, ok) {
                         (Transfer::Begin, true) => {
                             let keys = if a == b { vec![key(a)] } else { vec![key(a), key(b)] };
                             (Transfer::Read, SessionOp::Read { keys, scans: vec![] })
@@ -1945,7 +1959,6 @@ mod sessions {
                         (Transfer::Read, true) => {
                             let (values, _) = parse_read_outputs(&outcome.outputs).unwrap();
                             let (va, vb) = (cents(&values[0]), cents(values.last().unwrap()));
-                            client.4 = Some((va, vb));
                             let writes = if a == b {
                                 vec![]
                             } else {
@@ -1981,14 +1994,14 @@ mod sessions {
                         if left[c] == 0 {
                             continue;
                         }
-                        client.1 = next_session;
+                        client.session = next_session;
                         next_session += 1;
-                        client.3 = (keys[(roll() % 6) as usize], keys[(roll() % 6) as usize]);
+                        client.pair = (keys[(roll() % 6) as usize], keys[(roll() % 6) as usize]);
                     }
-                    client.0 = step;
-                    client.2 = next_request;
+                    client.step = step;
+                    client.request = next_request;
                     next_request += 1;
-                    send(&mut net, client.2, client.1, op);
+                    send(&mut net, client.request, client.session, op);
                 }
                 if net.step() {
                     continue;
