@@ -33,7 +33,7 @@ pub const DELAY_NS_MAX: u64 = 60_000 * NS_PER_MS;
 pub const RTT_PRESET_MS_MAX: u32 = 10_000;
 
 /// The preset names, for error messages and help (besides the `rtt-MS` family).
-pub const PRESETS: [&str; 9] = [
+pub const PRESETS: [&str; 10] = [
     "lan",
     "metro",
     "continent",
@@ -43,6 +43,7 @@ pub const PRESETS: [&str; 9] = [
     "crossstitch-1",
     "crossstitch-2",
     "crossstitch-3",
+    "crossstitch-remote-client",
 ];
 
 /// Variation of one link's delay.
@@ -222,6 +223,14 @@ impl NetworkModel {
                 name,
                 &["brisbane", "shanghai", "paris"],
                 &[(0, 1, 463.0), (0, 2, 546.0), (1, 2, 318.0)],
+                1.0,
+            ),
+            // The CrossStitch worst-case analysis (its Fig. 12): the data in two datacenters
+            // 50 ms apart, the clients and the 2PC coordinators in a third, 100 ms from both.
+            "crossstitch-remote-client" => Self::from_rtts(
+                name,
+                &["dc-a", "dc-b", "clients"],
+                &[(0, 1, 50.0), (2, 0, 100.0), (2, 1, 100.0)],
                 1.0,
             ),
             other => match other.strip_prefix("rtt-").map(str::parse::<u32>) {

@@ -663,6 +663,47 @@ fn mvto_transactions_longer_than_a_second_commit_without_retries() {
     assert!(report.latency_ns_p50 > 2 * NS_PER_S, "p50 {} ms", report.latency_ns_p50 / NS_PER_MS);
 }
 
+/// The CrossStitch worst case (its Fig. 12) for the "traditional" system: with the clients and
+/// their coordinators in a third datacenter, a transaction of k dependent reads relayed by the
+/// coordinator takes k wide-area round trips plus one for the commit: order status 3 + 1,
+/// stock level 4 + 1 (`occ` with `occ-one-round=off`). Meridian's single-shard shortcut (on by
+/// default, and under `2pc-mvto`) ships the whole chain to its shard instead: one round trip.
+#[test]
+fn dependent_reads_from_a_remote_client_cost_a_round_trip_each_plus_the_commit() {
+    for (name, reads) in [("crossstitch-order-status", 3), ("crossstitch-stock-level", 4)] {
+        for (protocol, one_round, wrtt) in [
+            (ProtocolKind::Occ, "off", reads + 1),
+            (ProtocolKind::Occ, "on", 1),
+            (ProtocolKind::Mvto, "", 1),
+        ] {
+            let regions = vec!["dc-a".to_string(), "dc-b".into(), "clients".into()];
+            let servers = [meridian_core::RegionId(0), meridian_core::RegionId(1)];
+            let mut opts = SimRunOptions::new(
+                protocol,
+                Topology::placed(regions, &servers, 4, 1).unwrap(),
+                NetworkModel::preset("crossstitch-remote-client", 3).unwrap(),
+                ClockModel::preset("perfect").unwrap(),
+                9,
+            );
+            if !one_round.is_empty() {
+                let given = [("occ-one-round".to_string(), one_round.to_string())];
+                opts.protocol_options = protocol.options(&given).unwrap();
+            }
+            opts.client_regions = vec![meridian_core::RegionId(2)];
+            opts.clients = 4;
+            opts.txns = 40;
+            let options = WorkloadOptions { shards: 4, ..WorkloadOptions::default() };
+            let workload = Arc::from(meridian_workloads::build(name, &options).unwrap());
+            let report = run(&opts, workload).unwrap();
+            assert_passed(&report);
+            let mut hops: Vec<u16> = report.completions.iter().map(|(_, h)| *h).collect();
+            hops.sort_unstable();
+            let p50 = hops[hops.len() / 2];
+            assert_eq!(p50, 2 * wrtt, "{name} under {protocol:?} {one_round}: {hops:?}");
+        }
+    }
+}
+
 #[test]
 fn mvto_a_shard_leader_crashing_while_prepares_wait_for_writers_loses_nothing() {
     let mut opts = mvto_replicated(41);

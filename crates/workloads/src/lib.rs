@@ -8,6 +8,7 @@
 pub mod bank;
 pub mod clients;
 pub mod crossstitch;
+pub mod crossstitch_tpcc;
 pub mod dist;
 pub mod elle;
 pub mod micro;
@@ -30,7 +31,7 @@ use meridian_storage::MvccStore;
 use serde::Serialize;
 
 /// The workload names `--workload` accepts.
-pub const WORKLOADS: [&str; 16] = [
+pub const WORKLOADS: [&str; 18] = [
     "micro-luigi",
     "micro-tiga",
     "bank",
@@ -47,6 +48,8 @@ pub const WORKLOADS: [&str; 16] = [
     "tpcc",
     "scan-count",
     "crossstitch-synthetic",
+    "crossstitch-order-status",
+    "crossstitch-stock-level",
 ];
 
 /// Produces one client's transactions.
@@ -231,6 +234,14 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
         "tpcc" => Ok(Box::new(tpcc::Tpcc::new(options)?)),
         "scan-count" => Ok(Box::new(scancount::ScanCount::new(options)?)),
         "crossstitch-synthetic" => Ok(Box::new(crossstitch::Synthetic::new(options)?)),
+        "crossstitch-order-status" => Ok(Box::new(crossstitch_tpcc::CrossStitchTpcc::new(
+            crossstitch_tpcc::Kind::OrderStatus,
+            options,
+        )?)),
+        "crossstitch-stock-level" => Ok(Box::new(crossstitch_tpcc::CrossStitchTpcc::new(
+            crossstitch_tpcc::Kind::StockLevel,
+            options,
+        )?)),
         other => Err(unknown_name("workload", other, &WORKLOADS)),
     }
 }
