@@ -268,13 +268,7 @@ impl Coordinator {
             }
         };
         let txn = self.ids.next_id();
-        let ts = if self.mvto {
-            let clock = now.saturating_add(self.ts_offset_ns);
-            self.ts_floor = crate::mvto::order::attempt_ts(clock, self.ts_floor, self.context.id);
-            self.ts_floor
-        } else {
-            Timestamp::ZERO
-        };
+        let ts = self.next_ts(now);
         let state = self.requests.get_mut(request).expect("request in flight");
         assert!(state.attempt.is_none(), "a request runs one attempt at a time");
         state.attempt = Some(txn);
@@ -306,6 +300,17 @@ impl Coordinator {
             _ => self.dispatch(txn, &mut attempt, out),
         }
         self.attempts.insert(txn, attempt);
+    }
+
+    /// A new attempt's timestamp under `2pc-mvto` (zero under the other protocols): above
+    /// every one given before and every version seen or refused for.
+    fn next_ts(&mut self, now: Time) -> Timestamp {
+        if !self.mvto {
+            return Timestamp::ZERO;
+        }
+        let clock = now.saturating_add(self.ts_offset_ns);
+        self.ts_floor = crate::mvto::order::attempt_ts(clock, self.ts_floor, self.context.id);
+        self.ts_floor
     }
 
     /// Sends every piece that is ready to a shard not already working for this attempt.

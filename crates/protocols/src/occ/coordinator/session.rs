@@ -153,6 +153,27 @@ fn bad_step(why: String) -> TxnOutcome {
     TxnOutcome::failed(TxnFailure::Procedure(ProcError::BadArgs(why)))
 }
 
+/// The execution of step `number` of attempt `txn` on `shard`: the built-in session reads
+/// with `args`, numbered by the step, under the session's wound-wait priority and timestamp.
+fn step_request(
+    txn: TxnId,
+    shard: ShardId,
+    (priority, ts): (u64, Timestamp),
+    number: u32,
+    args: meridian_core::txn::Args,
+) -> ShardRequest {
+    ShardRequest::Execute {
+        txn,
+        shard,
+        priority,
+        ts,
+        proc: ProcId::SESSION_READS,
+        args,
+        calls: vec![PieceCall { piece: number, inputs: Vec::new() }],
+        overlay: Vec::new(),
+    }
+}
+
 impl Coordinator {
     pub(in crate::occ) fn on_session(
         &mut self,
@@ -217,13 +238,7 @@ impl Coordinator {
             return out.reply(id, refused(format!("{max} open transactions is the maximum")));
         }
         let txn = self.ids.next_id();
-        let ts = if self.mvto {
-            let clock = now.saturating_add(self.ts_offset_ns);
-            self.ts_floor = crate::mvto::order::attempt_ts(clock, self.ts_floor, self.context.id);
-            self.ts_floor
-        } else {
-            Timestamp::ZERO
-        };
+        let ts = self.next_ts(now);
         let attempt = Attempt {
             request: id,
             pieces: Vec::new(),
@@ -315,16 +330,8 @@ impl Coordinator {
             let shard_keys: Vec<Key> = keys_of
                 .get(&shard)
                 .map_or_else(Vec::new, |ix| ix.iter().map(|&i| keys[i].clone()).collect());
-            let request = ShardRequest::Execute {
-                txn,
-                shard,
-                priority,
-                ts: attempt.ts,
-                proc: ProcId::SESSION_READS,
-                args: SessionReads::args(&shard_keys, &scans, &[]),
-                calls: vec![PieceCall { piece: number, inputs: Vec::new() }],
-                overlay: Vec::new(),
-            };
+            let args = SessionReads::args(&shard_keys, &scans, &[]);
+            let request = step_request(txn, shard, (priority, attempt.ts), number, args);
             self.send(shard, request.clone(), out);
             requests.insert(shard, request);
             attempt.waiting.insert(shard);
@@ -561,16 +568,8 @@ impl Coordinator {
             let mut requests = BTreeMap::new();
             for (&shard, writes) in &by_shard {
                 let keys: Vec<Key> = writes.keys().cloned().collect();
-                let request = ShardRequest::Execute {
-                    txn,
-                    shard,
-                    priority,
-                    ts: attempt.ts,
-                    proc: ProcId::SESSION_READS,
-                    args: SessionReads::args(&[], &[], &keys),
-                    calls: vec![PieceCall { piece: number, inputs: Vec::new() }],
-                    overlay: Vec::new(),
-                };
+                let args = SessionReads::args(&[], &[], &keys);
+                let request = step_request(txn, shard, (priority, attempt.ts), number, args);
                 self.send(shard, request.clone(), out);
                 requests.insert(shard, request);
                 attempt.waiting.insert(shard);
