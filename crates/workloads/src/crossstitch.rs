@@ -42,8 +42,6 @@ pub const CHAIN_OPS_MAX: u32 = 64;
 pub const VALUE_BYTES: usize = 1_024;
 /// Percent of operations that read.
 pub const READ_PERCENT: u32 = 80;
-/// Most draws spent looking for a key not yet in the transaction.
-const DISTINCT_DRAWS_MAX: u32 = 1_000;
 
 const _: () = assert!(CHAIN_OPS <= CHAIN_OPS_MAX);
 const _: () = assert!(CHAIN_OPS_MAX as usize <= meridian_core::txn::PIECES_MAX);
@@ -151,22 +149,8 @@ struct ChainGenerator {
 impl TxnGenerator for ChainGenerator {
     fn next(&mut self, request: RequestId) -> TxnRequest {
         let ops = self.ops as usize;
-        let mut ids: Vec<u64> = Vec::with_capacity(ops);
-        for op in 0..ops {
-            let shard = (op as u64) % u64::from(self.shards);
-            let base = shard * self.keys_per_shard;
-            let mut id = base + self.dist.sample(&mut self.rng);
-            let mut draws = 0;
-            while ids.contains(&id) {
-                draws += 1;
-                id = if draws < DISTINCT_DRAWS_MAX {
-                    base + self.dist.sample(&mut self.rng)
-                } else {
-                    base + (id + 1 - base) % self.keys_per_shard
-                };
-            }
-            ids.push(id);
-        }
+        let ids =
+            self.dist.distinct_over_shards(&mut self.rng, self.shards, self.keys_per_shard, ops);
         // Exactly a fifth of the operations write (at least one), at positions drawn here.
         let writes = ((ops as u32 * (100 - READ_PERCENT)).div_ceil(100)).max(1) as usize;
         let mut is_write = vec![false; ops];

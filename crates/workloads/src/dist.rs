@@ -38,10 +38,41 @@ impl KeyDist {
             Self::Zipf(zipf) => zipf.sample(rng),
         }
     }
+
+    /// `count` distinct item ids, the `i`-th on shard `i mod shards` (ids `shard ·
+    /// per_shard + key`, the key drawn from this distribution): redraws a taken id, then
+    /// falls back to the shard's next free id (bounded: callers take at most `per_shard` ids
+    /// per shard).
+    pub fn distinct_over_shards(
+        &self,
+        rng: &mut Rng,
+        shards: u32,
+        per_shard: u64,
+        count: usize,
+    ) -> Vec<u64> {
+        let mut ids: Vec<u64> = Vec::with_capacity(count);
+        for op in 0..count {
+            let base = (op as u64 % u64::from(shards)) * per_shard;
+            let mut id = base + self.sample(rng);
+            let mut draws = 0;
+            while ids.contains(&id) {
+                draws += 1;
+                id = if draws < SHARD_DRAWS_MAX {
+                    base + self.sample(rng)
+                } else {
+                    base + (id + 1 - base) % per_shard
+                };
+            }
+            ids.push(id);
+        }
+        ids
+    }
 }
 
 /// Draws of a key not yet taken before falling back to the next free one.
 const DISTINCT_DRAWS_MAX: u32 = 100;
+/// Redraws of one id before `distinct_over_shards` takes the shard's next free id.
+const SHARD_DRAWS_MAX: u32 = 1_000;
 
 /// Chooses items spread over every shard: a shard uniformly, then an item within it from `dist`
 /// (item `id` lives on shard `id / per_shard`).

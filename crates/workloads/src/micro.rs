@@ -31,8 +31,6 @@ pub const MICRO_TABLE: u8 = 1;
 pub const MICRO_OPS: usize = 10;
 /// Reads per transaction (the rest are writes).
 pub const MICRO_READS: usize = 5;
-/// Most draws spent looking for a key not yet in the transaction.
-const DISTINCT_DRAWS_MAX: u32 = 1_000;
 
 const _: () = assert!(MICRO_READS <= MICRO_OPS);
 
@@ -127,23 +125,12 @@ struct MicroGenerator {
 
 impl TxnGenerator for MicroGenerator {
     fn next(&mut self, request: RequestId) -> TxnRequest {
-        let mut ids: Vec<u64> = Vec::with_capacity(MICRO_OPS);
-        for op in 0..MICRO_OPS {
-            let shard = (op as u64) % u64::from(self.shards);
-            let mut id = shard * self.keys_per_shard + self.dist.sample(&mut self.rng);
-            // Distinct keys: redraw, then fall back to the next free id (bounded: ops < keys).
-            let mut draws = 0;
-            while ids.contains(&id) {
-                draws += 1;
-                id = if draws < DISTINCT_DRAWS_MAX {
-                    shard * self.keys_per_shard + self.dist.sample(&mut self.rng)
-                } else {
-                    shard * self.keys_per_shard
-                        + (id + 1 - shard * self.keys_per_shard) % self.keys_per_shard
-                };
-            }
-            ids.push(id);
-        }
+        let ids = self.dist.distinct_over_shards(
+            &mut self.rng,
+            self.shards,
+            self.keys_per_shard,
+            MICRO_OPS,
+        );
         let (reads, writes) = ids.split_at(MICRO_READS);
         TxnRequest {
             proc: meridian_core::txn::ProcId(0),
