@@ -13,6 +13,7 @@ pub mod kit;
 pub mod mvto;
 pub mod occ;
 pub mod options;
+pub mod tiga;
 pub mod twopl;
 
 use meridian_core::error::unknown_name;

@@ -1,0 +1,376 @@
+//! A Tiga server's hold queue (Tiga §3.2–3.3): transactions wait here, ordered by timestamp,
+//! until the server's clock passes their timestamp; then they are released in timestamp order.
+//!
+//! **Arrival check.** The server remembers, per key, the timestamp of the last released
+//! transaction that read it and of the last that wrote it. A transaction may enter only if its
+//! timestamp is above those of every released transaction it conflicts with (a write conflicts
+//! with reads and writes of the key, a read with writes); otherwise releasing it would break
+//! timestamp order. A leader then *bumps* it just above the largest such timestamp; a follower
+//! does not (its answer must match the leader's, so it waits for the leader's log instead) and
+//! the caller is told the transaction is late.
+//!
+//! **Release.** Walking the queue in timestamp order up to the clock, an entry is released when
+//! it is *ready* (in preventive mode, once its shard leaders agreed on its timestamp) and no
+//! earlier entry that is still held conflicts with it. Entries that do not conflict pass a
+//! held one, so one slow agreement does not stall unrelated keys.
+//!
+//! **Bounds.** At most `held_max` entries wait ([`Arrival::Full`] otherwise); the per-key
+//! release stamps are forgotten, oldest first, once more than `keys_max` keys have one, and a
+//! key without a stamp counts as released at the highest forgotten stamp (the floor). That is
+//! conservative: a transaction may be bumped or found late more often, never released out of
+//! order.
+//!
+//! Invariants (asserted): releases leave in timestamp order per key (entries with equal
+//! timestamps in transaction-id order: the log's order is the pair). An arriving entry must be
+//! strictly above the stamps it conflicts with, since a stamp does not say which transaction
+//! id it belonged to.
+
+use meridian_core::key::Key;
+use meridian_core::{Time, Timestamp, TxnId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What happened to an arriving transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Held at its own timestamp.
+    Held(Timestamp),
+    /// Held at a later timestamp than it came with (leaders only).
+    Bumped(Timestamp),
+    /// Not held: a conflicting transaction with this timestamp or later was already released
+    /// (followers; the leader's log decides its place).
+    Late(Timestamp),
+    /// Already held (a duplicate): nothing changed; its current timestamp.
+    Duplicate(Timestamp),
+    /// The queue holds `held_max` entries.
+    Full,
+}
+
+/// One held transaction.
+#[derive(Clone, Debug)]
+struct Held<T> {
+    reads: Vec<Key>,
+    writes: Vec<Key>,
+    ready: bool,
+    payload: T,
+}
+
+/// A transaction arriving at the queue.
+#[derive(Clone, Debug)]
+pub struct Arriving<T> {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The timestamp its coordinator gave it.
+    pub ts: Timestamp,
+    /// Keys it reads on this shard.
+    pub reads: Vec<Key>,
+    /// Keys it writes on this shard.
+    pub writes: Vec<Key>,
+    /// What the caller holds with it.
+    pub payload: T,
+}
+
+/// A released transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Released<T> {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The timestamp it was released at.
+    pub ts: Timestamp,
+    /// What the caller held with it.
+    pub payload: T,
+}
+
+/// The hold queue of one replica of one shard.
+#[derive(Debug)]
+pub struct HoldQueue<T> {
+    queue: BTreeMap<(Timestamp, TxnId), Held<T>>,
+    at: BTreeMap<TxnId, Timestamp>,
+    last_read: BTreeMap<Key, Timestamp>,
+    last_write: BTreeMap<Key, Timestamp>,
+    /// Stamps at or below this were forgotten: a key without one counts as released here.
+    floor: Timestamp,
+    held_max: usize,
+    keys_max: usize,
+}
+
+impl<T> HoldQueue<T> {
+    /// An empty queue holding at most `held_max` entries and release stamps for about
+    /// `keys_max` keys.
+    pub fn new(held_max: usize, keys_max: usize) -> Self {
+        assert!(held_max >= 1 && keys_max >= 1, "a hold queue needs room");
+        Self {
+            queue: BTreeMap::new(),
+            at: BTreeMap::new(),
+            last_read: BTreeMap::new(),
+            last_write: BTreeMap::new(),
+            floor: Timestamp::ZERO,
+            held_max,
+            keys_max,
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Where `txn` is held, if it is.
+    pub fn timestamp_of(&self, txn: TxnId) -> Option<Timestamp> {
+        self.at.get(&txn).copied()
+    }
+
+    /// The highest stamp of a released transaction that conflicts with reading `reads` and
+    /// writing `writes`.
+    pub fn released_conflict(&self, reads: &[Key], writes: &[Key]) -> Timestamp {
+        let stamp = |map: &BTreeMap<Key, Timestamp>, key: &Key| {
+            map.get(key).copied().unwrap_or(self.floor).max(self.floor)
+        };
+        let after_writes = reads.iter().chain(writes).map(|k| stamp(&self.last_write, k));
+        let after_reads = writes.iter().map(|k| stamp(&self.last_read, k));
+        after_writes.chain(after_reads).max().unwrap_or(self.floor).max(self.floor)
+    }
+
+    /// A transaction arrives. `bump`: this replica leads and moves a late transaction past the
+    /// conflicts instead of refusing it. `ready`: it may be released once its time comes
+    /// (otherwise [`HoldQueue::set_ready`] later).
+    pub fn arrive(&mut self, arriving: Arriving<T>, bump: bool, ready: bool) -> Arrival {
+        let Arriving { txn, ts, reads, writes, payload } = arriving;
+        if let Some(&held) = self.at.get(&txn) {
+            return Arrival::Duplicate(held);
+        }
+        if self.queue.len() >= self.held_max {
+            return Arrival::Full;
+        }
+        let conflict = self.released_conflict(&reads, &writes);
+        let (at, arrival) = if ts > conflict {
+            (ts, Arrival::Held(ts))
+        } else if bump {
+            let bumped = Timestamp(conflict.0.saturating_add(1));
+            (bumped, Arrival::Bumped(bumped))
+        } else {
+            return Arrival::Late(conflict);
+        };
+        self.at.insert(txn, at);
+        self.queue.insert((at, txn), Held { reads, writes, ready, payload });
+        arrival
+    }
+
+    /// Marks `txn` ready (or not) for release. False when it is not held.
+    pub fn set_ready(&mut self, txn: TxnId, ready: bool) -> bool {
+        let Some(&at) = self.at.get(&txn) else { return false };
+        let held = self.queue.get_mut(&(at, txn)).expect("`at` and `queue` agree");
+        held.ready = ready;
+        true
+    }
+
+    /// Moves `txn` to a later timestamp (the leaders agreed on a larger one). False when it is
+    /// not held or `ts` is not later than where it is.
+    pub fn reposition(&mut self, txn: TxnId, ts: Timestamp) -> bool {
+        let Some(&at) = self.at.get(&txn) else { return false };
+        if ts <= at {
+            return false;
+        }
+        let held = self.queue.remove(&(at, txn)).expect("`at` and `queue` agree");
+        self.at.insert(txn, ts);
+        self.queue.insert((ts, txn), held);
+        true
+    }
+
+    /// Takes `txn` out without releasing it (its coordinator gave up, a view change).
+    pub fn remove(&mut self, txn: TxnId) -> Option<T> {
+        let at = self.at.remove(&txn)?;
+        self.queue.remove(&(at, txn)).map(|held| held.payload)
+    }
+
+    /// Releases, in timestamp order, every ready entry with a timestamp at or below `now`
+    /// that no earlier held entry conflicts with, at most `max` of them.
+    pub fn release(&mut self, now: Time, max: usize) -> Vec<Released<T>> {
+        let mut blocked_reads: BTreeSet<&Key> = BTreeSet::new();
+        let mut blocked_writes: BTreeSet<&Key> = BTreeSet::new();
+        let mut due = Vec::new();
+        // Bounded by the queue (at most `held_max` entries).
+        for ((ts, txn), held) in self.queue.iter().take_while(|((ts, _), _)| ts.0 <= now) {
+            if due.len() >= max {
+                break;
+            }
+            let crosses = held.writes.iter().any(|k| blocked_reads.contains(k))
+                || held.reads.iter().chain(&held.writes).any(|k| blocked_writes.contains(k));
+            if held.ready && !crosses {
+                due.push((*ts, *txn));
+            } else {
+                blocked_reads.extend(&held.reads);
+                blocked_writes.extend(&held.writes);
+            }
+        }
+        let released: Vec<Released<T>> = due
+            .into_iter()
+            .map(|(ts, txn)| {
+                let held = self.queue.remove(&(ts, txn)).expect("just seen");
+                self.at.remove(&txn);
+                // Equal timestamps of one batch leave in transaction-id order (the queue's).
+                debug_assert!(
+                    ts >= self.released_conflict(&held.reads, &held.writes),
+                    "{txn} released at {ts:?} after a conflicting later release"
+                );
+                for key in &held.reads {
+                    let stamp = self.last_read.entry(key.clone()).or_insert(ts);
+                    *stamp = (*stamp).max(ts);
+                }
+                for key in &held.writes {
+                    let stamp = self.last_write.entry(key.clone()).or_insert(ts);
+                    *stamp = (*stamp).max(ts);
+                }
+                Released { txn, ts, payload: held.payload }
+            })
+            .collect();
+        if self.last_read.len() + self.last_write.len() > self.keys_max {
+            self.forget_oldest_stamps();
+        }
+        released
+    }
+
+    /// Forgets the older half of the release stamps and raises the floor to the newest stamp
+    /// forgotten (amortised: each sweep halves what it walks).
+    fn forget_oldest_stamps(&mut self) {
+        let mut stamps: Vec<Timestamp> =
+            self.last_read.values().chain(self.last_write.values()).copied().collect();
+        let middle = stamps.len() / 2;
+        let (_, &mut cutoff, _) = stamps.select_nth_unstable(middle);
+        self.last_read.retain(|_, ts| *ts > cutoff);
+        self.last_write.retain(|_, ts| *ts > cutoff);
+        self.floor = self.floor.max(cutoff);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::NodeId;
+
+    fn txn(seq: u64) -> TxnId {
+        TxnId { origin: NodeId(9), incarnation: 1, seq }
+    }
+
+    fn key(k: u64) -> Key {
+        Key::table(1).u64(k).build()
+    }
+
+    /// Transaction `seq` (its payload too) at `ts`.
+    fn a(seq: u64, ts: u64, reads: Vec<Key>, writes: Vec<Key>) -> Arriving<u64> {
+        Arriving { txn: txn(seq), ts: Timestamp(ts), reads, writes, payload: seq }
+    }
+
+    fn ids(released: &[Released<u64>]) -> Vec<u64> {
+        released.iter().map(|r| r.payload).collect()
+    }
+
+    #[test]
+    fn entries_wait_for_the_clock_and_leave_in_timestamp_order() {
+        let mut q = HoldQueue::new(16, 64);
+        assert_eq!(
+            q.arrive(a(1, 30, vec![key(1)], vec![]), false, true),
+            Arrival::Held(Timestamp(30))
+        );
+        assert_eq!(
+            q.arrive(a(2, 10, vec![], vec![key(1)]), false, true),
+            Arrival::Held(Timestamp(10))
+        );
+        assert_eq!(
+            q.arrive(a(2, 10, vec![], vec![key(1)]), false, true),
+            Arrival::Duplicate(Timestamp(10))
+        );
+        assert!(q.release(9, 16).is_empty(), "the clock has not reached either");
+        assert_eq!(ids(&q.release(30, 16)), vec![2, 1]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_late_transaction_is_bumped_by_a_leader_and_refused_by_a_follower() {
+        let mut leader = HoldQueue::new(16, 64);
+        let mut follower = HoldQueue::new(16, 64);
+        for q in [&mut leader, &mut follower] {
+            q.arrive(a(1, 50, vec![], vec![key(1)]), false, true);
+            assert_eq!(q.release(50, 16).len(), 1);
+        }
+        // A read of the written key at 40 would read the past: a leader moves it to 51.
+        assert_eq!(
+            leader.arrive(a(2, 40, vec![key(1)], vec![]), true, true),
+            Arrival::Bumped(Timestamp(51))
+        );
+        assert_eq!(
+            follower.arrive(a(2, 40, vec![key(1)], vec![]), false, true),
+            Arrival::Late(Timestamp(50))
+        );
+        // Another key does not conflict.
+        assert_eq!(
+            follower.arrive(a(3, 40, vec![key(2)], vec![]), false, true),
+            Arrival::Held(Timestamp(40))
+        );
+        // Reads do not conflict with reads; a write after a released read must be later.
+        follower.release(40, 16);
+        assert_eq!(
+            follower.arrive(a(4, 20, vec![key(2)], vec![]), false, true),
+            Arrival::Held(Timestamp(20))
+        );
+        assert_eq!(
+            follower.arrive(a(5, 20, vec![], vec![key(2)]), false, true),
+            Arrival::Late(Timestamp(40))
+        );
+    }
+
+    #[test]
+    fn a_held_entry_that_is_not_ready_blocks_only_conflicting_later_ones() {
+        let mut q = HoldQueue::new(16, 64);
+        q.arrive(a(1, 10, vec![], vec![key(1)]), false, false);
+        q.arrive(a(2, 20, vec![key(1)], vec![]), false, true);
+        q.arrive(a(3, 30, vec![key(2)], vec![key(3)]), false, true);
+        assert_eq!(ids(&q.release(100, 16)), vec![3], "2 reads what 1 writes; 3 is unrelated");
+        assert!(q.set_ready(txn(1), true));
+        assert_eq!(ids(&q.release(100, 16)), vec![1, 2]);
+    }
+
+    #[test]
+    fn equal_timestamps_leave_in_transaction_order_and_close_the_key_behind_them() {
+        let mut q = HoldQueue::new(16, 64);
+        q.arrive(a(2, 50, vec![], vec![key(1)]), false, true);
+        q.arrive(a(1, 50, vec![key(1)], vec![]), false, true);
+        assert_eq!(ids(&q.release(50, 16)), vec![1, 2]);
+        let late = q.arrive(a(3, 50, vec![key(1)], vec![]), false, true);
+        assert_eq!(late, Arrival::Late(Timestamp(50)));
+    }
+
+    #[test]
+    fn repositioning_moves_an_entry_later_and_never_earlier() {
+        let mut q = HoldQueue::new(16, 64);
+        q.arrive(a(1, 10, vec![], vec![key(1)]), false, true);
+        q.arrive(a(2, 20, vec![], vec![key(1)]), false, true);
+        assert!(!q.reposition(txn(1), Timestamp(5)));
+        assert!(q.reposition(txn(1), Timestamp(25)));
+        assert_eq!(q.timestamp_of(txn(1)), Some(Timestamp(25)));
+        assert_eq!(ids(&q.release(100, 16)), vec![2, 1]);
+        assert_eq!(q.remove(txn(1)), None, "released already");
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_forgotten_stamps_stay_conservative() {
+        let mut q = HoldQueue::new(2, 4);
+        q.arrive(a(1, 10, vec![], vec![key(1)]), false, true);
+        q.arrive(a(2, 20, vec![], vec![key(2)]), false, true);
+        assert_eq!(q.arrive(a(3, 30, vec![], vec![key(3)]), false, true), Arrival::Full);
+        q.release(20, 16);
+        for k in 3..8 {
+            q.arrive(a(k, 10 * k, vec![], vec![key(k)]), false, true);
+            q.release(10 * k, 16);
+        }
+        assert!(q.last_read.len() + q.last_write.len() <= 4, "stamps forgotten");
+        // Key 1's stamp (10) was forgotten, and the floor stands in for it: a write to key 1
+        // at 15 is late even though only 10 was released there.
+        assert!(q.floor >= Timestamp(20));
+        assert!(matches!(q.arrive(a(9, 15, vec![], vec![key(1)]), false, true), Arrival::Late(_)));
+    }
+}

@@ -1,0 +1,134 @@
+//! Tiga (SOSP'25): timestamp-ordered transactions that commit in one wide-area round trip in
+//! the common case. A coordinator stamps each one-shot transaction with a future timestamp
+//! (send time + the one-way delay to the farthest replica of each participant shard's closest
+//! super quorum + headroom) and sends it to every replica of every participant shard; each
+//! replica holds it until its clock passes the timestamp and releases transactions in
+//! timestamp order; a super quorum of matching replies per shard commits it.
+//!
+//! **Status: building blocks only.** This module holds the parts of the protocol that stand
+//! on their own, each tested here: the one-way delay estimator and the timestamp rule
+//! ([`owd`]), a server's hold queue with the arrival check, leader bumps and release in
+//! timestamp order ([`hold`]), and the shard commit quorums with the per-key log hashes the
+//! replies carry ([`quorum`]), plus the protocol's options. The protocol node (servers,
+//! coordinator, leader timestamp agreement, slow path, view manager and view change,
+//! durability) is not built, and `--protocol tiga` does not exist yet.
+
+pub mod hold;
+pub mod owd;
+pub mod quorum;
+
+use crate::{OptionKind, OptionSpec, ProtocolOptions};
+use meridian_core::time::NS_PER_MS;
+use owd::OwdSettings;
+
+/// `tiga-headroom-ms`: Δ, added to every timestamp.
+pub const OPTION_HEADROOM_MS: &str = "tiga-headroom-ms";
+/// `tiga-owd-percentile`: the percentile of the delay samples taken as the estimate.
+pub const OPTION_OWD_PERCENTILE: &str = "tiga-owd-percentile";
+/// `tiga-mode`: when shard leaders agree on a timestamp.
+pub const OPTION_MODE: &str = "tiga-mode";
+
+/// No one-way delay estimate exceeds this (Tiga's scripts cap theirs at 400 ms).
+pub const OWD_CAP_NS: u64 = 400 * NS_PER_MS;
+/// The estimate for a replica not heard from yet.
+pub const OWD_INITIAL_NS: u64 = 100 * NS_PER_MS;
+const _: () = assert!(OWD_INITIAL_NS <= OWD_CAP_NS);
+
+/// Tiga's options.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: OPTION_HEADROOM_MS,
+        help: "Δ in milliseconds, added to every timestamp for the delay variance the \
+               estimates miss",
+        kind: OptionKind::Number { min: 0.0, max: 1_000.0, default: 10.0 },
+    },
+    OptionSpec {
+        name: OPTION_OWD_PERCENTILE,
+        help: "the percentile of each replica's recent one-way delays taken as its estimate",
+        kind: OptionKind::Number { min: 1.0, max: 100.0, default: 50.0 },
+    },
+    OptionSpec {
+        name: OPTION_MODE,
+        help: "preventive: leaders agree on a timestamp before executing (co-located \
+               leaders); detective: execute, agree, roll back if it moved; auto: chosen from \
+               the measured delay between leaders",
+        kind: OptionKind::Choice { values: &["auto", "preventive", "detective"], default: "auto" },
+    },
+];
+
+/// When shard leaders agree on a multi-shard transaction's timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Chosen by the view manager from the measured delay between leaders.
+    Auto,
+    /// Agree, then execute: no rollback (leaders close together).
+    Preventive,
+    /// Execute, agree, and revoke the execution if the timestamp moved.
+    Detective,
+}
+
+/// Tiga's settings, from its options.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TigaSettings {
+    /// How coordinators estimate delays and stamp transactions.
+    pub owd: OwdSettings,
+    /// The agreement mode.
+    pub mode: Mode,
+}
+
+impl TigaSettings {
+    /// The settings `options` (parsed against [`OPTIONS`], so in range) give.
+    pub fn from_options(options: &ProtocolOptions) -> Self {
+        let headroom_ms = options.number(OPTION_HEADROOM_MS, OPTIONS);
+        let owd = OwdSettings {
+            percentile: options.number(OPTION_OWD_PERCENTILE, OPTIONS),
+            cap_ns: OWD_CAP_NS,
+            initial_ns: OWD_INITIAL_NS,
+            headroom_ns: (headroom_ms * NS_PER_MS as f64).round() as u64,
+        };
+        debug_assert!(owd.check().is_ok(), "the option ranges keep the settings valid");
+        let mode = match options.choice(OPTION_MODE, OPTIONS) {
+            "preventive" => Mode::Preventive,
+            "detective" => Mode::Detective,
+            _ => Mode::Auto,
+        };
+        Self { owd, mode }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(given: &[(&str, &str)]) -> Result<ProtocolOptions, meridian_core::ConfigError> {
+        let given: Vec<(String, String)> =
+            given.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        ProtocolOptions::parse("tiga", OPTIONS, &given)
+    }
+
+    #[test]
+    fn the_defaults_are_tigas() {
+        let settings = TigaSettings::from_options(&parse(&[]).unwrap());
+        assert_eq!(settings.owd.headroom_ns, 10 * NS_PER_MS);
+        assert_eq!(settings.owd.percentile, 50.0);
+        assert_eq!(settings.mode, Mode::Auto);
+        let set = parse(&[(OPTION_HEADROOM_MS, "2.5"), (OPTION_MODE, "detective")]).unwrap();
+        let settings = TigaSettings::from_options(&set);
+        assert_eq!(settings.owd.headroom_ns, 2_500_000);
+        assert_eq!(settings.mode, Mode::Detective);
+    }
+
+    #[test]
+    fn out_of_range_settings_are_refused_naming_the_option() {
+        for (name, value) in [
+            (OPTION_HEADROOM_MS, "-1"),
+            (OPTION_HEADROOM_MS, "5000"),
+            (OPTION_OWD_PERCENTILE, "0"),
+            (OPTION_OWD_PERCENTILE, "101"),
+            (OPTION_MODE, "eager"),
+        ] {
+            let error = parse(&[(name, value)]).unwrap_err().to_string();
+            assert!(error.contains(name), "{name}={value}: {error}");
+        }
+    }
+}
