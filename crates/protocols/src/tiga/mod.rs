@@ -8,14 +8,17 @@
 //! **Status: building blocks only.** This module holds the parts of the protocol that stand
 //! on their own, each tested here: the one-way delay estimator and the timestamp rule
 //! ([`owd`]), a server's hold queue with the arrival check, leader bumps and release in
-//! timestamp order ([`hold`]), and the shard commit quorums with the per-key log hashes the
-//! replies carry ([`quorum`]), plus the protocol's options. The protocol node (servers,
-//! coordinator, leader timestamp agreement, slow path, view manager and view change,
-//! durability) is not built, and `--protocol tiga` does not exist yet.
+//! timestamp order ([`hold`]), the shard commit quorums with the per-key log hashes the
+//! replies carry ([`quorum`]), the leaders' timestamp agreement with its three cases
+//! ([`agree`]), the log merge of a view change ([`recovery`]), and the protocol's options. The
+//! protocol node (servers, coordinator, log synchronisation, view manager, durability) is not
+//! built, and `--protocol tiga` does not exist yet.
 
+pub mod agree;
 pub mod hold;
 pub mod owd;
 pub mod quorum;
+pub mod recovery;
 
 use crate::{OptionKind, OptionSpec, ProtocolOptions};
 use meridian_core::time::NS_PER_MS;
