@@ -10,16 +10,19 @@
 //! ([`owd`]), a server's hold queue with the arrival check, leader bumps and release in
 //! timestamp order ([`hold`]), the shard commit quorums with the per-key log hashes the
 //! replies carry ([`quorum`]), the leaders' timestamp agreement with its three cases
-//! ([`agree`]), the log merge of a view change ([`recovery`]), and the protocol's options. The
-//! protocol node (servers, coordinator, log synchronisation, view manager, durability) is not
-//! built, and `--protocol tiga` does not exist yet.
+//! ([`agree`]), a follower's log synchronisation with sync- and commit-points ([`log`]), the
+//! log merge of a view change ([`recovery`]), the one-shot check ([`check_one_shot`]), and the
+//! protocol's options. The protocol node (servers, coordinator, view manager, durability) is
+//! not built, and `--protocol tiga` does not exist yet.
 
 pub mod agree;
 pub mod hold;
+pub mod log;
 pub mod owd;
 pub mod quorum;
 pub mod recovery;
 
+use crate::kit::coord::PieceSlot;
 use crate::{OptionKind, OptionSpec, ProtocolOptions};
 use meridian_core::time::NS_PER_MS;
 use owd::OwdSettings;
@@ -99,9 +102,46 @@ impl TigaSettings {
     }
 }
 
+/// Tiga (and Luigi) run one-shot transactions: every replica of a shard must be able to run
+/// the shard's pieces from the arguments alone, so a piece may depend only on pieces of its
+/// own shard. Names the first piece that depends on another shard's output.
+pub fn check_one_shot(pieces: &[PieceSlot]) -> Result<(), String> {
+    for (index, piece) in pieces.iter().enumerate() {
+        for &dep in &piece.deps {
+            let Some(source) = pieces.get(dep as usize) else {
+                return Err(format!("piece {index} depends on piece {dep}, which does not exist"));
+            };
+            if source.shard != piece.shard {
+                return Err(format!(
+                    "piece {index} (shard {}) depends on the output of piece {dep} (shard {}): \
+                     not a one-shot transaction",
+                    piece.shard.0, source.shard.0
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meridian_core::ShardId;
+
+    fn piece(shard: u32, deps: &[u32]) -> PieceSlot {
+        PieceSlot { shard: ShardId(shard), deps: deps.to_vec(), sent: false, output: None }
+    }
+
+    #[test]
+    fn a_piece_needing_another_shards_output_is_named() {
+        assert!(check_one_shot(&[piece(0, &[]), piece(1, &[]), piece(0, &[0])]).is_ok());
+        let why = check_one_shot(&[piece(0, &[]), piece(1, &[]), piece(2, &[0, 1])]).unwrap_err();
+        assert!(
+            why.starts_with("piece 2 (shard 2) depends on the output of piece 0 (shard 0)"),
+            "{why}"
+        );
+        assert!(check_one_shot(&[piece(0, &[5])]).is_err());
+    }
 
     fn parse(given: &[(&str, &str)]) -> Result<ProtocolOptions, meridian_core::ConfigError> {
         let given: Vec<(String, String)> =
