@@ -11,9 +11,10 @@
 //! timestamp order ([`hold`]), the shard commit quorums with the per-key log hashes the
 //! replies carry ([`quorum`]), the leaders' timestamp agreement with its three cases
 //! ([`agree`]), a follower's log synchronisation with sync- and commit-points ([`log`]), the
-//! log merge of a view change ([`recovery`]), the one-shot check ([`check_one_shot`]), and the
-//! protocol's options. The protocol node (servers, coordinator, view manager, durability) is
-//! not built, and `--protocol tiga` does not exist yet.
+//! log merge of a view change ([`recovery`]), the view manager's choice of leaders and mode
+//! ([`view`]), the one-shot check ([`check_one_shot`]), and the protocol's options. The
+//! protocol node (servers, coordinator, the manager's replicated service, durability) is not
+//! built, and `--protocol tiga` does not exist yet.
 
 pub mod agree;
 pub mod hold;
@@ -21,6 +22,7 @@ pub mod log;
 pub mod owd;
 pub mod quorum;
 pub mod recovery;
+pub mod view;
 
 use crate::kit::coord::PieceSlot;
 use crate::{OptionKind, OptionSpec, ProtocolOptions};

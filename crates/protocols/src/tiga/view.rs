@@ -1,0 +1,276 @@
+//! Views and the view manager's decisions (Tiga §4, App. A–B).
+//!
+//! A **view** says who leads every shard and in which mode the leaders agree on timestamps:
+//! a global view number, a local view number per shard (the shard's leader is replica
+//! `l-view mod replicas`), and the mode. Messages carry the global view, and a replica drops
+//! (and counts) any message of another view.
+//!
+//! The view manager (a small replicated service) hears heartbeats from every replica; a shard
+//! whose leader has been silent for the detection timeout gets a new view. The new leaders are
+//! chosen to sit together where possible: the region holding a live replica of the most
+//! shards wins (the current leaders' region on a tie, then the lowest region id), and each
+//! shard takes its live replica there, or else its lowest live replica. A shard whose leader
+//! lives keeps it unless moving it is what co-locates the leaders. In `auto` mode the manager
+//! picks preventive agreement when the leaders are within the co-location delay of each
+//! other, detective otherwise.
+//!
+//! Everything here is a pure function of the view, the topology, what is alive and the
+//! measured delays, so every member of the manager's group computes the same next view from
+//! the same log.
+
+use super::Mode;
+use meridian_core::topology::Topology;
+use meridian_core::{NodeId, RegionId, ShardId, Time};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Leaders whose largest one-way delay to each other is at most this agree before executing
+/// (preventive mode) when the mode is `auto` (Tiga uses about 10 ms).
+pub const COLOCATED_OWD_NS_MAX: u64 = 10 * meridian_core::time::NS_PER_MS;
+
+/// Who leads every shard, and how leaders agree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// The global view number: grows with every view change.
+    pub global: u64,
+    /// Per shard, its local view number; the leader is replica `local % replicas`.
+    pub local: Vec<u64>,
+    /// The agreement mode of this view (never `Auto`).
+    pub mode: Mode,
+}
+
+impl View {
+    /// The first view: replica 0 leads every shard.
+    pub fn initial(shards: u32, mode: Mode) -> Self {
+        let mode = if mode == Mode::Auto { Mode::Preventive } else { mode };
+        Self { global: 0, local: vec![0; shards as usize], mode }
+    }
+
+    /// The replica index leading `shard`.
+    pub fn leader_slot(&self, shard: ShardId, replicas: u32) -> u32 {
+        (self.local[shard.0 as usize] % u64::from(replicas.max(1))) as u32
+    }
+}
+
+/// Heartbeats the manager has heard: each replica node's latest.
+#[derive(Clone, Debug, Default)]
+pub struct Heartbeats {
+    last: BTreeMap<NodeId, Time>,
+}
+
+impl Heartbeats {
+    /// `node` was heard from at `now` (the manager's clock).
+    pub fn heard(&mut self, node: NodeId, now: Time) {
+        let last = self.last.entry(node).or_insert(now);
+        *last = (*last).max(now);
+    }
+
+    /// Nodes heard from within `timeout_ns` of `now`. A node never heard from counts as alive
+    /// until `timeout_ns` after `started` (the manager's start), so a fresh manager does not
+    /// depose everyone.
+    pub fn alive(
+        &self,
+        nodes: &[NodeId],
+        now: Time,
+        started: Time,
+        timeout_ns: u64,
+    ) -> BTreeSet<NodeId> {
+        nodes
+            .iter()
+            .copied()
+            .filter(|n| {
+                let last = self.last.get(n).copied().unwrap_or(started);
+                now.saturating_sub(last) <= timeout_ns
+            })
+            .collect()
+    }
+}
+
+/// The shards whose leader in `view` is not alive.
+pub fn leaderless(view: &View, topology: &Topology, alive: &BTreeSet<NodeId>) -> Vec<ShardId> {
+    (0..topology.shards)
+        .map(ShardId)
+        .filter(|&s| {
+            let slot = view.leader_slot(s, topology.replicas);
+            topology.replica_node(s, slot).is_none_or(|n| !alive.contains(&n))
+        })
+        .collect()
+}
+
+/// The view after `view` given who is `alive`; `None` when some shard has no live replica
+/// (no view can serve it: wait). `configured`: the mode setting; `owd_ns` the measured one-way
+/// delay between two nodes (used in `auto` mode).
+pub fn next_view(
+    view: &View,
+    topology: &Topology,
+    alive: &BTreeSet<NodeId>,
+    configured: Mode,
+    owd_ns: impl Fn(NodeId, NodeId) -> u64,
+) -> Option<View> {
+    let replicas = topology.replicas.max(1);
+    let shards: Vec<ShardId> = (0..topology.shards).map(ShardId).collect();
+    let live_slots = |s: ShardId| -> Vec<(u32, NodeId)> {
+        (0..replicas)
+            .filter_map(|slot| topology.replica_node(s, slot).map(|n| (slot, n)))
+            .filter(|(_, n)| alive.contains(n))
+            .collect()
+    };
+    if shards.iter().any(|&s| live_slots(s).is_empty()) {
+        return None;
+    }
+    let region_of = |n: NodeId| topology.nodes[n.0 as usize].region;
+    let current_regions: BTreeSet<RegionId> = shards
+        .iter()
+        .filter_map(|&s| topology.replica_node(s, view.leader_slot(s, replicas)))
+        .map(region_of)
+        .collect();
+    // How many shards have a live replica in each region.
+    let mut coverage: BTreeMap<RegionId, usize> = BTreeMap::new();
+    for &s in &shards {
+        let regions: BTreeSet<RegionId> =
+            live_slots(s).iter().map(|&(_, n)| region_of(n)).collect();
+        for r in regions {
+            *coverage.entry(r).or_default() += 1;
+        }
+    }
+    let home = coverage
+        .iter()
+        .max_by_key(|&(r, &count)| (count, current_regions.contains(r), std::cmp::Reverse(*r)))
+        .map(|(&r, _)| r)?;
+    let mut local = view.local.clone();
+    let mut leaders = Vec::with_capacity(shards.len());
+    for &s in &shards {
+        let live = live_slots(s);
+        let current = view.leader_slot(s, replicas);
+        let keep = live.iter().find(|&&(slot, n)| slot == current && region_of(n) == home);
+        let chosen = keep
+            .or_else(|| live.iter().find(|&&(_, n)| region_of(n) == home))
+            .or_else(|| live.iter().find(|&&(slot, _)| slot == current))
+            .or(live.first())
+            .copied()
+            .expect("checked: every shard has a live replica");
+        if chosen.0 != current {
+            // The next local view number that names the chosen replica.
+            let l = &mut local[s.0 as usize];
+            let step = (u64::from(chosen.0) + u64::from(replicas) - u64::from(current))
+                % u64::from(replicas);
+            *l += step;
+        }
+        leaders.push(chosen.1);
+    }
+    let mode = match configured {
+        Mode::Auto => {
+            let spread = leaders
+                .iter()
+                .flat_map(|&a| leaders.iter().map(move |&b| (a, b)))
+                .filter(|(a, b)| a != b)
+                .map(|(a, b)| owd_ns(a, b))
+                .max()
+                .unwrap_or(0);
+            if spread <= COLOCATED_OWD_NS_MAX {
+                Mode::Preventive
+            } else {
+                Mode::Detective
+            }
+        }
+        fixed => fixed,
+    };
+    Some(View { global: view.global + 1, local, mode })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::time::NS_PER_MS;
+    use meridian_core::topology::{NodeInfo, ReplicaSlot};
+
+    /// Two shards × three replicas; replica r of every shard in region r (nodes 0–5: shard 0
+    /// replicas 0,1,2 are nodes 0,1,2; shard 1's are 3,4,5).
+    fn topology() -> Topology {
+        let mut nodes = Vec::new();
+        for shard in 0..2 {
+            for replica in 0..3 {
+                nodes.push(NodeInfo {
+                    region: RegionId(replica),
+                    replicas: vec![ReplicaSlot { shard: ShardId(shard), replica }],
+                    coordinator: true,
+                });
+            }
+        }
+        Topology {
+            regions: vec!["a".into(), "b".into(), "c".into()],
+            nodes,
+            shards: 2,
+            replicas: 3,
+        }
+    }
+
+    fn all_but(dead: &[u32]) -> BTreeSet<NodeId> {
+        (0..6).filter(|n| !dead.contains(n)).map(NodeId).collect()
+    }
+
+    /// One-way delay: 1 ms within a region, 50 ms across.
+    fn owd(t: &Topology) -> impl Fn(NodeId, NodeId) -> u64 + '_ {
+        move |a, b| {
+            let same = t.nodes[a.0 as usize].region == t.nodes[b.0 as usize].region;
+            if same {
+                NS_PER_MS
+            } else {
+                50 * NS_PER_MS
+            }
+        }
+    }
+
+    #[test]
+    fn a_dead_leader_moves_both_shards_to_a_region_where_both_have_a_replica() {
+        let t = topology();
+        let view = View::initial(2, Mode::Auto);
+        assert_eq!(view.mode, Mode::Preventive);
+        assert!(leaderless(&view, &t, &all_but(&[])).is_empty());
+        let alive = all_but(&[0]);
+        assert_eq!(leaderless(&view, &t, &alive), vec![ShardId(0)]);
+        let next = next_view(&view, &t, &alive, Mode::Auto, owd(&t)).unwrap();
+        assert_eq!(next.global, 1);
+        // Region a lost shard 0's replica; regions b and c cover both: b (lowest) wins, and
+        // shard 1's live leader moves there too, to stay co-located.
+        assert_eq!((next.leader_slot(ShardId(0), 3), next.leader_slot(ShardId(1), 3)), (1, 1));
+        assert_eq!(next.local, vec![1, 1]);
+        assert_eq!(next.mode, Mode::Preventive);
+    }
+
+    #[test]
+    fn leaders_that_cannot_sit_together_agree_detectively() {
+        let t = topology();
+        let view = View::initial(2, Mode::Auto);
+        // Shard 0 lives only in region b, shard 1 only in region c.
+        let alive: BTreeSet<NodeId> = [NodeId(1), NodeId(5)].into();
+        let next = next_view(&view, &t, &alive, Mode::Auto, owd(&t)).unwrap();
+        assert_eq!((next.leader_slot(ShardId(0), 3), next.leader_slot(ShardId(1), 3)), (1, 2));
+        assert_eq!(next.mode, Mode::Detective);
+        let fixed = next_view(&view, &t, &alive, Mode::Preventive, owd(&t)).unwrap();
+        assert_eq!(fixed.mode, Mode::Preventive, "a configured mode stands");
+    }
+
+    #[test]
+    fn local_views_only_grow_and_no_view_serves_a_dead_shard() {
+        let t = topology();
+        let mut view = View::initial(2, Mode::Preventive);
+        view.local = vec![2, 5]; // leaders: slot 2 of both, region c
+        let next = next_view(&view, &t, &all_but(&[2]), Mode::Preventive, owd(&t)).unwrap();
+        // Shard 0's leader (node 2) died; regions a and b cover both shards, and neither holds
+        // the current leaders: a wins; local views move forward to slot 0.
+        assert_eq!(next.local, vec![3, 6]);
+        assert_eq!(next.leader_slot(ShardId(0), 3), 0);
+        assert_eq!(next_view(&view, &t, &all_but(&[0, 1, 2]), Mode::Preventive, owd(&t)), None);
+    }
+
+    #[test]
+    fn heartbeats_decide_who_is_alive() {
+        let mut beats = Heartbeats::default();
+        beats.heard(NodeId(0), 100);
+        beats.heard(NodeId(0), 50);
+        beats.heard(NodeId(1), 10);
+        let nodes = [NodeId(0), NodeId(1), NodeId(2)];
+        assert_eq!(beats.alive(&nodes, 120, 0, 30), [NodeId(0)].into());
+        assert_eq!(beats.alive(&nodes, 120, 100, 30), [NodeId(0), NodeId(2)].into(), "2 is new");
+    }
+}
