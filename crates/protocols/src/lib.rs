@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod kit;
+pub mod mako;
 pub mod mvto;
 pub mod occ;
 pub mod options;
