@@ -4,9 +4,11 @@
 //! above the stable watermark of the failed epoch.
 //!
 //! **Status: the safety core only.** The watermark and epoch rules ([`watermark`]) that
-//! decide when a speculative commit is durable and which commits a failover discards are
-//! written and tested here; the participant (speculative store, validation, the replicated
-//! stream), the coordinator and the node are not, and `--protocol mako` does not exist yet.
+//! decide when a speculative commit is durable and which commits a failover discards, and the
+//! replicated state of a shard's stream ([`stream`]: pending commits, durability in timestamp
+//! order, epoch end and start) are written and tested here. The leader's speculative
+//! participant, the stream's hosting on Raft (snapshots included), the coordinator and the
+//! node are not, and `--protocol mako` does not exist yet.
 //!
 //! The design the module serves:
 //! - a shard's Raft leader runs OCC on a speculative in-memory store: it validates, votes and
@@ -23,4 +25,5 @@
 //!   the stable point is their minimum, commits of the epoch above it are discarded and their
 //!   clients told, the rest become durable.
 
+pub mod stream;
 pub mod watermark;
