@@ -36,7 +36,8 @@ pub fn child_rng(seed: u64, purpose: &str, index: u64) -> Rng {
     ChaCha8Rng::from_seed(seed_bytes)
 }
 
-fn splitmix64(mut x: u64) -> u64 {
+/// SplitMix64's step: a fixed, fully mixing function of a 64-bit word.
+pub fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

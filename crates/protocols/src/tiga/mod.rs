@@ -142,58 +142,44 @@ mod tests {
     /// Tiga's own TPC-C runs Payment and Order-Status as several one-shot steps).
     #[test]
     fn the_one_shot_workloads_are_the_expected_ones() {
-        use meridian_core::txn::{PlanContext, ShardTarget};
         use meridian_core::RequestId;
+        use meridian_workloads::tpcc::{Mode as TpccMode, TpccOptions};
         let mut cross_shard = Vec::new();
         let mut same_shard_deps = Vec::new();
-        use meridian_workloads::tpcc::{Mode as TpccMode, TpccOptions};
         let paper_compat = TpccOptions { mode: TpccMode::PaperCompat, ..TpccOptions::default() };
         let runs = meridian_workloads::WORKLOADS
             .iter()
-            .map(|&name| (name, TpccOptions::default()))
-            .chain([("tpcc", paper_compat)]);
-        for (name, tpcc) in runs {
+            .map(|&name| (name, name, TpccOptions::default()))
+            .chain([("tpcc paper-compat", "tpcc", paper_compat)]);
+        for (label, name, tpcc) in runs {
             let options = meridian_workloads::WorkloadOptions {
                 shards: 3,
                 keys_per_shard: 64,
-                tpcc: tpcc.clone(),
+                tpcc,
                 ..meridian_workloads::WorkloadOptions::default()
             };
-            let name = if tpcc.mode == TpccMode::PaperCompat { "tpcc paper-compat" } else { name };
-            let workload_name = name.split(' ').next().unwrap_or(name);
-            let workload = meridian_workloads::build(workload_name, &options).unwrap();
-            let registry = workload.registry();
-            let partitioner = workload.partitioner();
+            let workload = meridian_workloads::build(name, &options).unwrap();
+            let topology = meridian_core::topology::Topology::standard(vec!["r".into()], 3, 1);
+            let context = crate::NodeContext::new(
+                meridian_core::NodeId(0),
+                std::sync::Arc::new(topology.unwrap()),
+                std::sync::Arc::new(workload.registry()),
+                std::sync::Arc::new(workload.partitioner()),
+                7,
+                crate::Timing::for_network(NS_PER_MS),
+            );
             let mut generator = workload.generator(0, 7);
             let (mut crosses, mut depends) = (false, false);
             for request in 0..200 {
                 let txn = generator.next(RequestId(request));
-                let procedure = registry.get(txn.proc).unwrap();
-                let plan = procedure.plan(&txn.args, PlanContext { partitioner: &partitioner });
-                let plan = plan.unwrap();
-                let anchor = plan.iter().find_map(|p| match p.target {
-                    ShardTarget::Shard(s) => Some(s),
-                    ShardTarget::Any => None,
-                });
-                let pieces: Vec<PieceSlot> = plan
-                    .iter()
-                    .map(|spec| PieceSlot {
-                        shard: match spec.target {
-                            ShardTarget::Shard(s) => s,
-                            ShardTarget::Any => anchor.unwrap_or(ShardId(0)),
-                        },
-                        deps: spec.deps.clone(),
-                        sent: false,
-                        output: None,
-                    })
-                    .collect();
+                let pieces = crate::kit::coord::bind_plan(&context, &txn, ShardId(0)).unwrap();
                 crosses |= check_one_shot(&pieces).is_err();
-                depends |= !meridian_core::txn::is_one_shot(&plan);
+                depends |= pieces.iter().any(|p| !p.deps.is_empty());
             }
             if crosses {
-                cross_shard.push(name);
+                cross_shard.push(label);
             } else if depends {
-                same_shard_deps.push(name);
+                same_shard_deps.push(label);
             }
         }
         assert_eq!(

@@ -18,6 +18,7 @@
 //! an entry removable: a revoked or repositioned entry is taken out by adding it again.
 
 use meridian_core::key::Key;
+use meridian_core::rng::splitmix64;
 use meridian_core::{Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -98,20 +99,11 @@ pub struct KeyHashes {
     per_key: BTreeMap<Key, u64>,
 }
 
-/// A fixed 64-bit mixer (MurmurHash3's finaliser).
-fn mix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
-
 /// A digest of `value` with a fixed hasher (the same on every replica and every run).
 fn digest(value: &impl Hash) -> u64 {
     let mut hasher = meridian_core::hash::FnvHasher::default();
     value.hash(&mut hasher);
-    mix(hasher.finish())
+    splitmix64(hasher.finish())
 }
 
 impl KeyHashes {
@@ -141,7 +133,7 @@ impl KeyHashes {
     pub fn reply_hash(&self, keys: &[Key]) -> u64 {
         keys.iter().collect::<BTreeSet<_>>().into_iter().fold(0, |acc, key| {
             let hash = self.per_key.get(key).copied().unwrap_or(0);
-            acc ^ mix(digest(key) ^ hash)
+            acc ^ splitmix64(digest(key) ^ hash)
         })
     }
 }

@@ -108,13 +108,17 @@ pub fn next_view(
 ) -> Option<View> {
     let replicas = topology.replicas.max(1);
     let shards: Vec<ShardId> = (0..topology.shards).map(ShardId).collect();
-    let live_slots = |s: ShardId| -> Vec<(u32, NodeId)> {
-        (0..replicas)
-            .filter_map(|slot| topology.replica_node(s, slot).map(|n| (slot, n)))
-            .filter(|(_, n)| alive.contains(n))
-            .collect()
-    };
-    if shards.iter().any(|&s| live_slots(s).is_empty()) {
+    // Per shard, its live replicas (slot and node).
+    let live_slots: Vec<Vec<(u32, NodeId)>> = shards
+        .iter()
+        .map(|&s| {
+            (0..replicas)
+                .filter_map(|slot| topology.replica_node(s, slot).map(|n| (slot, n)))
+                .filter(|(_, n)| alive.contains(n))
+                .collect()
+        })
+        .collect();
+    if live_slots.iter().any(Vec::is_empty) {
         return None;
     }
     let region_of = |n: NodeId| topology.nodes[n.0 as usize].region;
@@ -125,9 +129,8 @@ pub fn next_view(
         .collect();
     // How many shards have a live replica in each region.
     let mut coverage: BTreeMap<RegionId, usize> = BTreeMap::new();
-    for &s in &shards {
-        let regions: BTreeSet<RegionId> =
-            live_slots(s).iter().map(|&(_, n)| region_of(n)).collect();
+    for live in &live_slots {
+        let regions: BTreeSet<RegionId> = live.iter().map(|&(_, n)| region_of(n)).collect();
         for r in regions {
             *coverage.entry(r).or_default() += 1;
         }
@@ -138,8 +141,7 @@ pub fn next_view(
         .map(|(&r, _)| r)?;
     let mut local = view.local.clone();
     let mut leaders = Vec::with_capacity(shards.len());
-    for &s in &shards {
-        let live = live_slots(s);
+    for (&s, live) in shards.iter().zip(&live_slots) {
         let current = view.leader_slot(s, replicas);
         let keep = live.iter().find(|&&(slot, n)| slot == current && region_of(n) == home);
         let chosen = keep
