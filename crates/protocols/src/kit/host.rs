@@ -22,6 +22,18 @@
 //!
 //! Commands replayed from a restarted node's own log are applied without answers (their
 //! senders gave up or asked again).
+//!
+//! **Speculative hosting** ([`Hosts::restore_speculative`], for `mako`): a replicated shard's
+//! leader keeps a second machine, its *speculative* one, ahead of the committed one. A
+//! command is proposed and, once the log has taken it, applied to the speculative machine at
+//! once and answered from there; every replica (the leader's committed twin included) applies
+//! it again, unanswered, once it commits. Reads are served from the speculative machine
+//! without waiting. A new leader speculates only once it has applied every entry of earlier
+//! terms (its term's first entry committed), starting from a copy of its committed machine,
+//! so the speculative order is the log order; a leader that loses leadership drops its
+//! speculative machine, and with it whatever the log did not keep. What the speculative
+//! answers promise is the protocol's business (mako's watermarks); the host only keeps the
+//! two machines apart.
 
 use crate::{NodeContext, Replayed};
 use meridian_core::node::{Durability, Outbox, PersistRecord, PersistToken};
@@ -135,11 +147,42 @@ struct Host<SM: StateMachine, R> {
     /// Reads waiting for the leader's state to be current: the index each waits for (`None`
     /// until the leader has committed in its term) and the read. Oldest first.
     reads_waiting: VecDeque<(Option<u64>, SM::Read)>,
+    /// Speculative hosting with a log: whether this host speculates at all.
+    speculative: bool,
+    /// The leader's speculative machine (`sm` then holds the committed state only); `None` on
+    /// followers and on a leader still applying entries of earlier terms.
+    spec: Option<SM>,
 }
 
 impl<SM: StateMachine, R: Replica> Host<SM, R> {
     fn leads(&self) -> bool {
         self.log.as_ref().is_none_or(|r| r.is_leader())
+            && (!self.speculative || self.spec.is_some())
+    }
+
+    /// The machine requests are served from: the speculative one where there is one.
+    fn active(&self) -> &SM {
+        self.spec.as_ref().unwrap_or(&self.sm)
+    }
+
+    fn active_mut(&mut self) -> &mut SM {
+        self.spec.as_mut().unwrap_or(&mut self.sm)
+    }
+
+    /// A speculating host's leader starts speculating once every entry of earlier terms is
+    /// applied (its term's first entry committed and applied): from a copy (`fork`) of the
+    /// committed machine, so nothing it answers was decided against a state the log will not
+    /// reach first.
+    fn start_speculation(&mut self, fork: Option<fn(&SM) -> SM>) {
+        let Some(fork) = fork.filter(|_| self.speculative && self.spec.is_none()) else {
+            return;
+        };
+        let Some(log) = self.log.as_ref().filter(|r| r.is_leader()) else { return };
+        if log.read_index().is_some_and(|index| log.applied_index() >= index) {
+            let mut spec = fork(&self.sm);
+            spec.on_leadership(true);
+            self.spec = Some(spec);
+        }
     }
 }
 
@@ -162,6 +205,8 @@ pub struct Hosts<SM: StateMachine, R = RaftReplica> {
     refused_total: u64,
     skipped_total: u64,
     reads_dropped_total: u64,
+    /// Speculative hosting: how a leader copies its committed machine.
+    fork: Option<fn(&SM) -> SM>,
 }
 
 impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
@@ -173,7 +218,17 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
         context: &NodeContext,
         durable: &BTreeMap<Vec<u8>, Vec<u8>>,
         wrap: fn(Vec<RaftGroupMsgs>) -> SM::Msg,
+        make: impl FnMut(ShardId) -> SM,
+    ) -> Result<Self, String> {
+        Self::restore_with(context, durable, wrap, make, None)
+    }
+
+    fn restore_with(
+        context: &NodeContext,
+        durable: &BTreeMap<Vec<u8>, Vec<u8>>,
+        wrap: fn(Vec<RaftGroupMsgs>) -> SM::Msg,
         mut make: impl FnMut(ShardId) -> SM,
+        fork: Option<fn(&SM) -> SM>,
     ) -> Result<Self, String> {
         let topology = context.topology.clone();
         let info = &topology.nodes[context.id.0 as usize];
@@ -201,10 +256,12 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
             };
             let host = Host {
                 sm: make(slot.shard),
+                speculative: fork.is_some() && log.is_some(),
                 log,
                 slot: slot.replica,
                 restored_image,
                 reads_waiting: VecDeque::new(),
+                spec: None,
             };
             hosts.insert(slot.shard, host);
         }
@@ -222,7 +279,21 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
             refused_total: 0,
             skipped_total: 0,
             reads_dropped_total: 0,
+            fork,
         })
+    }
+}
+
+impl<SM: StateMachine + Clone, R: HostedReplica> Hosts<SM, R> {
+    /// [`Hosts::restore`] with speculative hosting (see the module comment): every replicated
+    /// shard's leader answers from a speculative machine ahead of its log.
+    pub fn restore_speculative(
+        context: &NodeContext,
+        durable: &BTreeMap<Vec<u8>, Vec<u8>>,
+        wrap: fn(Vec<RaftGroupMsgs>) -> SM::Msg,
+        make: impl FnMut(ShardId) -> SM,
+    ) -> Result<Self, String> {
+        Self::restore_with(context, durable, wrap, make, Some(SM::clone))
     }
 }
 
@@ -248,27 +319,43 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         self.hosts.get(&shard).is_some_and(|h| h.log.is_some())
     }
 
-    /// `shard`'s machine.
+    /// `shard`'s machine (a speculating leader's speculative one).
     pub fn get(&self, shard: ShardId) -> Option<&SM> {
-        self.hosts.get(&shard).map(|h| &h.sm)
+        self.hosts.get(&shard).map(|h| h.active())
     }
 
     /// `shard`'s machine, writable (bulk loads, leader-only bookkeeping).
     pub fn get_mut(&mut self, shard: ShardId) -> Option<&mut SM> {
-        self.hosts.get_mut(&shard).map(|h| &mut h.sm)
+        self.hosts.get_mut(&shard).map(|h| h.active_mut())
     }
 
-    /// Every hosted machine with whether this replica leads its shard.
+    /// Every hosted machine (speculating leaders': the speculative one) with whether this
+    /// replica leads its shard.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (ShardId, &mut SM, bool)> {
         self.hosts.iter_mut().map(|(&shard, h)| {
             let leads = h.leads();
-            (shard, &mut h.sm, leads)
+            (shard, h.active_mut(), leads)
         })
     }
 
-    /// Every hosted machine.
+    /// Every hosted machine (speculating leaders': the speculative one).
     pub fn iter(&self) -> impl Iterator<Item = (ShardId, &SM)> {
-        self.hosts.iter().map(|(&shard, h)| (shard, &h.sm))
+        self.hosts.iter().map(|(&shard, h)| (shard, h.active()))
+    }
+
+    /// The committed machines that a speculative one hides (speculating leaders' twins), for
+    /// housekeeping that every replica does on its committed state.
+    pub fn shadowed_mut(&mut self) -> impl Iterator<Item = (ShardId, &mut SM)> {
+        self.hosts
+            .iter_mut()
+            .filter(|(_, h)| h.spec.is_some())
+            .map(|(&shard, h)| (shard, &mut h.sm))
+    }
+
+    /// `shard`'s committed machine: the one its log has applied (the same as [`Hosts::get`]
+    /// except on a speculating leader).
+    pub fn committed(&self, shard: ShardId) -> Option<&SM> {
+        self.hosts.get(&shard).map(|h| &h.sm)
     }
 
     /// True when this replica acts for `shard`: its only replica, or the leader.
@@ -356,9 +443,10 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
     }
 
     /// Validates `command` and applies it to `shard` at once (no log) or proposes it (it is
-    /// applied, and answered, once committed). An invalid command is refused with the reason;
-    /// a proposal the log drops (no longer leader, a transfer in progress) is left to the
-    /// sender's timeout.
+    /// applied, and answered, once committed; a speculating leader applies and answers it on
+    /// its speculative machine once the log has taken it). An invalid command is refused with
+    /// the reason; a proposal the log drops (no longer leader, a transfer in progress, a
+    /// leader not speculating yet) is left to the sender's timeout.
     pub fn submit(
         &mut self,
         shard: ShardId,
@@ -376,9 +464,17 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
             host.sm.apply(command, true, out);
             return Ok(());
         };
+        if host.speculative && host.spec.is_none() {
+            return Ok(());
+        }
         let bytes = postcard::to_allocvec(&command).expect("commands encode");
         let mut effects = Vec::new();
-        let _ = log.propose(bytes, &mut effects);
+        let taken = log.propose(bytes, &mut effects).is_ok();
+        if let Some(spec) = host.spec.as_mut().filter(|_| taken) {
+            // Applied speculatively only once the log has it, so the speculative order is
+            // the log's.
+            spec.apply(command, true, out);
+        }
         self.carry_out(shard, effects, out);
         Ok(())
     }
@@ -396,9 +492,20 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         Self::serve_reads(host, out);
     }
 
-    /// Serves the waiting reads whose index the replica has applied, in order. A replica
-    /// that stopped leading drops them.
+    /// Serves the waiting reads whose index the replica has applied, in order (a speculating
+    /// leader: at once, from its speculative machine). A replica that stopped leading drops
+    /// them.
     fn serve_reads(host: &mut Host<SM, R>, out: &mut Outbox<SM::Msg>) {
+        if host.speculative {
+            let Some(spec) = host.spec.as_mut() else {
+                host.reads_waiting.clear();
+                return;
+            };
+            for (_, read) in host.reads_waiting.drain(..) {
+                spec.serve_read(read, out);
+            }
+            return;
+        }
         while let Some((waiting_for, _)) = host.reads_waiting.front_mut() {
             if let Some(log) = host.log.as_ref() {
                 if !log.is_leader() {
@@ -541,7 +648,9 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                     }
                     let replayed =
                         host.log.as_ref().is_some_and(|r| index <= r.restored_last_index());
-                    let answer = host.leads() && !replayed;
+                    // A speculating leader answered it from its speculative machine; a
+                    // leader not speculating yet applies earlier terms' entries unanswered.
+                    let answer = host.leads() && !host.speculative && !replayed;
                     host.sm.apply(command, answer, out);
                 }
                 ReplicaEffect::Restore { index, data } => {
@@ -554,20 +663,27 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                             panic!("shard {shard}: snapshot at {index} from the leader: {e}")
                         }),
                     };
+                    // Only followers and restarting replicas install snapshots.
+                    host.spec = None;
                     host.sm.install(image);
                 }
                 ReplicaEffect::Leadership(leads) => {
                     if let Some(host) = self.hosts.get_mut(&shard) {
                         if !leads {
                             host.reads_waiting.clear();
+                            // What the log did not keep goes with the speculative machine.
+                            host.spec = None;
                         }
-                        host.sm.on_leadership(leads);
+                        if !host.speculative || !leads {
+                            host.sm.on_leadership(leads);
+                        }
                     }
                 }
             }
         }
         self.snapshot_if_due(shard, out);
         if let Some(host) = self.hosts.get_mut(&shard) {
+            host.start_speculation(self.fork);
             if !host.reads_waiting.is_empty() {
                 // A new leader's reads wait for its term's first commit, which applies no
                 // command: so look after every pass, not only after applies.
@@ -584,5 +700,250 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         log.take_snapshot(host.sm.image(), &mut effects);
         debug_assert!(effects.iter().all(|e| matches!(e, ReplicaEffect::Persist { .. })));
         self.carry_out(shard, effects, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Timing;
+    use meridian_core::node::Effect;
+    use meridian_core::time::NS_PER_MS;
+    use meridian_core::txn::{PartitionRule, Partitioner, Registry};
+    use std::collections::BTreeSet;
+
+    /// A machine that records the commands it applied, in order.
+    #[derive(Clone, Default)]
+    struct Tally {
+        applied: Vec<u64>,
+    }
+
+    #[derive(Debug)]
+    enum TallyMsg {
+        Raft(Vec<RaftGroupMsgs>),
+        Ack(u64),
+        Seen(Vec<u64>),
+    }
+
+    /// Where answers go.
+    const CLIENT: NodeId = NodeId(1_000);
+
+    impl StateMachine for Tally {
+        type Command = u64;
+        type Msg = TallyMsg;
+        type Read = ();
+        type Image = Vec<u64>;
+
+        fn validate(&self, command: &u64) -> Result<(), String> {
+            if *command == u64::MAX {
+                Err("too big".into())
+            } else {
+                Ok(())
+            }
+        }
+
+        fn apply(&mut self, command: u64, answer: bool, out: &mut Outbox<TallyMsg>) {
+            self.applied.push(command);
+            if answer {
+                out.send(CLIENT, TallyMsg::Ack(command));
+            }
+        }
+
+        fn serve_read(&mut self, _read: (), out: &mut Outbox<TallyMsg>) {
+            out.send(CLIENT, TallyMsg::Seen(self.applied.clone()));
+        }
+
+        fn image(&self) -> Vec<u8> {
+            postcard::to_allocvec(&self.applied).expect("encodes")
+        }
+
+        fn decode_image(_context: &NodeContext, bytes: &[u8]) -> Result<Vec<u64>, String> {
+            postcard::from_bytes(bytes).map_err(|e| e.to_string())
+        }
+
+        fn install(&mut self, image: Vec<u64>) {
+            self.applied = image;
+        }
+    }
+
+    const SHARD: ShardId = ShardId(0);
+
+    /// One shard's three replicas, speculating, with a network that can isolate nodes.
+    struct Cluster {
+        hosts: BTreeMap<NodeId, Hosts<Tally>>,
+        raft: VecDeque<(NodeId, NodeId, Vec<RaftGroupMsgs>)>,
+        persists: VecDeque<(NodeId, PersistToken)>,
+        isolated: BTreeSet<NodeId>,
+        acks: Vec<u64>,
+        seen: Vec<Vec<u64>>,
+    }
+
+    impl Cluster {
+        fn new() -> Self {
+            let topology = Arc::new(Topology::standard(vec!["r0".into()], 1, 3).unwrap());
+            let partitioner =
+                Partitioner::new(1, PartitionRule::LeadingInt { base: 0, per_shard: 10 }).unwrap();
+            let mut hosts = BTreeMap::new();
+            for node in topology.shard_nodes(SHARD) {
+                let context = NodeContext::new(
+                    node,
+                    topology.clone(),
+                    Arc::new(Registry::default()),
+                    Arc::new(partitioner.clone()),
+                    7,
+                    Timing::for_network(NS_PER_MS),
+                );
+                let made =
+                    Hosts::restore_speculative(&context, &BTreeMap::new(), TallyMsg::Raft, |_| {
+                        Tally::default()
+                    });
+                hosts.insert(node, made.unwrap());
+            }
+            let mut cluster = Self {
+                hosts,
+                raft: VecDeque::new(),
+                persists: VecDeque::new(),
+                isolated: BTreeSet::new(),
+                acks: Vec::new(),
+                seen: Vec::new(),
+            };
+            let nodes: Vec<NodeId> = cluster.hosts.keys().copied().collect();
+            for node in nodes {
+                cluster.call(node, |h, out| h.on_start(out));
+            }
+            cluster
+        }
+
+        /// Calls `f` on `node`'s hosts and collects what it produced.
+        fn call(&mut self, node: NodeId, f: impl FnOnce(&mut Hosts<Tally>, &mut Outbox<TallyMsg>)) {
+            let mut out = Outbox::new();
+            let hosts = self.hosts.get_mut(&node).unwrap();
+            f(hosts, &mut out);
+            hosts.flush(&mut out);
+            for effect in out.drain() {
+                match effect {
+                    Effect::Send { to, msg: TallyMsg::Raft(groups) } => {
+                        self.raft.push_back((node, to, groups))
+                    }
+                    Effect::Send { msg: TallyMsg::Ack(c), .. } => self.acks.push(c),
+                    Effect::Send { msg: TallyMsg::Seen(s), .. } => self.seen.push(s),
+                    Effect::Persist { token, .. } => self.persists.push_back((node, token)),
+                    Effect::SetTimer { .. } | Effect::Reply { .. } => {}
+                }
+            }
+        }
+
+        /// Delivers what is queued (messages across an isolation are lost) until quiet.
+        fn settle(&mut self) {
+            for _ in 0..100_000 {
+                if let Some((node, token)) = self.persists.pop_front() {
+                    self.call(node, |h, out| h.on_persisted(token, out));
+                } else if let Some((from, to, groups)) = self.raft.pop_front() {
+                    let cut = self.isolated.contains(&from) != self.isolated.contains(&to);
+                    if !cut {
+                        self.call(to, |h, out| h.on_raft(from, groups, out));
+                    }
+                } else {
+                    return;
+                }
+            }
+            panic!("the cluster did not settle");
+        }
+
+        /// `ticks` log ticks on every node, settling after each.
+        fn tick(&mut self, ticks: usize) {
+            for _ in 0..ticks {
+                let nodes: Vec<NodeId> = self.hosts.keys().copied().collect();
+                for node in nodes {
+                    self.call(node, |h, out| h.tick(out));
+                }
+                self.settle();
+            }
+        }
+
+        /// Ticks until a node among `among` leads (speculating); returns it.
+        fn leader_among(&mut self, among: &[NodeId]) -> NodeId {
+            for _ in 0..2_000 {
+                if let Some(&node) = among.iter().find(|n| self.hosts[n].leads(SHARD)) {
+                    return node;
+                }
+                self.tick(1);
+            }
+            panic!("no leader among {among:?}");
+        }
+
+        fn speculative(&self, node: NodeId) -> Vec<u64> {
+            self.hosts[&node].get(SHARD).unwrap().applied.clone()
+        }
+
+        fn committed(&self, node: NodeId) -> Vec<u64> {
+            self.hosts[&node].committed(SHARD).unwrap().applied.clone()
+        }
+    }
+
+    /// A speculating leader answers a command and serves reads from it as soon as its log
+    /// takes it, with its followers cut off; the committed machines (its own twin included)
+    /// apply it only once it commits, and nobody answers it twice.
+    #[test]
+    fn a_speculating_leader_answers_before_its_log_commits() {
+        let mut cluster = Cluster::new();
+        let nodes: Vec<NodeId> = cluster.hosts.keys().copied().collect();
+        let leader = cluster.leader_among(&nodes);
+        cluster.isolated.insert(leader);
+        for command in 1..=3 {
+            cluster.call(leader, |h, out| h.submit(SHARD, command, out).unwrap());
+        }
+        cluster.call(leader, |h, out| h.read(SHARD, (), out));
+        cluster.settle();
+        assert_eq!(cluster.acks, vec![1, 2, 3]);
+        assert_eq!(cluster.seen, vec![vec![1, 2, 3]]);
+        assert_eq!(cluster.speculative(leader), vec![1, 2, 3]);
+        assert!(cluster.committed(leader).is_empty());
+        for &node in nodes.iter().filter(|&&n| n != leader) {
+            assert!(cluster.committed(node).is_empty(), "node {node} applied uncommitted entries");
+        }
+        // An invalid command is refused before the log and the machines see it.
+        let mut refused = None;
+        cluster.call(leader, |h, out| refused = h.submit(SHARD, u64::MAX, out).err());
+        assert!(refused.is_some());
+        cluster.isolated.clear();
+        cluster.tick(5);
+        assert!(cluster.hosts[&leader].leads(SHARD), "the leader kept its place");
+        for &node in &nodes {
+            assert_eq!(cluster.committed(node), vec![1, 2, 3], "node {node}");
+        }
+        assert_eq!(cluster.speculative(leader), vec![1, 2, 3]);
+        assert_eq!(cluster.acks, vec![1, 2, 3], "answered once, speculatively");
+    }
+
+    /// A leader cut off from its group keeps speculating, but its speculative commands die
+    /// with its leadership: the new leader starts from the committed state (everything the
+    /// old one committed, nothing it did not), and the old one, rejoining as a follower,
+    /// drops its speculative machine and ends with the group's log.
+    #[test]
+    fn a_deposed_leader_drops_what_its_log_did_not_keep() {
+        let mut cluster = Cluster::new();
+        let nodes: Vec<NodeId> = cluster.hosts.keys().copied().collect();
+        let old = cluster.leader_among(&nodes);
+        cluster.call(old, |h, out| h.submit(SHARD, 1, out).unwrap());
+        cluster.tick(3);
+        assert!(nodes.iter().all(|&n| cluster.committed(n) == vec![1]));
+        cluster.isolated.insert(old);
+        cluster.call(old, |h, out| h.submit(SHARD, 2, out).unwrap());
+        cluster.settle();
+        assert_eq!(cluster.speculative(old), vec![1, 2]);
+        let others: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != old).collect();
+        let new = cluster.leader_among(&others);
+        assert_eq!(cluster.speculative(new), vec![1], "the new leader starts from its log");
+        cluster.call(new, |h, out| h.submit(SHARD, 3, out).unwrap());
+        cluster.isolated.clear();
+        cluster.tick(20);
+        // (The old leader, replica 0, may have taken leadership back since: then its
+        // speculative machine is a fresh copy of the committed one.)
+        for &node in &nodes {
+            assert_eq!(cluster.committed(node), vec![1, 3], "node {node}");
+        }
+        assert_eq!(cluster.speculative(old), vec![1, 3], "its speculation went with its term");
+        assert_eq!(cluster.acks, vec![1, 2, 3]);
     }
 }
