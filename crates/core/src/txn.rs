@@ -707,11 +707,17 @@ pub enum AbortCause {
     Serialization,
     /// A database peer broke a deadlock by aborting this transaction (SQLSTATE 40P01).
     Deadlock,
+    /// A participant refused it because the epoch changed under it (`mako`: a leader changed
+    /// somewhere, and attempts of the closing epoch prepare no more).
+    EpochChanged,
+    /// Its speculative commit was discarded by a failover before it became durable (`mako`);
+    /// the client never heard of it.
+    Discarded,
 }
 
 impl AbortCause {
     /// Every cause, in report order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 13] = [
         Self::Validation,
         Self::LockDenied,
         Self::Wounded,
@@ -723,6 +729,8 @@ impl AbortCause {
         Self::AlreadyAborted,
         Self::Serialization,
         Self::Deadlock,
+        Self::EpochChanged,
+        Self::Discarded,
     ];
 
     /// The name reports use.
@@ -739,6 +747,8 @@ impl AbortCause {
             Self::AlreadyAborted => "already-aborted",
             Self::Serialization => "serialization",
             Self::Deadlock => "deadlock",
+            Self::EpochChanged => "epoch-changed",
+            Self::Discarded => "discarded",
         }
     }
 }

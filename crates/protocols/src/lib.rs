@@ -121,6 +121,7 @@ protocols! {
     Occ => occ::Occ,
     TwoPl => twopl::TwoPl,
     Mvto => mvto::Mvto,
+    Mako => mako::Mako,
 }
 
 /// A protocol's static facts, as plain values.

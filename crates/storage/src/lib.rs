@@ -287,6 +287,42 @@ impl MvccStore {
         (before - chain.len()) as u64
     }
 
+    /// Removes every version above `cutoff` (a failover discarding speculative commits:
+    /// `mako`), leaving each key as it was at `cutoff`. Only keys transactions wrote can hold
+    /// such versions (loads are at zero). The caller keeps the GC watermark at or below
+    /// `cutoff`, so the version each key falls back to is still there. Returns versions
+    /// removed.
+    pub fn discard_above(&mut self, cutoff: Timestamp) -> u64 {
+        debug_assert!(self.gc_watermark <= cutoff, "history below the cutoff was collected");
+        self.truncate_writes(cutoff)
+    }
+
+    /// Removes every version transactions wrote, leaving the bulk load (before a snapshot
+    /// that carries every version of the written keys is installed over an older state).
+    pub fn forget_writes(&mut self) -> u64 {
+        self.truncate_writes(Timestamp::ZERO)
+    }
+
+    fn truncate_writes(&mut self, cutoff: Timestamp) -> u64 {
+        let mut removed = 0;
+        let (map, order) = (&mut self.map, &mut self.order);
+        self.written.retain(|key| {
+            let Some(chain) = map.get_mut(key) else { return false };
+            let keep = chain.partition_point(|v| v.ts <= cutoff);
+            removed += (chain.len() - keep) as u64;
+            chain.truncate(keep);
+            if chain.is_empty() {
+                map.remove(key);
+                order.remove(key);
+                return false;
+            }
+            // Still written since its load unless only the load's version is left.
+            chain.iter().any(|v| v.writer != TxnId::LOAD)
+        });
+        self.versions -= removed;
+        removed
+    }
+
     /// Number of keys with at least one version.
     pub fn key_count(&self) -> usize {
         self.map.len()
@@ -396,6 +432,36 @@ mod tests {
                 VersionState::Committed,
             )
             .unwrap();
+    }
+
+    /// Discarding above a cutoff leaves every key as it was at the cutoff: later versions go,
+    /// a key created above it disappears (from scans too), loads and older versions stay, and
+    /// the next write above the cutoff is accepted.
+    #[test]
+    fn discard_above_returns_every_key_to_its_state_at_the_cutoff() {
+        let mut store = MvccStore::new();
+        store.load(key(1), b"loaded".to_vec());
+        store.load(key(2), b"loaded".to_vec());
+        put(&mut store, 1, 10, "a", 1);
+        put(&mut store, 1, 30, "b", 2);
+        put(&mut store, 2, 40, "c", 3);
+        put(&mut store, 3, 50, "new", 4);
+        store.set_gc_watermark(Timestamp(20));
+        let before = store.version_count();
+        assert_eq!(store.discard_above(Timestamp(25)), 3);
+        assert_eq!(store.version_count(), before - 3);
+        assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"a".to_vec()));
+        assert_eq!(store.get_at(&key(2), Timestamp::MAX), Some(&b"loaded".to_vec()));
+        assert_eq!(store.read_latest(&key(3)), None);
+        assert_eq!(store.key_count(), 2);
+        let all = ScanRange { start: key(0), end: key(100), limit: 100, reverse: false };
+        assert_eq!(store.scan(&all, Timestamp::MAX).len(), 2);
+        // Key 2 is back to its load alone; key 1 still carries a transaction's write.
+        let written: Vec<Key> = store.written_since_load().map(|(k, _)| k.clone()).collect();
+        assert_eq!(written, vec![key(1)]);
+        put(&mut store, 1, 26, "d", 5);
+        assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"d".to_vec()));
+        assert_eq!(store.discard_above(Timestamp(26)), 0);
     }
 
     #[test]

@@ -282,18 +282,18 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
             fork,
         })
     }
-}
 
-impl<SM: StateMachine + Clone, R: HostedReplica> Hosts<SM, R> {
     /// [`Hosts::restore`] with speculative hosting (see the module comment): every replicated
-    /// shard's leader answers from a speculative machine ahead of its log.
+    /// shard's leader answers from a speculative machine ahead of its log, which starts as
+    /// `fork` of its committed machine (a copy of the replicated state).
     pub fn restore_speculative(
         context: &NodeContext,
         durable: &BTreeMap<Vec<u8>, Vec<u8>>,
         wrap: fn(Vec<RaftGroupMsgs>) -> SM::Msg,
         make: impl FnMut(ShardId) -> SM,
+        fork: fn(&SM) -> SM,
     ) -> Result<Self, String> {
-        Self::restore_with(context, durable, wrap, make, Some(SM::clone))
+        Self::restore_with(context, durable, wrap, make, Some(fork))
     }
 }
 
@@ -793,10 +793,13 @@ mod tests {
                     7,
                     Timing::for_network(NS_PER_MS),
                 );
-                let made =
-                    Hosts::restore_speculative(&context, &BTreeMap::new(), TallyMsg::Raft, |_| {
-                        Tally::default()
-                    });
+                let made = Hosts::restore_speculative(
+                    &context,
+                    &BTreeMap::new(),
+                    TallyMsg::Raft,
+                    |_| Tally::default(),
+                    Tally::clone,
+                );
                 hosts.insert(node, made.unwrap());
             }
             let mut cluster = Self {

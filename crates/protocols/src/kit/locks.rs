@@ -69,7 +69,7 @@ pub struct Granted {
 const TXN_LAST: TxnId =
     TxnId { origin: meridian_core::NodeId(u32::MAX), incarnation: u64::MAX, seq: u64::MAX };
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct KeyLock {
     exclusive: Option<TxnId>,
     shared: Vec<TxnId>,
@@ -103,7 +103,7 @@ impl KeyLock {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Held {
     priority: u64,
     keys: BTreeSet<Key>,
@@ -113,7 +113,7 @@ struct Held {
 }
 
 /// Locks of one shard replica.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LockTable {
     keys: BTreeMap<Key, KeyLock>,
     /// Shared range locks: (start, holder) → end.

@@ -83,7 +83,7 @@ struct Mark {
 ///
 /// Layout: the decisions sit in one hash map of small entries (it is on the path of every
 /// request); the few unsettled commits keep their participants and time in a second one.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct DecidedCache {
     decided: FixedHashMap<TxnId, Decision>,
     unsettled: FixedHashMap<TxnId, Unsettled>,

@@ -1,70 +1,65 @@
 //! When a speculative commit is durable, and what a failover discards.
 //!
-//! **Candidate.** A shard leader's watermark candidate is the largest timestamp below which
-//! nothing more can commit on the shard: one below the smallest proposal of an attempt still
-//! prepared (it may commit at or above its proposal), and at most the shard's last handed-out
-//! timestamp (every later proposal is above it). A stream entry carries the candidate of its
-//! proposal time; once the entry is replicated, every commit at or below that candidate is
-//! replicated too (it was proposed earlier, and the log is a sequence), so the candidate of
-//! the last replicated entry is the shard's **watermark**.
+//! **Candidate.** A shard's watermark candidate is the largest timestamp below which nothing
+//! more can commit on the shard: one below the smallest proposal of an attempt still prepared
+//! (it may commit at or above its proposal), and at most the shard's last handed-out
+//! timestamp (every later proposal is above it). The shard's log carries ticks; applying a
+//! tick sets the shard's watermark to the candidate then. Once the tick is replicated, every
+//! commit at or below its candidate is replicated too (it was applied earlier, and the log is
+//! a sequence), so the watermark of the shard's committed state is what it may advertise.
 //!
 //! **Durable.** A commit of epoch `e` at timestamp `t` is durable once `t` is at or below the
 //! minimum of every shard's watermark in `e` (the **global watermark**). Watermarks only grow
-//! within an epoch; a report from another epoch is ignored.
+//! within an epoch.
 //!
-//! **Epoch close.** When any shard's leader changes, epoch `e` closes: each shard freezes its
-//! watermark in `e` and reports it as its **final**; the **stable point** `S_e` is the minimum
+//! **Epoch close.** When any shard's leader changes, epoch `e` closes: each shard logs the end
+//! of `e`, freezing its watermark as its **final**; the **stable point** `S_e` is the minimum
 //! of all finals. A shard's final is at least every watermark it reported in `e`, so `S_e` is
 //! at least every global watermark anyone computed in `e`: a commit once durable stays durable.
 //! Commits of `e` above `S_e` are discarded: none of them was durable (that would have needed
-//! every watermark, hence every final, at or above it).
+//! every watermark, hence every final, at or above it). Epoch `e + 1` starts with every
+//! shard's watermark at `S_e`.
 //!
-//! Bounded: stable points of the last [`EPOCHS_REMEMBERED`] epochs are kept; a question about
-//! an older epoch is answered [`Verdict::Forgotten`], never durable or discarded.
+//! [`Watermarks`] is one node's view, built from the shard leaders' [`Report`]s, which may
+//! arrive late, twice or out of order, and may skip epochs (a node cut off for a while):
+//! each report carries the stable points of the sender's last closed epochs. Bounded: stable
+//! points of the last [`EPOCHS_REMEMBERED`] epochs are kept; a question about an epoch whose
+//! stable point is not known and can no longer be learned is answered
+//! [`Verdict::Forgotten`], never durable or discarded.
 
-use meridian_core::{ShardId, Timestamp, TxnId};
-use std::collections::{BTreeMap, BTreeSet};
+use meridian_core::{ShardId, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-/// Closed epochs whose stable points are remembered.
+/// Closed epochs whose stable points a node remembers.
 pub const EPOCHS_REMEMBERED: usize = 1_024;
+/// Closed epochs whose stable points a shard keeps and reports.
+pub const STABLES_REPORTED: usize = 8;
+const _: () = assert!(STABLES_REPORTED <= EPOCHS_REMEMBERED);
 
-/// A shard leader's prepared attempts, for its watermark candidate.
-#[derive(Clone, Debug, Default)]
-pub struct Candidate {
-    prepared: BTreeSet<(Timestamp, TxnId)>,
-    by_txn: BTreeMap<TxnId, Timestamp>,
-    ts_last: Timestamp,
+/// A shard's watermark candidate: one below the lowest prepared proposal, at most the last
+/// timestamp handed out.
+pub fn candidate(ts_last: Timestamp, lowest_prepared: Option<Timestamp>) -> Timestamp {
+    match lowest_prepared {
+        Some(lowest) => Timestamp(lowest.0.saturating_sub(1)).min(ts_last),
+        None => ts_last,
+    }
 }
 
-impl Candidate {
-    /// `txn` prepared with `proposal` (its proposal is also the latest handed out).
-    pub fn prepared(&mut self, txn: TxnId, proposal: Timestamp) {
-        if self.by_txn.insert(txn, proposal).is_none() {
-            self.prepared.insert((proposal, txn));
-        }
-        self.handed_out(proposal);
-    }
-
-    /// A timestamp was handed out (a proposal, a commit applied here, the clock read for a
-    /// tick): later proposals are above it.
-    pub fn handed_out(&mut self, ts: Timestamp) {
-        self.ts_last = self.ts_last.max(ts);
-    }
-
-    /// `txn` was decided here (committed or aborted): it no longer holds the candidate back.
-    pub fn decided(&mut self, txn: TxnId) {
-        if let Some(proposal) = self.by_txn.remove(&txn) {
-            self.prepared.remove(&(proposal, txn));
-        }
-    }
-
-    /// The candidate now.
-    pub fn candidate(&self) -> Timestamp {
-        match self.prepared.first() {
-            Some(&(lowest, _)) => Timestamp(lowest.0.saturating_sub(1)).min(self.ts_last),
-            None => self.ts_last,
-        }
-    }
+/// What a shard's leader tells every node, from its committed (replicated) state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// The shard.
+    pub shard: ShardId,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Its watermark in `epoch`.
+    pub w: Timestamp,
+    /// Its final for `epoch`, once the epoch's end is replicated (the epoch is closing).
+    pub final_w: Option<Timestamp>,
+    /// Stable points of the epochs it closed last (at most [`STABLES_REPORTED`]), oldest
+    /// first.
+    pub stables: Vec<(u64, Timestamp)>,
 }
 
 /// What is known about a commit's durability.
@@ -72,11 +67,11 @@ impl Candidate {
 pub enum Verdict {
     /// Durable: report it committed.
     Durable,
-    /// Discarded by a failover: report it aborted (or retry it).
+    /// Discarded by a failover: it did not commit (retry it).
     Discarded,
     /// Not yet known.
     Pending,
-    /// Its epoch closed too long ago to remember the stable point: unknown.
+    /// Its epoch's stable point is unknown here and can no longer be learned: unknown.
     Forgotten,
 }
 
@@ -84,11 +79,12 @@ pub enum Verdict {
 #[derive(Clone, Debug)]
 pub struct Watermarks {
     shards: u32,
+    /// The newest epoch heard of.
     epoch: u64,
-    /// Each shard's watermark in `epoch`.
+    /// Each shard's watermark in `epoch` (its final once it has one).
     current: BTreeMap<ShardId, Timestamp>,
-    /// The epoch being closed (`epoch`), with the finals heard so far.
-    closing: Option<BTreeMap<ShardId, Timestamp>>,
+    /// Finals of `epoch` heard so far.
+    finals: BTreeMap<ShardId, Timestamp>,
     /// Stable points of closed epochs.
     stable: BTreeMap<u64, Timestamp>,
 }
@@ -97,33 +93,85 @@ impl Watermarks {
     /// Watermarks of `shards` shards, starting in epoch 0 with nothing replicated.
     pub fn new(shards: u32) -> Self {
         assert!(shards >= 1, "watermarks of no shard");
-        Self { shards, epoch: 0, current: BTreeMap::new(), closing: None, stable: BTreeMap::new() }
+        Self {
+            shards,
+            epoch: 0,
+            current: BTreeMap::new(),
+            finals: BTreeMap::new(),
+            stable: BTreeMap::new(),
+        }
     }
 
-    /// The current epoch.
+    /// The newest epoch heard of.
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
 
-    /// True while the current epoch is closing (commits of it are no longer accepted).
-    pub fn is_closing(&self) -> bool {
-        self.closing.is_some()
+    /// True once some shard has closed `epoch` (or a later epoch is known).
+    pub fn is_closing(&self, epoch: u64) -> bool {
+        epoch < self.epoch || (epoch == self.epoch && !self.finals.is_empty())
     }
 
-    /// `shard`'s watermark in `epoch` is `w`. Ignored (false) for another epoch, while the
-    /// epoch closes, or when lower than what is known.
-    pub fn on_watermark(&mut self, epoch: u64, shard: ShardId, w: Timestamp) -> bool {
-        if epoch != self.epoch || self.closing.is_some() || shard.0 >= self.shards {
+    /// The stable point of `epoch`, once known.
+    pub fn stable(&self, epoch: u64) -> Option<Timestamp> {
+        self.stable.get(&epoch).copied()
+    }
+
+    /// Takes in a shard leader's report; false when it is malformed (a shard out of range,
+    /// too many stable points, a final below the watermark) and ignored.
+    pub fn on_report(&mut self, report: &Report) -> bool {
+        let well_formed = report.shard.0 < self.shards
+            && report.stables.len() <= STABLES_REPORTED
+            && report.final_w.is_none_or(|f| f >= report.w);
+        if !well_formed {
             return false;
         }
-        let known = self.current.entry(shard).or_insert(w);
-        let raised = w >= *known;
-        *known = (*known).max(w);
-        raised
+        for &(epoch, stable) in &report.stables {
+            self.learn_stable(epoch, stable);
+        }
+        if report.epoch > self.epoch {
+            // Epochs were skipped here: the watermarks of the new one are unknown until each
+            // shard reports in it.
+            self.epoch = report.epoch;
+            self.current.clear();
+            self.finals.clear();
+        }
+        if report.epoch == self.epoch {
+            let w = report.final_w.unwrap_or(report.w);
+            let known = self.current.entry(report.shard).or_insert(w);
+            *known = (*known).max(w);
+            if let Some(final_w) = report.final_w {
+                self.finals.entry(report.shard).or_insert(final_w);
+                if self.finals.len() == self.shards as usize {
+                    let stable = self.finals.values().copied().min().expect("every final");
+                    self.learn_stable(self.epoch, stable);
+                }
+            }
+        }
+        true
     }
 
-    /// The global watermark of the current epoch: the minimum over every shard, once every
-    /// shard has reported.
+    /// Epoch `epoch` closed at `stable`; a later epoch then starts here if it had not.
+    fn learn_stable(&mut self, epoch: u64, stable: Timestamp) {
+        if epoch + (EPOCHS_REMEMBERED as u64) < self.epoch {
+            return; // Too old to keep.
+        }
+        self.stable.entry(epoch).or_insert(stable);
+        while self.stable.len() > EPOCHS_REMEMBERED {
+            self.stable.pop_first();
+        }
+        if epoch >= self.epoch {
+            if let Some(global) = self.global().filter(|_| epoch == self.epoch) {
+                debug_assert!(stable >= global, "a stable point below a global watermark seen");
+            }
+            self.epoch = epoch + 1;
+            self.finals.clear();
+            self.current = (0..self.shards).map(|s| (ShardId(s), stable)).collect();
+        }
+    }
+
+    /// The global watermark of the newest epoch: the minimum over every shard, once every
+    /// shard has reported in it.
     pub fn global(&self) -> Option<Timestamp> {
         if self.current.len() < self.shards as usize {
             return None;
@@ -131,50 +179,19 @@ impl Watermarks {
         self.current.values().copied().min()
     }
 
-    /// Epoch `epoch` is closing (a leader changed somewhere). True when that is news.
-    pub fn begin_close(&mut self, epoch: u64) -> bool {
-        if epoch != self.epoch || self.closing.is_some() {
-            return false;
-        }
-        self.closing = Some(BTreeMap::new());
-        true
-    }
-
-    /// `shard`'s final watermark for `epoch`. Returns the stable point once every shard's
-    /// final is in; the caller then logs the start of the next epoch and calls
-    /// [`Watermarks::start_next`].
-    pub fn on_final(&mut self, epoch: u64, shard: ShardId, w: Timestamp) -> Option<Timestamp> {
-        if epoch != self.epoch || shard.0 >= self.shards {
-            return None;
-        }
-        let finals = self.closing.get_or_insert_with(BTreeMap::new);
-        finals.entry(shard).or_insert(w);
-        if finals.len() < self.shards as usize {
-            return None;
-        }
-        finals.values().copied().min()
-    }
-
-    /// Epoch `epoch` closed at stable point `stable`; the next one starts with every shard's
-    /// watermark at the stable point (everything of the closed epoch above it is gone).
-    pub fn start_next(&mut self, epoch: u64, stable: Timestamp) {
-        if epoch != self.epoch {
-            return;
-        }
-        if let Some(global) = self.global() {
-            debug_assert!(stable >= global, "a stable point below a global watermark seen");
-        }
-        self.stable.insert(epoch, stable);
-        while self.stable.len() > EPOCHS_REMEMBERED {
-            self.stable.pop_first();
-        }
-        self.epoch += 1;
-        self.closing = None;
-        self.current = (0..self.shards).map(|s| (ShardId(s), stable)).collect();
+    /// A timestamp at or below which every commit known here is durable for good (history
+    /// below it may be collected): the global watermark of the newest epoch, or the newest
+    /// stable point.
+    pub fn durable_floor(&self) -> Timestamp {
+        let stable = self.stable.last_key_value().map_or(Timestamp::ZERO, |(_, &s)| s);
+        self.global().map_or(stable, |g| g.max(stable))
     }
 
     /// Whether a commit of `epoch` at `ts` is durable.
     pub fn verdict(&self, epoch: u64, ts: Timestamp) -> Verdict {
+        if let Some(&stable) = self.stable.get(&epoch) {
+            return if ts <= stable { Verdict::Durable } else { Verdict::Discarded };
+        }
         if epoch > self.epoch {
             return Verdict::Pending;
         }
@@ -184,10 +201,16 @@ impl Watermarks {
                 _ => Verdict::Pending,
             };
         }
-        match self.stable.get(&epoch) {
-            Some(&stable) if ts <= stable => Verdict::Durable,
-            Some(_) => Verdict::Discarded,
-            None => Verdict::Forgotten,
+        // Closed, stable point unknown: a later report may still carry it, unless every shard
+        // has closed too many epochs since.
+        if epoch + (STABLES_REPORTED as u64) < self.epoch
+            || self.stable.first_key_value().is_some_and(|(&oldest, _)| {
+                epoch < oldest && self.stable.len() >= EPOCHS_REMEMBERED
+            })
+        {
+            Verdict::Forgotten
+        } else {
+            Verdict::Pending
         }
     }
 }
@@ -195,121 +218,159 @@ impl Watermarks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use meridian_core::NodeId;
 
     const A: ShardId = ShardId(0);
     const B: ShardId = ShardId(1);
 
-    fn txn(seq: u64) -> TxnId {
-        TxnId { origin: NodeId(4), incarnation: 1, seq }
+    fn report(shard: ShardId, epoch: u64, w: u64, final_w: Option<u64>) -> Report {
+        Report { shard, epoch, w: Timestamp(w), final_w: final_w.map(Timestamp), stables: vec![] }
     }
 
     #[test]
     fn the_candidate_stays_below_every_prepared_proposal() {
-        let mut c = Candidate::default();
-        c.handed_out(Timestamp(10));
-        assert_eq!(c.candidate(), Timestamp(10));
-        c.prepared(txn(1), Timestamp(20));
-        c.prepared(txn(2), Timestamp(15));
-        assert_eq!(c.candidate(), Timestamp(14));
-        c.decided(txn(2));
-        assert_eq!(c.candidate(), Timestamp(19));
-        c.decided(txn(1));
-        assert_eq!(c.candidate(), Timestamp(20), "the last handed out");
-        c.decided(txn(1));
-        assert_eq!(c.candidate(), Timestamp(20), "a second decision changes nothing");
+        assert_eq!(candidate(Timestamp(10), None), Timestamp(10));
+        assert_eq!(candidate(Timestamp(30), Some(Timestamp(15))), Timestamp(14));
+        assert_eq!(candidate(Timestamp(10), Some(Timestamp(20))), Timestamp(10));
+        assert_eq!(candidate(Timestamp(10), Some(Timestamp(0))), Timestamp(0));
     }
 
     #[test]
     fn a_commit_is_durable_once_every_shard_covers_it() {
         let mut w = Watermarks::new(2);
         assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Pending);
-        w.on_watermark(0, A, Timestamp(30));
+        w.on_report(&report(A, 0, 30, None));
         assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Pending, "B has not reported");
-        w.on_watermark(0, B, Timestamp(10));
+        w.on_report(&report(B, 0, 10, None));
         assert_eq!(w.verdict(0, Timestamp(10)), Verdict::Durable);
         assert_eq!(w.verdict(0, Timestamp(11)), Verdict::Pending);
-        assert!(!w.on_watermark(0, B, Timestamp(5)), "watermarks never go back");
-        assert!(!w.on_watermark(1, B, Timestamp(50)), "another epoch");
-        assert_eq!(w.global(), Some(Timestamp(10)));
+        w.on_report(&report(B, 0, 5, None));
+        assert_eq!(w.global(), Some(Timestamp(10)), "a late report does not lower it");
+        assert_eq!(w.verdict(1, Timestamp(1)), Verdict::Pending, "a later epoch");
+        assert!(!w.on_report(&report(ShardId(2), 0, 50, None)), "no such shard");
+        assert!(!w.on_report(&report(A, 0, 50, Some(40))), "a final below the watermark");
+        assert_eq!(w.durable_floor(), Timestamp(10));
     }
 
     #[test]
     fn a_failover_keeps_what_was_durable_and_discards_the_rest() {
         let mut w = Watermarks::new(2);
-        w.on_watermark(0, A, Timestamp(30));
-        w.on_watermark(0, B, Timestamp(20));
-        assert!(w.begin_close(0));
-        assert!(!w.begin_close(0), "already closing");
-        assert!(!w.on_watermark(0, B, Timestamp(40)), "frozen while closing");
-        assert_eq!(w.on_final(0, A, Timestamp(35)), None);
-        let stable = w.on_final(0, B, Timestamp(25)).unwrap();
-        assert_eq!(stable, Timestamp(25));
-        w.start_next(0, stable);
+        w.on_report(&report(A, 0, 30, None));
+        w.on_report(&report(B, 0, 20, None));
+        assert!(!w.is_closing(0));
+        w.on_report(&report(A, 0, 30, Some(35)));
+        assert!(w.is_closing(0));
+        assert_eq!(w.stable(0), None);
+        w.on_report(&report(B, 0, 20, Some(25)));
+        assert_eq!(w.stable(0), Some(Timestamp(25)));
         assert_eq!(w.epoch(), 1);
         assert_eq!(w.verdict(0, Timestamp(20)), Verdict::Durable, "durable before: still");
         assert_eq!(w.verdict(0, Timestamp(25)), Verdict::Durable, "covered by the finals");
         assert_eq!(w.verdict(0, Timestamp(26)), Verdict::Discarded);
         assert_eq!(w.verdict(1, Timestamp(25)), Verdict::Durable, "the new epoch starts at S");
         assert_eq!(w.verdict(1, Timestamp(26)), Verdict::Pending);
-        assert_eq!(w.on_final(0, A, Timestamp(99)), None, "a late final of a closed epoch");
+        w.on_report(&report(A, 0, 30, Some(99)));
+        assert_eq!(w.stable(0), Some(Timestamp(25)), "a late final of a closed epoch");
+        assert_eq!(w.durable_floor(), Timestamp(25));
     }
 
+    /// A node that missed epochs learns their stable points from later reports; until then
+    /// their commits are pending, and once too many epochs passed, forgotten.
     #[test]
-    fn old_epochs_are_forgotten_not_guessed() {
+    fn skipped_epochs_are_learned_late_or_forgotten_never_guessed() {
         let mut w = Watermarks::new(1);
-        for epoch in 0..(EPOCHS_REMEMBERED as u64 + 2) {
-            w.begin_close(epoch);
-            let stable = w.on_final(epoch, A, Timestamp(epoch)).unwrap();
-            w.start_next(epoch, stable);
-        }
-        assert_eq!(w.verdict(0, Timestamp(0)), Verdict::Forgotten);
-        assert_eq!(w.verdict(EPOCHS_REMEMBERED as u64, Timestamp(0)), Verdict::Durable);
+        let mut late = report(A, 3, 50, None);
+        late.stables = vec![(1, Timestamp(20)), (2, Timestamp(30))];
+        assert!(w.on_report(&late));
+        assert_eq!(w.epoch(), 3);
+        assert_eq!(w.verdict(2, Timestamp(31)), Verdict::Discarded);
+        assert_eq!(w.verdict(1, Timestamp(20)), Verdict::Durable);
+        assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Pending, "may still be reported");
+        assert_eq!(w.verdict(3, Timestamp(50)), Verdict::Durable);
+        late.stables = vec![(0, Timestamp(10))];
+        w.on_report(&late);
+        assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Durable);
+        let far = report(A, 3 + STABLES_REPORTED as u64 + 2, 90, None);
+        w.on_report(&far);
+        assert_eq!(w.verdict(4, Timestamp(60)), Verdict::Forgotten);
+        assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Durable, "still remembered");
+        let mut long = report(A, 0, 0, None);
+        long.stables = vec![(STABLES_REPORTED as u64 + 1, Timestamp(1))]; // too many
+        long.stables.extend((0..STABLES_REPORTED as u64).map(|e| (e, Timestamp(1))));
+        assert!(!w.on_report(&long));
     }
 
     /// Random watermark reports, finals (each at least the shard's last reported watermark,
-    /// as a shard's log guarantees) and failovers: a commit once seen durable is never later
-    /// discarded, and every verdict about a closed epoch is final.
+    /// as a shard's log guarantees), failovers, and reports lost, repeated or out of date: a
+    /// commit once seen durable is never later discarded, and two nodes hearing different
+    /// subsets never disagree on a closed epoch.
     #[test]
     fn durable_stays_durable_across_random_failovers() {
         use meridian_core::rng::{child_rng, uniform_u64};
         for seed in 0..300 {
             let mut rng = child_rng(seed, "mako-watermarks", 0);
             let shards = 1 + uniform_u64(&mut rng, 3) as u32;
-            let mut w = Watermarks::new(shards);
+            let mut nodes = [Watermarks::new(shards), Watermarks::new(shards)];
+            // The shards' own state: epoch, watermark, final, stable points.
+            let mut epoch = 0;
             let mut truth: Vec<Timestamp> = vec![Timestamp::ZERO; shards as usize];
+            let mut finals: Vec<Option<Timestamp>> = vec![None; shards as usize];
+            let mut stables: Vec<(u64, Timestamp)> = Vec::new();
+            let mut sent: Vec<Report> = Vec::new();
             let mut seen_durable: Vec<(u64, Timestamp)> = Vec::new();
-            for _ in 0..200 {
-                let shard = ShardId(uniform_u64(&mut rng, u64::from(shards)) as u32);
-                match uniform_u64(&mut rng, 5) {
-                    0..=2 => {
-                        let s = shard.0 as usize;
+            for _ in 0..300 {
+                let s = uniform_u64(&mut rng, u64::from(shards)) as usize;
+                match uniform_u64(&mut rng, 6) {
+                    0 | 1 if finals[s].is_none() => {
                         truth[s] = Timestamp(truth[s].0 + uniform_u64(&mut rng, 10));
-                        w.on_watermark(w.epoch(), shard, truth[s]);
                     }
-                    3 => {
-                        let epoch = w.epoch();
-                        w.begin_close(epoch);
-                        let mut stable = None;
-                        for s in 0..shards {
-                            let s_ts = &mut truth[s as usize];
-                            *s_ts = Timestamp(s_ts.0 + uniform_u64(&mut rng, 3));
-                            stable = w.on_final(epoch, ShardId(s), *s_ts);
-                        }
-                        let stable = stable.expect("every final in");
-                        w.start_next(epoch, stable);
-                        truth.iter_mut().for_each(|t| *t = (*t).max(stable));
+                    2 if finals[s].is_none() => finals[s] = Some(truth[s]),
+                    _ => {}
+                }
+                if finals.iter().all(Option::is_some) {
+                    let stable = finals.iter().flatten().copied().min().unwrap();
+                    stables.push((epoch, stable));
+                    if stables.len() > STABLES_REPORTED {
+                        stables.remove(0);
                     }
-                    _ => {
-                        let ts = Timestamp(uniform_u64(&mut rng, 200));
-                        if w.verdict(w.epoch(), ts) == Verdict::Durable {
-                            seen_durable.push((w.epoch(), ts));
-                        }
+                    epoch += 1;
+                    truth.iter_mut().for_each(|t| *t = (*t).max(stable));
+                    finals.iter_mut().for_each(|f| *f = None);
+                }
+                let fresh = Report {
+                    shard: ShardId(s as u32),
+                    epoch,
+                    w: truth[s],
+                    final_w: finals[s],
+                    stables: stables.clone(),
+                };
+                sent.push(fresh);
+                // Each node hears a random earlier report (or none).
+                for node in nodes.iter_mut() {
+                    if uniform_u64(&mut rng, 4) > 0 {
+                        let pick = uniform_u64(&mut rng, sent.len() as u64) as usize;
+                        let pick =
+                            if uniform_u64(&mut rng, 2) == 0 { sent.len() - 1 } else { pick };
+                        node.on_report(&sent[pick]);
+                    }
+                    let ts = Timestamp(uniform_u64(&mut rng, 300));
+                    if node.verdict(node.epoch(), ts) == Verdict::Durable {
+                        seen_durable.push((node.epoch(), ts));
                     }
                 }
-                for &(epoch, ts) in &seen_durable {
-                    let verdict = w.verdict(epoch, ts);
-                    assert_eq!(verdict, Verdict::Durable, "seed {seed}: epoch {epoch} at {ts:?}");
+                for node in &nodes {
+                    for &(e, ts) in &seen_durable {
+                        let verdict = node.verdict(e, ts);
+                        assert!(
+                            matches!(
+                                verdict,
+                                Verdict::Durable | Verdict::Pending | Verdict::Forgotten
+                            ),
+                            "seed {seed}: epoch {e} at {ts:?} was durable, now {verdict:?}"
+                        );
+                    }
+                    for &(e, stable) in &stables {
+                        assert!(node.stable(e).is_none_or(|s| s == stable), "seed {seed}");
+                    }
                 }
             }
         }

@@ -68,6 +68,8 @@ struct Attempt {
     /// The interactive transaction it runs, if any (its steps come from the client; it is
     /// never retried).
     session: Option<meridian_core::node::SessionId>,
+    /// `mako`: the epoch it runs in (zero under the other protocols).
+    epoch: u64,
 }
 
 impl Attempt {
@@ -112,6 +114,17 @@ impl Ending {
     }
 }
 
+/// `mako`: a commit decided speculatively, waiting to become durable before the client hears.
+struct Parked {
+    request: RequestId,
+    epoch: u64,
+    ts: Timestamp,
+    path: CommitPath,
+    outputs: Vec<meridian_core::txn::PieceOutput>,
+    shards_touched: u32,
+    decided_at: Time,
+}
+
 /// The coordinator of one node.
 pub(super) struct Coordinator {
     context: NodeContext,
@@ -138,6 +151,15 @@ pub(super) struct Coordinator {
     ts_offset_ns: u64,
     /// Open interactive transactions.
     sessions: session::Sessions,
+    /// `mako`: commits are reported once durable; attempts run in `epoch`, the newest this
+    /// node knows; `parked` holds the commits waiting to become durable (bounded by the
+    /// requests in flight: one attempt per request).
+    speculative: bool,
+    epoch: u64,
+    parked: BTreeMap<TxnId, Parked>,
+    discarded_total: u64,
+    /// The clock of the call being handled (when a parked commit was decided).
+    now: Time,
     /// Requests answered committed, attempts retried, outcomes reported unknown.
     committed_total: u64,
     retried_total: u64,
@@ -167,6 +189,11 @@ impl Coordinator {
             ts_floor: Timestamp::ZERO,
             ts_offset_ns: 0,
             sessions: session::Sessions::new(context.limits.requests_in_flight_max),
+            speculative: mode == CcMode::Speculative,
+            epoch: 0,
+            parked: BTreeMap::new(),
+            discarded_total: 0,
+            now: 0,
             committed_total: 0,
             retried_total: 0,
             indeterminate_total: 0,
@@ -175,8 +202,10 @@ impl Coordinator {
     }
 
     /// Counters and gauges for metrics.
-    pub(super) fn counters(&self) -> [(&'static str, u64); 7] {
+    pub(super) fn counters(&self) -> [(&'static str, u64); 9] {
         [
+            ("mako_coordinator_parked", self.parked.len() as u64),
+            ("mako_coordinator_discarded_total", self.discarded_total),
             ("occ_coordinator_sessions", self.sessions.len() as u64),
             ("occ_coordinator_requests", self.requests.len() as u64),
             ("occ_coordinator_attempts", self.attempts.len() as u64),
@@ -232,6 +261,7 @@ impl Coordinator {
     }
 
     pub(super) fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<OccMsg>) {
+        self.now = now;
         let Some(id) = self.requests.admit(now, request, None, out) else { return };
         if self.delivery.is_full() {
             // Decisions in delivery are at their bound: new requests wait (bounded by the
@@ -287,6 +317,7 @@ impl Coordinator {
             locked_at: BTreeSet::new(),
             ts,
             session: None,
+            epoch: self.epoch,
         };
         if attempt.pieces.is_empty() {
             return self.complete(request, None, Ending::committed(None, CommitPath::Empty), out);
@@ -294,7 +325,8 @@ impl Coordinator {
         match single_shard {
             Some(shard) if self.one_round => {
                 attempt.phase = Phase::ExecuteCommit(shard);
-                let request = ShardRequest::ExecuteCommit { txn, shard, ts, proc, args };
+                let epoch = attempt.epoch;
+                let request = ShardRequest::ExecuteCommit { txn, shard, ts, epoch, proc, args };
                 self.send(shard, request, out);
             }
             _ => self.dispatch(txn, &mut attempt, out),
@@ -348,6 +380,7 @@ impl Coordinator {
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
+        self.now = now;
         match msg {
             OccMsg::Executed { txn, shard, result } => {
                 self.note_leader(shard, from);
@@ -489,6 +522,7 @@ impl Coordinator {
                 one_phase,
                 participants: participants.iter().copied().collect(),
                 ts: attempt.ts,
+                epoch: attempt.epoch,
             };
             self.send(shard, ShardRequest::Prepare { txn, shard, args }, out);
         }
@@ -764,6 +798,7 @@ impl Coordinator {
         request: RequestId,
         out: &mut Outbox<OccMsg>,
     ) {
+        self.now = now;
         if self.requests.get(request).is_some_and(|r| r.attempt.is_none()) {
             self.start_attempt(now, request, out);
         }
@@ -781,6 +816,7 @@ impl Coordinator {
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
+        self.now = now;
         let Some(mut attempt) = self.attempts.remove(&txn) else { return };
         if attempt.phase != Phase::Preparing {
             self.attempts.insert(txn, attempt);
@@ -836,6 +872,7 @@ impl Coordinator {
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
+        self.now = now;
         let rpc_timeout_ns = self.context.timing.rpc_timeout_ns;
         let due: Vec<TxnId> =
             self.attempts.iter().filter(|(_, a)| a.deadline <= now).map(|(&t, _)| t).collect();
@@ -932,7 +969,18 @@ impl Coordinator {
             self.retried_total += 1;
             return self.end_session(session, session::End::Aborted(cause), out);
         }
-        let request = attempt.request;
+        self.retry_request(attempt.request, cause, timers, out);
+    }
+
+    /// Counts an abort of `request`'s attempt and schedules the next one after backoff (or
+    /// gives up past the retry limit).
+    fn retry_request(
+        &mut self,
+        request: RequestId,
+        cause: AbortCause,
+        timers: &mut Timers<TimerPurpose>,
+        out: &mut Outbox<OccMsg>,
+    ) {
         let Some(state) = self.requests.get_mut(request) else {
             return;
         };
@@ -962,16 +1010,10 @@ impl Coordinator {
             self.attempts.remove(&txn);
             return self.end_session(*session, session::End::Finished(ending), out);
         }
-        let Some(state) = self.requests.finish(request) else {
-            return;
-        };
         if let Some((txn, _)) = attempt {
             self.attempts.remove(&txn);
         }
         let committed = ending.result == TxnResult::Committed;
-        if committed {
-            self.committed_total += 1;
-        }
         let (outputs, shards_touched) = match attempt {
             Some((_, a)) => (
                 if committed { coord::outputs(&a.pieces) } else { Vec::new() },
@@ -979,6 +1021,28 @@ impl Coordinator {
             ),
             None => (Vec::new(), 0),
         };
+        if let (true, Some(ts), Some((txn, a))) = (self.speculative, ending.commit_ts, attempt) {
+            if committed && self.requests.get(request).is_some() {
+                // `mako`: speculative until every shard's watermark covers it.
+                let parked = Parked {
+                    request,
+                    epoch: a.epoch,
+                    ts,
+                    path: ending.path,
+                    outputs,
+                    shards_touched,
+                    decided_at: self.now,
+                };
+                self.parked.insert(txn, parked);
+                return;
+            }
+        }
+        let Some(state) = self.requests.finish(request) else {
+            return;
+        };
+        if committed {
+            self.committed_total += 1;
+        }
         out.reply(
             request,
             TxnOutcome {
@@ -992,6 +1056,69 @@ impl Coordinator {
                 speculative_ns: None,
             },
         );
+    }
+
+    /// `mako`: the watermarks moved. Parked commits now durable are answered (with their
+    /// speculative latency), those a failover discarded are retried, and new attempts run in
+    /// the newest epoch.
+    pub(super) fn on_watermarks(
+        &mut self,
+        now: Time,
+        tracker: &crate::mako::watermark::Watermarks,
+        timers: &mut Timers<TimerPurpose>,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        use crate::mako::watermark::Verdict;
+        self.now = now;
+        self.epoch = tracker.epoch();
+        let settled: Vec<(TxnId, Verdict)> = self
+            .parked
+            .iter()
+            .map(|(&txn, p)| (txn, tracker.verdict(p.epoch, p.ts)))
+            .filter(|(_, verdict)| *verdict != Verdict::Pending)
+            .collect();
+        for (txn, verdict) in settled {
+            let parked = self.parked.remove(&txn).expect("listed above");
+            match verdict {
+                Verdict::Durable => {
+                    let Some(state) = self.requests.finish(parked.request) else { continue };
+                    self.committed_total += 1;
+                    let speculative_ns = parked.decided_at.saturating_sub(state.submitted_at);
+                    out.reply(
+                        parked.request,
+                        TxnOutcome {
+                            result: TxnResult::Committed,
+                            outputs: parked.outputs,
+                            commit_ts: Some(parked.ts),
+                            retries: state.retries,
+                            aborts: state.aborts,
+                            shards_touched: parked.shards_touched,
+                            path: parked.path,
+                            speculative_ns: Some(speculative_ns),
+                        },
+                    );
+                }
+                Verdict::Discarded => {
+                    self.discarded_total += 1;
+                    self.retry_request(parked.request, AbortCause::Discarded, timers, out);
+                }
+                Verdict::Forgotten => {
+                    self.indeterminate_total += 1;
+                    let why = format!(
+                        "{txn} committed speculatively in epoch {}, whose stable point is no \
+                         longer known here",
+                        parked.epoch
+                    );
+                    if self.requests.finish(parked.request).is_some() {
+                        out.reply(
+                            parked.request,
+                            TxnOutcome::failed(TxnFailure::Indeterminate(why)),
+                        );
+                    }
+                }
+                Verdict::Pending => unreachable!("filtered above"),
+            }
+        }
     }
 }
 
@@ -1030,5 +1157,6 @@ fn cause_of(conflict: Conflict) -> AbortCause {
         Conflict::Full => AbortCause::Busy,
         // Answered before a retry is considered; counted for completeness.
         Conflict::Invalid => AbortCause::Validation,
+        Conflict::Epoch => AbortCause::EpochChanged,
     }
 }

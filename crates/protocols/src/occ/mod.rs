@@ -145,6 +145,8 @@ pub enum Conflict {
     Full,
     /// The request is malformed (refused before it entered the log).
     Invalid,
+    /// It runs in another epoch than the shard's, or the shard's epoch is closing (`mako`).
+    Epoch,
 }
 
 /// A participant's answer to `Prepare`.
@@ -190,6 +192,9 @@ pub struct PrepareArgs {
     /// The attempt's timestamp (`2pc-mvto`: its reads were at it and it commits at it; zero
     /// under the other protocols).
     pub ts: Timestamp,
+    /// The epoch the attempt runs in (`mako`: a shard in another epoch refuses it; zero under
+    /// the other protocols).
+    pub epoch: u64,
 }
 
 /// A request to one shard's participant. Not recursive: a forwarded request wraps one of
@@ -225,6 +230,8 @@ pub enum ShardRequest {
         shard: ShardId,
         /// The attempt's timestamp (`2pc-mvto`; zero under the other protocols).
         ts: Timestamp,
+        /// The attempt's epoch (`mako`; zero under the other protocols).
+        epoch: u64,
         /// The procedure.
         proc: ProcId,
         /// Its arguments.
@@ -362,6 +369,8 @@ pub enum OccMsg {
         /// Per group: the shard, the sender's slot in it, the messages.
         groups: Vec<RaftGroupMsgs>,
     },
+    /// Shard leader → every node (`mako`): its replicated watermark and epoch.
+    Watermark(crate::mako::watermark::Report),
 }
 
 /// A state change of one shard's participant, as its Raft log carries it. Every replica
@@ -399,6 +408,8 @@ pub enum ShardCommand {
         refused: Option<Conflict>,
         /// The attempt's timestamp (`2pc-mvto`; zero under the other protocols).
         ts: Timestamp,
+        /// The attempt's epoch (`mako`; zero under the other protocols).
+        epoch: u64,
         /// The procedure.
         proc: ProcId,
         /// Its arguments.
@@ -432,6 +443,8 @@ pub enum ShardCommand {
         /// The attempts.
         txns: Vec<TxnId>,
     },
+    /// `mako`: a watermark tick or an epoch change, proposed by the shard's leader.
+    Mako(crate::mako::Entry),
 }
 
 /// Purpose of a timer.
@@ -445,6 +458,8 @@ enum TimerPurpose {
     Retry { request: RequestId },
     /// Tick every Raft group hosted here.
     RaftTick,
+    /// `mako`: tick the watermarks, move epochs, report.
+    Mako,
 }
 
 /// How often participants raise their GC watermark and look after their inquiries.
@@ -460,6 +475,9 @@ pub enum CcMode {
     Locking(crate::kit::locks::Policy),
     /// `2pc-mvto`: multi-version timestamp ordering (see `crate::mvto`).
     Mvto,
+    /// `mako`: validation on the shard leader's speculative state, replication behind it, and
+    /// commits reported once durable (see `crate::mako`).
+    Speculative,
 }
 
 /// A node running `occ` (or `2pl`): participants for the shards it hosts, and a coordinator if
@@ -470,6 +488,16 @@ pub struct OccNode {
     hosts: Hosts<Participant>,
     coordinator: Option<Coordinator>,
     timers: Timers<TimerPurpose>,
+    /// `mako`: every shard's watermark and the epochs, as this node knows them.
+    mako: Option<MakoView>,
+}
+
+/// `mako`: what a node knows of the watermarks, and how often its leaders tick.
+struct MakoView {
+    tracker: crate::mako::watermark::Watermarks,
+    interval_ns: u64,
+    /// Reports ignored as malformed or from a node that hosts no replica of the shard.
+    reports_refused_total: u64,
 }
 
 impl OccNode {
@@ -492,15 +520,25 @@ impl OccNode {
         mode: CcMode,
     ) -> Result<Self, String> {
         let shard_context = context.clone();
-        let hosts = Hosts::restore(
-            &context,
-            durable,
-            |groups| OccMsg::Raft { groups },
-            |shard| Participant::new(shard, shard_context.clone(), mode),
-        )?;
+        let make = |shard| Participant::new(shard, shard_context.clone(), mode);
+        let wrap = |groups| OccMsg::Raft { groups };
+        let hosts = if mode == CcMode::Speculative {
+            Hosts::restore_speculative(&context, durable, wrap, make, Participant::fork)?
+        } else {
+            Hosts::restore(&context, durable, wrap, make)?
+        };
         let info = &context.topology.nodes[context.id.0 as usize];
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone(), mode));
-        Ok(Self { id: context.id, context, hosts, coordinator, timers: Timers::default() })
+        let mako = (mode == CcMode::Speculative).then(|| {
+            let spec = <crate::mako::Mako as Protocol>::OPTIONS;
+            let ms = context.options.number(crate::mako::OPTION_WATERMARK_MS, spec);
+            MakoView {
+                tracker: crate::mako::watermark::Watermarks::new(context.topology.shards),
+                interval_ns: (ms * meridian_core::time::NS_PER_MS as f64) as u64,
+                reports_refused_total: 0,
+            }
+        });
+        Ok(Self { id: context.id, context, hosts, coordinator, timers: Timers::default(), mako })
     }
 
     /// Installs the snapshots and applies every command the restored logs hold as committed,
@@ -547,14 +585,23 @@ impl OccNode {
                 self.hosts.read(shard, (origin, now, execute), out);
                 return;
             }
-            ShardRequest::ExecuteCommit { txn, ts, proc, args, .. } => {
+            ShardRequest::ExecuteCommit { txn, ts, epoch, proc, args, .. } => {
                 // Under locking the leader takes the commit's locks first (or records why not).
                 let window = self.hosts.has_log(shard);
                 let refused = self
                     .hosts
                     .get_mut(shard)
                     .and_then(|p| p.lock_one_round(now, txn, proc, &args, window));
-                ShardCommand::ExecuteCommit { reply_to: origin, now, txn, refused, ts, proc, args }
+                ShardCommand::ExecuteCommit {
+                    reply_to: origin,
+                    now,
+                    txn,
+                    refused,
+                    ts,
+                    epoch,
+                    proc,
+                    args,
+                }
             }
             ShardRequest::Prepare { txn, args, .. } => {
                 // Under `2pc-mvto` a prepare that read a pending version waits here for its
@@ -618,6 +665,72 @@ impl OccNode {
         }
     }
 
+    /// `mako`'s periodic work: each shard this node leads logs its next entry (a tick, or an
+    /// epoch's end or start), reports its committed watermark to every node, and every
+    /// machine here learns how far history may be collected.
+    fn mako_tick(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
+        let Some(view) = self.mako.as_ref() else { return };
+        let mut entries = Vec::new();
+        let mut reports = Vec::new();
+        for shard in self.hosts.shards() {
+            if !self.hosts.leads(shard) {
+                continue;
+            }
+            if let Some(entry) = self.hosts.get(shard).and_then(|p| p.mako_next(&view.tracker, now))
+            {
+                entries.push((shard, entry));
+            }
+            if let Some(report) = self.hosts.committed(shard).and_then(|p| p.mako_report(shard)) {
+                reports.push(report);
+            }
+        }
+        let cap = view.tracker.durable_floor();
+        for (_, participant, _) in self.hosts.iter_mut() {
+            participant.set_gc_cap(cap);
+        }
+        for (_, participant) in self.hosts.shadowed_mut() {
+            participant.set_gc_cap(cap);
+        }
+        for (shard, entry) in entries {
+            // Built from the participant's own state: always valid.
+            let _ = self.hosts.submit(shard, ShardCommand::Mako(entry), out);
+        }
+        for report in reports {
+            for node in self.context.topology.node_ids() {
+                if node != self.id {
+                    out.send(node, OccMsg::Watermark(report.clone()));
+                }
+            }
+            self.on_watermark(now, self.id, report, out);
+        }
+    }
+
+    /// `mako`: a shard leader's report. Believed only from a node hosting a replica of the
+    /// shard (its committed state is the group's); the coordinator then looks at the commits
+    /// it holds back.
+    fn on_watermark(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        report: crate::mako::watermark::Report,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let Some(view) = self.mako.as_mut() else { return };
+        let hosts = self
+            .context
+            .topology
+            .nodes
+            .get(from.0 as usize)
+            .is_some_and(|n| n.replicas.iter().any(|slot| slot.shard == report.shard));
+        if !hosts || !view.tracker.on_report(&report) {
+            view.reports_refused_total += 1;
+            return;
+        }
+        if let Some(c) = self.coordinator.as_mut() {
+            c.on_watermarks(now, &view.tracker, &mut self.timers, out);
+        }
+    }
+
     /// `2pc-mvto`: prepares held back for a writer's decision whose writers are now decided go
     /// on (they may wait again, for another writer).
     fn resume_waiting(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
@@ -675,11 +788,15 @@ impl OccNode {
         if let Some(c) = &self.coordinator {
             self.timers.set(TimerPurpose::CoordinatorTick, c.tick_ns(), out);
         }
+        if let Some(view) = &self.mako {
+            self.timers.set(TimerPurpose::Mako, view.interval_ns, out);
+        }
     }
 
     fn handle_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
         match msg {
             OccMsg::Raft { groups } => self.hosts.on_raft(from, groups, out),
+            OccMsg::Watermark(report) => self.on_watermark(now, from, report, out),
             OccMsg::Request(request) => self.on_shard_request(now, from, request, true, out),
             OccMsg::Forward { origin, request } => {
                 // Only a node hosting a replica of the shard forwards to its leader.
@@ -726,6 +843,12 @@ impl OccNode {
                     participant.on_gc_tick(now, leads, out);
                 }
                 self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
+            }
+            Some(TimerPurpose::Mako) => {
+                self.mako_tick(now, out);
+                if let Some(view) = &self.mako {
+                    self.timers.set(TimerPurpose::Mako, view.interval_ns, out);
+                }
             }
             Some(TimerPurpose::RaftTick) => {
                 self.hosts.tick(out);
@@ -800,6 +923,11 @@ impl Node for OccNode {
         request: meridian_core::node::SessionRequest,
         out: &mut Outbox<OccMsg>,
     ) {
+        if self.mako.is_some() {
+            let why = "interactive transactions are not supported under mako".to_string();
+            let failure = meridian_core::txn::TxnFailure::Rejected(why);
+            return out.reply(request.id, meridian_core::txn::TxnOutcome::failed(failure));
+        }
         match self.coordinator.as_mut() {
             Some(c) => c.on_session(now, request, &mut self.timers, out),
             None => out.reply(
@@ -822,6 +950,10 @@ impl Node for OccNode {
         self.hosts.counters(&mut counters);
         if let Some(c) = &self.coordinator {
             counters.extend(c.counters());
+        }
+        if let Some(view) = &self.mako {
+            counters.insert("mako_node_epoch", view.tracker.epoch());
+            counters.insert("mako_reports_refused_total", view.reports_refused_total);
         }
         counters.into_iter().collect()
     }

@@ -23,6 +23,7 @@
 //! participant list), and state-dependent nonsense (a commit below the proposal) is refused
 //! as a value and counted.
 
+mod mako;
 mod mvto;
 
 use super::{CcMode, Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
@@ -97,6 +98,7 @@ pub(super) struct Image {
     counts: Counts,
     watermark: Timestamp,
     stamps: Option<crate::mvto::order::StampsImage>,
+    mako: Option<mako::MakoState>,
 }
 
 /// Monotonic counters, replicated with the state.
@@ -125,6 +127,10 @@ pub(super) struct Participant {
     locking: Option<Locking<ShardRequest>>,
     /// `2pc-mvto`: read stamps, held prepares.
     mvto: Option<mvto::MvtoState>,
+    /// `mako`: the shard's epoch and watermark (replicated).
+    mako: Option<mako::MakoState>,
+    /// `mako`: the node's durable point; the GC watermark stays at or below it (local).
+    gc_cap: Option<Timestamp>,
 }
 
 /// The vote or failure a doomed attempt gets.
@@ -140,7 +146,7 @@ impl Participant {
     pub(super) fn new(shard: ShardId, context: NodeContext, mode: CcMode) -> Self {
         Self {
             locking: match mode {
-                CcMode::Validation | CcMode::Mvto => None,
+                CcMode::Validation | CcMode::Mvto | CcMode::Speculative => None,
                 CcMode::Locking(policy) => Some(Locking::new(policy)),
             },
             mvto: (mode == CcMode::Mvto).then(|| {
@@ -159,7 +165,34 @@ impl Participant {
             counts: Counts::default(),
             inquiries: Inquiries::new(context.limits.inquiries_max),
             peers: LeaderCache::new(context.topology.clone()),
+            mako: (mode == CcMode::Speculative).then(mako::MakoState::default),
+            gc_cap: None,
             context,
+        }
+    }
+
+    /// A copy of the replicated state with fresh leader-only state: a speculating leader's
+    /// speculative machine (`mako`; the other protocols do not speculate).
+    pub(super) fn fork(&self) -> Self {
+        assert!(
+            self.mvto.is_none() && self.locking.is_none(),
+            "only mako's participants are forked"
+        );
+        Self {
+            shard: self.shard,
+            context: self.context.clone(),
+            store: self.store.clone(),
+            locks: self.locks.clone(),
+            prepared: self.prepared.clone(),
+            decided: self.decided.clone(),
+            ts_last: self.ts_last,
+            counts: self.counts,
+            inquiries: Inquiries::new(self.context.limits.inquiries_max),
+            peers: LeaderCache::new(self.context.topology.clone()),
+            locking: None,
+            mvto: None,
+            mako: self.mako.clone(),
+            gc_cap: self.gc_cap,
         }
     }
 
@@ -232,10 +265,15 @@ impl Participant {
         &mut self,
         now: Time,
         txn: TxnId,
+        epoch: u64,
         proc: ProcId,
         args: &Args,
     ) -> Result<(Vec<PieceRun>, Option<Timestamp>), ExecFailure> {
         self.undecided(txn)?;
+        if let Some(conflict) = self.mako_refusal(epoch) {
+            self.remember(txn, Decision::Aborted, Vec::new(), now);
+            return Err(ExecFailure::Conflict(conflict));
+        }
         let procedure = self.procedure(proc)?;
         let run = exec::run_plan(procedure.as_ref(), self.placement(), args, &Latest(&self.store))
             .map_err(ExecFailure::Procedure)?;
@@ -288,7 +326,12 @@ impl Participant {
         if self.mvto.is_some() {
             return self.prepare_mvto(now, txn, request);
         }
-        let PrepareArgs { reads, scans, writes, one_phase, participants, ts: _ } = request;
+        if let Some(conflict) = self.mako_refusal(request.epoch) {
+            self.remember(txn, Decision::Aborted, Vec::new(), now);
+            return Vote::No(conflict);
+        }
+        let PrepareArgs { reads, scans, writes, one_phase, participants, ts: _, epoch: _ } =
+            request;
         let scan_ranges: Vec<ScanRange> = scans.iter().map(|s| s.range.clone()).collect();
         let read_keys: Vec<Key> = reads.iter().map(|(k, _)| k.clone()).collect();
         let write_keys: Vec<Key> = writes.iter().map(|w| w.key.clone()).collect();
@@ -472,6 +515,10 @@ impl Participant {
                 Timestamp(self.ts_last.0.saturating_sub(self.context.timing.gc_retention_ns));
             if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
                 watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
+            }
+            if self.mako.is_some() {
+                // `mako` keeps everything a discard may fall back to.
+                watermark = watermark.min(self.gc_cap.unwrap_or(Timestamp::ZERO));
             }
             self.store.set_gc_watermark(watermark);
         }
@@ -798,6 +845,7 @@ impl Participant {
         if let Some(m) = &self.mvto {
             counters.extend(m.counters());
         }
+        counters.extend(self.mako_counters());
         if let Some(l) = &self.locking {
             let (holders, waiting, keys) = l.gauges();
             counters.extend([
@@ -831,6 +879,12 @@ impl Participant {
                 }
                 None
             }
+            ShardCommand::Mako(_) => {
+                if self.mako.is_none() {
+                    return Err("a mako entry in another protocol's log".into());
+                }
+                None
+            }
         };
         if let Some(txn) = txn {
             if txn.origin.0 as usize >= topology.nodes.len() {
@@ -855,6 +909,7 @@ impl Participant {
             ShardCommand::ExecuteCommit { ts, now, .. } => self.check_ts(*ts, *now),
             ShardCommand::Query { .. } => Ok(()),
             ShardCommand::Settle { .. } => Ok(()),
+            ShardCommand::Mako(_) => Ok(()),
         }
     }
 
@@ -948,7 +1003,7 @@ impl StateMachine for Participant {
             | ShardCommand::ExecuteCommit { now, .. }
             | ShardCommand::Decide { now, .. }
             | ShardCommand::Query { now, .. } => self.advance_watermark(*now),
-            ShardCommand::Settle { .. } => {}
+            ShardCommand::Settle { .. } | ShardCommand::Mako(_) => {}
         }
         match command {
             ShardCommand::Prepare { reply_to, now, txn, refused, args } => {
@@ -963,13 +1018,13 @@ impl StateMachine for Participant {
                     out.send(reply_to, OccMsg::Prepared { txn, shard, vote });
                 }
             }
-            ShardCommand::ExecuteCommit { reply_to, now, txn, refused, ts, proc, args } => {
+            ShardCommand::ExecuteCommit { reply_to, now, txn, refused, ts, epoch, proc, args } => {
                 let mut result = match refused {
                     Some(conflict) => self.refuse_one_round(now, txn, conflict),
                     None if self.mvto.is_some() => {
                         self.execute_commit_mvto(now, txn, ts, proc, &args)
                     }
-                    None => self.on_execute_commit(now, txn, proc, &args),
+                    None => self.on_execute_commit(now, txn, epoch, proc, &args),
                 };
                 self.release_exec(now, txn, out);
                 if !answer {
@@ -1023,6 +1078,7 @@ impl StateMachine for Participant {
                     self.inquiries.close(txn);
                 }
             }
+            ShardCommand::Mako(entry) => self.apply_mako(entry),
         }
     }
 
@@ -1041,7 +1097,10 @@ impl StateMachine for Participant {
         out.send(origin, OccMsg::Executed { txn, shard, result });
     }
 
-    fn on_leadership(&mut self, _leads: bool) {
+    fn on_leadership(&mut self, leads: bool) {
+        if leads {
+            self.mako_on_leadership();
+        }
         self.inquiries.clear();
         if let Some(m) = self.mvto.as_mut() {
             m.clear_leader_state();
@@ -1064,15 +1123,18 @@ impl StateMachine for Participant {
             counts: Counts,
             watermark: Timestamp,
             stamps: Option<crate::mvto::order::StampsImage>,
+            mako: &'a Option<mako::MakoState>,
         }
-        let rows = match &self.mvto {
-            None => self
+        // Under `mako` every version too: a discard may fall back to an older one.
+        let history = self.mvto.is_some() || self.mako.is_some();
+        let rows = match history {
+            false => self
                 .store
                 .written_since_load()
                 .map(|(k, v)| (k, v.ts, v.writer, &v.value))
                 .collect(),
             // Reads see history: every committed version of the written keys.
-            Some(_) => self
+            true => self
                 .store
                 .written_since_load()
                 .flat_map(|(k, _)| {
@@ -1092,6 +1154,7 @@ impl StateMachine for Participant {
             counts: self.counts,
             watermark: self.store.gc_watermark(),
             stamps: self.mvto.as_ref().map(|m| m.stamps.image()),
+            mako: &self.mako,
         };
         postcard::to_allocvec(&image).expect("images encode")
     }
@@ -1102,6 +1165,9 @@ impl StateMachine for Participant {
         image.decided.check(context.limits.decided_max)?;
         if let Some(stamps) = &image.stamps {
             crate::mvto::order::ReadStamps::check_image(stamps, context.limits.read_stamps_max)?;
+        }
+        if let Some(m) = &image.mako {
+            m.check()?;
         }
         if image.rows.windows(2).any(|w| w[0].0 == w[1].0 && w[0].1 >= w[1].1) {
             return Err("snapshot versions of a key are not in timestamp order".into());
@@ -1117,6 +1183,11 @@ impl StateMachine for Participant {
             for write in prepared.writes.iter().filter(|_| self.mvto.is_some()) {
                 self.store.revoke(&write.key, txn);
             }
+        }
+        if self.mako.is_some() {
+            // Versions of the old state that the image's discarded must go; the image holds
+            // every version of the keys written since the load.
+            self.store.forget_writes();
         }
         let mut rows = image.rows.into_iter().peekable();
         while let Some((key, ts, writer, value)) = rows.next() {
@@ -1145,6 +1216,9 @@ impl StateMachine for Participant {
         self.decided.install(image.decided);
         self.ts_last = image.ts_last;
         self.counts = image.counts;
+        if self.mako.is_some() {
+            self.mako = image.mako;
+        }
         self.inquiries.clear();
         if let Some(locking) = self.locking.as_mut() {
             locking.clear();

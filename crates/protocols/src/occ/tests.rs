@@ -651,6 +651,7 @@ fn late_prepare_after_abort_is_refused() {
             one_phase: false,
             participants: vec![ShardId(0), ShardId(1)],
             ts: Timestamp::ZERO,
+            epoch: 0,
         },
     );
     assert_eq!(vote, Vote::No(Conflict::AlreadyAborted));
@@ -677,6 +678,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 one_phase: false,
                 participants: vec![ShardId(0), ShardId(1)],
                 ts: Timestamp::ZERO,
+                epoch: 0,
             }
         ),
         Vote::Yes(_)
@@ -691,6 +693,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
             one_phase: false,
             participants: vec![ShardId(0), ShardId(1)],
             ts: Timestamp::ZERO,
+            epoch: 0,
         },
     );
     assert_eq!(blocked, Vote::No(Conflict::Locked));
@@ -706,6 +709,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 one_phase: false,
                 participants: vec![ShardId(0), ShardId(1)],
                 ts: Timestamp::ZERO,
+                epoch: 0,
             }
         ),
         Vote::Yes(_)
@@ -722,6 +726,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 one_phase: false,
                 participants: vec![ShardId(0), ShardId(1)],
                 ts: Timestamp::ZERO,
+                epoch: 0,
             }
         ),
         Vote::No(Conflict::Locked)
@@ -740,6 +745,7 @@ fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
                 one_phase: false,
                 participants: vec![ShardId(0), ShardId(1)],
                 ts: Timestamp::ZERO,
+                epoch: 0,
             }
         ),
         Vote::No(Conflict::Stale)
@@ -827,6 +833,7 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
         one_phase: false,
         participants: both.clone(),
         ts: Timestamp::ZERO,
+        epoch: 0,
     };
     assert!(matches!(participant.on_prepare(10, txn(1), prepare(1)), Vote::Yes(_)));
     // Later attempts of the same coordinator are refused and evicted.
@@ -927,6 +934,7 @@ fn a_prepare_carrying_a_stale_scan_votes_no() {
         one_phase: false,
         participants: both.clone(),
         ts: Timestamp::ZERO,
+        epoch: 0,
     };
     let empty = crate::kit::exec::ScanCheck { range: scan_of(10, 20), rows: vec![] };
     // A row appears in the range (another attempt commits an insert).
@@ -1108,6 +1116,7 @@ fn a_replicated_leader_answers_only_after_the_log_entry_commits() {
             one_phase: false,
             participants: vec![ShardId(0)],
             ts: Timestamp::ZERO,
+            epoch: 0,
         },
     };
     queue.push_back((coordinator, leader, OccMsg::Request(prepare)));
@@ -1171,6 +1180,7 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
         one_phase: false,
         participants: both.clone(),
         ts: Timestamp::ZERO,
+        epoch: 0,
     };
     let elsewhere =
         PrepareArgs { writes: vec![Write { key: key(150), value: None }], ..twice.clone() };
@@ -1199,6 +1209,7 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
         one_phase: false,
         participants: both,
         ts: Timestamp::ZERO,
+        epoch: 0,
     };
     let Vote::Yes(proposal) = participant.on_prepare(1_000, txn, prepare) else { panic!() };
     let below = Decision::Committed(Timestamp(proposal.0 - 1));
@@ -1367,6 +1378,7 @@ fn twopl_execution_locks_of_a_vanished_coordinator_expire_with_the_lease() {
         one_phase: false,
         participants: vec![ShardId(0), ShardId(1)],
         ts: Timestamp::ZERO,
+        epoch: 0,
     };
     let request = ShardRequest::Prepare { txn: attempt(0), shard: ShardId(0), args };
     let mut out = Outbox::new();
@@ -1450,6 +1462,7 @@ fn mvto_args(
         one_phase,
         participants: if one_phase { vec![ShardId(0)] } else { vec![ShardId(0), ShardId(1)] },
         ts: Timestamp(ts),
+        epoch: 0,
     }
 }
 
@@ -1661,6 +1674,7 @@ fn mvto_timestamps_missing_or_far_ahead_are_refused_before_the_log() {
         txn: attempt(2),
         refused: None,
         ts: Timestamp(u64::MAX),
+        epoch: 0,
         proc: meridian_core::txn::ProcId(0),
         args: vec![],
     };

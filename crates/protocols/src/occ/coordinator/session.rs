@@ -253,6 +253,7 @@ impl Coordinator {
             locked_at: BTreeSet::new(),
             ts,
             session: Some(session),
+            epoch: self.epoch,
         };
         self.attempts.insert(txn, attempt);
         self.sessions

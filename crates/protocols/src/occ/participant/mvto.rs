@@ -392,6 +392,7 @@ impl Participant {
             one_phase: true,
             participants: vec![self.shard],
             ts,
+            epoch: 0,
         };
         match self.prepare_mvto(now, txn, prepare) {
             Vote::Committed(ts) => Ok((run.runs, Some(ts))),

@@ -1,0 +1,168 @@
+//! `mako` at the participant: the shard's epoch and watermark, part of its replicated state
+//! (see `crate::mako`). Every replica applies the same ticks and epoch changes in log order,
+//! so a speculating leader and its followers agree on them; the node reads the committed
+//! state's for reports and the speculative state's for what to log next.
+
+use super::Participant;
+use crate::kit::twopc::Decision;
+use crate::mako::watermark::{candidate, Report, Watermarks, STABLES_REPORTED};
+use crate::mako::Entry;
+use crate::occ::Conflict;
+use meridian_core::{ShardId, Time, Timestamp, TxnId};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// A shard's epoch and watermark.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(in crate::occ) struct MakoState {
+    /// The shard's epoch.
+    epoch: u64,
+    /// Set once the end of `epoch` is applied (the epoch is closing): the shard's final.
+    final_w: Option<Timestamp>,
+    /// The shard's watermark in `epoch`: the candidate at its last tick.
+    w: Timestamp,
+    /// Stable points of the epochs this shard closed last, oldest first.
+    stables: VecDeque<(u64, Timestamp)>,
+    epochs_started: u64,
+    discarded_versions: u64,
+    aborted_at_start: u64,
+    /// Entries that did not apply (a duplicate end, a start out of turn).
+    entries_ignored: u64,
+    /// Leader-only: this leader has not yet closed an epoch since it took over (its
+    /// predecessor's speculative state may be lost), so it must before anything else.
+    #[serde(skip)]
+    must_close: bool,
+}
+
+impl MakoState {
+    /// Checks an image's part (from a snapshot): a bad one is an error.
+    pub(in crate::occ) fn check(&self) -> Result<(), String> {
+        if self.stables.len() > STABLES_REPORTED {
+            return Err(format!(
+                "{} stable points (at most {STABLES_REPORTED})",
+                self.stables.len()
+            ));
+        }
+        if self.final_w.is_some_and(|f| f < self.w) {
+            return Err("a final below the watermark".into());
+        }
+        Ok(())
+    }
+}
+
+impl Participant {
+    /// `mako`: why an attempt of `epoch` may not prepare or commit here (another epoch, or
+    /// this one is closing); `None` under the other protocols.
+    pub(super) fn mako_refusal(&self, epoch: u64) -> Option<Conflict> {
+        let m = self.mako.as_ref()?;
+        (epoch != m.epoch || m.final_w.is_some()).then_some(Conflict::Epoch)
+    }
+
+    /// Applies a tick or an epoch change (validated: only under `mako`).
+    pub(super) fn apply_mako(&mut self, entry: Entry) {
+        let lowest = self.prepared.values().map(|p| p.proposal).min();
+        let Some(m) = self.mako.as_mut() else { return };
+        match entry {
+            Entry::Tick { now } => {
+                if m.final_w.is_some() {
+                    return; // Frozen at its final.
+                }
+                self.ts_last = self.ts_last.max(Timestamp(now));
+                let c = candidate(self.ts_last, lowest);
+                debug_assert!(c >= m.w, "the watermark went back from {:?} to {c:?}", m.w);
+                m.w = m.w.max(c);
+            }
+            Entry::EpochEnd { epoch } => {
+                if epoch != m.epoch || m.final_w.is_some() {
+                    m.entries_ignored += 1;
+                    return;
+                }
+                m.final_w = Some(m.w);
+                m.must_close = false;
+            }
+            Entry::EpochStart { epoch, stable, now } => {
+                let in_turn =
+                    epoch == m.epoch + 1 && m.final_w.is_some_and(|final_w| stable <= final_w);
+                if !in_turn {
+                    m.entries_ignored += 1;
+                    return;
+                }
+                m.epoch = epoch;
+                m.final_w = None;
+                m.w = stable;
+                m.stables.push_back((epoch - 1, stable));
+                if m.stables.len() > STABLES_REPORTED {
+                    m.stables.pop_front();
+                }
+                m.epochs_started += 1;
+                // Every prepared attempt aborts: its vote belongs to the closed epoch (its
+                // coordinator's commit, if any, is above the stable point and discarded).
+                let txns: Vec<TxnId> = self.prepared.keys().copied().collect();
+                let aborted = txns.len() as u64;
+                for txn in txns {
+                    self.on_decision(now, txn, Decision::Aborted);
+                }
+                assert!(
+                    self.store.gc_watermark() <= stable,
+                    "history above stable point {stable:?} was collected"
+                );
+                let removed = self.store.discard_above(stable);
+                let m = self.mako.as_mut().expect("checked above");
+                m.discarded_versions += removed;
+                m.aborted_at_start += aborted;
+            }
+        }
+    }
+
+    /// `mako`, on the leader's speculative state: the entry to log next. The end of the
+    /// epoch when this leader is new or another shard closed it; the next epoch's start once
+    /// its stable point is known; otherwise a tick. `None` while waiting for finals.
+    pub(in crate::occ) fn mako_next(&self, tracker: &Watermarks, now: Time) -> Option<Entry> {
+        let m = self.mako.as_ref()?;
+        if m.final_w.is_some() {
+            let stable = tracker.stable(m.epoch)?;
+            return Some(Entry::EpochStart { epoch: m.epoch + 1, stable, now });
+        }
+        if m.must_close || tracker.is_closing(m.epoch) || tracker.epoch() > m.epoch {
+            return Some(Entry::EpochEnd { epoch: m.epoch });
+        }
+        Some(Entry::Tick { now })
+    }
+
+    /// `mako`, on the committed state: what the shard's leader reports.
+    pub(in crate::occ) fn mako_report(&self, shard: ShardId) -> Option<Report> {
+        let m = self.mako.as_ref()?;
+        Some(Report {
+            shard,
+            epoch: m.epoch,
+            w: m.w,
+            final_w: m.final_w,
+            stables: m.stables.iter().copied().collect(),
+        })
+    }
+
+    /// `mako`: a new term of this leader (its speculative state is fresh).
+    pub(super) fn mako_on_leadership(&mut self) {
+        if let Some(m) = self.mako.as_mut() {
+            m.must_close = true;
+        }
+    }
+
+    /// `mako`: history at or below `cap` is durable for good, and only it may be collected
+    /// (a discard falls back to the newest version at or below the stable point).
+    pub(in crate::occ) fn set_gc_cap(&mut self, cap: Timestamp) {
+        self.gc_cap = Some(cap);
+    }
+
+    /// `mako`'s counters.
+    pub(super) fn mako_counters(&self) -> Vec<(&'static str, u64)> {
+        let Some(m) = self.mako.as_ref() else { return Vec::new() };
+        vec![
+            ("mako_epoch", m.epoch),
+            ("mako_epochs_started_total", m.epochs_started),
+            ("mako_discarded_versions_total", m.discarded_versions),
+            ("mako_aborted_at_epoch_start_total", m.aborted_at_start),
+            ("mako_entries_ignored_total", m.entries_ignored),
+        ]
+    }
+}
