@@ -765,3 +765,49 @@ fn mvto_a_coordinator_whose_clock_stepped_back_catches_up_through_its_refusals()
     // out of attempts (4 failed on this seed).
     assert_eq!(report.failed, 0, "every request of the lagging coordinator got through");
 }
+
+// ---- mako -----------------------------------------------------------------------------------
+
+fn bank(shards: u32, keys_per_shard: u64) -> Arc<dyn meridian_workloads::Workload> {
+    let options = WorkloadOptions { shards, keys_per_shard, ..WorkloadOptions::default() };
+    Arc::from(meridian_workloads::build("bank", &options).unwrap())
+}
+
+fn total(report: &SimRunReport, name: &str) -> u64 {
+    report.node_counters.keys().map(|&node| counter(report, node, name)).sum()
+}
+
+/// `mako` on `geo`, 2 shards × 3 replicas in three regions: shard 0's leader crashes while
+/// its newest speculative commits are a wide-area round trip from being replicated. The
+/// failover closes the epoch; commits above its stable point are discarded on every replica
+/// and retried; none of them had been acknowledged (bank's balances match exactly the
+/// transfers the clients heard committed, and every replica of a shard is equal); and each
+/// acknowledged commit reports its speculative latency beside its (longer) durable one.
+#[test]
+fn mako_a_leader_crash_discards_speculative_commits_and_none_was_acknowledged() {
+    let mut opts = replicated(51, "geo");
+    opts.protocol = ProtocolKind::Mako;
+    opts.txns = 600;
+    let leader = replica(&opts, 0, 0);
+    opts.faults =
+        vec![(4 * NS_PER_S, Fault::Crash(leader)), (8 * NS_PER_S, Fault::Restart(leader))];
+    let report = run(&opts, bank(2, 50)).unwrap();
+    assert_replicated_run_passed(&report);
+    let discarded = total(&report, "mako_coordinator_discarded_total");
+    let versions = total(&report, "mako_discarded_versions_total");
+    eprintln!("mako leader crash: {discarded} speculative commits discarded, {versions} versions");
+    assert!(discarded > 0, "the crash cost speculative commits");
+    assert!(versions > 0, "replicas rolled their versions back");
+    let committed: Vec<_> = report
+        .completions
+        .iter()
+        .filter(|(c, _)| c.outcome.result == meridian_core::txn::TxnResult::Committed)
+        .collect();
+    assert!(!committed.is_empty());
+    let cross_shard_spec = committed.iter().filter(|(c, _)| c.outcome.shards_touched > 1);
+    for (c, _) in cross_shard_spec {
+        let speculative = c.outcome.speculative_ns.expect("a mako commit reports it");
+        let durable = c.completed_at - c.submitted_at;
+        assert!(speculative < durable, "{speculative} ns speculative, {durable} ns durable");
+    }
+}

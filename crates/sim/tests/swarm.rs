@@ -207,3 +207,17 @@ fn mvto_replicated_swarm() {
     swarm_with(ProtocolKind::Mvto, "list-append", 210_000, WorkloadOptions::default(), "", 3);
     swarm_with(ProtocolKind::Mvto, "scan-count", 220_000, WorkloadOptions::default(), "", 3);
 }
+
+/// `mako`: replicated shards whose leaders crash or are cut off (epochs close, speculative
+/// commits above the stable point are discarded and retried; only durable acknowledgements
+/// reach the history), and unreplicated shards (no speculation, no epochs).
+#[test]
+fn mako_replicated_swarm() {
+    swarm_with(ProtocolKind::Mako, "list-append", 230_000, WorkloadOptions::default(), "", 3);
+    swarm_with(ProtocolKind::Mako, "bank", 240_000, WorkloadOptions::default(), "", 3);
+}
+
+#[test]
+fn mako_swarm() {
+    swarm(ProtocolKind::Mako, "list-append", 250_000);
+}

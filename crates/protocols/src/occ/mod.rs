@@ -578,6 +578,9 @@ impl OccNode {
             }
             Route::Forward(_) | Route::Drop => return,
         }
+        if self.mako.is_some() {
+            self.mako_close_if_new(shard, out);
+        }
         let command = match request {
             execute @ ShardRequest::Execute { .. } => {
                 // Served from the leader's state once it is current (read-index under the
@@ -703,6 +706,17 @@ impl OccNode {
             }
             self.on_watermark(now, self.id, report, out);
         }
+    }
+
+    /// `mako`: a leader new to its term closes the epoch before it handles any request (the
+    /// tick would, a watermark interval later; requests in between would only prepare
+    /// attempts bound to be discarded).
+    fn mako_close_if_new(&mut self, shard: ShardId, out: &mut Outbox<OccMsg>) {
+        let Some(entry) = self.hosts.get(shard).and_then(|p| p.mako_close_entry()) else {
+            return;
+        };
+        // Built from the participant's own state: always valid.
+        let _ = self.hosts.submit(shard, ShardCommand::Mako(entry), out);
     }
 
     /// `mako`: a shard leader's report. Believed only from a node hosting a replica of the

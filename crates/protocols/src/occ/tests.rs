@@ -2062,3 +2062,79 @@ mod sessions {
         assert_eq!(aborted(&outcome), Some(AbortCause::Timeout), "{outcome:?}");
     }
 }
+
+// ---- mako -----------------------------------------------------------------------------------
+
+fn mako_args(epoch: u64, writes: &[(u64, u64)], one_phase: bool) -> PrepareArgs {
+    PrepareArgs { epoch, ..mvto_args(0, &[], writes, one_phase) }
+}
+
+fn mako_value(p: &Participant, id: u64) -> Option<u64> {
+    p.store().read_latest(&key(id)).map(|v| as_u64(&v.value))
+}
+
+/// A shard's watermark follows its ticks and stays below prepared proposals; closing the
+/// epoch freezes it as the final and refuses the epoch's attempts; starting the next epoch
+/// at a stable point below some commits aborts the prepared attempts and discards those
+/// commits, and the shard goes on above everything it handed out.
+#[test]
+fn mako_an_epoch_start_aborts_prepared_attempts_and_discards_commits_above_the_stable_point() {
+    use crate::mako::Entry;
+    let mut p =
+        Participant::new(ShardId(0), Net::new().nodes[0].context.clone(), CcMode::Speculative);
+    let report = |p: &Participant| p.mako_report(ShardId(0)).unwrap();
+    let (t1, t2, t3) = (attempt(1), attempt(2), attempt(3));
+    assert_eq!(
+        p.on_prepare(1_000, t1, mako_args(0, &[(1, 10)], true)),
+        Vote::Committed(Timestamp(1_000))
+    );
+    p.apply_mako(Entry::Tick { now: 1_000 });
+    assert_eq!(report(&p).w, Timestamp(1_000));
+    assert_eq!(
+        p.on_prepare(2_000, t2, mako_args(0, &[(1, 20)], true)),
+        Vote::Committed(Timestamp(2_000))
+    );
+    assert_eq!(
+        p.on_prepare(3_000, t3, mako_args(0, &[(2, 30)], false)),
+        Vote::Yes(Timestamp(3_000))
+    );
+    p.apply_mako(Entry::Tick { now: 4_000 });
+    assert_eq!(report(&p).w, Timestamp(2_999), "held below the prepared proposal");
+    p.apply_mako(Entry::EpochEnd { epoch: 0 });
+    assert_eq!(report(&p).final_w, Some(Timestamp(2_999)));
+    p.apply_mako(Entry::Tick { now: 5_000 });
+    assert_eq!(report(&p).w, Timestamp(2_999), "frozen while closing");
+    assert_eq!(
+        p.on_prepare(5_000, attempt(4), mako_args(0, &[(3, 40)], true)),
+        Vote::No(Conflict::Epoch),
+        "the epoch is closing"
+    );
+    // Starts out of turn or above the final change nothing.
+    p.apply_mako(Entry::EpochStart { epoch: 2, stable: Timestamp(1_000), now: 6_000 });
+    p.apply_mako(Entry::EpochStart { epoch: 1, stable: Timestamp(3_000), now: 6_000 });
+    assert_eq!(report(&p).epoch, 0);
+    assert_eq!(mako_value(&p, 1), Some(20));
+    // Another shard's final was 1,000: t2 (2,000) is discarded, t1 (1,000) stays, t3 aborts.
+    p.apply_mako(Entry::EpochStart { epoch: 1, stable: Timestamp(1_000), now: 6_000 });
+    assert_eq!(mako_value(&p, 1), Some(10));
+    assert_eq!(p.prepared_count(), 0);
+    assert_eq!(p.lock_count(), 0);
+    assert_eq!(
+        p.on_decision(6_000, t3, Decision::Committed(Timestamp(3_000))),
+        Some(PeerState::Decided(Decision::Aborted)),
+        "a late commit of an attempt the epoch start aborted stays aborted"
+    );
+    let started = report(&p);
+    assert_eq!((started.epoch, started.w, started.final_w), (1, Timestamp(1_000), None));
+    assert_eq!(started.stables, vec![(0, Timestamp(1_000))]);
+    assert_eq!(
+        p.on_prepare(7_000, attempt(5), mako_args(0, &[(3, 50)], true)),
+        Vote::No(Conflict::Epoch),
+        "an attempt of the closed epoch"
+    );
+    assert_eq!(
+        p.on_prepare(3_500, attempt(6), mako_args(1, &[(1, 60)], true)),
+        Vote::Committed(Timestamp(4_001)),
+        "above everything handed out in the closed epoch, the clock notwithstanding"
+    );
+}

@@ -53,13 +53,13 @@ impl MakoState {
 impl Participant {
     /// `mako`: why an attempt of `epoch` may not prepare or commit here (another epoch, or
     /// this one is closing); `None` under the other protocols.
-    pub(super) fn mako_refusal(&self, epoch: u64) -> Option<Conflict> {
+    pub(in crate::occ) fn mako_refusal(&self, epoch: u64) -> Option<Conflict> {
         let m = self.mako.as_ref()?;
         (epoch != m.epoch || m.final_w.is_some()).then_some(Conflict::Epoch)
     }
 
     /// Applies a tick or an epoch change (validated: only under `mako`).
-    pub(super) fn apply_mako(&mut self, entry: Entry) {
+    pub(in crate::occ) fn apply_mako(&mut self, entry: Entry) {
         let lowest = self.prepared.values().map(|p| p.proposal).min();
         let Some(m) = self.mako.as_mut() else { return };
         match entry {
@@ -127,6 +127,13 @@ impl Participant {
             return Some(Entry::EpochEnd { epoch: m.epoch });
         }
         Some(Entry::Tick { now })
+    }
+
+    /// `mako`, on a leader's speculative state: the end of the epoch when this leader has not
+    /// closed one since it took over.
+    pub(in crate::occ) fn mako_close_entry(&self) -> Option<Entry> {
+        let m = self.mako.as_ref()?;
+        (m.must_close && m.final_w.is_none()).then_some(Entry::EpochEnd { epoch: m.epoch })
     }
 
     /// `mako`, on the committed state: what the shard's leader reports.
