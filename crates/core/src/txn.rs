@@ -883,9 +883,10 @@ mod tests {
         assert_eq!(counts.get(AbortCause::Validation), 1);
         assert_eq!(counts.get(AbortCause::AlreadyAborted), 9);
         assert_eq!(counts.get(AbortCause::Deadlock), 11);
-        assert_eq!(counts.total(), 66);
+        assert_eq!(counts.get(AbortCause::Discarded), 13);
+        assert_eq!(counts.total(), 91);
         let names: Vec<_> = counts.nonzero().map(|(c, _)| c.name()).collect();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), 13);
         assert_eq!(AbortCounts::default().nonzero().count(), 0);
     }
 

@@ -856,6 +856,10 @@ impl OccNode {
                 for (_, participant, leads) in self.hosts.iter_mut() {
                     participant.on_gc_tick(now, leads, out);
                 }
+                // `mako` leaders' committed copies collect their history too.
+                for (_, participant) in self.hosts.shadowed_mut() {
+                    participant.on_gc_tick(now, false, out);
+                }
                 self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
             }
             Some(TimerPurpose::Mako) => {
