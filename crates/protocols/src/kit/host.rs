@@ -29,11 +29,15 @@
 //! once and answered from there; every replica (the leader's committed twin included) applies
 //! it again, unanswered, once it commits. Reads are served from the speculative machine
 //! without waiting. A new leader speculates only once it has applied every entry of earlier
-//! terms (its term's first entry committed), starting from a copy of its committed machine,
-//! so the speculative order is the log order; a leader that loses leadership drops its
-//! speculative machine, and with it whatever the log did not keep. What the speculative
-//! answers promise is the protocol's business (mako's watermarks); the host only keeps the
-//! two machines apart.
+//! terms (its term's first entry committed), so the speculative order is the log order. The
+//! second machine is made (a full copy, as long as the state is big) when the node starts and
+//! when a leader loses its place, never when one takes it: a follower keeps it as a mirror of
+//! its committed machine, applying every committed entry to both, so a new leader starts
+//! speculating without a pause that would cost it its leadership (copying millions of keys
+//! outlasts an election timeout). A leader that loses its place replaces its speculative
+//! machine by a copy of its committed one, and with it whatever the log did not keep. What the
+//! speculative answers promise is the protocol's business (mako's watermarks); the host only
+//! keeps the two machines apart.
 
 use crate::{NodeContext, Replayed};
 use meridian_core::node::{Durability, Outbox, PersistRecord, PersistToken};
@@ -149,24 +153,39 @@ struct Host<SM: StateMachine, R> {
     reads_waiting: VecDeque<(Option<u64>, SM::Read)>,
     /// Speculative hosting with a log: whether this host speculates at all.
     speculative: bool,
-    /// The leader's speculative machine (`sm` then holds the committed state only); `None` on
-    /// followers and on a leader still applying entries of earlier terms.
+    /// The second machine of a speculating host: the leader's speculative one while
+    /// `speculating`, otherwise a mirror of `sm` (`None` only before the node starts).
     spec: Option<SM>,
+    /// This replica leads and answers from `spec`, ahead of `sm`.
+    speculating: bool,
 }
 
 impl<SM: StateMachine, R: Replica> Host<SM, R> {
     fn leads(&self) -> bool {
-        self.log.as_ref().is_none_or(|r| r.is_leader())
-            && (!self.speculative || self.spec.is_some())
+        self.log.as_ref().is_none_or(|r| r.is_leader()) && (!self.speculative || self.speculating)
     }
 
-    /// The machine requests are served from: the speculative one where there is one.
+    /// The machine requests are served from: a speculating leader's speculative one, else the
+    /// committed one.
     fn active(&self) -> &SM {
-        self.spec.as_ref().unwrap_or(&self.sm)
+        self.spec.as_ref().filter(|_| self.speculating).unwrap_or(&self.sm)
     }
 
     fn active_mut(&mut self) -> &mut SM {
-        self.spec.as_mut().unwrap_or(&mut self.sm)
+        match self.spec.as_mut() {
+            Some(spec) if self.speculating => spec,
+            _ => &mut self.sm,
+        }
+    }
+
+    /// The machine that is not active: a speculating leader's committed one, a follower's
+    /// mirror.
+    fn shadow_mut(&mut self) -> Option<&mut SM> {
+        if self.speculating {
+            Some(&mut self.sm)
+        } else {
+            self.spec.as_mut()
+        }
     }
 
     /// A speculating host's leader starts speculating once every entry of earlier terms is
@@ -174,14 +193,24 @@ impl<SM: StateMachine, R: Replica> Host<SM, R> {
     /// committed machine, so nothing it answers was decided against a state the log will not
     /// reach first.
     fn start_speculation(&mut self, fork: Option<fn(&SM) -> SM>) {
-        let Some(fork) = fork.filter(|_| self.speculative && self.spec.is_none()) else {
+        let Some(fork) = fork.filter(|_| self.speculative && !self.speculating) else {
             return;
         };
         let Some(log) = self.log.as_ref().filter(|r| r.is_leader()) else { return };
         if log.read_index().is_some_and(|index| log.applied_index() >= index) {
-            let mut spec = fork(&self.sm);
+            // The mirror has applied everything `sm` has: it is the copy.
+            let spec = self.spec.get_or_insert_with(|| fork(&self.sm));
             spec.on_leadership(true);
-            self.spec = Some(spec);
+            self.speculating = true;
+        }
+    }
+
+    /// Makes the second machine a fresh copy of the committed one (node start, a snapshot
+    /// installed, leadership lost).
+    fn remirror(&mut self, fork: Option<fn(&SM) -> SM>) {
+        if let Some(fork) = fork.filter(|_| self.speculative) {
+            self.spec = Some(fork(&self.sm));
+            self.speculating = false;
         }
     }
 }
@@ -262,6 +291,7 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
                 restored_image,
                 reads_waiting: VecDeque::new(),
                 spec: None,
+                speculating: false,
             };
             hosts.insert(slot.shard, host);
         }
@@ -343,13 +373,11 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         self.hosts.iter().map(|(&shard, h)| (shard, h.active()))
     }
 
-    /// The committed machines that a speculative one hides (speculating leaders' twins), for
-    /// housekeeping that every replica does on its committed state.
+    /// The second machines of speculating hosts that [`Hosts::iter_mut`] does not show
+    /// (speculating leaders' committed ones, followers' mirrors), for housekeeping every copy
+    /// needs (history collection).
     pub fn shadowed_mut(&mut self) -> impl Iterator<Item = (ShardId, &mut SM)> {
-        self.hosts
-            .iter_mut()
-            .filter(|(_, h)| h.spec.is_some())
-            .map(|(&shard, h)| (shard, &mut h.sm))
+        self.hosts.iter_mut().filter_map(|(&shard, h)| h.shadow_mut().map(|sm| (shard, sm)))
     }
 
     /// `shard`'s committed machine: the one its log has applied (the same as [`Hosts::get`]
@@ -386,6 +414,11 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                 log.poll(&mut effects);
             }
             self.carry_out(shard, effects, out);
+        }
+        // Speculating hosts copy their (loaded, replayed) state now, while nothing waits.
+        let fork = self.fork;
+        for host in self.hosts.values_mut().filter(|h| h.speculative && h.spec.is_none()) {
+            host.remirror(fork);
         }
         if self.fresh || self.topology.replicas == 1 {
             let leads: Vec<ShardId> =
@@ -464,13 +497,13 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
             host.sm.apply(command, true, out);
             return Ok(());
         };
-        if host.speculative && host.spec.is_none() {
+        if host.speculative && !host.speculating {
             return Ok(());
         }
         let bytes = postcard::to_allocvec(&command).expect("commands encode");
         let mut effects = Vec::new();
         let taken = log.propose(bytes, &mut effects).is_ok();
-        if let Some(spec) = host.spec.as_mut().filter(|_| taken) {
+        if let Some(spec) = host.spec.as_mut().filter(|_| taken && host.speculating) {
             // Applied speculatively only once the log has it, so the speculative order is
             // the log's.
             spec.apply(command, true, out);
@@ -497,7 +530,7 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
     /// them.
     fn serve_reads(host: &mut Host<SM, R>, out: &mut Outbox<SM::Msg>) {
         if host.speculative {
-            let Some(spec) = host.spec.as_mut() else {
+            let Some(spec) = host.spec.as_mut().filter(|_| host.speculating) else {
                 host.reads_waiting.clear();
                 return;
             };
@@ -633,12 +666,12 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                     let durability = if sync { Durability::Synced } else { Durability::Buffered };
                     out.persist(PersistToken(node_token), records, durability);
                 }
-                ReplicaEffect::Apply { index, command } => {
+                ReplicaEffect::Apply { index, command: bytes } => {
                     let Some(host) = self.hosts.get_mut(&shard) else { continue };
                     // Entries come from our own group, validated by its leader; one that does
                     // not decode or validate (a leader of another version) is skipped
                     // identically on every replica.
-                    let Ok(command) = postcard::from_bytes::<SM::Command>(&command) else {
+                    let Ok(command) = postcard::from_bytes::<SM::Command>(&bytes) else {
                         self.skipped_total += 1;
                         continue;
                     };
@@ -651,6 +684,14 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                     // A speculating leader answered it from its speculative machine; a
                     // leader not speculating yet applies earlier terms' entries unanswered.
                     let answer = host.leads() && !host.speculative && !replayed;
+                    if !host.speculating {
+                        if let Some(mirror) = host.spec.as_mut() {
+                            // Decoded once already: the same bytes decode the same way.
+                            if let Ok(again) = postcard::from_bytes::<SM::Command>(&bytes) {
+                                mirror.apply(again, false, out);
+                            }
+                        }
+                    }
                     host.sm.apply(command, answer, out);
                 }
                 ReplicaEffect::Restore { index, data } => {
@@ -664,15 +705,19 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                         }),
                     };
                     // Only followers and restarting replicas install snapshots.
-                    host.spec = None;
                     host.sm.install(image);
+                    if host.spec.is_some() {
+                        host.remirror(self.fork);
+                    }
                 }
                 ReplicaEffect::Leadership(leads) => {
                     if let Some(host) = self.hosts.get_mut(&shard) {
                         if !leads {
                             host.reads_waiting.clear();
                             // What the log did not keep goes with the speculative machine.
-                            host.spec = None;
+                            if host.speculating {
+                                host.remirror(self.fork);
+                            }
                         }
                         if !host.speculative || !leads {
                             host.sm.on_leadership(leads);
@@ -917,6 +962,14 @@ mod tests {
         }
         assert_eq!(cluster.speculative(leader), vec![1, 2, 3]);
         assert_eq!(cluster.acks, vec![1, 2, 3], "answered once, speculatively");
+        // Followers keep their second machine as a mirror, ready for a leadership without a
+        // copy.
+        for &node in nodes.iter().filter(|&&n| n != leader) {
+            let hosts = cluster.hosts.get_mut(&node).unwrap();
+            let mirrors: Vec<Vec<u64>> =
+                hosts.shadowed_mut().map(|(_, m)| m.applied.clone()).collect();
+            assert_eq!(mirrors, vec![vec![1, 2, 3]], "node {node}");
+        }
     }
 
     /// A leader cut off from its group keeps speculating, but its speculative commands die

@@ -117,11 +117,28 @@ impl Watermarks {
         self.stable.get(&epoch).copied()
     }
 
-    /// Takes in a shard leader's report; false when it is malformed (a shard out of range,
-    /// too many stable points, a final below the watermark) and ignored.
+    /// Takes in a shard leader's report; false when it is malformed and ignored. A shard's
+    /// report is well formed when: the shard exists; its stable points (at most
+    /// [`STABLES_REPORTED`]) are of consecutive epochs, never decreasing, the last one of the
+    /// epoch before the report's (a shard past epoch 0 has started each epoch at one); its
+    /// watermark is at least that stable point and its final at least its watermark. Honest
+    /// shards always report so, and a report that is not cannot move this view to an epoch
+    /// whose stable points it does not also carry (which would stall every leader, waiting
+    /// for a stable point nobody has).
     pub fn on_report(&mut self, report: &Report) -> bool {
+        let stables = &report.stables;
+        let chained =
+            stables.windows(2).all(|w| w[0].0.checked_add(1) == Some(w[1].0) && w[0].1 <= w[1].1);
+        let bridged = match stables.last() {
+            None => report.epoch == 0,
+            Some(&(last, stable)) => {
+                last.checked_add(1) == Some(report.epoch) && report.w >= stable
+            }
+        };
         let well_formed = report.shard.0 < self.shards
-            && report.stables.len() <= STABLES_REPORTED
+            && stables.len() <= STABLES_REPORTED
+            && chained
+            && bridged
             && report.final_w.is_none_or(|f| f >= report.w);
         if !well_formed {
             return false;
@@ -153,7 +170,7 @@ impl Watermarks {
 
     /// Epoch `epoch` closed at `stable`; a later epoch then starts here if it had not.
     fn learn_stable(&mut self, epoch: u64, stable: Timestamp) {
-        if epoch + (EPOCHS_REMEMBERED as u64) < self.epoch {
+        if epoch.saturating_add(EPOCHS_REMEMBERED as u64) < self.epoch {
             return; // Too old to keep.
         }
         self.stable.entry(epoch).or_insert(stable);
@@ -161,10 +178,7 @@ impl Watermarks {
             self.stable.pop_first();
         }
         if epoch >= self.epoch {
-            if let Some(global) = self.global().filter(|_| epoch == self.epoch) {
-                debug_assert!(stable >= global, "a stable point below a global watermark seen");
-            }
-            self.epoch = epoch + 1;
+            self.epoch = epoch.saturating_add(1);
             self.finals.clear();
             self.current = (0..self.shards).map(|s| (ShardId(s), stable)).collect();
         }
@@ -201,9 +215,10 @@ impl Watermarks {
                 _ => Verdict::Pending,
             };
         }
-        // Closed, stable point unknown: a later report may still carry it, unless every shard
-        // has closed too many epochs since.
-        if epoch + (STABLES_REPORTED as u64) < self.epoch
+        // Closed, stable point unknown: a later report may still carry it (a shard one epoch
+        // behind the newest reports the stable points of the eight before its own), unless
+        // every shard has closed too many epochs since.
+        if epoch.saturating_add(STABLES_REPORTED as u64 + 1) < self.epoch
             || self.stable.first_key_value().is_some_and(|(&oldest, _)| {
                 epoch < oldest && self.stable.len() >= EPOCHS_REMEMBERED
             })
@@ -274,29 +289,47 @@ mod tests {
     }
 
     /// A node that missed epochs learns their stable points from later reports; until then
-    /// their commits are pending, and once too many epochs passed, forgotten.
+    /// their commits are pending, and once too many epochs passed, forgotten. Reports that
+    /// do not chain their stable points up to their own epoch are refused.
     #[test]
     fn skipped_epochs_are_learned_late_or_forgotten_never_guessed() {
+        let stables = |from: u64, to: u64| -> Vec<(u64, Timestamp)> {
+            (from..to).map(|e| (e, Timestamp(10 * (e + 1)))).collect()
+        };
         let mut w = Watermarks::new(1);
         let mut late = report(A, 3, 50, None);
-        late.stables = vec![(1, Timestamp(20)), (2, Timestamp(30))];
+        late.stables = stables(1, 3);
         assert!(w.on_report(&late));
         assert_eq!(w.epoch(), 3);
         assert_eq!(w.verdict(2, Timestamp(31)), Verdict::Discarded);
         assert_eq!(w.verdict(1, Timestamp(20)), Verdict::Durable);
         assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Pending, "may still be reported");
         assert_eq!(w.verdict(3, Timestamp(50)), Verdict::Durable);
-        late.stables = vec![(0, Timestamp(10))];
-        w.on_report(&late);
+        late.stables = stables(0, 3);
+        assert!(w.on_report(&late));
         assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Durable);
-        let far = report(A, 3 + STABLES_REPORTED as u64 + 2, 90, None);
-        w.on_report(&far);
-        assert_eq!(w.verdict(4, Timestamp(60)), Verdict::Forgotten);
+        let mut far = report(A, 14, 200, None);
+        far.stables = stables(6, 14);
+        assert!(w.on_report(&far));
+        assert_eq!(w.verdict(4, Timestamp(45)), Verdict::Forgotten);
         assert_eq!(w.verdict(0, Timestamp(5)), Verdict::Durable, "still remembered");
-        let mut long = report(A, 0, 0, None);
-        long.stables = vec![(STABLES_REPORTED as u64 + 1, Timestamp(1))]; // too many
-        long.stables.extend((0..STABLES_REPORTED as u64).map(|e| (e, Timestamp(1))));
-        assert!(!w.on_report(&long));
+        // Refused: a jump without the stable points that bridge it, a gap in the chain, a
+        // stable point going back, a watermark below the last stable point, too many.
+        let before = w.epoch();
+        let mut bad = report(A, 20, 500, None);
+        assert!(!w.on_report(&bad));
+        bad.stables = vec![(17, Timestamp(300)), (19, Timestamp(310))];
+        assert!(!w.on_report(&bad));
+        bad.stables = vec![(18, Timestamp(300)), (19, Timestamp(290))];
+        assert!(!w.on_report(&bad));
+        bad.stables = vec![(19, Timestamp(600))];
+        assert!(!w.on_report(&bad));
+        bad.stables = stables(11, 20);
+        assert!(!w.on_report(&bad), "more than {STABLES_REPORTED}");
+        let mut overflow = report(A, 0, 0, None);
+        overflow.stables = vec![(u64::MAX, Timestamp(1))];
+        assert!(!w.on_report(&overflow));
+        assert_eq!(w.epoch(), before, "nothing moved");
     }
 
     /// Random watermark reports, finals (each at least the shard's last reported watermark,

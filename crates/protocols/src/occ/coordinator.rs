@@ -988,7 +988,11 @@ impl Coordinator {
         state.retries += 1;
         state.aborts.add(cause);
         self.retried_total += 1;
-        if state.retries >= self.context.timing.attempts_max {
+        // `mako`: attempts a failover refused or discarded are not the request's conflicts and
+        // do not use up its attempts (an epoch stays closed while a shard has no leader).
+        let failover =
+            state.aborts.get(AbortCause::EpochChanged) + state.aborts.get(AbortCause::Discarded);
+        if state.retries - failover >= self.context.timing.attempts_max {
             return self.complete(request, None, Ending::failed(TxnFailure::RetriesExhausted), out);
         }
         let timing = &self.context.timing;

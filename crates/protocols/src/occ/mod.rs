@@ -687,12 +687,11 @@ impl OccNode {
                 reports.push(report);
             }
         }
-        let cap = view.tracker.durable_floor();
         for (_, participant, _) in self.hosts.iter_mut() {
-            participant.set_gc_cap(cap);
+            participant.set_gc_cap(&view.tracker);
         }
         for (_, participant) in self.hosts.shadowed_mut() {
-            participant.set_gc_cap(cap);
+            participant.set_gc_cap(&view.tracker);
         }
         for (shard, entry) in entries {
             // Built from the participant's own state: always valid.

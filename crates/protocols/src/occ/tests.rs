@@ -2138,3 +2138,48 @@ fn mako_an_epoch_start_aborts_prepared_attempts_and_discards_commits_above_the_s
         "above everything handed out in the closed epoch, the clock notwithstanding"
     );
 }
+
+/// A copy's history is capped by its own epoch: one whose epoch is closing keeps everything
+/// above the stable point its epoch start will discard to, even when the node already knows
+/// a durable point far beyond it (the next epoch's watermarks); a copy in the newest epoch
+/// may collect up to that durable point.
+#[test]
+fn mako_a_copy_behind_the_node_keeps_the_history_its_epoch_start_needs() {
+    use crate::mako::watermark::{Report, Watermarks};
+    use crate::mako::Entry;
+    let context = Net::new().nodes[0].context.clone();
+    let shards = context.topology.shards;
+    let r = context.timing.gc_retention_ns;
+    let mut p = Participant::new(ShardId(0), context, CcMode::Speculative);
+    let (s, t2, late) = (r + 1_000, r + 2_000, 3 * r);
+    assert_eq!(
+        p.on_prepare(s, attempt(1), mako_args(0, &[(1, 10)], true)),
+        Vote::Committed(Timestamp(s))
+    );
+    assert_eq!(
+        p.on_prepare(t2, attempt(2), mako_args(0, &[(1, 20)], true)),
+        Vote::Committed(Timestamp(t2))
+    );
+    p.apply_mako(Entry::Tick { now: late });
+    p.apply_mako(Entry::EpochEnd { epoch: 0 });
+    // Every shard is already in epoch 1 (stable point `s`) with its watermark at `late`: the
+    // node's durable point, far above `s`.
+    let mut tracker = Watermarks::new(shards);
+    for shard in 0..shards {
+        let stables = vec![(0, Timestamp(s))];
+        let report =
+            Report { shard: ShardId(shard), epoch: 1, w: Timestamp(late), final_w: None, stables };
+        assert!(tracker.on_report(&report));
+    }
+    assert_eq!(tracker.durable_floor(), Timestamp(late));
+    let mut out = Outbox::new();
+    p.set_gc_cap(&tracker);
+    p.on_gc_tick(late, false, &mut out);
+    assert_eq!(p.store().gc_watermark(), Timestamp(s), "capped at its epoch's stable point");
+    p.apply_mako(Entry::EpochStart { epoch: 1, stable: Timestamp(s), now: late });
+    assert_eq!(mako_value(&p, 1), Some(10), "the version it falls back to is still there");
+    // Now in the newest epoch: its own retention rules, under the node's durable point.
+    p.set_gc_cap(&tracker);
+    p.on_gc_tick(late, false, &mut out);
+    assert_eq!(p.store().gc_watermark(), Timestamp(late - r));
+}

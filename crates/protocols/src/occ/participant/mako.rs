@@ -155,9 +155,23 @@ impl Participant {
         }
     }
 
-    /// `mako`: history at or below `cap` is durable for good, and only it may be collected
-    /// (a discard falls back to the newest version at or below the stable point).
-    pub(in crate::occ) fn set_gc_cap(&mut self, cap: Timestamp) {
+    /// `mako`: how far this copy's history may be collected, from its own epoch: never above
+    /// the stable point its next epoch start will discard to (a discard falls back to the
+    /// newest version at or below it). In the node's newest epoch, open here, that is the
+    /// durable point the node knows (every later stable point is at least it); a copy that
+    /// is behind (its epoch closing, or older than the node's) gets its epoch's stable point
+    /// once known, else the one its last epoch start used.
+    pub(in crate::occ) fn set_gc_cap(&mut self, tracker: &Watermarks) {
+        let Some(m) = self.mako.as_ref() else { return };
+        let current = m.epoch == tracker.epoch() && m.final_w.is_none();
+        let cap = if current {
+            tracker.durable_floor()
+        } else {
+            tracker
+                .stable(m.epoch)
+                .or_else(|| m.stables.back().map(|&(_, s)| s))
+                .unwrap_or(Timestamp::ZERO)
+        };
         self.gc_cap = Some(cap);
     }
 
