@@ -397,7 +397,8 @@ impl NodeContext {
 pub trait ProtocolNode: Node {
     /// The stores of the shard replicas this node hosts.
     fn stores(&self) -> Vec<(ShardId, &MvccStore)>;
-    /// The same, writable, for bulk loading before the run starts.
+    /// Every store to bulk-load before the run starts (a protocol keeping two copies of a
+    /// replica lists both).
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)>;
 }
 

@@ -30,9 +30,10 @@
 //! it again, unanswered, once it commits. Reads are served from the speculative machine
 //! without waiting. A new leader speculates only once it has applied every entry of earlier
 //! terms (its term's first entry committed), so the speculative order is the log order. The
-//! second machine is made (a full copy, as long as the state is big) when the node starts and
-//! when a leader loses its place, never when one takes it: a follower keeps it as a mirror of
-//! its committed machine, applying every committed entry to both, so a new leader starts
+//! second machine exists from the start (bulk loads fill both, [`Hosts::machines_mut`]) and is
+//! copied again (a full copy, as long as the state is big) only after a snapshot is installed
+//! and when a leader loses its place, never when one takes it: a follower keeps it as a mirror
+//! of its committed machine, applying every committed entry to both, so a new leader starts
 //! speculating without a pause that would cost it its leadership (copying millions of keys
 //! outlasts an election timeout). A leader that loses its place replaces its speculative
 //! machine by a copy of its committed one, and with it whatever the log did not keep. What the
@@ -283,14 +284,19 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
                 }
                 None => None,
             };
+            let sm = make(slot.shard);
+            let speculative = fork.is_some() && log.is_some();
+            // The second machine starts as a copy of the empty one, so that bulk loads fill
+            // both (`machines_mut`) and the node starts without copying what was loaded.
+            let spec = fork.filter(|_| speculative).map(|fork| fork(&sm));
             let host = Host {
-                sm: make(slot.shard),
-                speculative: fork.is_some() && log.is_some(),
+                sm,
+                speculative,
                 log,
                 slot: slot.replica,
                 restored_image,
                 reads_waiting: VecDeque::new(),
-                spec: None,
+                spec,
                 speculating: false,
             };
             hosts.insert(slot.shard, host);
@@ -373,6 +379,14 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         self.hosts.iter().map(|(&shard, h)| (shard, h.active()))
     }
 
+    /// Every machine, the second ones of speculating hosts included (bulk loads fill them
+    /// all before the node starts).
+    pub fn machines_mut(&mut self) -> impl Iterator<Item = (ShardId, &mut SM)> {
+        self.hosts.iter_mut().flat_map(|(&shard, h)| {
+            std::iter::once(&mut h.sm).chain(h.spec.as_mut()).map(move |sm| (shard, sm))
+        })
+    }
+
     /// The second machines of speculating hosts that [`Hosts::iter_mut`] does not show
     /// (speculating leaders' committed ones, followers' mirrors), for housekeeping every copy
     /// needs (history collection).
@@ -414,11 +428,6 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                 log.poll(&mut effects);
             }
             self.carry_out(shard, effects, out);
-        }
-        // Speculating hosts copy their (loaded, replayed) state now, while nothing waits.
-        let fork = self.fork;
-        for host in self.hosts.values_mut().filter(|h| h.speculative && h.spec.is_none()) {
-            host.remirror(fork);
         }
         if self.fresh || self.topology.replicas == 1 {
             let leads: Vec<ShardId> =

@@ -981,8 +981,9 @@ impl ProtocolNode for OccNode {
         self.hosts.iter().map(|(shard, p)| (shard, p.store())).collect()
     }
 
+    /// Every copy's store: `mako`'s second copies are loaded too.
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)> {
-        self.hosts.iter_mut().map(|(shard, p, _)| (shard, p.store_mut())).collect()
+        self.hosts.machines_mut().map(|(shard, p)| (shard, p.store_mut())).collect()
     }
 }
 
