@@ -12,6 +12,10 @@
 //! coordinator asks every participant until one knows the decision (a prepared participant
 //! decides with its peers) or all have forgotten it (unknown).
 //!
+//! Under `mako` a decided commit is not answered at once: it is *parked* until the node's view
+//! of the watermarks says it is durable (answered, with its speculative latency) or discarded
+//! by a failover (its request retried); see `crate::mako`.
+//!
 //! Invariants (asserted):
 //! - a request has at most one running attempt, and a running attempt's request is in flight;
 //! - the client is answered exactly once per request (the request leaves the table then);
