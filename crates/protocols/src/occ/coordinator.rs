@@ -1045,10 +1045,24 @@ impl Coordinator {
                 return;
             }
         }
+        self.answer(request, ending, outputs, shards_touched, None, out);
+    }
+
+    /// Replies to `request` and forgets it; `speculative_at`: when a `mako` commit was
+    /// decided, for its speculative latency.
+    fn answer(
+        &mut self,
+        request: RequestId,
+        ending: Ending,
+        outputs: Vec<meridian_core::txn::PieceOutput>,
+        shards_touched: u32,
+        speculative_at: Option<Time>,
+        out: &mut Outbox<OccMsg>,
+    ) {
         let Some(state) = self.requests.finish(request) else {
             return;
         };
-        if committed {
+        if ending.result == TxnResult::Committed {
             self.committed_total += 1;
         }
         out.reply(
@@ -1061,7 +1075,7 @@ impl Coordinator {
                 aborts: state.aborts,
                 shards_touched,
                 path: ending.path,
-                speculative_ns: None,
+                speculative_ns: speculative_at.map(|at| at.saturating_sub(state.submitted_at)),
             },
         );
     }
@@ -1088,24 +1102,14 @@ impl Coordinator {
         for (txn, verdict) in settled {
             let parked = self.parked.remove(&txn).expect("listed above");
             match verdict {
-                Verdict::Durable => {
-                    let Some(state) = self.requests.finish(parked.request) else { continue };
-                    self.committed_total += 1;
-                    let speculative_ns = parked.decided_at.saturating_sub(state.submitted_at);
-                    out.reply(
-                        parked.request,
-                        TxnOutcome {
-                            result: TxnResult::Committed,
-                            outputs: parked.outputs,
-                            commit_ts: Some(parked.ts),
-                            retries: state.retries,
-                            aborts: state.aborts,
-                            shards_touched: parked.shards_touched,
-                            path: parked.path,
-                            speculative_ns: Some(speculative_ns),
-                        },
-                    );
-                }
+                Verdict::Durable => self.answer(
+                    parked.request,
+                    Ending::committed(Some(parked.ts), parked.path),
+                    parked.outputs,
+                    parked.shards_touched,
+                    Some(parked.decided_at),
+                    out,
+                ),
                 Verdict::Discarded => {
                     self.discarded_total += 1;
                     self.retry_request(parked.request, AbortCause::Discarded, timers, out);
@@ -1117,12 +1121,9 @@ impl Coordinator {
                          longer known here",
                         parked.epoch
                     );
-                    if self.requests.finish(parked.request).is_some() {
-                        out.reply(
-                            parked.request,
-                            TxnOutcome::failed(TxnFailure::Indeterminate(why)),
-                        );
-                    }
+                    let ending = Ending::failed(TxnFailure::Indeterminate(why));
+                    let touched = parked.shards_touched;
+                    self.answer(parked.request, ending, Vec::new(), touched, None, out);
                 }
                 Verdict::Pending => unreachable!("filtered above"),
             }

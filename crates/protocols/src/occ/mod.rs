@@ -687,10 +687,7 @@ impl OccNode {
                 reports.push(report);
             }
         }
-        for (_, participant, _) in self.hosts.iter_mut() {
-            participant.set_gc_cap(&view.tracker);
-        }
-        for (_, participant) in self.hosts.shadowed_mut() {
+        for (_, participant) in self.hosts.machines_mut() {
             participant.set_gc_cap(&view.tracker);
         }
         for (shard, entry) in entries {
