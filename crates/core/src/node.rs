@@ -35,6 +35,15 @@
 //!      done. A node that must not send something before its data is durable emits that send
 //!      from `on_persisted`, not before.
 //!    - `Reply`: hand the outcome to the client that submitted `request`.
+//!    - `DependsOn`: the effects after it in this call wait on a longer causal chain (see
+//!      below).
+//!
+//!    Drivers that count wide-area legs (DESIGN: round trips on the critical path) hand each
+//!    call the count of the chain that triggered it ([`Outbox::begin_call`]) and stamp the
+//!    call's effects with it. A node whose effect waits on state an earlier call left (a
+//!    report that covers commits applied before) raises the count for that effect with
+//!    [`Outbox::send_after`] or [`Outbox::reply_after`]. The count is a measurement: a node
+//!    reads it with [`Outbox::chain`] only to pass it on, never to decide anything.
 //! 5. **Crash** drops the node value and every effect not yet carried out; unsynced persisted
 //!    records are lost. **Restart** constructs a fresh node and hands it what was durable.
 //!
@@ -221,17 +230,25 @@ pub enum Effect<M> {
         /// Its outcome.
         outcome: TxnOutcome,
     },
+    /// The effects after this one depend on a causal chain of `hops` wide-area legs (never
+    /// fewer than the call's own). Measurement only.
+    DependsOn {
+        /// Wide-area one-way legs.
+        hops: u16,
+    },
 }
 
 /// The effects of one call, in the order the node emitted them.
 #[derive(Debug)]
 pub struct Outbox<M> {
     effects: Vec<Effect<M>>,
+    /// Wide-area legs on the causal chain of the call in progress, as the driver counts them.
+    chain: u16,
 }
 
 impl<M> Default for Outbox<M> {
     fn default() -> Self {
-        Self { effects: Vec::new() }
+        Self { effects: Vec::new(), chain: 0 }
     }
 }
 
@@ -264,6 +281,48 @@ impl<M> Outbox<M> {
     /// Queues a client reply.
     pub fn reply(&mut self, request: RequestId, outcome: TxnOutcome) {
         self.effects.push(Effect::Reply { request, outcome });
+    }
+
+    /// Driver: a call begins whose trigger came at the end of a causal chain of `hops`
+    /// wide-area legs (0 where the driver does not count them).
+    pub fn begin_call(&mut self, hops: u16) {
+        self.chain = hops;
+    }
+
+    /// The wide-area legs on the causal chain of the call in progress. Measurement only: a
+    /// node keeps it to pass on with [`Outbox::send_after`] or [`Outbox::reply_after`].
+    pub fn chain(&self) -> u16 {
+        self.chain
+    }
+
+    /// Queues a message that waits on a causal chain of `hops` legs as well as on this call.
+    pub fn send_after(&mut self, to: NodeId, msg: M, hops: u16) {
+        if hops <= self.chain {
+            return self.send(to, msg);
+        }
+        self.depends_on(hops);
+        self.send(to, msg);
+        self.depends_on(self.chain);
+    }
+
+    /// Queues a client reply that waits on a causal chain of `hops` legs as well as on this
+    /// call.
+    pub fn reply_after(&mut self, request: RequestId, outcome: TxnOutcome, hops: u16) {
+        if hops <= self.chain {
+            return self.reply(request, outcome);
+        }
+        self.depends_on(hops);
+        self.reply(request, outcome);
+        self.depends_on(self.chain);
+    }
+
+    fn depends_on(&mut self, hops: u16) {
+        // Consecutive markers: only the last one counts.
+        if let Some(Effect::DependsOn { hops: last }) = self.effects.last_mut() {
+            *last = hops;
+        } else {
+            self.effects.push(Effect::DependsOn { hops });
+        }
     }
 
     /// Takes the queued effects in order, leaving the outbox empty (its buffer is kept).
@@ -360,5 +419,32 @@ pub trait ClientDriver {
     /// True time reached `now`: the requests due by then.
     fn on_time(&mut self, _now: Time) -> Vec<(NodeId, ClientRequest)> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A raised chain covers only the effect it was asked for, and never lowers the call's.
+    #[test]
+    fn a_raised_chain_covers_its_effect_only() {
+        let mut out: Outbox<u8> = Outbox::new();
+        out.begin_call(3);
+        out.send(NodeId(1), 1);
+        out.send_after(NodeId(1), 2, 7);
+        out.reply_after(RequestId(9), TxnOutcome::failed(TxnFailure::RetriesExhausted), 1);
+        out.send(NodeId(1), 3);
+        let mut hops = out.chain();
+        let mut seen = Vec::new();
+        for effect in out.drain() {
+            match effect {
+                Effect::DependsOn { hops: h } => hops = h,
+                Effect::Send { msg, .. } => seen.push((u16::from(msg), hops)),
+                Effect::Reply { .. } => seen.push((0, hops)),
+                _ => unreachable!(),
+            }
+        }
+        assert_eq!(seen, [(1, 3), (2, 7), (0, 3), (3, 3)]);
     }
 }

@@ -518,6 +518,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
 
     async fn run(mut self) -> NodeResult<N> {
         let now = self.node_now();
+        self.outbox.begin_call(self.hops);
         self.node.on_start(now, &mut self.outbox);
         self.carry_out().await;
         if let Some(clients) = &self.clients {
@@ -531,6 +532,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             while let Some((hops, msg)) = self.self_queue.pop_front() {
                 let now = self.node_now();
                 self.hops = hops;
+                self.outbox.begin_call(self.hops);
                 self.node.on_message(now, self.id, msg, &mut self.outbox);
                 self.carry_out().await;
             }
@@ -640,6 +642,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         record_delay(&mut self.delays, from, self.clock.now_ns().saturating_sub(sent_at_ns));
         let now = self.node_now();
         self.hops = hops;
+        self.outbox.begin_call(self.hops);
         self.node.on_message(now, from, msg, &mut self.outbox);
         self.carry_out().await;
     }
@@ -653,6 +656,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             self.timers.pop();
             let now = self.node_now();
             self.hops = hops;
+            self.outbox.begin_call(self.hops);
             self.node.on_timer(now, timer, &mut self.outbox);
             self.carry_out().await;
         }
@@ -663,6 +667,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             let Some(request) = self.pending_submits.pop_front() else { return };
             let now = self.node_now();
             self.hops = 0;
+            self.outbox.begin_call(self.hops);
             self.node.submit(now, request, &mut self.outbox);
             self.carry_out().await;
         }
@@ -679,6 +684,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         self.waiters.insert(id, reply);
         let now = self.node_now();
         self.hops = 0;
+        self.outbox.begin_call(self.hops);
         match call {
             ClientCall::Submit(request) => self.node.submit(now, request, &mut self.outbox),
             ClientCall::Session(request) => self.node.on_session(now, request, &mut self.outbox),
@@ -694,6 +700,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         let now = self.node_now();
         // What the batch releases waited for the longest chain among them.
         self.hops = tokens.iter().filter_map(|t| self.persist_hops.remove(t)).max().unwrap_or(0);
+        self.outbox.begin_call(self.hops);
         self.node.on_persisted_batch(now, tokens, &mut self.outbox);
         tokens.clear();
         self.carry_out().await;
@@ -728,6 +735,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                         }
                         None => self.persisted.push_back((token, self.hops)),
                     },
+                    Effect::DependsOn { hops } => self.hops = hops,
                     Effect::Reply { request, outcome } => {
                         if let Some(waiter) = self.waiters.remove(&request) {
                             let _ = waiter.send(outcome);
@@ -745,6 +753,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             let Some((token, hops)) = self.persisted.pop_front() else { return };
             let now = self.node_now();
             self.hops = hops;
+            self.outbox.begin_call(self.hops);
             self.node.on_persisted(now, token, &mut self.outbox);
         }
     }

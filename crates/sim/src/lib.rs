@@ -313,6 +313,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             let node = NodeId(id as u32);
             let now = sim.node_now(node);
             if let Some(n) = sim.nodes[id].as_mut() {
+                sim.outbox.begin_call(sim.hops);
                 n.on_start(now, &mut sim.outbox);
             }
             sim.carry_out(node);
@@ -479,6 +480,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 match self.nodes[to.0 as usize].as_mut() {
                     Some(node) => {
                         self.stats.deliveries += 1;
+                        self.outbox.begin_call(self.hops);
                         node.on_message(now, from, msg, &mut self.outbox);
                         match trigger {
                             Some(index) => {
@@ -498,6 +500,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 match self.nodes[node.0 as usize].as_mut() {
                     Some(n) if self.incarnations[node.0 as usize] == incarnation => {
                         self.stats.timers += 1;
+                        self.outbox.begin_call(self.hops);
                         n.on_timer(now, timer, &mut self.outbox);
                         self.carry_out(node);
                     }
@@ -516,6 +519,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 let now = self.node_now(node);
                 if let Some(n) = self.nodes[node.0 as usize].as_mut() {
                     self.stats.persists += 1;
+                    self.outbox.begin_call(self.hops);
                     n.on_persisted(now, token, &mut self.outbox);
                     self.carry_out(node);
                 }
@@ -526,6 +530,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                 let now = self.node_now(node);
                 match self.nodes[node.0 as usize].as_mut() {
                     Some(n) => {
+                        self.outbox.begin_call(self.hops);
                         n.submit(now, request, &mut self.outbox);
                         self.carry_out(node);
                     }
@@ -571,6 +576,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     let incarnation = u64::from(self.incarnations[index]);
                     let mut fresh = (self.factory)(node, incarnation, self.disks[index].durable());
                     let now = self.node_now(node);
+                    self.outbox.begin_call(self.hops);
                     fresh.on_start(now, &mut self.outbox);
                     self.nodes[index] = Some(fresh);
                     self.carry_out(node);
@@ -653,6 +659,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                         EventKind::Persisted { node, token, incarnation, sync, hops },
                     );
                 }
+                Effect::DependsOn { hops } => self.hops = hops,
                 Effect::Reply { request, outcome } => {
                     self.reply_hops.push((request, self.hops));
                     let next = self.clients.on_reply(self.now, node, request, &outcome);

@@ -622,6 +622,48 @@ fn clients_in_a_coordinator_only_region_pay_its_distance() {
     assert!(far > near + 200, "p50 {far} ms from Hong Kong against {near} ms from South Carolina");
 }
 
+/// Wide-area round trips per commit of every baseline on Tiga's placement (`tiga-wan`, three
+/// server regions and Hong Kong, coordinators in all four), three-shard read-modify-write
+/// transactions, against the counts docs/protocols.md gives: a wave of reads and the prepare
+/// (2), plus the prepare's replication round when each shard's replicas span regions (3);
+/// `mako` adds to its speculative count the decision's trip to the leaders, the replication
+/// of the log that covers it and the watermark report's trip back (3 and 4).
+#[test]
+fn every_baseline_commits_in_its_designed_wide_area_round_trips() {
+    use meridian_core::RegionId;
+    let network = NetworkModel::preset("tiga-wan", 4).unwrap();
+    let servers = [RegionId(0), RegionId(1), RegionId(2)];
+    for (protocol, unreplicated, replicated) in [
+        (ProtocolKind::Occ, 2, 3),
+        (ProtocolKind::TwoPl, 2, 3),
+        (ProtocolKind::Mvto, 2, 3),
+        (ProtocolKind::Mako, 3, 4),
+    ] {
+        for (replicas, wrtt) in [(1, unreplicated), (3, replicated)] {
+            let topology =
+                Topology::placed(network.regions.clone(), &servers, 3, replicas).unwrap();
+            let mut o = SimRunOptions::new(
+                protocol,
+                topology,
+                network.clone(),
+                ClockModel::preset("perfect").unwrap(),
+                1,
+            );
+            o.clients = 12;
+            o.txns = 200;
+            o.time_limit_ns = 600 * NS_PER_S;
+            let options = WorkloadOptions { shards: 3, ..WorkloadOptions::default() };
+            let workload = Arc::from(meridian_workloads::build("micro-tiga", &options).unwrap());
+            let report = run(&o, workload).unwrap();
+            assert_passed(&report);
+            let mut hops: Vec<u16> = report.completions.iter().map(|(_, h)| *h).collect();
+            hops.sort_unstable();
+            let p50 = hops[hops.len() / 2];
+            assert_eq!(p50, 2 * wrtt, "{protocol:?} with {replicas} replicas: {hops:?}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2pc-mvto over Raft: the same guarantees as occ's scenarios (live, no acknowledged write lost,
 // replicas equal), on schedules that reach its own state: prepares held for a writer, read

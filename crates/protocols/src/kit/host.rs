@@ -885,7 +885,7 @@ mod tests {
                     Effect::Send { msg: TallyMsg::Ack(c), .. } => self.acks.push(c),
                     Effect::Send { msg: TallyMsg::Seen(s), .. } => self.seen.push(s),
                     Effect::Persist { token, .. } => self.persists.push_back((node, token)),
-                    Effect::SetTimer { .. } | Effect::Reply { .. } => {}
+                    Effect::SetTimer { .. } | Effect::Reply { .. } | Effect::DependsOn { .. } => {}
                 }
             }
         }

@@ -127,6 +127,8 @@ struct Parked {
     outputs: Vec<meridian_core::txn::PieceOutput>,
     shards_touched: u32,
     decided_at: Time,
+    /// Wide-area legs on the causal chain that decided it (measurement only).
+    decided_chain: u16,
 }
 
 /// The coordinator of one node.
@@ -1040,6 +1042,7 @@ impl Coordinator {
                     outputs,
                     shards_touched,
                     decided_at: self.now,
+                    decided_chain: out.chain(),
                 };
                 self.parked.insert(txn, parked);
                 return;
@@ -1049,14 +1052,14 @@ impl Coordinator {
     }
 
     /// Replies to `request` and forgets it; `speculative_at`: when a `mako` commit was
-    /// decided, for its speculative latency.
+    /// decided, for its speculative latency, and the causal chain it was decided on.
     fn answer(
         &mut self,
         request: RequestId,
         ending: Ending,
         outputs: Vec<meridian_core::txn::PieceOutput>,
         shards_touched: u32,
-        speculative_at: Option<Time>,
+        speculative_at: Option<(Time, u16)>,
         out: &mut Outbox<OccMsg>,
     ) {
         let Some(state) = self.requests.finish(request) else {
@@ -1065,28 +1068,29 @@ impl Coordinator {
         if ending.result == TxnResult::Committed {
             self.committed_total += 1;
         }
-        out.reply(
-            request,
-            TxnOutcome {
-                result: ending.result,
-                outputs,
-                commit_ts: ending.commit_ts,
-                retries: state.retries,
-                aborts: state.aborts,
-                shards_touched,
-                path: ending.path,
-                speculative_ns: speculative_at.map(|at| at.saturating_sub(state.submitted_at)),
-            },
-        );
+        let outcome = TxnOutcome {
+            result: ending.result,
+            outputs,
+            commit_ts: ending.commit_ts,
+            retries: state.retries,
+            aborts: state.aborts,
+            shards_touched,
+            path: ending.path,
+            speculative_ns: speculative_at.map(|(at, _)| at.saturating_sub(state.submitted_at)),
+        };
+        // A durable `mako` commit waited on both its decision and the reports.
+        out.reply_after(request, outcome, speculative_at.map_or(0, |(_, chain)| chain));
     }
 
     /// `mako`: the watermarks moved. Parked commits now durable are answered (with their
     /// speculative latency), those a failover discarded are retried, and new attempts run in
-    /// the newest epoch.
+    /// the newest epoch. `report_chain`: the causal chain of the report that moved them, when
+    /// it is longer than this call's (one from this node).
     pub(super) fn on_watermarks(
         &mut self,
         now: Time,
         tracker: &crate::mako::watermark::Watermarks,
+        report_chain: u16,
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
@@ -1107,7 +1111,7 @@ impl Coordinator {
                     Ending::committed(Some(parked.ts), parked.path),
                     parked.outputs,
                     parked.shards_touched,
-                    Some(parked.decided_at),
+                    Some((parked.decided_at, parked.decided_chain.max(report_chain))),
                     out,
                 ),
                 Verdict::Discarded => {

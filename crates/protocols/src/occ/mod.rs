@@ -694,13 +694,14 @@ impl OccNode {
             // Built from the participant's own state: always valid.
             let _ = self.hosts.submit(shard, ShardCommand::Mako(entry), out);
         }
-        for report in reports {
+        for (report, chain) in reports {
+            // The report waits on the commits its watermark covers (measurement only).
             for node in self.context.topology.node_ids() {
                 if node != self.id {
-                    out.send(node, OccMsg::Watermark(report.clone()));
+                    out.send_after(node, OccMsg::Watermark(report.clone()), chain);
                 }
             }
-            self.on_watermark(now, self.id, report, out);
+            self.on_watermark(now, self.id, report, chain, out);
         }
     }
 
@@ -723,6 +724,7 @@ impl OccNode {
         now: Time,
         from: NodeId,
         report: crate::mako::watermark::Report,
+        report_chain: u16,
         out: &mut Outbox<OccMsg>,
     ) {
         let Some(view) = self.mako.as_mut() else { return };
@@ -737,7 +739,7 @@ impl OccNode {
             return;
         }
         if let Some(c) = self.coordinator.as_mut() {
-            c.on_watermarks(now, &view.tracker, &mut self.timers, out);
+            c.on_watermarks(now, &view.tracker, report_chain, &mut self.timers, out);
         }
     }
 
@@ -806,7 +808,7 @@ impl OccNode {
     fn handle_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
         match msg {
             OccMsg::Raft { groups } => self.hosts.on_raft(from, groups, out),
-            OccMsg::Watermark(report) => self.on_watermark(now, from, report, out),
+            OccMsg::Watermark(report) => self.on_watermark(now, from, report, 0, out),
             OccMsg::Request(request) => self.on_shard_request(now, from, request, true, out),
             OccMsg::Forward { origin, request } => {
                 // Only a node hosting a replica of the shard forwards to its leader.

@@ -277,7 +277,7 @@ impl Net {
                         "request {request:?} answered twice"
                     );
                 }
-                Effect::Persist { .. } => {}
+                Effect::Persist { .. } | Effect::DependsOn { .. } => {}
             }
         }
     }
@@ -1048,7 +1048,7 @@ fn a_replicated_leader_answers_only_after_the_log_entry_commits() {
                 Effect::Send { to, msg } => queue.push_back((from, to, msg)),
                 Effect::Persist { token, .. } => persisted.push_back((from, token)),
                 Effect::SetTimer { timer, after_ns } => timers.push((now + after_ns, from, timer)),
-                Effect::Reply { .. } => {}
+                Effect::Reply { .. } | Effect::DependsOn { .. } => {}
             }
         }
     };
@@ -2082,7 +2082,7 @@ fn mako_an_epoch_start_aborts_prepared_attempts_and_discards_commits_above_the_s
     use crate::mako::Entry;
     let mut p =
         Participant::new(ShardId(0), Net::new().nodes[0].context.clone(), CcMode::Speculative);
-    let report = |p: &Participant| p.mako_report(ShardId(0)).unwrap();
+    let report = |p: &Participant| p.mako_report(ShardId(0)).unwrap().0;
     let (t1, t2, t3) = (attempt(1), attempt(2), attempt(3));
     assert_eq!(
         p.on_prepare(1_000, t1, mako_args(0, &[(1, 10)], true)),

@@ -32,6 +32,13 @@ pub(in crate::occ) struct MakoState {
     /// predecessor's speculative state may be lost), so it must before anything else.
     #[serde(skip)]
     must_close: bool,
+    /// Measurement only, this replica's own (not replicated, not in images): the longest
+    /// causal chain (wide-area legs) among the calls that applied commands since the last
+    /// tick, and among those the last tick covered, which its reports pass on.
+    #[serde(skip)]
+    chain_since_tick: u16,
+    #[serde(skip)]
+    chain_covered: u16,
 }
 
 impl MakoState {
@@ -136,16 +143,29 @@ impl Participant {
         (m.must_close && m.final_w.is_none()).then_some(Entry::EpochEnd { epoch: m.epoch })
     }
 
-    /// `mako`, on the committed state: what the shard's leader reports.
-    pub(in crate::occ) fn mako_report(&self, shard: ShardId) -> Option<Report> {
+    /// `mako`, on the committed state: what the shard's leader reports, and the causal chain
+    /// of the commands its watermark covers (measurement only).
+    pub(in crate::occ) fn mako_report(&self, shard: ShardId) -> Option<(Report, u16)> {
         let m = self.mako.as_ref()?;
-        Some(Report {
+        let report = Report {
             shard,
             epoch: m.epoch,
             w: m.w,
             final_w: m.final_w,
             stables: m.stables.iter().copied().collect(),
-        })
+        };
+        Some((report, m.chain_covered))
+    }
+
+    /// `mako`: a command is applied in a call at the end of a causal chain of `chain`
+    /// wide-area legs (measurement only). A tick covers the commands applied before it.
+    pub(in crate::occ) fn mako_note_chain(&mut self, chain: u16, tick: bool) {
+        let Some(m) = self.mako.as_mut() else { return };
+        m.chain_since_tick = m.chain_since_tick.max(chain);
+        if tick {
+            m.chain_covered = m.chain_since_tick;
+            m.chain_since_tick = 0;
+        }
     }
 
     /// `mako`: a new term of this leader (its speculative state is fresh).
