@@ -35,8 +35,9 @@
 //!      done. A node that must not send something before its data is durable emits that send
 //!      from `on_persisted`, not before.
 //!    - `Reply`: hand the outcome to the client that submitted `request`.
-//!    - `DependsOn`: the effects after it in this call wait on a longer causal chain (see
-//!      below).
+//!    - `DependsOn`: the effects after it, up to the next such marker or the end of the
+//!      call, carry its count of wide-area legs (see below); a driver that does not count
+//!      them ignores it. A marker never outlives its call.
 //!
 //!    Drivers that count wide-area legs (DESIGN: round trips on the critical path) hand each
 //!    call the count of the chain that triggered it ([`Outbox::begin_call`]) and stamp the
@@ -230,8 +231,9 @@ pub enum Effect<M> {
         /// Its outcome.
         outcome: TxnOutcome,
     },
-    /// The effects after this one depend on a causal chain of `hops` wide-area legs (never
-    /// fewer than the call's own). Measurement only.
+    /// The effects after this one, up to the next marker or the end of the call, carry a
+    /// causal chain of `hops` wide-area legs (the call's own again after a raised effect).
+    /// Measurement only.
     DependsOn {
         /// Wide-area one-way legs.
         hops: u16,

@@ -57,10 +57,10 @@ impl Drop for Servers {
     }
 }
 
-/// The two tests start servers on the same cores; one at a time keeps the kills meaningful.
 /// The victims' generator state of the `occ` runs.
 const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// The tests start servers on the same cores; one at a time keeps the kills meaningful.
 static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn cluster_file(
@@ -207,7 +207,8 @@ fn kill_9_of_random_servers_loses_no_acknowledged_commit_under_every_baseline() 
     for protocol in ["2pl", "2pc-mvto", "mako"] {
         let dir =
             std::env::temp_dir().join(format!("meridian-kill9-{protocol}-{}", std::process::id()));
-        // Seed 2 kills nodes 1, 0, 0, 2, 2, 2: the first leader twice, then the next.
+        // Seed 2 kills nodes 1, 0, 0, 2, 2, 2: each server, node 0 (Raft's usual first
+        // leader, its preferred replica) twice.
         let (stdout, victims, servers) =
             run_with_kills(protocol, "list-append", "fjall", (6, 2), &dir);
         assert_eq!(victims, [1, 0, 0, 2, 2, 2]);

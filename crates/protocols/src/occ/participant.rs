@@ -998,8 +998,7 @@ impl StateMachine for Participant {
 
     fn apply(&mut self, command: ShardCommand, answer: bool, out: &mut Outbox<OccMsg>) {
         let shard = self.shard;
-        let tick = matches!(command, ShardCommand::Mako(crate::mako::Entry::Tick { .. }));
-        self.mako_note_chain(out.chain(), tick);
+        self.mako_note_chain(out.chain());
         match &command {
             ShardCommand::Prepare { now, .. }
             | ShardCommand::ExecuteCommit { now, .. }

@@ -34,7 +34,8 @@ pub(in crate::occ) struct MakoState {
     must_close: bool,
     /// Measurement only, this replica's own (not replicated, not in images): the longest
     /// causal chain (wide-area legs) among the calls that applied commands since the last
-    /// tick, and among those the last tick covered, which its reports pass on.
+    /// tick that covered everything applied, and that chain as of the last tick, which its
+    /// reports pass on.
     #[serde(skip)]
     chain_since_tick: u16,
     #[serde(skip)]
@@ -78,6 +79,12 @@ impl Participant {
                 let c = candidate(self.ts_last, lowest);
                 debug_assert!(c >= m.w, "the watermark went back from {:?} to {c:?}", m.w);
                 m.w = m.w.max(c);
+                // A prepared attempt holds the watermark below commits applied after it:
+                // their chains stay for the tick that covers them.
+                m.chain_covered = m.chain_since_tick;
+                if lowest.is_none() {
+                    m.chain_since_tick = 0;
+                }
             }
             Entry::EpochEnd { epoch } => {
                 if epoch != m.epoch || m.final_w.is_some() {
@@ -158,14 +165,10 @@ impl Participant {
     }
 
     /// `mako`: a command is applied in a call at the end of a causal chain of `chain`
-    /// wide-area legs (measurement only). A tick covers the commands applied before it.
-    pub(in crate::occ) fn mako_note_chain(&mut self, chain: u16, tick: bool) {
+    /// wide-area legs (measurement only; the tick that covers it passes it on).
+    pub(in crate::occ) fn mako_note_chain(&mut self, chain: u16) {
         let Some(m) = self.mako.as_mut() else { return };
         m.chain_since_tick = m.chain_since_tick.max(chain);
-        if tick {
-            m.chain_covered = m.chain_since_tick;
-            m.chain_since_tick = 0;
-        }
     }
 
     /// `mako`: a new term of this leader (its speculative state is fresh).
