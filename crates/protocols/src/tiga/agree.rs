@@ -66,6 +66,11 @@ impl Agreement {
         }
     }
 
+    /// Every participant shard, this leader's included.
+    pub fn participants(&self) -> impl Iterator<Item = ShardId> + '_ {
+        self.participants.iter().copied()
+    }
+
     /// This leader's own proposal (the first one stands).
     pub fn propose(&mut self, ts: Timestamp) {
         self.proposals.entry(self.me).or_insert(ts);

@@ -73,6 +73,11 @@ impl FollowerLog {
         &self.prefix
     }
 
+    /// True when `txn` is in this log (released here or listed by the leader).
+    pub fn contains(&self, txn: TxnId) -> bool {
+        self.in_prefix.contains(&txn) || self.tail.contains_key(&txn)
+    }
+
     /// Transactions released here that the leader has not listed yet.
     pub fn tail_len(&self) -> usize {
         self.tail.len()

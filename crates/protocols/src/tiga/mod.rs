@@ -12,9 +12,11 @@
 //! replies carry ([`quorum`]), the leaders' timestamp agreement with its three cases
 //! ([`agree`]), a follower's log synchronisation with sync- and commit-points ([`log`]), the
 //! log merge of a view change ([`recovery`]), the view manager's choice of leaders and mode
-//! ([`view`]), the one-shot check ([`check_one_shot`]), and the protocol's options. The
-//! protocol node (servers, coordinator, the manager's replicated service, durability) is not
-//! built, and `--protocol tiga` does not exist yet.
+//! ([`view`]), the one-shot check ([`check_one_shot`]), and the protocol's options; and one
+//! replica's sequencing core composing them ([`replica`]: arrival, preventive agreement,
+//! release, log, hashes, synchronisation, at-most-once release). The protocol node
+//! (execution, coordinator, the manager's replicated service, durability, detective mode,
+//! checkpoints) is not built, and `--protocol tiga` does not exist yet.
 
 pub mod agree;
 pub mod hold;
@@ -22,6 +24,7 @@ pub mod log;
 pub mod owd;
 pub mod quorum;
 pub mod recovery;
+pub mod replica;
 pub mod view;
 
 use crate::kit::coord::PieceSlot;

@@ -1,0 +1,447 @@
+//! One replica of one Tiga shard, from a transaction's arrival to its replies (Tiga §3.2–3.7),
+//! as a sans-IO core for the protocol node to drive: it composes the hold queue
+//! ([`super::hold`]), the leaders' timestamp agreement ([`super::agree`]), the log and its
+//! synchronisation ([`super::log`]) and the per-key hashes ([`super::quorum`]), and says what
+//! to do as [`Action`]s. Running a procedure on the store and sending messages are the node's.
+//!
+//! - **Arrival.** The leader holds a transaction at its timestamp or bumps it past released
+//!   conflicts; a follower holds it or, when late, leaves its place to the leader's log.
+//! - **Agreement** (preventive mode, multi-shard transactions, leaders only). The leader
+//!   proposes where it holds the transaction; proposals and confirmations that arrive first
+//!   are kept. Once every proposal is in: case 1 releases, case 2 waits for the confirmations
+//!   of the smaller proposers, case 3 moves the transaction to the agreed timestamp and
+//!   confirms. Until then the entry is held *not ready*, so conflicting later transactions wait
+//!   behind it (that is what keeps the order across shards).
+//! - **Release** (when the clock passes an entry): the leader appends it to its log, adds it
+//!   to the key hashes and is told to execute it, then to reply fast; a follower adds it to its
+//!   unsynced tail and the hashes and replies fast.
+//! - **Synchronisation** (followers): the leader's log entries join the synced prefix; an entry
+//!   released here at another timestamp is retimed (its hash contribution moves with it), one
+//!   still held here leaves the hold queue for the leader's place, one never received is
+//!   fetched; each entry reaching the sync-point earns a slow reply.
+//!
+//! Bounds: the hold queue's (`held_max`, `keys_max`), the follower's tail (`tail_max`), open
+//! agreements (`agreements_max`: proposals beyond it are dropped, and the coordinator's retry
+//! brings them again; an agreement for a transaction that never arrives stays until the node
+//! calls [`Replica::forget`]), releases per tick (`release_max`).
+//!
+//! At most once: a transaction in this replica's log (released, or listed by the leader) is
+//! never held or released again; a retry of it arrives to nothing (the node answers from what
+//! it recorded).
+//!
+//! Not here yet: detective mode, checkpoints (the logs, the set of logged transactions and
+//! the key hashes grow with the log; a checkpoint truncates them), views (a replica is built
+//! leader or follower).
+
+use super::agree::{Agreement, Verdict};
+use super::hold::{Arrival, Arriving, HoldQueue};
+use super::log::{FollowerLog, SYNC_ENTRIES_MAX};
+use super::quorum::KeyHashes;
+use meridian_core::key::Key;
+use meridian_core::{ShardId, Time, Timestamp, TxnId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What arrives at a replica: the part of a transaction that orders it on this shard.
+#[derive(Clone, Debug)]
+pub struct Incoming {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The timestamp its coordinator stamped.
+    pub ts: Timestamp,
+    /// Every participant shard (this one included).
+    pub shards: Vec<ShardId>,
+    /// Keys it reads on this shard.
+    pub reads: Vec<Key>,
+    /// Keys it writes on this shard.
+    pub writes: Vec<Key>,
+}
+
+/// What the replica asks its node to do, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Leader: send this shard's proposal for `txn` to the leaders of `to`.
+    Propose {
+        /// The transaction.
+        txn: TxnId,
+        /// Where this leader holds it.
+        ts: Timestamp,
+        /// The other participant shards.
+        to: Vec<ShardId>,
+    },
+    /// Leader: tell the leaders of `to` that this shard moved `txn` to the agreed timestamp.
+    Confirm {
+        /// The transaction.
+        txn: TxnId,
+        /// The other participant shards.
+        to: Vec<ShardId>,
+    },
+    /// Leader: `txn` was released at `ts`: run its pieces on the store at `ts` now, before
+    /// the fast reply that follows.
+    Execute {
+        /// The transaction.
+        txn: TxnId,
+        /// Its timestamp on this shard (the agreed one).
+        ts: Timestamp,
+    },
+    /// Reply fast to `txn`'s coordinator: released at `ts`, with this log hash over its keys.
+    FastReply {
+        /// The transaction.
+        txn: TxnId,
+        /// Where it was released.
+        ts: Timestamp,
+        /// The hash of this replica's log over the transaction's keys.
+        hash: u64,
+    },
+    /// Follower: the leader's log holds `txn` at `ts` and this replica's synced prefix reached
+    /// it: reply slow to its coordinator.
+    SlowReply {
+        /// The transaction.
+        txn: TxnId,
+        /// The leader's timestamp for it.
+        ts: Timestamp,
+    },
+    /// Follower: ask the leader for these transactions' bodies.
+    Fetch {
+        /// The transactions.
+        txns: Vec<TxnId>,
+    },
+    /// Follower: ask the leader to send its log again from position `from`.
+    Resend {
+        /// The first position wanted.
+        from: usize,
+    },
+}
+
+/// A replica's bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaLimits {
+    /// Transactions held at most.
+    pub held_max: usize,
+    /// Keys with a release stamp (about).
+    pub keys_max: usize,
+    /// A follower's released transactions not yet listed by its leader.
+    pub tail_max: usize,
+    /// Agreements open at once at a leader.
+    pub agreements_max: usize,
+    /// Releases per tick.
+    pub release_max: usize,
+}
+
+/// What a leader or follower keeps beyond the shared parts.
+#[derive(Debug)]
+enum Role {
+    Leader {
+        /// The shard's log: released transactions in release order, at their timestamps.
+        log: Vec<(TxnId, Timestamp)>,
+        /// The transactions in `log`: released once, never again (a retry or a late
+        /// proposal finds them here).
+        in_log: BTreeSet<TxnId>,
+        /// Multi-shard transactions whose timestamp the leaders have not settled.
+        agreements: BTreeMap<TxnId, Agreement>,
+    },
+    Follower {
+        log: FollowerLog,
+        /// Keys of released transactions the leader has not listed yet (for retiming).
+        tail_keys: BTreeMap<TxnId, Vec<Key>>,
+        /// Synced entries whose bodies were fetched: where they go in the hashes.
+        fetching: BTreeMap<TxnId, Timestamp>,
+    },
+}
+
+/// One replica of one shard.
+#[derive(Debug)]
+pub struct Replica {
+    shard: ShardId,
+    limits: ReplicaLimits,
+    /// Held transactions, with every key they touch here (for the hashes).
+    hold: HoldQueue<Vec<Key>>,
+    hashes: KeyHashes,
+    role: Role,
+    /// Proposals and confirmations refused for want of room.
+    dropped_total: u64,
+}
+
+impl Replica {
+    /// A replica of `shard`, leading it or not.
+    pub fn new(shard: ShardId, leader: bool, limits: ReplicaLimits) -> Self {
+        assert!(limits.release_max >= 1 && limits.agreements_max >= 1, "a replica needs room");
+        let role = if leader {
+            Role::Leader { log: Vec::new(), in_log: BTreeSet::new(), agreements: BTreeMap::new() }
+        } else {
+            Role::Follower {
+                log: FollowerLog::new(limits.tail_max),
+                tail_keys: BTreeMap::new(),
+                fetching: BTreeMap::new(),
+            }
+        };
+        Self {
+            shard,
+            limits,
+            hold: HoldQueue::new(limits.held_max, limits.keys_max),
+            hashes: KeyHashes::default(),
+            role,
+            dropped_total: 0,
+        }
+    }
+
+    /// True when this replica leads its shard.
+    pub fn leads(&self) -> bool {
+        matches!(self.role, Role::Leader { .. })
+    }
+
+    /// Transactions held.
+    pub fn held(&self) -> usize {
+        self.hold.len()
+    }
+
+    /// Proposals and confirmations dropped for want of room.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_total
+    }
+
+    /// The leader's log from position `from` on, at most [`SYNC_ENTRIES_MAX`] entries: what a
+    /// synchronisation message carries. Empty at a follower.
+    pub fn log_since(&self, from: usize) -> &[(TxnId, Timestamp)] {
+        match &self.role {
+            Role::Leader { log, .. } => {
+                let start = from.min(log.len());
+                &log[start..(start + SYNC_ENTRIES_MAX).min(log.len())]
+            }
+            Role::Follower { .. } => &[],
+        }
+    }
+
+    /// The length of the leader's log, or the follower's sync-point.
+    pub fn sync_point(&self) -> usize {
+        match &self.role {
+            Role::Leader { log, .. } => log.len(),
+            Role::Follower { log, .. } => log.sync_point(),
+        }
+    }
+
+    /// A transaction arrives (from its coordinator; a duplicate changes nothing).
+    pub fn arrive(&mut self, incoming: Incoming) -> Vec<Action> {
+        let Incoming { txn, ts, mut shards, reads, writes } = incoming;
+        let logged = match &self.role {
+            Role::Leader { in_log, .. } => in_log.contains(&txn),
+            Role::Follower { log, .. } => log.contains(txn),
+        };
+        if logged {
+            return Vec::new(); // Released here once already: a retry executes nothing twice.
+        }
+        shards.sort_unstable();
+        shards.dedup();
+        let multi = shards.len() > 1 && shards.contains(&self.shard);
+        let mut keys = reads.clone();
+        keys.extend(writes.iter().cloned());
+        let arriving = Arriving { txn, ts, reads, writes, payload: keys };
+        let leads = self.leads();
+        // A leader releases a multi-shard transaction only once its leaders agreed.
+        let arrival = self.hold.arrive(arriving, leads, !(leads && multi));
+        let held_at = match arrival {
+            Arrival::Held(at) | Arrival::Bumped(at) => at,
+            // A follower that is late leaves the place to the leader's log; a duplicate or a
+            // full queue changes nothing (the coordinator retries).
+            Arrival::Late(_) | Arrival::Duplicate(_) | Arrival::Full => return Vec::new(),
+        };
+        let mut actions = Vec::new();
+        if leads && multi {
+            let me = self.shard;
+            let Some(agreement) = self.agreement(txn, &shards) else {
+                // No room to agree: give the place back; the coordinator retries.
+                self.hold.remove(txn);
+                return actions;
+            };
+            agreement.propose(held_at);
+            let to = shards.iter().copied().filter(|&s| s != me).collect();
+            actions.push(Action::Propose { txn, ts: held_at, to });
+            self.settle(txn, &mut actions);
+        }
+        actions
+    }
+
+    /// Another leader's proposal for `txn` (leaders only; ignored elsewhere).
+    pub fn on_proposal(
+        &mut self,
+        from: ShardId,
+        txn: TxnId,
+        shards: &[ShardId],
+        ts: Timestamp,
+    ) -> Vec<Action> {
+        self.on_peer(txn, shards, |agreement| agreement.on_proposal(from, ts))
+    }
+
+    /// Another leader moved `txn` to the agreed timestamp (leaders only).
+    pub fn on_confirm(&mut self, from: ShardId, txn: TxnId, shards: &[ShardId]) -> Vec<Action> {
+        self.on_peer(txn, shards, |agreement| agreement.on_confirm(from))
+    }
+
+    /// A message from another participant leader, recorded by `record` (false: dropped).
+    fn on_peer(
+        &mut self,
+        txn: TxnId,
+        shards: &[ShardId],
+        record: impl FnOnce(&mut Agreement) -> bool,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if !self.leads() {
+            return actions;
+        }
+        let Some(agreement) = self.agreement(txn, shards) else { return actions };
+        if record(agreement) {
+            self.settle(txn, &mut actions);
+        }
+        actions
+    }
+
+    /// The agreement on `txn` among `shards`, opened if needed; `None` when this shard is not
+    /// among them or no room is left.
+    fn agreement(&mut self, txn: TxnId, shards: &[ShardId]) -> Option<&mut Agreement> {
+        let me = self.shard;
+        let Role::Leader { agreements, in_log, .. } = &mut self.role else { return None };
+        if !agreements.contains_key(&txn) {
+            let participants: BTreeSet<ShardId> = shards.iter().copied().collect();
+            if !participants.contains(&me) || participants.len() < 2 || in_log.contains(&txn) {
+                return None;
+            }
+            if agreements.len() >= self.limits.agreements_max {
+                self.dropped_total += 1;
+                return None;
+            }
+            agreements.insert(txn, Agreement::new(me, participants));
+        }
+        agreements.get_mut(&txn)
+    }
+
+    /// Acts on the agreement's verdict for a transaction held here.
+    fn settle(&mut self, txn: TxnId, actions: &mut Vec<Action>) {
+        let Role::Leader { agreements, .. } = &mut self.role else { return };
+        let Some(agreement) = agreements.get_mut(&txn) else { return };
+        if self.hold.timestamp_of(txn).is_none() {
+            return; // Not here yet: the proposals wait for it.
+        }
+        match agreement.verdict() {
+            Verdict::Waiting | Verdict::AwaitConfirms(_) => {}
+            Verdict::Reposition(agreed) => {
+                let moved = self.hold.reposition(txn, agreed);
+                debug_assert!(moved, "{txn} held below the agreed {agreed:?}");
+                agreement.repositioned();
+                let me = self.shard;
+                let to = agreement_shards(agreement, me);
+                actions.push(Action::Confirm { txn, to });
+                let released = agreement.verdict();
+                debug_assert_eq!(released, Verdict::Release(agreed));
+                self.hold.set_ready(txn, true);
+            }
+            Verdict::Release(agreed) => {
+                debug_assert_eq!(self.hold.timestamp_of(txn), Some(agreed));
+                self.hold.set_ready(txn, true);
+            }
+        }
+    }
+
+    /// Forgets `txn` (its coordinator gave up on it, or a proposal came for a transaction
+    /// that never arrives): its held entry and its agreement go. A released transaction
+    /// stays in the log.
+    pub fn forget(&mut self, txn: TxnId) {
+        self.hold.remove(txn);
+        if let Role::Leader { agreements, .. } = &mut self.role {
+            agreements.remove(&txn);
+        }
+    }
+
+    /// The clock reads `now`: releases what is due, in timestamp order.
+    pub fn tick(&mut self, now: Time) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for released in self.hold.release(now, self.limits.release_max) {
+            let (txn, ts, keys) = (released.txn, released.ts, released.payload);
+            match &mut self.role {
+                Role::Leader { log, in_log, agreements } => {
+                    agreements.remove(&txn);
+                    let first = in_log.insert(txn);
+                    assert!(first, "{txn} released twice");
+                    log.push((txn, ts));
+                    actions.push(Action::Execute { txn, ts });
+                }
+                Role::Follower { log, tail_keys, .. } => {
+                    if !log.release(txn, ts) {
+                        // The tail is full (the leader is silent): no fast reply; the
+                        // leader's log will place it.
+                        continue;
+                    }
+                    tail_keys.insert(txn, keys.clone());
+                }
+            }
+            self.hashes.toggle(txn, ts, &keys);
+            actions.push(Action::FastReply { txn, ts, hash: self.hashes.reply_hash(&keys) });
+        }
+        actions
+    }
+
+    /// Follower: the leader's log from position `from`. `keys_of`: the keys of a transaction
+    /// whose body this replica holds outside the hold queue (one it found late, or fetched),
+    /// if it does.
+    pub fn on_sync(
+        &mut self,
+        from: usize,
+        entries: &[(TxnId, Timestamp)],
+        keys_of: impl Fn(TxnId) -> Option<Vec<Key>>,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let Role::Follower { log, tail_keys, fetching } = &mut self.role else { return actions };
+        let hold = &mut self.hold;
+        let before = log.prefix().len();
+        let synced = {
+            let known = |txn: TxnId| {
+                tail_keys.contains_key(&txn)
+                    || hold.timestamp_of(txn).is_some()
+                    || keys_of(txn).is_some()
+            };
+            log.on_sync(from, entries, known)
+        };
+        for &(txn, own, leader_ts) in &synced.retimed {
+            if let Some(keys) = tail_keys.get(&txn) {
+                self.hashes.toggle(txn, own, keys);
+                self.hashes.toggle(txn, leader_ts, keys);
+            }
+        }
+        // Bounded by the message (at most SYNC_ENTRIES_MAX entries joined).
+        for &(txn, ts) in &log.prefix()[before..] {
+            if tail_keys.remove(&txn).is_some() {
+                continue; // Released here: hashed already (moved above if retimed).
+            }
+            if let Some(keys) = hold.remove(txn) {
+                self.hashes.toggle(txn, ts, &keys);
+            } else if let Some(keys) = keys_of(txn) {
+                self.hashes.toggle(txn, ts, &keys);
+            } else {
+                fetching.insert(txn, ts);
+            }
+        }
+        let slow = synced.newly_synced.into_iter().map(|(txn, ts)| Action::SlowReply { txn, ts });
+        actions.extend(slow);
+        if !synced.fetch.is_empty() {
+            actions.push(Action::Fetch { txns: synced.fetch });
+        }
+        if let Some(from) = synced.resend_from {
+            actions.push(Action::Resend { from });
+        }
+        actions
+    }
+
+    /// Follower: the body of a fetched transaction arrived, touching `keys` here.
+    pub fn on_body(&mut self, txn: TxnId, keys: &[Key]) -> Vec<Action> {
+        let Role::Follower { log, fetching, .. } = &mut self.role else { return Vec::new() };
+        let Some(ts) = fetching.remove(&txn) else { return Vec::new() };
+        self.hashes.toggle(txn, ts, keys);
+        log.on_body(txn).into_iter().map(|(txn, ts)| Action::SlowReply { txn, ts }).collect()
+    }
+}
+
+/// The participants of `agreement` other than `me`.
+fn agreement_shards(agreement: &Agreement, me: ShardId) -> Vec<ShardId> {
+    agreement.participants().filter(|&s| s != me).collect()
+}
+
+#[cfg(test)]
+mod tests;

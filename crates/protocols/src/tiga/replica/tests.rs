@@ -1,0 +1,267 @@
+use super::*;
+use meridian_core::NodeId;
+
+const A: ShardId = ShardId(0);
+const B: ShardId = ShardId(1);
+
+fn txn(seq: u64) -> TxnId {
+    TxnId { origin: NodeId(9), incarnation: 1, seq }
+}
+
+fn key(k: u64) -> Key {
+    Key::table(1).u64(k).build()
+}
+
+fn limits() -> ReplicaLimits {
+    ReplicaLimits {
+        held_max: 64,
+        keys_max: 1_024,
+        tail_max: 64,
+        agreements_max: 8,
+        release_max: 64,
+    }
+}
+
+/// A read-modify-write of `keys` on `shards`, stamped `ts`.
+fn rmw(seq: u64, ts: u64, shards: &[ShardId], keys: &[u64]) -> Incoming {
+    let keys: Vec<Key> = keys.iter().map(|&k| key(k)).collect();
+    Incoming {
+        txn: txn(seq),
+        ts: Timestamp(ts),
+        shards: shards.to_vec(),
+        reads: keys.clone(),
+        writes: keys,
+    }
+}
+
+/// The fast replies among `actions`: (transaction, timestamp, hash).
+fn fast(actions: &[Action]) -> Vec<(TxnId, Timestamp, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::FastReply { txn, ts, hash } => Some((*txn, *ts, *hash)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn executed(actions: &[Action]) -> Vec<(TxnId, Timestamp)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Execute { txn, ts } => Some((*txn, *ts)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn slow(actions: &[Action]) -> Vec<(TxnId, Timestamp)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SlowReply { txn, ts } => Some((*txn, *ts)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_single_shard_transaction_waits_for_its_time_then_every_replica_replies_alike() {
+    let mut leader = Replica::new(A, true, limits());
+    let mut follower = Replica::new(A, false, limits());
+    for r in [&mut leader, &mut follower] {
+        assert!(r.arrive(rmw(1, 100, &[A], &[7])).is_empty(), "single-shard: no agreement");
+        assert!(r.tick(99).is_empty(), "held until the clock passes its timestamp");
+    }
+    let at_leader = leader.tick(100);
+    assert_eq!(executed(&at_leader), [(txn(1), Timestamp(100))]);
+    let at_follower = follower.tick(100);
+    assert!(executed(&at_follower).is_empty(), "followers do not execute on release");
+    assert_eq!(fast(&at_leader), fast(&at_follower), "same entry, same timestamp, same hash");
+    assert_eq!(leader.log_since(0), [(txn(1), Timestamp(100))]);
+    for r in [&mut leader, &mut follower] {
+        assert!(r.arrive(rmw(1, 100, &[A], &[7])).is_empty(), "a retry changes nothing");
+        assert!(r.tick(200).is_empty(), "released once, never again");
+    }
+}
+
+#[test]
+fn a_late_transaction_is_bumped_by_the_leader_and_placed_by_its_log_at_a_follower() {
+    let mut leader = Replica::new(A, true, limits());
+    let mut follower = Replica::new(A, false, limits());
+    for r in [&mut leader, &mut follower] {
+        r.arrive(rmw(1, 100, &[A], &[7]));
+        r.tick(100);
+        // Stamped below what was released on its key.
+        assert!(r.arrive(rmw(2, 50, &[A], &[7])).is_empty());
+    }
+    assert_eq!(follower.held(), 0, "a late follower leaves the place to the leader");
+    let bumped = leader.tick(101);
+    assert_eq!(executed(&bumped), [(txn(2), Timestamp(101))], "bumped just past the release");
+    // The leader's log reaches the follower, which holds transaction 2's body (it saw it).
+    let keys = vec![key(7), key(7)];
+    let synced = follower.on_sync(0, leader.log_since(0), |t| (t == txn(2)).then(|| keys.clone()));
+    assert_eq!(slow(&synced), [(txn(1), Timestamp(100)), (txn(2), Timestamp(101))]);
+    assert_eq!(follower.sync_point(), 2);
+    // Both logs now hold the same entries on key 7: the next replies match.
+    for r in [&mut leader, &mut follower] {
+        r.arrive(rmw(3, 300, &[A], &[7]));
+    }
+    assert_eq!(fast(&leader.tick(300)), fast(&follower.tick(300)));
+    // Resent entries change nothing.
+    let again = follower.on_sync(0, &leader.log_since(0)[..2], |_| None);
+    assert!(again.is_empty(), "{again:?}");
+}
+
+#[test]
+fn a_follower_retimes_what_the_leader_placed_elsewhere_and_its_hashes_follow() {
+    let mut leader = Replica::new(A, true, limits());
+    let mut follower = Replica::new(A, false, limits());
+    // The follower releases transaction 1 at its own stamp; the leader had bumped it.
+    leader.arrive(rmw(9, 100, &[A], &[7]));
+    leader.tick(100);
+    leader.arrive(rmw(1, 90, &[A], &[7]));
+    assert_eq!(executed(&leader.tick(101)), [(txn(1), Timestamp(101))]);
+    follower.arrive(rmw(1, 90, &[A], &[7]));
+    let own = fast(&follower.tick(90));
+    assert_ne!(own[0].1, Timestamp(101), "released at the coordinator's stamp");
+    // The follower has not seen transaction 9 yet: it is fetched, and the sync-point waits.
+    let synced = follower.on_sync(0, leader.log_since(0), |_| None);
+    assert!(synced.contains(&Action::Fetch { txns: vec![txn(9)] }), "{synced:?}");
+    assert!(slow(&synced).is_empty(), "nothing syncs past a missing body");
+    assert_eq!(
+        slow(&follower.on_body(txn(9), &[key(7)])),
+        [(txn(9), Timestamp(100)), (txn(1), Timestamp(101))]
+    );
+    for r in [&mut leader, &mut follower] {
+        r.arrive(rmw(3, 300, &[A], &[7]));
+    }
+    assert_eq!(fast(&leader.tick(300)), fast(&follower.tick(300)), "retimed: hashes agree again");
+}
+
+/// Case 2 and case 3 together: shard A's leader bumped the transaction above B's stamp. B
+/// moves it and confirms; A holds it, not ready, until B's confirmation, so no transaction
+/// can come between the two timestamps at A after it (the inversion case).
+#[test]
+fn the_largest_proposer_releases_only_after_the_smaller_one_moved() {
+    let mut a = Replica::new(A, true, limits());
+    let mut b = Replica::new(B, true, limits());
+    a.arrive(rmw(9, 150, &[A], &[1]));
+    a.tick(150);
+    let proposal_a = a.arrive(rmw(1, 100, &[A, B], &[1]));
+    assert_eq!(proposal_a, [Action::Propose { txn: txn(1), ts: Timestamp(151), to: vec![B] }]);
+    // B hears A's proposal before the transaction itself: it is kept.
+    assert!(b.on_proposal(A, txn(1), &[A, B], Timestamp(151)).is_empty());
+    let at_b = b.arrive(rmw(1, 100, &[A, B], &[2]));
+    assert_eq!(
+        at_b,
+        [
+            Action::Propose { txn: txn(1), ts: Timestamp(100), to: vec![A] },
+            Action::Confirm { txn: txn(1), to: vec![A] },
+        ],
+        "case 3: moved to the agreed timestamp and confirmed"
+    );
+    assert!(b.tick(150).is_empty(), "moved to 151");
+    assert_eq!(executed(&b.tick(151)), [(txn(1), Timestamp(151))]);
+    // A has every proposal but not B's confirmation yet: it holds on.
+    assert!(a.on_proposal(B, txn(1), &[A, B], Timestamp(100)).is_empty());
+    assert!(a.tick(500).is_empty(), "case 2: waits for the confirmation");
+    // A later transaction on the same key waits behind it.
+    a.arrive(rmw(2, 400, &[A], &[1]));
+    assert!(a.tick(500).is_empty(), "held behind the unconfirmed transaction");
+    assert!(a.on_confirm(B, txn(1), &[A, B]).is_empty());
+    assert_eq!(executed(&a.tick(500)), [(txn(1), Timestamp(151)), (txn(2), Timestamp(400))]);
+    // A proposal arriving after the release opens nothing.
+    assert!(a.on_proposal(B, txn(1), &[A, B], Timestamp(100)).is_empty());
+    assert!(a.tick(10_000).is_empty());
+}
+
+#[test]
+fn equal_proposals_release_at_once() {
+    let mut a = Replica::new(A, true, limits());
+    let mut b = Replica::new(B, true, limits());
+    a.arrive(rmw(1, 100, &[A, B], &[1]));
+    b.arrive(rmw(1, 100, &[B, A], &[2]));
+    assert!(a.on_proposal(B, txn(1), &[A, B], Timestamp(100)).is_empty());
+    assert!(b.on_proposal(A, txn(1), &[A, B], Timestamp(100)).is_empty());
+    assert_eq!(executed(&a.tick(100)), [(txn(1), Timestamp(100))]);
+    assert_eq!(executed(&b.tick(100)), [(txn(1), Timestamp(100))]);
+}
+
+#[test]
+fn agreements_are_bounded_and_a_forgotten_transaction_leaves() {
+    let small = ReplicaLimits { agreements_max: 2, ..limits() };
+    let mut a = Replica::new(A, true, small);
+    // Two proposals for transactions not here yet fill the room.
+    a.on_proposal(B, txn(1), &[A, B], Timestamp(10));
+    a.on_proposal(B, txn(2), &[A, B], Timestamp(10));
+    assert!(a.on_proposal(B, txn(3), &[A, B], Timestamp(10)).is_empty());
+    assert_eq!(a.dropped_total(), 1);
+    // No room for an arriving multi-shard transaction either: it is not held.
+    assert!(a.arrive(rmw(4, 10, &[A, B], &[1])).is_empty());
+    assert_eq!(a.held(), 0);
+    assert_eq!(a.dropped_total(), 2);
+    // Forgetting frees a place.
+    a.forget(txn(1));
+    assert_eq!(a.arrive(rmw(4, 10, &[A, B], &[1])).len(), 1, "proposed");
+    assert_eq!(a.held(), 1);
+    a.forget(txn(4));
+    assert_eq!(a.held(), 0);
+    // A proposal from a shard outside the transaction, or for a shard list without this
+    // one, opens nothing.
+    assert!(a.on_proposal(B, txn(5), &[B, ShardId(2)], Timestamp(10)).is_empty());
+    assert_eq!(a.dropped_total(), 2);
+}
+
+/// Many transactions on few keys, stamped out of order, at a leader and two followers that
+/// each see a different subset arrive late: once every follower has synced, every replica's
+/// next reply on every key matches the leader's.
+#[test]
+fn replicas_that_saw_different_arrivals_agree_once_synced() {
+    use meridian_core::rng::{child_rng, uniform_u64};
+    let mut rng = child_rng(7, "tiga-replica", 0);
+    let mut leader = Replica::new(A, true, limits());
+    let mut followers = [Replica::new(A, false, limits()), Replica::new(A, false, limits())];
+    let mut bodies: BTreeMap<TxnId, Vec<Key>> = BTreeMap::new();
+    let mut now = 0;
+    for seq in 0..40 {
+        now += 5;
+        let incoming = rmw(seq, now + uniform_u64(&mut rng, 20), &[A], &[uniform_u64(&mut rng, 3)]);
+        bodies.insert(incoming.txn, [incoming.reads.clone(), incoming.writes.clone()].concat());
+        leader.arrive(incoming.clone());
+        for f in followers.iter_mut() {
+            if uniform_u64(&mut rng, 4) != 0 {
+                f.arrive(incoming.clone());
+            }
+        }
+        leader.tick(now);
+        for f in followers.iter_mut() {
+            f.tick(now);
+        }
+    }
+    let end = now + 100;
+    leader.tick(end);
+    for f in followers.iter_mut() {
+        f.tick(end);
+        let actions = f.on_sync(0, leader.log_since(0), |_| None);
+        for action in actions {
+            if let Action::Fetch { txns } = action {
+                for t in txns {
+                    f.on_body(t, &bodies[&t]);
+                }
+            }
+        }
+        assert_eq!(f.sync_point(), leader.sync_point(), "every body fetched, every entry synced");
+    }
+    for k in 0..3 {
+        let probe = rmw(1_000 + k, end + 10, &[A], &[k]);
+        let want = {
+            leader.arrive(probe.clone());
+            fast(&leader.tick(end + 10))
+        };
+        for f in followers.iter_mut() {
+            f.arrive(probe.clone());
+            assert_eq!(fast(&f.tick(end + 10)), want, "key {k}");
+        }
+    }
+}
