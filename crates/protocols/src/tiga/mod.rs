@@ -14,11 +14,14 @@
 //! log merge of a view change ([`recovery`]), the view manager's choice of leaders and mode
 //! ([`view`]), the one-shot check ([`check_one_shot`]), and the protocol's options; and one
 //! replica's sequencing core composing them ([`replica`]: arrival, preventive agreement,
-//! release, log, hashes, synchronisation, at-most-once release). The protocol node
-//! (execution, coordinator, the manager's replicated service, durability, detective mode,
+//! release, log, hashes, synchronisation, at-most-once release) and a coordinator's
+//! bookkeeping ([`coordinator`]: stamping, the replicas to send to, delay samples, per-shard
+//! tallies, the fast or slow decision at one timestamp). The protocol node (execution,
+//! messages, retries, the manager's replicated service, durability, detective mode,
 //! checkpoints) is not built, and `--protocol tiga` does not exist yet.
 
 pub mod agree;
+pub mod coordinator;
 pub mod hold;
 pub mod log;
 pub mod owd;

@@ -1,0 +1,332 @@
+//! A Tiga coordinator's bookkeeping for its transactions in flight (Tiga §3.1, §3.4), sans-IO:
+//! it stamps each transaction from its one-way delay estimates ([`super::owd`]), names every
+//! replica of every participant shard to send it to, learns a delay sample from every reply,
+//! tallies each shard's replies ([`ShardTally`]) and decides once every participant shard has
+//! committed it at one timestamp: on the fast path when every shard did so with a super quorum
+//! of matching fast replies, on the slow path otherwise. Sending, retrying and answering the
+//! client are the node's.
+//!
+//! Replies are matched to replica slots through the placement given at the start, so a reply
+//! from a node that holds no replica of the shard counts for nothing. Leaders' fast replies
+//! carry the agreed timestamp; a shard whose leader answered at another timestamp than the
+//! others' holds the decision back (it cannot happen when the leaders agree, and deciding then
+//! would commit the transaction at two timestamps).
+//!
+//! Bounded: at most `open_max` transactions in flight ([`Refused::Busy`] beyond).
+
+use super::owd::{OwdEstimator, OwdSettings};
+use super::quorum::{super_quorum, ShardPath, ShardTally};
+use meridian_core::{NodeId, ShardId, Time, Timestamp, TxnId};
+use std::collections::BTreeMap;
+
+/// Where one participant shard's replicas are, in the current view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardPlacement {
+    /// The shard.
+    pub shard: ShardId,
+    /// Its replicas' nodes, by replica slot.
+    pub replicas: Vec<NodeId>,
+    /// The slot of its leader.
+    pub leader_slot: u32,
+}
+
+/// Why a transaction could not start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// `open_max` transactions are in flight.
+    Busy,
+    /// The transaction is already in flight.
+    Duplicate,
+    /// A placement without shards, without replicas, or with the leader outside them.
+    BadPlacement(String),
+}
+
+/// A decided transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The timestamp every participant shard committed it at.
+    pub ts: Timestamp,
+    /// True when every shard committed it on the fast path.
+    pub fast: bool,
+}
+
+/// One transaction in flight.
+#[derive(Debug)]
+struct Open {
+    stamped: Timestamp,
+    /// Per shard: its replicas by slot, and their replies.
+    shards: BTreeMap<ShardId, (Vec<NodeId>, ShardTally)>,
+}
+
+/// A coordinator's transactions in flight.
+#[derive(Debug)]
+pub struct Tracker {
+    owd: OwdEstimator,
+    open: BTreeMap<TxnId, Open>,
+    open_max: usize,
+}
+
+impl Tracker {
+    /// A tracker with the given delay settings (checked) and room for `open_max` transactions.
+    pub fn new(settings: OwdSettings, open_max: usize) -> Self {
+        assert!(open_max >= 1, "a coordinator needs room");
+        Self { owd: OwdEstimator::new(settings), open: BTreeMap::new(), open_max }
+    }
+
+    /// Transactions in flight.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// True when none is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// The timestamp `txn` was stamped with, while in flight.
+    pub fn stamped(&self, txn: TxnId) -> Option<Timestamp> {
+        self.open.get(&txn).map(|o| o.stamped)
+    }
+
+    /// Starts `txn`, sent at `now` to the shards `placement` lists: its timestamp, and every
+    /// replica to send it to.
+    pub fn start(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        placement: &[ShardPlacement],
+    ) -> Result<(Timestamp, Vec<NodeId>), Refused> {
+        if self.open.contains_key(&txn) {
+            return Err(Refused::Duplicate);
+        }
+        if self.open.len() >= self.open_max {
+            return Err(Refused::Busy);
+        }
+        check_placement(placement)?;
+        // Every shard has the same replica count here (one topology), so one quorum size.
+        let replicas = placement[0].replicas.len() as u32;
+        let quorum = super_quorum(replicas);
+        let shards: Vec<(NodeId, Vec<NodeId>)> = placement
+            .iter()
+            .map(|p| {
+                let leader = p.replicas[p.leader_slot as usize];
+                let followers = p.replicas.iter().copied().filter(|&n| n != leader).collect();
+                (leader, followers)
+            })
+            .collect();
+        let ts = self.owd.stamp(now, &shards, quorum);
+        let open = Open {
+            stamped: ts,
+            shards: placement
+                .iter()
+                .map(|p| {
+                    let tally = ShardTally::new(p.replicas.len() as u32, p.leader_slot);
+                    (p.shard, (p.replicas.clone(), tally))
+                })
+                .collect(),
+        };
+        let to = placement.iter().flat_map(|p| p.replicas.iter().copied()).collect();
+        self.open.insert(txn, open);
+        Ok((ts, to))
+    }
+
+    /// A reply carried a one-way delay sample: how long a request of this coordinator took
+    /// to reach `from`.
+    pub fn observe(&mut self, from: NodeId, owd_ns: u64) {
+        self.owd.observe(from, owd_ns);
+    }
+
+    /// A fast reply from `from` for `txn` on `shard`: released at `ts` with log hash `hash`.
+    pub fn on_fast(
+        &mut self,
+        from: NodeId,
+        txn: TxnId,
+        shard: ShardId,
+        ts: Timestamp,
+        hash: u64,
+    ) -> Option<Committed> {
+        self.record(from, txn, shard, |tally, slot| tally.on_fast(slot, ts, hash))
+    }
+
+    /// A slow reply from follower `from`: its log matches the leader's up to `txn` at `ts`.
+    pub fn on_slow(
+        &mut self,
+        from: NodeId,
+        txn: TxnId,
+        shard: ShardId,
+        ts: Timestamp,
+    ) -> Option<Committed> {
+        self.record(from, txn, shard, |tally, slot| tally.on_slow(slot, ts))
+    }
+
+    /// Gives up on `txn` (the node retries it afresh, or answers its client).
+    pub fn abandon(&mut self, txn: TxnId) -> bool {
+        self.open.remove(&txn).is_some()
+    }
+
+    fn record(
+        &mut self,
+        from: NodeId,
+        txn: TxnId,
+        shard: ShardId,
+        note: impl FnOnce(&mut ShardTally, u32),
+    ) -> Option<Committed> {
+        let open = self.open.get_mut(&txn)?;
+        let (replicas, tally) = open.shards.get_mut(&shard)?;
+        let slot = replicas.iter().position(|&n| n == from)? as u32;
+        note(tally, slot);
+        let decided = decide(txn, open)?;
+        self.open.remove(&txn);
+        Some(decided)
+    }
+}
+
+/// The decision on `open`, once every shard committed it at one timestamp.
+fn decide(txn: TxnId, open: &Open) -> Option<Committed> {
+    let mut ts = None;
+    let mut fast = true;
+    for (_, tally) in open.shards.values() {
+        let (path, at) = tally.outcome()?;
+        if *ts.get_or_insert(at) != at {
+            return None; // Leaders at different timestamps: not agreed (yet).
+        }
+        fast &= path == ShardPath::Fast;
+    }
+    Some(Committed { txn, ts: ts?, fast })
+}
+
+fn check_placement(placement: &[ShardPlacement]) -> Result<(), Refused> {
+    let bad = |why: String| Err(Refused::BadPlacement(why));
+    let Some(first) = placement.first() else { return bad("no shard".into()) };
+    for p in placement {
+        if p.replicas.is_empty() || p.replicas.len() != first.replicas.len() {
+            return bad(format!("shard {} has {} replicas", p.shard.0, p.replicas.len()));
+        }
+        if p.leader_slot as usize >= p.replicas.len() {
+            return bad(format!("shard {} led by slot {}", p.shard.0, p.leader_slot));
+        }
+    }
+    let mut shards: Vec<ShardId> = placement.iter().map(|p| p.shard).collect();
+    shards.sort_unstable();
+    shards.dedup();
+    if shards.len() != placement.len() {
+        return bad("a shard listed twice".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::time::NS_PER_MS;
+
+    fn settings() -> OwdSettings {
+        OwdSettings {
+            percentile: 50.0,
+            cap_ns: 400 * NS_PER_MS,
+            initial_ns: 100 * NS_PER_MS,
+            headroom_ns: 10 * NS_PER_MS,
+        }
+    }
+
+    fn txn(seq: u64) -> TxnId {
+        TxnId { origin: NodeId(20), incarnation: 1, seq }
+    }
+
+    /// Shard `s` on nodes 3s, 3s + 1, 3s + 2, led by slot 0.
+    fn placement(shards: u32) -> Vec<ShardPlacement> {
+        (0..shards)
+            .map(|s| ShardPlacement {
+                shard: ShardId(s),
+                replicas: (0..3).map(|r| NodeId(3 * s + r)).collect(),
+                leader_slot: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_transaction_is_stamped_from_the_closest_super_quorums_and_sent_to_every_replica() {
+        let mut t = Tracker::new(settings(), 8);
+        // Shard 0's replicas 5, 20, 40 ms away; shard 1's 30, 10, 90 ms away.
+        for (node, ms) in [(0, 5), (1, 20), (2, 40), (3, 30), (4, 10), (5, 90)] {
+            t.observe(NodeId(node), ms * NS_PER_MS);
+        }
+        let (ts, to) = t.start(1_000 * NS_PER_MS, txn(1), &placement(2)).unwrap();
+        // With 3 replicas the super quorum is all three: the farthest is 90 ms.
+        assert_eq!(ts, Timestamp((1_000 + 90 + 10) * NS_PER_MS));
+        assert_eq!(to, (0..6).map(NodeId).collect::<Vec<_>>());
+        assert_eq!(t.stamped(txn(1)), Some(ts));
+        assert_eq!(t.start(0, txn(1), &placement(2)), Err(Refused::Duplicate));
+    }
+
+    #[test]
+    fn matching_fast_replies_from_every_shard_commit_on_the_fast_path() {
+        let mut t = Tracker::new(settings(), 8);
+        let (ts, _) = t.start(0, txn(1), &placement(2)).unwrap();
+        let mut decided = Vec::new();
+        for node in 0..6 {
+            let shard = ShardId(node / 3);
+            decided.extend(t.on_fast(NodeId(node), txn(1), shard, ts, 77 + u64::from(node / 3)));
+        }
+        assert_eq!(decided, [Committed { txn: txn(1), ts, fast: true }]);
+        assert!(t.is_empty(), "decided transactions leave");
+        assert_eq!(t.on_fast(NodeId(0), txn(1), ShardId(0), ts, 77), None, "late replies: none");
+    }
+
+    #[test]
+    fn a_mismatched_follower_leaves_the_shard_to_the_slow_path() {
+        let mut t = Tracker::new(settings(), 8);
+        let (ts, _) = t.start(0, txn(1), &placement(1)).unwrap();
+        let moved = Timestamp(ts.0 + 5);
+        assert_eq!(t.on_fast(NodeId(0), txn(1), ShardId(0), moved, 9), None, "the leader bumped");
+        assert_eq!(t.on_fast(NodeId(1), txn(1), ShardId(0), ts, 4), None, "a follower did not");
+        assert_eq!(t.on_fast(NodeId(2), txn(1), ShardId(0), ts, 4), None);
+        // A follower synced to the leader's log at the leader's timestamp: f = 1 slow reply.
+        assert_eq!(t.on_slow(NodeId(1), txn(1), ShardId(0), ts), None, "not the leader's time");
+        let decided = t.on_slow(NodeId(2), txn(1), ShardId(0), moved);
+        assert_eq!(decided, Some(Committed { txn: txn(1), ts: moved, fast: false }));
+    }
+
+    #[test]
+    fn shards_committed_at_different_timestamps_decide_nothing() {
+        let mut t = Tracker::new(settings(), 8);
+        let (ts, _) = t.start(0, txn(1), &placement(2)).unwrap();
+        let later = Timestamp(ts.0 + 1);
+        for node in 0..3 {
+            assert_eq!(t.on_fast(NodeId(node), txn(1), ShardId(0), ts, 1), None);
+        }
+        for node in 3..6 {
+            assert_eq!(t.on_fast(NodeId(node), txn(1), ShardId(1), later, 2), None);
+        }
+        assert_eq!(t.len(), 1, "held back: the leaders did not agree");
+        // Shard 0's replicas move to the agreed timestamp (a later reply replaces one).
+        let mut decided = None;
+        for node in 0..3 {
+            decided = decided.or(t.on_fast(NodeId(node), txn(1), ShardId(0), later, 3));
+        }
+        assert_eq!(decided, Some(Committed { txn: txn(1), ts: later, fast: true }));
+    }
+
+    #[test]
+    fn strangers_and_bad_placements_count_for_nothing() {
+        let mut t = Tracker::new(settings(), 1);
+        let (ts, _) = t.start(0, txn(1), &placement(1)).unwrap();
+        // Nodes 3..6 hold no replica of shard 0; shard 7 is not a participant.
+        for node in 3..6 {
+            assert_eq!(t.on_fast(NodeId(node), txn(1), ShardId(0), ts, 1), None);
+        }
+        assert_eq!(t.on_fast(NodeId(0), txn(1), ShardId(7), ts, 1), None);
+        assert_eq!(t.on_fast(NodeId(0), txn(2), ShardId(0), ts, 1), None, "unknown transaction");
+        assert_eq!(t.start(0, txn(2), &placement(1)), Err(Refused::Busy));
+        assert!(t.abandon(txn(1)));
+        let mut bad = placement(2);
+        bad[1].leader_slot = 3;
+        assert!(matches!(t.start(0, txn(2), &bad), Err(Refused::BadPlacement(_))));
+        bad[1] = bad[0].clone();
+        assert!(matches!(t.start(0, txn(2), &bad), Err(Refused::BadPlacement(_))));
+        assert!(matches!(t.start(0, txn(2), &[]), Err(Refused::BadPlacement(_))));
+        assert!(t.is_empty());
+    }
+}
