@@ -16,14 +16,17 @@
 //! replica's sequencing core composing them ([`replica`]: arrival, preventive agreement,
 //! release, log, hashes, synchronisation, at-most-once release) and a coordinator's
 //! bookkeeping ([`coordinator`]: stamping, the replicas to send to, delay samples, per-shard
-//! tallies, the fast or slow decision at one timestamp). The protocol node (execution,
-//! messages, retries, the manager's replicated service, durability, detective mode,
-//! checkpoints) is not built, and `--protocol tiga` does not exist yet.
+//! tallies, the fast or slow decision at one timestamp), and the view manager's replicated
+//! state ([`manager`]: installs checked before the log and in turn when applied, announced to
+//! every node, snapshot images). The protocol node (execution, messages, retries, hosting the
+//! manager's group, the view change, durability, detective mode, checkpoints) is not built,
+//! and `--protocol tiga` does not exist yet.
 
 pub mod agree;
 pub mod coordinator;
 pub mod hold;
 pub mod log;
+pub mod manager;
 pub mod owd;
 pub mod quorum;
 pub mod recovery;

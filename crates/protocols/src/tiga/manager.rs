@@ -1,0 +1,288 @@
+//! The view manager's replicated state (Tiga §4): the current [`View`], changed only through
+//! the manager group's log so that every member holds the same one. The group's leader keeps
+//! the heartbeats (outside the replicated state) and, when a shard's leader has gone silent,
+//! proposes the next view ([`next_install`]); every member applies the installs in log order,
+//! and the leader announces each new view to every node.
+//!
+//! A command is checked twice, as the kit's hosting does for every machine: before it enters
+//! the log, from its contents alone (a view for this topology's shard count, a mode that is
+//! preventive or detective), and when applied, against the state (the next global view
+//! number, no shard's local view number lower than now). An install that fails the second
+//! check (a stale proposal of a deposed manager leader) is skipped and counted, never applied.
+//!
+//! Not here yet: hosting the group (the kit's hosting keys its logs by shard; a manager group
+//! needs a namespace of its own) and the view change it starts (the new leaders rebuild their
+//! logs with [`super::recovery::rebuild_log`]).
+
+use super::view::{leaderless, next_view, View};
+use super::Mode;
+use crate::kit::host::StateMachine;
+use crate::NodeContext;
+use meridian_core::node::Outbox;
+use meridian_core::topology::Topology;
+use meridian_core::NodeId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// A view as the log and the wire carry it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewRecord {
+    /// The global view number.
+    pub global: u64,
+    /// Per shard, its local view number.
+    pub local: Vec<u64>,
+    /// True for detective agreement, false for preventive.
+    pub detective: bool,
+}
+
+impl ViewRecord {
+    /// The record of `view` (whose mode is never `Auto`).
+    pub fn of(view: &View) -> Self {
+        debug_assert!(view.mode != Mode::Auto, "a view's mode is decided");
+        Self {
+            global: view.global,
+            local: view.local.clone(),
+            detective: view.mode == Mode::Detective,
+        }
+    }
+
+    /// The view it records.
+    pub fn view(&self) -> View {
+        let mode = if self.detective { Mode::Detective } else { Mode::Preventive };
+        View { global: self.global, local: self.local.clone(), mode }
+    }
+
+    /// Checks it against the topology's shard count.
+    fn check(&self, shards: u32) -> Result<(), String> {
+        if self.local.len() != shards as usize {
+            return Err(format!("a view of {} shards in a cluster of {shards}", self.local.len()));
+        }
+        Ok(())
+    }
+}
+
+/// A change of the manager's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ManagerCommand {
+    /// Install the next view.
+    Install(ViewRecord),
+}
+
+/// What the manager sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManagerMsg {
+    /// The current view, to a node.
+    View(ViewRecord),
+}
+
+/// The manager's replicated state on one member of its group.
+#[derive(Debug)]
+pub struct ManagerMachine {
+    shards: u32,
+    /// Every node, to announce views to.
+    nodes: Vec<NodeId>,
+    view: View,
+    /// Installs skipped when applied (out of turn).
+    skipped_total: u64,
+}
+
+impl ManagerMachine {
+    /// The manager of `topology` in its first view.
+    pub fn new(topology: &Topology, mode: Mode) -> Self {
+        Self {
+            shards: topology.shards,
+            nodes: topology.node_ids().collect(),
+            view: View::initial(topology.shards, mode),
+            skipped_total: 0,
+        }
+    }
+
+    /// The current view.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Installs skipped as out of turn.
+    pub fn skipped_total(&self) -> u64 {
+        self.skipped_total
+    }
+
+    fn in_turn(&self, next: &View) -> bool {
+        next.global == self.view.global + 1
+            && next.local.iter().zip(&self.view.local).all(|(new, old)| new >= old)
+    }
+}
+
+impl StateMachine for ManagerMachine {
+    type Command = ManagerCommand;
+    type Msg = ManagerMsg;
+    /// A node asking for the current view.
+    type Read = NodeId;
+    type Image = ViewRecord;
+
+    fn validate(&self, command: &ManagerCommand) -> Result<(), String> {
+        let ManagerCommand::Install(record) = command;
+        record.check(self.shards)
+    }
+
+    fn apply(&mut self, command: ManagerCommand, answer: bool, out: &mut Outbox<ManagerMsg>) {
+        let ManagerCommand::Install(record) = command;
+        let next = record.view();
+        if record.check(self.shards).is_err() || !self.in_turn(&next) {
+            self.skipped_total += 1;
+            return;
+        }
+        self.view = next;
+        if answer {
+            for &node in &self.nodes {
+                out.send(node, ManagerMsg::View(record.clone()));
+            }
+        }
+    }
+
+    fn serve_read(&mut self, node: NodeId, out: &mut Outbox<ManagerMsg>) {
+        out.send(node, ManagerMsg::View(ViewRecord::of(&self.view)));
+    }
+
+    fn image(&self) -> Vec<u8> {
+        postcard::to_allocvec(&ViewRecord::of(&self.view)).expect("a view serializes")
+    }
+
+    fn decode_image(context: &NodeContext, bytes: &[u8]) -> Result<ViewRecord, String> {
+        let record: ViewRecord =
+            postcard::from_bytes(bytes).map_err(|e| format!("view manager image: {e}"))?;
+        record.check(context.topology.shards)?;
+        Ok(record)
+    }
+
+    fn install(&mut self, image: ViewRecord) {
+        self.view = image.view();
+    }
+}
+
+/// What the manager group's leader proposes when some shard's leader is not `alive`: the
+/// next view ([`next_view`]), or nothing while every leader lives or while some shard has no
+/// live replica. `configured`: the mode setting; `owd_ns`: measured one-way delays.
+pub fn next_install(
+    view: &View,
+    topology: &Topology,
+    alive: &BTreeSet<NodeId>,
+    configured: Mode,
+    owd_ns: impl Fn(NodeId, NodeId) -> u64,
+) -> Option<ManagerCommand> {
+    if leaderless(view, topology, alive).is_empty() {
+        return None;
+    }
+    let next = next_view(view, topology, alive, configured, owd_ns)?;
+    Some(ManagerCommand::Install(ViewRecord::of(&next)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::time::NS_PER_MS;
+    use meridian_core::ShardId;
+
+    fn topology() -> Topology {
+        Topology::standard(vec!["a".into(), "b".into(), "c".into()], 2, 3).unwrap()
+    }
+
+    fn owd(_: NodeId, _: NodeId) -> u64 {
+        NS_PER_MS
+    }
+
+    fn context(t: &Topology) -> NodeContext {
+        let workload = meridian_workloads::build(
+            "bank",
+            &meridian_workloads::WorkloadOptions { shards: t.shards, ..Default::default() },
+        )
+        .unwrap();
+        NodeContext::new(
+            NodeId(0),
+            std::sync::Arc::new(t.clone()),
+            std::sync::Arc::new(workload.registry()),
+            std::sync::Arc::new(workload.partitioner()),
+            7,
+            crate::Timing::for_network(NS_PER_MS),
+        )
+    }
+
+    #[test]
+    fn a_dead_leader_gets_the_next_view_and_every_member_installs_it_alike() {
+        let t = topology();
+        let mut members: Vec<ManagerMachine> =
+            (0..3).map(|_| ManagerMachine::new(&t, Mode::Preventive)).collect();
+        let everyone: BTreeSet<NodeId> = t.node_ids().collect();
+        let view = members[0].view().clone();
+        assert_eq!(next_install(&view, &t, &everyone, Mode::Preventive, owd), None);
+        let leader0 = t.replica_node(ShardId(0), view.leader_slot(ShardId(0), 3)).unwrap();
+        let mut alive = everyone.clone();
+        alive.remove(&leader0);
+        let install = next_install(&view, &t, &alive, Mode::Preventive, owd).unwrap();
+        assert_eq!(members[0].validate(&install), Ok(()));
+        let mut out = Outbox::new();
+        for (i, m) in members.iter_mut().enumerate() {
+            m.apply(install.clone(), i == 0, &mut out);
+        }
+        let next = members[0].view().clone();
+        assert_eq!(next.global, 1);
+        assert_ne!(t.replica_node(ShardId(0), next.leader_slot(ShardId(0), 3)), Some(leader0));
+        assert!(members.iter().all(|m| *m.view() == next), "one view on every member");
+        // Only the answering member announced it, to every node.
+        assert_eq!(out.len(), t.nodes.len());
+        // The same install again, or an older one, is out of turn: skipped.
+        let mut quiet = Outbox::new();
+        members[1].apply(install, true, &mut quiet);
+        assert_eq!(members[1].skipped_total(), 1);
+        assert!(quiet.is_empty());
+        assert_eq!(*members[1].view(), next);
+    }
+
+    #[test]
+    fn installs_that_do_not_fit_are_refused_or_skipped() {
+        let t = topology();
+        let mut m = ManagerMachine::new(&t, Mode::Detective);
+        let wrong_shards = ManagerCommand::Install(ViewRecord {
+            global: 1,
+            local: vec![1, 0, 0],
+            detective: true,
+        });
+        assert!(m.validate(&wrong_shards).unwrap_err().contains("3 shards"));
+        let mut out = Outbox::new();
+        m.apply(wrong_shards, true, &mut out);
+        let install = |global, local: Vec<u64>| {
+            ManagerCommand::Install(ViewRecord { global, local, detective: false })
+        };
+        m.apply(install(2, vec![1, 0]), true, &mut out);
+        assert_eq!(m.view().global, 0, "a global view number cannot be skipped");
+        m.apply(install(1, vec![1, 1]), true, &mut out);
+        assert_eq!(m.view().global, 1, "the next view applies");
+        assert_eq!(m.view().mode, Mode::Preventive);
+        m.apply(install(2, vec![0, 1]), true, &mut out);
+        assert_eq!(m.view().global, 1, "a local view number never goes back");
+        assert_eq!(m.skipped_total(), 3);
+        assert_eq!(out.len(), t.nodes.len(), "only the applied view was announced");
+    }
+
+    #[test]
+    fn images_carry_the_view_and_bad_ones_are_errors() {
+        let t = topology();
+        let ctx = context(&t);
+        let mut m = ManagerMachine::new(&t, Mode::Preventive);
+        let record = ViewRecord { global: 1, local: vec![1, 0], detective: true };
+        let mut out = Outbox::new();
+        m.apply(ManagerCommand::Install(record.clone()), false, &mut out);
+        let image = m.image();
+        let decoded = ManagerMachine::decode_image(&ctx, &image).unwrap();
+        let mut fresh = ManagerMachine::new(&t, Mode::Preventive);
+        fresh.install(decoded);
+        assert_eq!(fresh.view(), m.view());
+        assert_eq!(fresh.view().mode, Mode::Detective);
+        let three = ViewRecord { global: 1, local: vec![1, 0, 0], detective: false };
+        let bad = postcard::to_allocvec(&three).unwrap();
+        assert!(ManagerMachine::decode_image(&ctx, &bad).is_err());
+        assert!(ManagerMachine::decode_image(&ctx, &[0xff, 0xff, 0xff]).is_err());
+        fresh.serve_read(NodeId(4), &mut out);
+        assert_eq!(out.len(), 1);
+    }
+}
