@@ -71,6 +71,16 @@ impl Agreement {
         self.participants.iter().copied()
     }
 
+    /// This leader's own proposal, once made.
+    pub fn own(&self) -> Option<Timestamp> {
+        self.proposals.get(&self.me).copied()
+    }
+
+    /// True once this leader moved the transaction to the agreed timestamp (case 3).
+    pub fn moved(&self) -> bool {
+        self.moved
+    }
+
     /// This leader's own proposal (the first one stands).
     pub fn propose(&mut self, ts: Timestamp) {
         self.proposals.entry(self.me).or_insert(ts);

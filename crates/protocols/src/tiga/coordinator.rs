@@ -207,6 +207,10 @@ fn check_placement(placement: &[ShardPlacement]) -> Result<(), Refused> {
         if p.leader_slot as usize >= p.replicas.len() {
             return bad(format!("shard {} led by slot {}", p.shard.0, p.leader_slot));
         }
+        let distinct: std::collections::BTreeSet<NodeId> = p.replicas.iter().copied().collect();
+        if distinct.len() != p.replicas.len() {
+            return bad(format!("shard {} names a node twice", p.shard.0));
+        }
     }
     let mut shards: Vec<ShardId> = placement.iter().map(|p| p.shard).collect();
     shards.sort_unstable();
@@ -327,6 +331,9 @@ mod tests {
         bad[1] = bad[0].clone();
         assert!(matches!(t.start(0, txn(2), &bad), Err(Refused::BadPlacement(_))));
         assert!(matches!(t.start(0, txn(2), &[]), Err(Refused::BadPlacement(_))));
+        let mut twice = placement(1);
+        twice[0].replicas[1] = twice[0].replicas[0];
+        assert!(matches!(t.start(0, txn(2), &twice), Err(Refused::BadPlacement(_))));
         assert!(t.is_empty());
     }
 }

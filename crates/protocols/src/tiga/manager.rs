@@ -108,7 +108,7 @@ impl ManagerMachine {
     }
 
     fn in_turn(&self, next: &View) -> bool {
-        next.global == self.view.global + 1
+        self.view.global.checked_add(1) == Some(next.global)
             && next.local.iter().zip(&self.view.local).all(|(new, old)| new >= old)
     }
 }
@@ -278,6 +278,16 @@ mod tests {
         fresh.install(decoded);
         assert_eq!(fresh.view(), m.view());
         assert_eq!(fresh.view().mode, Mode::Detective);
+        // A view at the largest number is the last: nothing follows it, nothing wraps.
+        let last = ViewRecord { global: u64::MAX, local: vec![0, 0], detective: false };
+        fresh.install(last);
+        fresh.apply(
+            ManagerCommand::Install(ViewRecord { global: 0, local: vec![1, 1], detective: false }),
+            true,
+            &mut out,
+        );
+        assert_eq!(fresh.view().global, u64::MAX);
+        assert_eq!(fresh.skipped_total(), 1);
         let three = ViewRecord { global: 1, local: vec![1, 0, 0], detective: false };
         let bad = postcard::to_allocvec(&three).unwrap();
         assert!(ManagerMachine::decode_image(&ctx, &bad).is_err());

@@ -21,9 +21,12 @@
 //!   fetched; each entry reaching the sync-point earns a slow reply.
 //!
 //! Bounds: the hold queue's (`held_max`, `keys_max`), the follower's tail (`tail_max`), open
-//! agreements (`agreements_max`: proposals beyond it are dropped, and the coordinator's retry
-//! brings them again; an agreement for a transaction that never arrives stays until the node
-//! calls [`Replica::forget`]), releases per tick (`release_max`).
+//! agreements (`agreements_max`: proposals beyond it are dropped; a coordinator's retry of a
+//! held transaction makes its leader say its proposal and confirmation again, and a leader
+//! answers a proposal for a transaction it released with its timestamp and a confirmation;
+//! an agreement for a transaction that never arrives stays until the node calls
+//! [`Replica::forget`]), releases per tick (`release_max`). Messages naming shards outside
+//! the cluster or not from another participant are dropped before they open anything.
 //!
 //! At most once: a transaction in this replica's log (released, or listed by the leader) is
 //! never held or released again; a retry of it arrives to nothing (the node answers from what
@@ -125,6 +128,8 @@ pub struct ReplicaLimits {
     pub agreements_max: usize,
     /// Releases per tick.
     pub release_max: usize,
+    /// The cluster's shard count: a message naming a shard at or above it is dropped.
+    pub shards_total: u32,
 }
 
 /// What a leader or follower keeps beyond the shared parts.
@@ -133,9 +138,9 @@ enum Role {
     Leader {
         /// The shard's log: released transactions in release order, at their timestamps.
         log: Vec<(TxnId, Timestamp)>,
-        /// The transactions in `log`: released once, never again (a retry or a late
-        /// proposal finds them here).
-        in_log: BTreeSet<TxnId>,
+        /// The transactions in `log`, at their timestamps: released once, never again (a
+        /// retry or a late proposal finds them here).
+        in_log: BTreeMap<TxnId, Timestamp>,
         /// Multi-shard transactions whose timestamp the leaders have not settled.
         agreements: BTreeMap<TxnId, Agreement>,
     },
@@ -166,7 +171,7 @@ impl Replica {
     pub fn new(shard: ShardId, leader: bool, limits: ReplicaLimits) -> Self {
         assert!(limits.release_max >= 1 && limits.agreements_max >= 1, "a replica needs room");
         let role = if leader {
-            Role::Leader { log: Vec::new(), in_log: BTreeSet::new(), agreements: BTreeMap::new() }
+            Role::Leader { log: Vec::new(), in_log: BTreeMap::new(), agreements: BTreeMap::new() }
         } else {
             Role::Follower {
                 log: FollowerLog::new(limits.tail_max),
@@ -222,24 +227,31 @@ impl Replica {
     /// A transaction arrives (from its coordinator; a duplicate changes nothing).
     pub fn arrive(&mut self, incoming: Incoming) -> Vec<Action> {
         let Incoming { txn, ts, mut shards, reads, writes } = incoming;
-        let logged = match &self.role {
-            Role::Leader { in_log, .. } => in_log.contains(&txn),
-            Role::Follower { log, .. } => log.contains(txn),
-        };
-        if logged {
-            return Vec::new(); // Released here once already: a retry executes nothing twice.
-        }
         shards.sort_unstable();
         shards.dedup();
-        let multi = shards.len() > 1 && shards.contains(&self.shard);
+        if !shards.contains(&self.shard) {
+            return Vec::new(); // Not a participant: malformed, nothing to hold.
+        }
+        let multi = shards.len() > 1;
         let mut keys = reads.clone();
         keys.extend(writes.iter().cloned());
+        match &self.role {
+            Role::Leader { in_log, .. } if in_log.contains_key(&txn) => {
+                return Vec::new(); // Released here once already: a retry executes nothing.
+            }
+            // Listed by the leader already: if its body was being fetched, this is it.
+            Role::Follower { log, .. } if log.contains(txn) => return self.on_body(txn, &keys),
+            _ => {}
+        }
         let arriving = Arriving { txn, ts, reads, writes, payload: keys };
         let leads = self.leads();
         // A leader releases a multi-shard transaction only once its leaders agreed.
         let arrival = self.hold.arrive(arriving, leads, !(leads && multi));
         let held_at = match arrival {
             Arrival::Held(at) | Arrival::Bumped(at) => at,
+            // A retry of a transaction still held at a leader: what this leader said for it
+            // may have been lost, so it says it again.
+            Arrival::Duplicate(_) if leads && multi => return self.repeat(txn),
             // A follower that is late leaves the place to the leader's log; a duplicate or a
             // full queue changes nothing (the coordinator retries).
             Arrival::Late(_) | Arrival::Duplicate(_) | Arrival::Full => return Vec::new(),
@@ -268,28 +280,55 @@ impl Replica {
         shards: &[ShardId],
         ts: Timestamp,
     ) -> Vec<Action> {
-        self.on_peer(txn, shards, |agreement| agreement.on_proposal(from, ts))
+        self.on_peer(from, txn, shards, |agreement| agreement.on_proposal(from, ts))
     }
 
     /// Another leader moved `txn` to the agreed timestamp (leaders only).
     pub fn on_confirm(&mut self, from: ShardId, txn: TxnId, shards: &[ShardId]) -> Vec<Action> {
-        self.on_peer(txn, shards, |agreement| agreement.on_confirm(from))
+        self.on_peer(from, txn, shards, |agreement| agreement.on_confirm(from))
     }
 
-    /// A message from another participant leader, recorded by `record` (false: dropped).
+    /// A message from participant leader `from`, recorded by `record` (false: dropped). One
+    /// for a transaction this leader released already is answered with what it decided there
+    /// (the sender may have missed it): its timestamp as a proposal, and a confirmation.
     fn on_peer(
         &mut self,
+        from: ShardId,
         txn: TxnId,
         shards: &[ShardId],
         record: impl FnOnce(&mut Agreement) -> bool,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
-        if !self.leads() {
+        let Role::Leader { in_log, .. } = &self.role else { return actions };
+        if from == self.shard || !shards.contains(&from) || !shards.contains(&self.shard) {
+            return actions; // Not from another participant: dropped before it opens anything.
+        }
+        if shards.iter().any(|s| s.0 >= self.limits.shards_total) {
+            return actions;
+        }
+        if let Some(&ts) = in_log.get(&txn) {
+            actions.push(Action::Propose { txn, ts, to: vec![from] });
+            actions.push(Action::Confirm { txn, to: vec![from] });
             return actions;
         }
         let Some(agreement) = self.agreement(txn, shards) else { return actions };
         if record(agreement) {
             self.settle(txn, &mut actions);
+        }
+        actions
+    }
+
+    /// A leader's messages for a held multi-shard transaction, again: its proposal, and its
+    /// confirmation if it moved the transaction.
+    fn repeat(&mut self, txn: TxnId) -> Vec<Action> {
+        let me = self.shard;
+        let Role::Leader { agreements, .. } = &self.role else { return Vec::new() };
+        let Some(agreement) = agreements.get(&txn) else { return Vec::new() };
+        let Some(ts) = agreement.own() else { return Vec::new() };
+        let to = agreement_shards(agreement, me);
+        let mut actions = vec![Action::Propose { txn, ts, to: to.clone() }];
+        if agreement.moved() {
+            actions.push(Action::Confirm { txn, to });
         }
         actions
     }
@@ -301,7 +340,7 @@ impl Replica {
         let Role::Leader { agreements, in_log, .. } = &mut self.role else { return None };
         if !agreements.contains_key(&txn) {
             let participants: BTreeSet<ShardId> = shards.iter().copied().collect();
-            if !participants.contains(&me) || participants.len() < 2 || in_log.contains(&txn) {
+            if !participants.contains(&me) || participants.len() < 2 || in_log.contains_key(&txn) {
                 return None;
             }
             if agreements.len() >= self.limits.agreements_max {
@@ -343,11 +382,18 @@ impl Replica {
     /// Forgets `txn` (its coordinator gave up on it, or a proposal came for a transaction
     /// that never arrives): its held entry and its agreement go. A released transaction
     /// stays in the log.
-    pub fn forget(&mut self, txn: TxnId) {
-        self.hold.remove(txn);
+    /// False (nothing forgotten) for a transaction this leader has proposed: another shard
+    /// may have released it at the agreed timestamp already, so it stays until released here
+    /// (a view change settles it otherwise).
+    pub fn forget(&mut self, txn: TxnId) -> bool {
         if let Role::Leader { agreements, .. } = &mut self.role {
+            if agreements.get(&txn).is_some_and(|a| a.own().is_some()) {
+                return false;
+            }
             agreements.remove(&txn);
         }
+        self.hold.remove(txn);
+        true
     }
 
     /// The clock reads `now`: releases what is due, in timestamp order.
@@ -358,7 +404,7 @@ impl Replica {
             match &mut self.role {
                 Role::Leader { log, in_log, agreements } => {
                     agreements.remove(&txn);
-                    let first = in_log.insert(txn);
+                    let first = in_log.insert(txn, ts).is_none();
                     assert!(first, "{txn} released twice");
                     log.push((txn, ts));
                     actions.push(Action::Execute { txn, ts });

@@ -19,6 +19,7 @@ fn limits() -> ReplicaLimits {
         tail_max: 64,
         agreements_max: 8,
         release_max: 64,
+        shards_total: 3,
     }
 }
 
@@ -80,6 +81,8 @@ fn a_single_shard_transaction_waits_for_its_time_then_every_replica_replies_alik
     assert_eq!(fast(&at_leader), fast(&at_follower), "same entry, same timestamp, same hash");
     assert_eq!(leader.log_since(0), [(txn(1), Timestamp(100))]);
     for r in [&mut leader, &mut follower] {
+        assert!(r.arrive(rmw(5, 500, &[B], &[7])).is_empty(), "not a participant");
+        assert_eq!(r.held(), 0);
         assert!(r.arrive(rmw(1, 100, &[A], &[7])).is_empty(), "a retry changes nothing");
         assert!(r.tick(200).is_empty(), "released once, never again");
     }
@@ -130,7 +133,8 @@ fn a_follower_retimes_what_the_leader_placed_elsewhere_and_its_hashes_follow() {
     assert!(synced.contains(&Action::Fetch { txns: vec![txn(9)] }), "{synced:?}");
     assert!(slow(&synced).is_empty(), "nothing syncs past a missing body");
     assert_eq!(
-        slow(&follower.on_body(txn(9), &[key(7)])),
+        // The coordinator's own copy arrives late: it is the fetched body.
+        slow(&follower.arrive(rmw(9, 100, &[A], &[7]))),
         [(txn(9), Timestamp(100)), (txn(1), Timestamp(101))]
     );
     for r in [&mut leader, &mut follower] {
@@ -171,8 +175,9 @@ fn the_largest_proposer_releases_only_after_the_smaller_one_moved() {
     assert!(a.tick(500).is_empty(), "held behind the unconfirmed transaction");
     assert!(a.on_confirm(B, txn(1), &[A, B]).is_empty());
     assert_eq!(executed(&a.tick(500)), [(txn(1), Timestamp(151)), (txn(2), Timestamp(400))]);
-    // A proposal arriving after the release opens nothing.
-    assert!(a.on_proposal(B, txn(1), &[A, B], Timestamp(100)).is_empty());
+    // A proposal arriving after the release opens nothing: it is answered with the release.
+    let answer = a.on_proposal(B, txn(1), &[A, B], Timestamp(100));
+    assert_eq!(answer[0], Action::Propose { txn: txn(1), ts: Timestamp(151), to: vec![B] });
     assert!(a.tick(10_000).is_empty());
 }
 
@@ -201,16 +206,23 @@ fn agreements_are_bounded_and_a_forgotten_transaction_leaves() {
     assert!(a.arrive(rmw(4, 10, &[A, B], &[1])).is_empty());
     assert_eq!(a.held(), 0);
     assert_eq!(a.dropped_total(), 2);
-    // Forgetting frees a place.
-    a.forget(txn(1));
+    // Forgetting frees a place; a transaction this leader proposed is not forgotten.
+    assert!(a.forget(txn(1)));
     assert_eq!(a.arrive(rmw(4, 10, &[A, B], &[1])).len(), 1, "proposed");
     assert_eq!(a.held(), 1);
-    a.forget(txn(4));
-    assert_eq!(a.held(), 0);
+    assert!(!a.forget(txn(4)), "another shard may release it at the agreed timestamp");
+    assert_eq!(a.held(), 1);
     // A proposal from a shard outside the transaction, or for a shard list without this
     // one, opens nothing.
+    a.forget(txn(2));
     assert!(a.on_proposal(B, txn(5), &[B, ShardId(2)], Timestamp(10)).is_empty());
+    assert!(a.on_proposal(A, txn(5), &[A, B], Timestamp(10)).is_empty(), "from itself");
+    assert!(a.on_proposal(ShardId(2), txn(5), &[A, B], Timestamp(10)).is_empty());
+    assert!(a.on_proposal(B, txn(5), &[A, B, ShardId(9)], Timestamp(10)).is_empty());
     assert_eq!(a.dropped_total(), 2);
+    // None of those took the free place.
+    assert!(a.on_proposal(B, txn(6), &[A, B], Timestamp(10)).is_empty());
+    assert_eq!(a.dropped_total(), 2, "room was left");
 }
 
 /// Many transactions on few keys, stamped out of order, at a leader and two followers that
@@ -223,10 +235,15 @@ fn replicas_that_saw_different_arrivals_agree_once_synced() {
     let mut leader = Replica::new(A, true, limits());
     let mut followers = [Replica::new(A, false, limits()), Replica::new(A, false, limits())];
     let mut bodies: BTreeMap<TxnId, Vec<Key>> = BTreeMap::new();
-    let mut now = 0;
+    let mut now = 100;
+    let mut bumped = 0;
+    let mut stamps: BTreeMap<TxnId, Timestamp> = BTreeMap::new();
     for seq in 0..40 {
         now += 5;
-        let incoming = rmw(seq, now + uniform_u64(&mut rng, 20), &[A], &[uniform_u64(&mut rng, 3)]);
+        // Some stamps fall below what was released already: late everywhere.
+        let stamp = now - 15 + uniform_u64(&mut rng, 30);
+        let incoming = rmw(seq, stamp, &[A], &[uniform_u64(&mut rng, 3)]);
+        stamps.insert(incoming.txn, incoming.ts);
         bodies.insert(incoming.txn, [incoming.reads.clone(), incoming.writes.clone()].concat());
         leader.arrive(incoming.clone());
         for f in followers.iter_mut() {
@@ -234,13 +251,18 @@ fn replicas_that_saw_different_arrivals_agree_once_synced() {
                 f.arrive(incoming.clone());
             }
         }
-        leader.tick(now);
+        for (t, ts) in executed(&leader.tick(now)) {
+            bumped += usize::from(ts != stamps[&t]);
+        }
         for f in followers.iter_mut() {
             f.tick(now);
         }
     }
     let end = now + 100;
-    leader.tick(end);
+    for (t, ts) in executed(&leader.tick(end)) {
+        bumped += usize::from(ts != stamps[&t]);
+    }
+    assert!(bumped > 0, "some transactions were late and bumped");
     for f in followers.iter_mut() {
         f.tick(end);
         let actions = f.on_sync(0, leader.log_since(0), |_| None);
@@ -264,4 +286,46 @@ fn replicas_that_saw_different_arrivals_agree_once_synced() {
             assert_eq!(fast(&f.tick(end + 10)), want, "key {k}");
         }
     }
+}
+
+/// A lost proposal or confirmation is said again when the coordinator retries (the leader
+/// still holds the transaction) and answered when it comes after the release.
+#[test]
+fn lost_agreement_messages_are_repeated_on_a_retry_and_answered_after_a_release() {
+    let mut a = Replica::new(A, true, limits());
+    let mut b = Replica::new(B, true, limits());
+    a.arrive(rmw(9, 150, &[A], &[1]));
+    a.tick(150);
+    // A bumps the transaction to 151 and proposes; that proposal is lost.
+    let lost = a.arrive(rmw(1, 100, &[A, B], &[1]));
+    assert_eq!(lost, [Action::Propose { txn: txn(1), ts: Timestamp(151), to: vec![B] }]);
+    let from_b = b.arrive(rmw(1, 100, &[A, B], &[2]));
+    assert_eq!(from_b, [Action::Propose { txn: txn(1), ts: Timestamp(100), to: vec![A] }]);
+    assert!(a.on_proposal(B, txn(1), &[A, B], Timestamp(100)).is_empty(), "waits for B");
+    // The coordinator retries: A says its proposal again, and B moves and confirms.
+    let again = a.arrive(rmw(1, 100, &[A, B], &[1]));
+    assert_eq!(again, lost);
+    let moved = b.on_proposal(A, txn(1), &[A, B], Timestamp(151));
+    assert_eq!(moved, [Action::Confirm { txn: txn(1), to: vec![A] }]);
+    // That confirmation is lost too; a retry at B repeats both of B's messages.
+    let repeated = b.arrive(rmw(1, 100, &[A, B], &[2]));
+    assert_eq!(
+        repeated,
+        [
+            Action::Propose { txn: txn(1), ts: Timestamp(100), to: vec![A] },
+            Action::Confirm { txn: txn(1), to: vec![A] },
+        ]
+    );
+    assert_eq!(executed(&b.tick(151)), [(txn(1), Timestamp(151))]);
+    // After B released it, a late proposal from A is answered with what B decided.
+    let answer = b.on_proposal(A, txn(1), &[A, B], Timestamp(151));
+    assert_eq!(
+        answer,
+        [
+            Action::Propose { txn: txn(1), ts: Timestamp(151), to: vec![A] },
+            Action::Confirm { txn: txn(1), to: vec![A] },
+        ]
+    );
+    assert!(a.on_confirm(B, txn(1), &[A, B]).is_empty());
+    assert_eq!(executed(&a.tick(151)), [(txn(1), Timestamp(151))]);
 }
