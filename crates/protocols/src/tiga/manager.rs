@@ -10,9 +10,15 @@
 //! number, no shard's local view number lower than now). An install that fails the second
 //! check (a stale proposal of a deposed manager leader) is skipped and counted, never applied.
 //!
-//! Not here yet: hosting the group (the kit's hosting keys its logs by shard; a manager group
-//! needs a namespace of its own) and the view change it starts (the new leaders rebuild their
-//! logs with [`super::recovery::rebuild_log`]).
+//! **Hosting.** The group runs on the kit's hosting ([`crate::kit::host::Hosts`]) as the one
+//! "shard" of a topology of its own ([`manager_topology`]): the cluster's nodes and regions,
+//! with replica `i` of group 0 on the `i`-th member. Its Raft records are those of group 0 in
+//! the node's durable map, so a node that also hosts shard logs keeps the manager's records
+//! apart (its own persist tokens and key space); Tiga's shards do not run Raft.
+//!
+//! Not here yet: the node that drives it (heartbeats, proposing [`next_install`] on the
+//! group's leader) and the view change it starts (the new leaders rebuild their logs with
+//! [`super::recovery::rebuild_log`]).
 
 use super::view::{leaderless, next_view, View};
 use super::Mode;
@@ -69,10 +75,42 @@ pub enum ManagerCommand {
 }
 
 /// What the manager sends.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum ManagerMsg {
     /// The current view, to a node.
     View(ViewRecord),
+    /// The group's log messages.
+    Raft(Vec<crate::kit::host::RaftGroupMsgs>),
+}
+
+/// The topology the manager group is hosted by: `topology`'s nodes and regions, one group
+/// (shard 0) whose replica `i` is `members[i]`. `members` must be distinct nodes of
+/// `topology`, at least one.
+pub fn manager_topology(topology: &Topology, members: &[NodeId]) -> Result<Topology, String> {
+    let distinct: BTreeSet<NodeId> = members.iter().copied().collect();
+    if members.is_empty() || distinct.len() != members.len() {
+        return Err(format!("manager members {members:?}: distinct nodes, at least one"));
+    }
+    let mut nodes: Vec<meridian_core::topology::NodeInfo> = topology
+        .nodes
+        .iter()
+        .map(|n| meridian_core::topology::NodeInfo { replicas: Vec::new(), ..n.clone() })
+        .collect();
+    for (slot, member) in members.iter().enumerate() {
+        let Some(node) = nodes.get_mut(member.0 as usize) else {
+            return Err(format!("manager member {member} is not in the cluster"));
+        };
+        node.replicas.push(meridian_core::topology::ReplicaSlot {
+            shard: meridian_core::ShardId(0),
+            replica: slot as u32,
+        });
+    }
+    Ok(Topology {
+        regions: topology.regions.clone(),
+        nodes,
+        shards: 1,
+        replicas: members.len() as u32,
+    })
 }
 
 /// The manager's replicated state on one member of its group.
@@ -124,6 +162,8 @@ impl StateMachine for ManagerMachine {
         let ManagerCommand::Install(record) = command;
         record.check(self.shards)
     }
+
+    fn on_leadership(&mut self, _leads: bool) {}
 
     fn apply(&mut self, command: ManagerCommand, answer: bool, out: &mut Outbox<ManagerMsg>) {
         let ManagerCommand::Install(record) = command;
@@ -262,6 +302,91 @@ mod tests {
         assert_eq!(m.view().global, 1, "a local view number never goes back");
         assert_eq!(m.skipped_total(), 3);
         assert_eq!(out.len(), t.nodes.len(), "only the applied view was announced");
+    }
+
+    /// Three members host the group through the kit's hosting; the leader's install reaches
+    /// every member's state, and the leader announces it.
+    #[test]
+    fn the_manager_group_runs_on_the_kits_hosting() {
+        use crate::kit::host::Hosts;
+        use meridian_core::node::Effect;
+        use std::collections::{BTreeMap, VecDeque};
+        let cluster = topology();
+        let members = [NodeId(1), NodeId(3), NodeId(5)];
+        let group = std::sync::Arc::new(manager_topology(&cluster, &members).unwrap());
+        assert!(group.validate().is_ok());
+        let mut hosts: BTreeMap<NodeId, Hosts<ManagerMachine>> = BTreeMap::new();
+        for &node in &members {
+            let mut ctx = context(&group);
+            ctx.id = node;
+            let made = Hosts::restore(&ctx, &BTreeMap::new(), ManagerMsg::Raft, |_| {
+                ManagerMachine::new(&cluster, Mode::Preventive)
+            });
+            hosts.insert(node, made.unwrap());
+        }
+        let mut queue: VecDeque<(NodeId, NodeId, ManagerMsg)> = VecDeque::new();
+        let mut announced = Vec::new();
+        let mut run = |hosts: &mut BTreeMap<NodeId, Hosts<ManagerMachine>>,
+                       node: NodeId,
+                       f: &mut dyn FnMut(&mut Hosts<ManagerMachine>, &mut Outbox<ManagerMsg>),
+                       queue: &mut VecDeque<(NodeId, NodeId, ManagerMsg)>| {
+            let mut out = Outbox::new();
+            let h = hosts.get_mut(&node).unwrap();
+            f(h, &mut out);
+            h.flush(&mut out);
+            for effect in out.drain() {
+                match effect {
+                    Effect::Send { to, msg: ManagerMsg::View(v) } => announced.push((to, v)),
+                    Effect::Send { to, msg } => queue.push_back((node, to, msg)),
+                    Effect::Persist { token, .. } => {
+                        h.on_persisted(token, &mut Outbox::new());
+                    }
+                    _ => {}
+                }
+            }
+        };
+        for &node in &members {
+            run(&mut hosts, node, &mut |h, out| h.on_start(out), &mut queue);
+        }
+        let install =
+            ManagerCommand::Install(ViewRecord { global: 1, local: vec![1, 0], detective: false });
+        let mut submitted = false;
+        for _ in 0..500 {
+            while let Some((from, to, msg)) = queue.pop_front() {
+                if let ManagerMsg::Raft(groups) = msg {
+                    run(
+                        &mut hosts,
+                        to,
+                        &mut |h, out| h.on_raft(from, groups.clone(), out),
+                        &mut queue,
+                    );
+                }
+            }
+            let leader = members.iter().copied().find(|n| hosts[n].leads(ShardId(0)));
+            if let (Some(leader), false) = (leader, submitted) {
+                let command = install.clone();
+                run(
+                    &mut hosts,
+                    leader,
+                    &mut |h, out| h.submit(ShardId(0), command.clone(), out).unwrap(),
+                    &mut queue,
+                );
+                submitted = true;
+            }
+            if members.iter().all(|n| hosts[n].get(ShardId(0)).unwrap().view().global == 1) {
+                break;
+            }
+            for &node in &members {
+                run(&mut hosts, node, &mut |h, out| h.tick(out), &mut queue);
+            }
+        }
+        assert!(submitted, "a leader was elected");
+        for n in &members {
+            assert_eq!(hosts[n].get(ShardId(0)).unwrap().view().local, [1, 0], "member {n}");
+        }
+        assert_eq!(announced.len(), cluster.nodes.len(), "announced once to every node");
+        assert!(manager_topology(&cluster, &[NodeId(1), NodeId(1)]).is_err());
+        assert!(manager_topology(&cluster, &[NodeId(99)]).is_err());
     }
 
     #[test]

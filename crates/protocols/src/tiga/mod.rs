@@ -18,9 +18,9 @@
 //! bookkeeping ([`coordinator`]: stamping, the replicas to send to, delay samples, per-shard
 //! tallies, the fast or slow decision at one timestamp), and the view manager's replicated
 //! state ([`manager`]: installs checked before the log and in turn when applied, announced to
-//! every node, snapshot images). The protocol node (execution, messages, retries, hosting the
-//! manager's group, the view change, durability, detective mode, checkpoints) is not built,
-//! and `--protocol tiga` does not exist yet.
+//! every node, snapshot images, hosted as a Raft group through the kit). The protocol node
+//! (execution, messages, retries, heartbeats to the manager, the view change, durability,
+//! detective mode, checkpoints) is not built, and `--protocol tiga` does not exist yet.
 
 pub mod agree;
 pub mod coordinator;
