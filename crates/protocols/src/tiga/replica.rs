@@ -229,8 +229,9 @@ impl Replica {
         let Incoming { txn, ts, mut shards, reads, writes } = incoming;
         shards.sort_unstable();
         shards.dedup();
-        if !shards.contains(&self.shard) {
-            return Vec::new(); // Not a participant: malformed, nothing to hold.
+        let outside = shards.iter().any(|s| s.0 >= self.limits.shards_total);
+        if !shards.contains(&self.shard) || outside {
+            return Vec::new(); // Not a participant, or shards that do not exist: malformed.
         }
         let multi = shards.len() > 1;
         let mut keys = reads.clone();

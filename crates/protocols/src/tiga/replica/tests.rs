@@ -82,6 +82,7 @@ fn a_single_shard_transaction_waits_for_its_time_then_every_replica_replies_alik
     assert_eq!(leader.log_since(0), [(txn(1), Timestamp(100))]);
     for r in [&mut leader, &mut follower] {
         assert!(r.arrive(rmw(5, 500, &[B], &[7])).is_empty(), "not a participant");
+        assert!(r.arrive(rmw(6, 500, &[A, ShardId(3)], &[7])).is_empty(), "no shard 3");
         assert_eq!(r.held(), 0);
         assert!(r.arrive(rmw(1, 100, &[A], &[7])).is_empty(), "a retry changes nothing");
         assert!(r.tick(200).is_empty(), "released once, never again");
