@@ -223,17 +223,9 @@ fn check_placement(placement: &[ShardPlacement]) -> Result<(), Refused> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::owd::test_settings as settings;
     use super::*;
     use meridian_core::time::NS_PER_MS;
-
-    fn settings() -> OwdSettings {
-        OwdSettings {
-            percentile: 50.0,
-            cap_ns: 400 * NS_PER_MS,
-            initial_ns: 100 * NS_PER_MS,
-            headroom_ns: 10 * NS_PER_MS,
-        }
-    }
 
     fn txn(seq: u64) -> TxnId {
         TxnId { origin: NodeId(20), incarnation: 1, seq }

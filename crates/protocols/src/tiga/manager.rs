@@ -163,8 +163,6 @@ impl StateMachine for ManagerMachine {
         record.check(self.shards)
     }
 
-    fn on_leadership(&mut self, _leads: bool) {}
-
     fn apply(&mut self, command: ManagerCommand, answer: bool, out: &mut Outbox<ManagerMsg>) {
         let ManagerCommand::Install(record) = command;
         let next = record.view();

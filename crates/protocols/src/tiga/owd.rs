@@ -139,19 +139,23 @@ impl OwdEstimator {
     }
 }
 
+/// Tiga's default settings, for tests here and in the coordinator.
+#[cfg(test)]
+pub(super) fn test_settings() -> OwdSettings {
+    use meridian_core::time::NS_PER_MS;
+    OwdSettings {
+        percentile: 50.0,
+        cap_ns: 400 * NS_PER_MS,
+        initial_ns: 100 * NS_PER_MS,
+        headroom_ns: 10 * NS_PER_MS,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_settings as settings;
     use super::*;
     use meridian_core::time::NS_PER_MS;
-
-    fn settings() -> OwdSettings {
-        OwdSettings {
-            percentile: 50.0,
-            cap_ns: 400 * NS_PER_MS,
-            initial_ns: 100 * NS_PER_MS,
-            headroom_ns: 10 * NS_PER_MS,
-        }
-    }
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
