@@ -136,7 +136,8 @@ impl Experiment {
         let topology = self.topology()?;
         self.client_coordinators(&topology)?;
         self.protocol.check_topology(&topology)?;
-        meridian_workloads::build(&self.workload, &self.workload_options)?;
+        let workload = meridian_workloads::build(&self.workload, &self.workload_options)?;
+        self.protocol.check_workload(workload.as_ref(), &topology)?;
         Ok(())
     }
 

@@ -131,7 +131,7 @@ struct VerifyArgs {
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Protocol: occ, 2pl, 2pc-mvto, mako (`docs/protocols.md` describes each); `bench` also
+    /// Protocol: occ, 2pl, 2pc-mvto, mako, tiga (`docs/protocols.md` describes each); `bench` also
     /// takes postgres (a PostgreSQL server runs the transactions; `docs/postgres.md`).
     #[arg(long)]
     protocol: Option<String>,
@@ -578,6 +578,20 @@ type OptionPairs = Vec<(String, String)>;
 const COMPARE_WARMUP_S: f64 = 3.0;
 const COMPARE_TOTAL_S: f64 = 100.0;
 
+/// Whether `kind` can run the workload `args` name on their layout.
+fn check_workload_of(args: &BenchArgs, kind: ProtocolKind) -> Result<(), ConfigError> {
+    let mut probe = args.clone();
+    probe.cluster.protocol = Some(kind.name().to_string());
+    let run = probe.cluster.resolve(1)?;
+    let workload = meridian_workloads::build(&run.workload, &run.workload_options)?;
+    let topology = meridian_core::topology::Topology::standard(
+        run.network.regions.clone(),
+        run.shards,
+        run.replicas,
+    )?;
+    kind.check_workload(workload.as_ref(), &topology)
+}
+
 /// `bench --all-protocols` (and `bench` with no arguments): every protocol, with each option
 /// setting it is compared under, one after another on the same cluster and workload, into one
 /// results folder with a report.
@@ -598,6 +612,12 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
     let mut runs: Vec<(String, String, OptionPairs)> = Vec::new();
     for &kind in ProtocolKind::ALL {
         let info = kind.info();
+        // A protocol that cannot run the workload (tiga: one-shot transactions only) is left
+        // out, and says why.
+        if let Err(why) = check_workload_of(args, kind) {
+            say!("{} left out: {why}", info.name);
+            continue;
+        }
         for set in info.compare {
             let pairs: Vec<(String, String)> =
                 set.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();

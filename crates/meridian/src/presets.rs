@@ -25,10 +25,11 @@ pub fn preset(name: &str) -> Result<&'static str, String> {
 mod tests {
     use super::*;
 
-    /// Each preset runs every protocol that exists: a new protocol fails this until the
-    /// presets name it.
+    /// Each preset runs every protocol that exists and can run its workloads: a new
+    /// protocol fails this until the presets name it, and one a preset leaves out must be
+    /// unable to run one of the preset's workloads.
     #[test]
-    fn every_preset_runs_every_protocol() {
+    fn every_preset_runs_every_protocol_that_can_run_its_workloads() {
         for (name, text) in PRESETS {
             let table: toml::Table = text.parse().expect("presets parse");
             let listed: Vec<&str> = table["protocol"]
@@ -37,8 +38,30 @@ mod tests {
                 .iter()
                 .filter_map(|p| p.as_str())
                 .collect();
-            for protocol in meridian_protocols::PROTOCOLS {
-                assert!(listed.contains(protocol), "preset {name} leaves out {protocol}");
+            let mut workloads: Vec<&str> =
+                table.get("workload").and_then(|w| w.as_str()).into_iter().collect();
+            if let Some(points) = table.get("points").and_then(|p| p.as_array()) {
+                workloads.extend(points.iter().filter_map(|p| p.get("workload")?.as_str()));
+            }
+            assert!(!workloads.is_empty(), "preset {name} names a workload");
+            for &kind in meridian_protocols::ProtocolKind::ALL {
+                let protocol = kind.name();
+                if listed.contains(&protocol) {
+                    continue;
+                }
+                let runs_all = workloads.iter().all(|&workload| {
+                    let options = meridian_workloads::WorkloadOptions {
+                        shards: 2,
+                        keys_per_shard: 1_000,
+                        ..meridian_workloads::WorkloadOptions::default()
+                    };
+                    let built = meridian_workloads::build(workload, &options).expect("builds");
+                    let topology =
+                        meridian_core::topology::Topology::standard(vec!["r".into()], 2, 1)
+                            .expect("a layout");
+                    kind.check_workload(built.as_ref(), &topology).is_ok()
+                });
+                assert!(!runs_all, "preset {name} leaves out {protocol}, which runs {workloads:?}");
             }
         }
     }

@@ -181,7 +181,8 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     if topology.coordinators_in(&client_regions).is_empty() {
         return Err(ConfigError::new("--client-regions: no coordinator runs there").into());
     }
-    let workload = Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
+    let workload: Arc<dyn meridian_workloads::Workload> =
+        Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
     if let Some(seeds) = &args.seeds {
         if args.cluster.seed.is_some() {
             return Err(ConfigError::new("--seed and --seeds contradict each other").into());
@@ -210,6 +211,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         }
         // Fail fast on a bad layout before any worker starts.
         r.protocol.check_topology(&topology)?;
+        r.protocol.check_workload(workload.as_ref(), &topology)?;
         return if jobs == 1 {
             swarm_worker(args, &r, &topology, workload, range, txns)
         } else {

@@ -52,6 +52,14 @@ pub trait Protocol: 'static {
     /// True when `node` may crash (losing what it had not synced) without the protocol losing
     /// acknowledged data, so swarms may crash it.
     fn may_crash(topology: &Topology, node: NodeId) -> bool;
+    /// Checks that the protocol can run `workload`'s transactions on `topology`; the error
+    /// says why not and what to do instead. By default every workload runs.
+    fn check_workload(
+        _workload: &dyn meridian_workloads::Workload,
+        _topology: &Topology,
+    ) -> Result<(), ConfigError> {
+        Ok(())
+    }
     /// Builds the node of `context` from what its disk holds (empty on a first start). The
     /// caller bulk-loads the stores afterwards; the node replays its logs when started.
     fn restore(context: NodeContext, durable: &Durable) -> Result<Self::Node, String>;
@@ -122,6 +130,7 @@ protocols! {
     TwoPl => twopl::TwoPl,
     Mvto => mvto::Mvto,
     Mako => mako::Mako,
+    Tiga => tiga::Tiga,
 }
 
 /// A protocol's static facts, as plain values.
@@ -138,6 +147,7 @@ pub struct ProtocolInfo {
     /// What its histories promise.
     pub guarantee: Guarantee,
     check_topology: fn(&Topology) -> Result<(), ConfigError>,
+    check_workload: fn(&dyn meridian_workloads::Workload, &Topology) -> Result<(), ConfigError>,
     may_crash: fn(&Topology, NodeId) -> bool,
 }
 
@@ -153,6 +163,7 @@ impl ProtocolVisitor for InfoOf {
             compare: P::COMPARE,
             guarantee: P::GUARANTEE,
             check_topology: P::check_topology,
+            check_workload: P::check_workload,
             may_crash: P::may_crash,
         }
     }
@@ -181,6 +192,15 @@ impl ProtocolKind {
     /// Checks that this protocol can run on `topology`.
     pub fn check_topology(self, topology: &Topology) -> Result<(), ConfigError> {
         (self.info().check_topology)(topology)
+    }
+
+    /// Checks that this protocol can run `workload` on `topology`.
+    pub fn check_workload(
+        self,
+        workload: &dyn meridian_workloads::Workload,
+        topology: &Topology,
+    ) -> Result<(), ConfigError> {
+        (self.info().check_workload)(workload, topology)
     }
 
     /// True when `node` may crash without losing acknowledged data.

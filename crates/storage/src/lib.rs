@@ -183,6 +183,28 @@ impl MvccStore {
         Ok(())
     }
 
+    /// Replaces the committed version of `key` at exactly `ts` with `value` by `writer`, for
+    /// protocols that order transactions by (timestamp, id) and so may commit two writers of
+    /// one key at one timestamp, the later in order replacing the earlier (every reader of
+    /// the earlier ran before). False (nothing changed) when there is no such version.
+    pub fn replace_at(
+        &mut self,
+        key: &Key,
+        ts: Timestamp,
+        value: Option<Value>,
+        writer: TxnId,
+    ) -> bool {
+        let Some(chain) = self.map.get_mut(key) else { return false };
+        let Ok(index) = chain.binary_search_by(|v| v.ts.cmp(&ts)) else { return false };
+        let version = &mut chain[index];
+        if version.state != VersionState::Committed {
+            return false;
+        }
+        version.value = value;
+        version.writer = writer;
+        true
+    }
+
     /// Marks `writer`'s pending version of `key` committed. False when there is none.
     pub fn commit(&mut self, key: &Key, writer: TxnId) -> bool {
         let Some(chain) = self.map.get_mut(key) else {
@@ -462,6 +484,24 @@ mod tests {
         put(&mut store, 1, 26, "d", 5);
         assert_eq!(store.get_at(&key(1), Timestamp::MAX), Some(&b"d".to_vec()));
         assert_eq!(store.discard_above(Timestamp(26)), 0);
+    }
+
+    /// A second writer at one timestamp replaces the first's committed version in place; a
+    /// pending version or a missing timestamp is left alone.
+    #[test]
+    fn replace_at_swaps_the_committed_version_at_exactly_that_timestamp() {
+        let mut store = MvccStore::new();
+        put(&mut store, 1, 10, "a", 1);
+        put(&mut store, 1, 20, "b", 2);
+        assert!(store.replace_at(&key(1), Timestamp(10), Some(b"c".to_vec()), txn(3)));
+        assert_eq!(store.get_at(&key(1), Timestamp(15)), Some(&b"c".to_vec()));
+        assert_eq!(store.read_at(&key(1), Timestamp(15)).unwrap().writer, txn(3));
+        assert_eq!(store.version_count(), 2);
+        assert!(!store.replace_at(&key(1), Timestamp(15), None, txn(4)), "no version at 15");
+        assert!(!store.replace_at(&key(2), Timestamp(10), None, txn(4)), "no such key");
+        let pending = store.write(key(1), Timestamp(30), None, txn(5), VersionState::Pending);
+        assert!(pending.is_ok());
+        assert!(!store.replace_at(&key(1), Timestamp(30), None, txn(6)), "pending stays");
     }
 
     #[test]

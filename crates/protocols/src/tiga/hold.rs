@@ -119,6 +119,12 @@ impl<T> HoldQueue<T> {
         self.queue.is_empty()
     }
 
+    /// The earliest timestamp held later than `now`: when the next entry comes due.
+    pub fn next_due_after(&self, now: Time) -> Option<Timestamp> {
+        // Bounded by the queue (at most `held_max` entries).
+        self.queue.keys().map(|&(ts, _)| ts).find(|ts| ts.0 > now)
+    }
+
     /// Where `txn` is held, if it is.
     pub fn timestamp_of(&self, txn: TxnId) -> Option<Timestamp> {
         self.at.get(&txn).copied()

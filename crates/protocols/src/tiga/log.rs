@@ -78,6 +78,11 @@ impl FollowerLog {
         self.in_prefix.contains(&txn) || self.tail.contains_key(&txn)
     }
 
+    /// Prefix entries whose bodies are still missing (fetches may be lost: ask again).
+    pub fn missing(&self) -> impl Iterator<Item = TxnId> + '_ {
+        self.missing.iter().copied()
+    }
+
     /// Transactions released here that the leader has not listed yet.
     pub fn tail_len(&self) -> usize {
         self.tail.len()

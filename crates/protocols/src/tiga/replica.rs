@@ -194,6 +194,11 @@ impl Replica {
         matches!(self.role, Role::Leader { .. })
     }
 
+    /// Where `txn` is held, if it is.
+    pub fn held_at(&self, txn: TxnId) -> Option<Timestamp> {
+        self.hold.timestamp_of(txn)
+    }
+
     /// Transactions held.
     pub fn held(&self) -> usize {
         self.hold.len()
@@ -221,6 +226,46 @@ impl Replica {
         match &self.role {
             Role::Leader { log, .. } => log.len(),
             Role::Follower { log, .. } => log.sync_point(),
+        }
+    }
+
+    /// The earliest held timestamp later than `now`: when [`Replica::tick`] next has work.
+    pub fn next_due_after(&self, now: Time) -> Option<Timestamp> {
+        self.hold.next_due_after(now)
+    }
+
+    /// Follower: the synced prefix up to the sync-point (every body here), in log order.
+    /// Empty at a leader.
+    pub fn synced(&self) -> &[(TxnId, Timestamp)] {
+        match &self.role {
+            Role::Leader { .. } => &[],
+            Role::Follower { log, .. } => &log.prefix()[..log.sync_point()],
+        }
+    }
+
+    /// Follower: up to `max` listed transactions whose bodies it still lacks. Empty at a
+    /// leader.
+    pub fn missing_bodies(&self, max: usize) -> Vec<TxnId> {
+        match &self.role {
+            Role::Leader { .. } => Vec::new(),
+            Role::Follower { log, .. } => log.missing().take(max).collect(),
+        }
+    }
+
+    /// True when `txn` is in this replica's log (leader: released here; follower: released
+    /// here or listed by the leader).
+    pub fn logged(&self, txn: TxnId) -> bool {
+        match &self.role {
+            Role::Leader { in_log, .. } => in_log.contains_key(&txn),
+            Role::Follower { log, .. } => log.contains(txn),
+        }
+    }
+
+    /// The log's length: the leader's, or the follower's synced prefix (bodies or not).
+    pub fn log_len(&self) -> usize {
+        match &self.role {
+            Role::Leader { log, .. } => log.len(),
+            Role::Follower { log, .. } => log.prefix().len(),
         }
     }
 
@@ -317,6 +362,20 @@ impl Replica {
             self.settle(txn, &mut actions);
         }
         actions
+    }
+
+    /// Leader: the proposals (and confirmations) of every agreement this leader has proposed
+    /// in and not yet released, again, at most `max` agreements' worth: paced resends, so a
+    /// lost message cannot hold a transaction forever when its coordinator is gone.
+    pub fn repeat_open(&mut self, max: usize) -> Vec<Action> {
+        let Role::Leader { agreements, .. } = &self.role else { return Vec::new() };
+        let open: Vec<TxnId> = agreements
+            .iter()
+            .filter(|(_, a)| a.own().is_some())
+            .map(|(&txn, _)| txn)
+            .take(max)
+            .collect();
+        open.into_iter().flat_map(|txn| self.repeat(txn)).collect()
     }
 
     /// A leader's messages for a held multi-shard transaction, again: its proposal, and its

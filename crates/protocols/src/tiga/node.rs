@@ -1,0 +1,1494 @@
+//! The `tiga` protocol node: a coordinator for the transactions clients submit here, and the
+//! replicas of the shards this node hosts, each driven by [`super::replica::Replica`].
+//!
+//! # One transaction
+//!
+//! 1. The coordinator binds the procedure's plan to shards and checks that it is one-shot in
+//!    the strong sense a replica's arrival check needs (no piece needs another's output, no
+//!    scans), stamps it ([`super::coordinator::Tracker`]) and sends the body (procedure,
+//!    arguments, timestamp, send time) to every replica of every participant shard.
+//! 2. Each replica derives the shard's pieces and keys from the body itself (nothing in the
+//!    message is trusted beyond the arguments), holds the transaction and releases it in
+//!    timestamp order; leaders of multi-shard transactions agree on the timestamp first
+//!    (preventive mode). A follower replies fast at release; a leader executes the shard's
+//!    pieces on its store at the timestamp and replies fast with the shard's result.
+//! 3. Followers learn the leader's log (position, transaction, timestamp) and reply slow for
+//!    every entry they synced; the coordinator commits on a super quorum of matching fast
+//!    replies per shard, or the leader's fast reply plus `f` slow replies.
+//!
+//! # User aborts across shards
+//!
+//! A piece may ask to abort (a bank transfer from an account without the money), and a
+//! one-shot transaction's other shards cannot see that. A leader that executed a
+//! multi-shard transaction therefore keeps its writes aside and sends its **vote** (did its
+//! pieces run without an abort) to the other participant leaders; the writes are applied once
+//! every vote is in and all said yes, and dropped otherwise. The leaders sit together in
+//! preventive mode, so this costs a local round trip, and only later transactions touching a
+//! key the transaction writes wait for it (transactions release in timestamp order among
+//! conflicting ones on every shard, so these waits cannot form a cycle). The coordinator
+//! learns each shard's result from its leader's fast reply and reports a user abort if any
+//! shard aborted. Followers execute their synced log in order at the leader's timestamps,
+//! taking each multi-shard transaction's final outcome from the leader (sent with the log),
+//! so every replica reaches the leader's state.
+//!
+//! # Failures handled, and not yet
+//!
+//! Messages may be lost, duplicated or reordered: coordinators resend the body with the same
+//! transaction id and timestamp until decided, and a replica answers a repeat from what it
+//! recorded (execution is at most once); leaders repeat proposals and votes, and a leader
+//! that hears a proposal for a transaction it never received fetches the body from the
+//! proposer; followers acknowledge their sync-point and the leader resends what they lack.
+//!
+//! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
+//! manager's choice of co-located leaders given every node alive), so a node hosting a
+//! replica must not crash; durability (the log is in memory; `restore` refuses a durable
+//! driver); detective mode; checkpoints (the logs, the answers and the leaders' outcome
+//! records grow with the run, up to [`ANSWERS_MAX`] answers and [`BODIES_MAX`] bodies per
+//! replica); read-only snapshot reads.
+
+use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
+use super::replica::{Action, Incoming, Replica, ReplicaLimits};
+use super::view::{next_view, View};
+use super::{check_one_shot, Mode, TigaSettings};
+use crate::kit::coord::{bind_plan, AttemptIds};
+use crate::kit::exec::{run_piece, AtTimestamp, Overlay, Placement};
+use crate::kit::timers::Timers;
+use crate::{NodeContext, ProtocolNode};
+use meridian_core::key::Key;
+use meridian_core::node::{ClientRequest, Node, Outbox, PersistToken, TimerId};
+use meridian_core::txn::{
+    AbortCounts, CommitPath, PieceOutput, ProcError, TxnFailure, TxnOutcome, TxnRequest, TxnResult,
+};
+use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
+use meridian_storage::{MvccStore, StoreError, VersionState};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// Transactions held per replica at most.
+pub const HELD_MAX: usize = 1 << 16;
+/// Keys with a release stamp per replica (about).
+pub const STAMPED_KEYS_MAX: usize = 1 << 20;
+/// A follower's released transactions not yet listed by its leader.
+pub const TAIL_MAX: usize = 1 << 14;
+/// Agreements a leader keeps open at once.
+pub const AGREEMENTS_MAX: usize = 1 << 14;
+/// Missing bodies a follower asks for again per acknowledgement.
+pub const FETCH_MAX: usize = 256;
+/// Open agreements a leader repeats its messages for per pace.
+pub const AGREEMENTS_REPEATED_MAX: usize = 1 << 10;
+/// Releases per call.
+pub const RELEASE_MAX: usize = 1 << 12;
+/// Transaction bodies a replica keeps (held, released and not yet executed everywhere). At
+/// the limit it takes no new arrivals; their coordinators resend.
+pub const BODIES_MAX: usize = 1 << 18;
+/// Replies a replica remembers to answer a coordinator's resend (oldest forgotten first; a
+/// forgotten one is not answered, and the coordinator finally reports the outcome unknown).
+pub const ANSWERS_MAX: usize = 1 << 18;
+/// Votes for transactions not executed here yet, kept per leader.
+pub const EARLY_VOTES_MAX: usize = 1 << 14;
+/// Outcomes of multi-shard transactions a follower keeps before executing them.
+pub const OUTCOMES_KEPT_MAX: usize = 1 << 16;
+/// Multi-shard outcomes one sync message carries when the leader resends.
+pub const OUTCOMES_WINDOW_MAX: usize = 1 << 10;
+const _: () = assert!(HELD_MAX <= BODIES_MAX && TAIL_MAX <= BODIES_MAX);
+
+/// A transaction as its coordinator sends it: everything a replica needs to order and run it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnBody {
+    /// The transaction (the same on every resend).
+    pub txn: TxnId,
+    /// Its timestamp.
+    pub ts: Timestamp,
+    /// The coordinator's clock when it sent this copy (for the delay samples).
+    pub sent_at: Time,
+    /// The procedure and its arguments.
+    pub request: TxnRequest,
+    /// Where pieces of replicated tables run when no other piece places them.
+    pub home: ShardId,
+}
+
+/// One shard's result, from its leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShardResult {
+    /// The shard's pieces ran: their outputs, by piece index.
+    Ran(Vec<(u32, PieceOutput)>),
+    /// A piece asked to abort.
+    UserAbort(String),
+    /// A piece broke its contract.
+    Failed(ProcError),
+}
+
+/// Tiga's messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TigaMsg {
+    /// Coordinator → every replica of every participant (also a leader's answer to
+    /// [`TigaMsg::GetBody`], and to a follower's fetch).
+    Txn(Box<TxnBody>),
+    /// Replica → coordinator: released at `ts` with this log hash over its keys.
+    Fast {
+        /// The transaction.
+        txn: TxnId,
+        /// The replying replica's shard.
+        shard: ShardId,
+        /// Where it was released.
+        ts: Timestamp,
+        /// The replica's log hash over the transaction's keys.
+        hash: u64,
+        /// How long the body took to arrive (the replica's clock minus the send time).
+        owd_ns: u64,
+        /// The shard's result: leaders only.
+        result: Option<ShardResult>,
+    },
+    /// Follower → coordinator: its log matches the leader's up to `txn` at `ts`.
+    Slow {
+        /// The transaction.
+        txn: TxnId,
+        /// The follower's shard.
+        shard: ShardId,
+        /// The leader's timestamp for it.
+        ts: Timestamp,
+    },
+    /// Leader → participant leader: where `from` holds `txn`.
+    Propose {
+        /// The transaction.
+        txn: TxnId,
+        /// Every participant shard.
+        shards: Vec<ShardId>,
+        /// The proposing shard.
+        from: ShardId,
+        /// Its timestamp there.
+        ts: Timestamp,
+        /// An answer to a proposal or confirmation for a transaction the sender had released
+        /// already: not answered again (two released leaders would echo forever).
+        answer: bool,
+    },
+    /// Leader → participant leader: `from` moved `txn` to the agreed timestamp.
+    Confirm {
+        /// The transaction.
+        txn: TxnId,
+        /// Every participant shard.
+        shards: Vec<ShardId>,
+        /// The confirming shard.
+        from: ShardId,
+        /// As for a proposal.
+        answer: bool,
+    },
+    /// Leader → participant leader: whether `from`'s pieces of `txn` ran without an abort.
+    Vote {
+        /// The transaction.
+        txn: TxnId,
+        /// The voting shard.
+        from: ShardId,
+        /// The shard it is for.
+        to: ShardId,
+        /// No piece asked to abort.
+        ok: bool,
+        /// The sender still waits for the receiver's vote.
+        want_reply: bool,
+    },
+    /// Leader → peer leader: send me `txn`'s body (I heard a proposal for it only).
+    GetBody {
+        /// The transaction.
+        txn: TxnId,
+    },
+    /// Leader → follower: the leader's log from position `from`, and final outcomes of
+    /// multi-shard transactions.
+    Sync {
+        /// The shard.
+        shard: ShardId,
+        /// The position of the first entry.
+        from: u64,
+        /// Entries: transaction and timestamp.
+        entries: Vec<(TxnId, Timestamp)>,
+        /// Multi-shard transactions decided: all voted yes (`true`) or some aborted.
+        outcomes: Vec<(TxnId, bool)>,
+    },
+    /// Follower → leader: how far it got.
+    SyncAck {
+        /// The shard.
+        shard: ShardId,
+        /// Its sync-point.
+        synced: u64,
+        /// Log entries it executed.
+        executed: u64,
+        /// Bodies it lacks.
+        fetch: Vec<TxnId>,
+    },
+}
+
+/// A sync message's position, entries and outcomes.
+type SyncParts = (u64, Vec<(TxnId, Timestamp)>, Vec<(TxnId, bool)>);
+
+/// A transaction's part on one shard, derived from its body.
+#[derive(Clone, Debug)]
+struct Part {
+    /// The shard's pieces, in plan order.
+    pieces: Vec<u32>,
+    reads: Vec<Key>,
+    writes: Vec<Key>,
+}
+
+impl Part {
+    fn keys(&self) -> Vec<Key> {
+        let mut keys = self.reads.clone();
+        keys.extend(self.writes.iter().cloned());
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+}
+
+/// A one-shot transaction's shape: per participant shard its pieces and keys.
+#[derive(Clone, Debug)]
+struct Shape {
+    parts: BTreeMap<ShardId, Part>,
+    pieces_total: usize,
+}
+
+impl Shape {
+    fn shards(&self) -> Vec<ShardId> {
+        self.parts.keys().copied().collect()
+    }
+}
+
+/// Binds `request`'s plan and checks that tiga can run it: every piece's keys known from the
+/// arguments alone, no scans.
+fn shape_of(
+    context: &NodeContext,
+    request: &TxnRequest,
+    home: ShardId,
+) -> Result<Shape, ProcError> {
+    let pieces = bind_plan(context, request, home)?;
+    check_one_shot(&pieces).map_err(|why| ProcError::Unsupported(format!("tiga: {why}")))?;
+    let procedure = context.registry.get(request.proc).expect("bind_plan found it");
+    let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
+    for (index, piece) in pieces.iter().enumerate() {
+        if !piece.deps.is_empty() {
+            return Err(ProcError::Unsupported(format!(
+                "tiga needs one-shot transactions whose keys are known from the arguments: \
+                 piece {index} needs the output of piece {}; choose another protocol",
+                piece.deps[0]
+            )));
+        }
+        let keys = procedure.keys(index as u32, &request.args, &[])?;
+        if !keys.scans.is_empty() {
+            return Err(ProcError::Unsupported(format!(
+                "tiga orders transactions by the keys they touch and does not run range scans \
+                 (piece {index} scans); choose another protocol"
+            )));
+        }
+        let part = parts.entry(piece.shard).or_insert_with(|| Part {
+            pieces: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+        });
+        part.pieces.push(index as u32);
+        part.reads.extend(keys.reads);
+        part.writes.extend(keys.writes);
+    }
+    if parts.is_empty() {
+        return Err(ProcError::BadArgs("a transaction without pieces".into()));
+    }
+    for part in parts.values_mut() {
+        for keys in [&mut part.reads, &mut part.writes] {
+            keys.sort_unstable();
+            keys.dedup();
+        }
+    }
+    Ok(Shape { parts, pieces_total: pieces.len() })
+}
+
+/// Checks that tiga can run `request` (bound with shard 0 as home): the error says why not.
+pub fn check_request(context: &NodeContext, request: &TxnRequest) -> Result<(), ProcError> {
+    shape_of(context, request, ShardId(0)).map(|_| ())
+}
+
+/// What a replica knows of one transaction.
+#[derive(Debug)]
+struct Known {
+    body: Arc<TxnBody>,
+    /// How long the copy that brought it took to arrive (replies carry it).
+    owd_ns: u64,
+    part: Part,
+    shards: Vec<ShardId>,
+}
+
+/// A released transaction waiting at a leader to execute.
+#[derive(Debug)]
+struct Queued {
+    txn: TxnId,
+    ts: Timestamp,
+    /// The fast reply's hash (known at release).
+    hash: u64,
+}
+
+/// A multi-shard transaction a leader executed, waiting for the other leaders' votes.
+#[derive(Debug)]
+struct Pending {
+    ts: Timestamp,
+    writes: Overlay,
+    own_ok: bool,
+    votes: BTreeMap<ShardId, bool>,
+    others: Vec<ShardId>,
+}
+
+/// One hosted replica and what the node keeps for it.
+#[derive(Debug)]
+struct Hosted {
+    shard: ShardId,
+    replica: Replica,
+    store: MvccStore,
+    bodies: BTreeMap<TxnId, Known>,
+    /// The last reply sent per transaction, to repeat on a resend.
+    answers: BTreeMap<TxnId, TigaMsg>,
+    answer_order: VecDeque<TxnId>,
+    // Leader.
+    queue: VecDeque<Queued>,
+    pending: BTreeMap<TxnId, Pending>,
+    early_votes: BTreeMap<TxnId, BTreeMap<ShardId, bool>>,
+    /// Multi-shard transactions decided here: own vote, and whether all voted yes.
+    decided: BTreeMap<TxnId, (bool, bool)>,
+    /// Decided since the last sync went out.
+    fresh_outcomes: Vec<(TxnId, bool)>,
+    /// Per follower node: its sync-point and executed count, as acknowledged.
+    acks: BTreeMap<NodeId, (usize, usize)>,
+    /// Per follower node: the next log position to send.
+    sent_to: BTreeMap<NodeId, usize>,
+    /// Bodies below this log position were dropped (every follower executed them).
+    pruned: usize,
+    // Follower.
+    /// Synced entries executed here.
+    executed: usize,
+    /// Final outcomes of multi-shard transactions heard from the leader.
+    outcomes: BTreeMap<TxnId, bool>,
+    /// The leader's node.
+    leader: NodeId,
+    /// The followers' nodes (leaders only).
+    followers: Vec<NodeId>,
+}
+
+/// Timer purposes.
+#[derive(Clone, Copy, Debug)]
+enum Purpose {
+    /// The next held transaction comes due.
+    Release,
+    /// Resend a transaction still undecided.
+    Resend(RequestId, TxnId),
+    /// Leaders: resend what followers and peers lack.
+    Pace,
+    /// A proposal came for a transaction not received here: fetch it if still missing.
+    FetchBody(ShardId, TxnId, NodeId),
+}
+
+/// A request in flight at this coordinator.
+#[derive(Debug)]
+struct InFlight {
+    client: ClientRequest,
+    txn: TxnId,
+    body: TxnBody,
+    to: Vec<NodeId>,
+    results: BTreeMap<ShardId, ShardResult>,
+    pieces_total: usize,
+    resends: u32,
+}
+
+/// Counters.
+#[derive(Debug, Default)]
+struct Counts {
+    fast_total: u64,
+    slow_total: u64,
+    resends_total: u64,
+    dropped_total: u64,
+    votes_waited_total: u64,
+}
+
+/// A tiga node.
+#[derive(Debug)]
+pub struct TigaNode {
+    context: NodeContext,
+    view: View,
+    hosted: BTreeMap<ShardId, Hosted>,
+    tracker: Tracker,
+    ids: AttemptIds,
+    requests: BTreeMap<RequestId, InFlight>,
+    by_txn: BTreeMap<TxnId, RequestId>,
+    timers: Timers<Purpose>,
+    release_at: Option<Time>,
+    /// Set while carrying out a replica's answer to a peer's message about a transaction it
+    /// released already.
+    answering: bool,
+    counts: Counts,
+}
+
+impl TigaNode {
+    /// A node of `context` (in memory: a durable driver is refused by the caller).
+    pub fn new(context: NodeContext) -> Result<Self, String> {
+        let settings = TigaSettings::from_options(&context.options);
+        if settings.mode == Mode::Detective {
+            return Err("tiga's detective mode is not built yet: run --protocol-option \
+                        tiga-mode=preventive (or auto)"
+                .into());
+        }
+        let topology = &context.topology;
+        let everyone: BTreeSet<NodeId> = topology.node_ids().collect();
+        // Leaders sit together where the topology allows (the view manager's choice with
+        // every node alive); fixed for the run until view changes are built.
+        let view = next_view(
+            &View::initial(topology.shards, Mode::Preventive),
+            topology,
+            &everyone,
+            Mode::Preventive,
+            |_, _| 0,
+        )
+        .ok_or("a shard has no replica")?;
+        let limits = ReplicaLimits {
+            held_max: HELD_MAX,
+            keys_max: STAMPED_KEYS_MAX,
+            tail_max: TAIL_MAX,
+            agreements_max: AGREEMENTS_MAX,
+            release_max: RELEASE_MAX,
+            shards_total: topology.shards,
+        };
+        let mut hosted = BTreeMap::new();
+        for slot in &topology.nodes[context.id.0 as usize].replicas {
+            let shard = slot.shard;
+            let leader_slot = view.leader_slot(shard, topology.replicas);
+            let leader = topology.replica_node(shard, leader_slot).ok_or("no leader node")?;
+            let leads = leader == context.id;
+            let followers = if leads {
+                topology.shard_nodes(shard).into_iter().filter(|&n| n != leader).collect()
+            } else {
+                Vec::new()
+            };
+            hosted.insert(
+                shard,
+                Hosted {
+                    shard,
+                    replica: Replica::new(shard, leads, limits),
+                    store: MvccStore::new(),
+                    bodies: BTreeMap::new(),
+                    answers: BTreeMap::new(),
+                    answer_order: VecDeque::new(),
+                    queue: VecDeque::new(),
+                    pending: BTreeMap::new(),
+                    early_votes: BTreeMap::new(),
+                    decided: BTreeMap::new(),
+                    fresh_outcomes: Vec::new(),
+                    acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
+                    sent_to: followers.iter().map(|&n| (n, 0)).collect(),
+                    pruned: 0,
+                    executed: 0,
+                    outcomes: BTreeMap::new(),
+                    leader,
+                    followers,
+                },
+            );
+        }
+        let open_max = context.limits.requests_in_flight_max;
+        Ok(Self {
+            tracker: Tracker::new(settings.owd, open_max),
+            ids: AttemptIds::new(context.id, context.incarnation),
+            view,
+            hosted,
+            requests: BTreeMap::new(),
+            by_txn: BTreeMap::new(),
+            timers: Timers::default(),
+            release_at: None,
+            answering: false,
+            counts: Counts::default(),
+            context,
+        })
+    }
+
+    /// The node leading `shard` in the current view.
+    fn leader_of(&self, shard: ShardId) -> Option<NodeId> {
+        let topology = &self.context.topology;
+        topology.replica_node(shard, self.view.leader_slot(shard, topology.replicas))
+    }
+
+    fn placement(&self, shards: &[ShardId]) -> Vec<ShardPlacement> {
+        let topology = &self.context.topology;
+        shards
+            .iter()
+            .map(|&shard| ShardPlacement {
+                shard,
+                replicas: (0..topology.replicas)
+                    .filter_map(|slot| topology.replica_node(shard, slot))
+                    .collect(),
+                leader_slot: self.view.leader_slot(shard, topology.replicas),
+            })
+            .collect()
+    }
+
+    fn pace_ns(&self) -> u64 {
+        (self.context.timing.rpc_timeout_ns / 8).max(meridian_core::time::NS_PER_MS)
+    }
+
+    // ----- coordinator -------------------------------------------------------------------
+
+    fn start(&mut self, now: Time, client: ClientRequest, out: &mut Outbox<TigaMsg>) {
+        let id = client.id;
+        if self.requests.contains_key(&id) {
+            return; // A duplicate submit: the first is answered.
+        }
+        let home = ShardId(self.context.id.0 % self.context.topology.shards);
+        let shape = match shape_of(&self.context, &client.txn, home) {
+            Ok(shape) => shape,
+            Err(error) => {
+                return out.reply(id, TxnOutcome::failed(TxnFailure::Procedure(error)));
+            }
+        };
+        let txn = self.ids.next_id();
+        let placement = self.placement(&shape.shards());
+        let (ts, to) = match self.tracker.start(now, txn, &placement) {
+            Ok(started) => started,
+            Err(Refused::Busy) => {
+                let why = "as many transactions in flight as this coordinator runs";
+                return out.reply(id, TxnOutcome::failed(TxnFailure::Rejected(why.into())));
+            }
+            Err(refused) => {
+                let why = format!("{refused:?}");
+                return out.reply(id, TxnOutcome::failed(TxnFailure::Rejected(why)));
+            }
+        };
+        let body = TxnBody { txn, ts, sent_at: now, request: client.txn.clone(), home };
+        for &node in &to {
+            out.send(node, TigaMsg::Txn(Box::new(body.clone())));
+        }
+        self.timers.set(Purpose::Resend(id, txn), self.context.timing.rpc_timeout_ns, out);
+        self.by_txn.insert(txn, id);
+        let flight = InFlight {
+            client,
+            txn,
+            body,
+            to,
+            results: BTreeMap::new(),
+            pieces_total: shape.pieces_total,
+            resends: 0,
+        };
+        self.requests.insert(id, flight);
+    }
+
+    fn resend(&mut self, now: Time, id: RequestId, txn: TxnId, out: &mut Outbox<TigaMsg>) {
+        let Some(flight) = self.requests.get_mut(&id) else { return };
+        if flight.txn != txn {
+            return;
+        }
+        flight.resends += 1;
+        if flight.resends >= self.context.timing.attempts_max {
+            let why = format!("undecided after {} sends", flight.resends);
+            self.tracker.abandon(txn);
+            self.by_txn.remove(&txn);
+            let flight = self.requests.remove(&id).expect("just seen");
+            return out.reply(flight.client.id, TxnOutcome::failed(TxnFailure::Indeterminate(why)));
+        }
+        self.counts.resends_total += 1;
+        flight.body.sent_at = now;
+        for &node in &flight.to {
+            out.send(node, TigaMsg::Txn(Box::new(flight.body.clone())));
+        }
+        self.timers.set(Purpose::Resend(id, txn), self.context.timing.rpc_timeout_ns, out);
+    }
+
+    fn on_decided(&mut self, committed: Committed, out: &mut Outbox<TigaMsg>) {
+        let Some(id) = self.by_txn.remove(&committed.txn) else { return };
+        let Some(flight) = self.requests.remove(&id) else { return };
+        let mut outcome = TxnOutcome {
+            result: TxnResult::Committed,
+            outputs: Vec::new(),
+            commit_ts: None,
+            retries: 0,
+            aborts: AbortCounts::default(),
+            shards_touched: flight.results.len() as u32,
+            path: CommitPath::None,
+            speculative_ns: None,
+        };
+        let mut outputs: Vec<Option<PieceOutput>> = vec![None; flight.pieces_total];
+        for result in flight.results.values() {
+            match result {
+                ShardResult::Failed(error) => {
+                    outcome.result = TxnResult::Failed(TxnFailure::Procedure(error.clone()));
+                }
+                ShardResult::UserAbort(why) if outcome.result == TxnResult::Committed => {
+                    outcome.result = TxnResult::UserAborted(why.clone());
+                }
+                ShardResult::UserAbort(_) => {}
+                ShardResult::Ran(ran) => {
+                    for (piece, output) in ran {
+                        if let Some(slot) = outputs.get_mut(*piece as usize) {
+                            *slot = Some(output.clone());
+                        }
+                    }
+                }
+            }
+        }
+        if outcome.result == TxnResult::Committed {
+            outcome.outputs = outputs.into_iter().map(Option::unwrap_or_default).collect();
+            outcome.commit_ts = Some(committed.ts);
+            outcome.path = if committed.fast { CommitPath::Fast } else { CommitPath::Slow };
+            if committed.fast {
+                self.counts.fast_total += 1;
+            } else {
+                self.counts.slow_total += 1;
+            }
+        }
+        out.reply(flight.client.id, outcome);
+    }
+
+    fn on_fast(
+        &mut self,
+        from: NodeId,
+        reply: (TxnId, ShardId, Timestamp, u64),
+        owd_ns: u64,
+        result: Option<ShardResult>,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let (txn, shard, ts, hash) = reply;
+        let Some(&id) = self.by_txn.get(&txn) else { return };
+        self.tracker.observe(from, owd_ns);
+        if let Some(result) = result {
+            if self.leader_of(shard) != Some(from) {
+                return; // Results come from the shard's leader only.
+            }
+            if let Some(flight) = self.requests.get_mut(&id) {
+                flight.results.insert(shard, result);
+            }
+        }
+        if let Some(decided) = self.tracker.on_fast(from, txn, shard, ts, hash) {
+            self.on_decided(decided, out);
+        }
+    }
+
+    // ----- replicas ----------------------------------------------------------------------
+
+    /// A body arrived (from a coordinator, a peer leader, or this shard's leader).
+    fn on_body(&mut self, now: Time, body: TxnBody, out: &mut Outbox<TigaMsg>) {
+        let Ok(shape) = shape_of(&self.context, &body.request, body.home) else {
+            self.counts.dropped_total += 1;
+            return; // Malformed: its coordinator would not have sent it.
+        };
+        let shards = shape.shards();
+        let body = Arc::new(body);
+        let owd_ns = now.saturating_sub(body.sent_at);
+        let hosted_shards: Vec<ShardId> =
+            shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
+        for shard in hosted_shards {
+            let part = shape.parts[&shard].clone();
+            let coordinator = body.txn.origin;
+            let host = self.hosted.get_mut(&shard).expect("filtered");
+            let txn = body.txn;
+            if host.replica.logged(txn) || host.bodies.contains_key(&txn) {
+                // A resend: say again what was said (if anything yet), and for a follower
+                // whose fetch this answers, take the body.
+                if !host.bodies.contains_key(&txn) && host.bodies.len() < BODIES_MAX {
+                    let keys = part.keys();
+                    host.bodies.insert(
+                        txn,
+                        Known {
+                            body: body.clone(),
+                            owd_ns,
+                            part: part.clone(),
+                            shards: shards.clone(),
+                        },
+                    );
+                    let actions = host.replica.on_body(txn, &keys);
+                    self.act(now, shard, actions, None, out);
+                }
+                let host = self.hosted.get_mut(&shard).expect("hosted");
+                if let Some(answer) = host.answers.get(&txn) {
+                    out.send(coordinator, refresh_owd(answer.clone(), owd_ns));
+                }
+                if host.replica.leads() {
+                    let incoming = incoming(txn, body.ts, &shards, &part);
+                    let actions = host.replica.arrive(incoming);
+                    self.act(now, shard, actions, None, out);
+                }
+                continue;
+            }
+            if host.bodies.len() >= BODIES_MAX {
+                self.counts.dropped_total += 1;
+                continue;
+            }
+            host.bodies.insert(
+                txn,
+                Known { body: body.clone(), owd_ns, part: part.clone(), shards: shards.clone() },
+            );
+            let actions = host.replica.arrive(incoming(txn, body.ts, &shards, &part));
+            self.act(now, shard, actions, None, out);
+        }
+        self.release(now, out);
+    }
+
+    /// Carries out a replica's actions. `shards_hint`: the participants, for a proposal or
+    /// confirmation repeated for a transaction whose body is gone here.
+    fn act(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        actions: Vec<Action>,
+        shards_hint: Option<&[ShardId]>,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        for action in actions {
+            let Some(host) = self.hosted.get_mut(&shard) else { return };
+            match action {
+                Action::Propose { txn, ts, to } => {
+                    let known = host.bodies.get(&txn).map(|k| k.shards.clone());
+                    let Some(shards) = known.or_else(|| shards_hint.map(<[ShardId]>::to_vec))
+                    else {
+                        continue;
+                    };
+                    for peer in to {
+                        let answer = self.answering;
+                        let msg = TigaMsg::Propose {
+                            txn,
+                            shards: shards.clone(),
+                            from: shard,
+                            ts,
+                            answer,
+                        };
+                        self.send_to_leader(now, peer, msg, out);
+                    }
+                }
+                Action::Confirm { txn, to } => {
+                    let known = host.bodies.get(&txn).map(|k| k.shards.clone());
+                    let Some(shards) = known.or_else(|| shards_hint.map(<[ShardId]>::to_vec))
+                    else {
+                        continue;
+                    };
+                    for peer in to {
+                        let answer = self.answering;
+                        let msg =
+                            TigaMsg::Confirm { txn, shards: shards.clone(), from: shard, answer };
+                        self.send_to_leader(now, peer, msg, out);
+                    }
+                }
+                Action::Execute { txn, ts } => {
+                    host.queue.push_back(Queued { txn, ts, hash: 0 });
+                }
+                Action::FastReply { txn, ts, hash } => {
+                    if host.replica.leads() {
+                        // Sent once the transaction has executed (with its result).
+                        if let Some(queued) = host.queue.iter_mut().rev().find(|q| q.txn == txn) {
+                            queued.hash = hash;
+                        }
+                        continue;
+                    }
+                    let Some(known) = host.bodies.get(&txn) else { continue };
+                    let owd_ns = known.owd_ns;
+                    let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: None };
+                    answer(host, txn, msg.clone());
+                    out.send(txn.origin, msg);
+                }
+                Action::SlowReply { txn, ts } => {
+                    let msg = TigaMsg::Slow { txn, shard, ts };
+                    answer(host, txn, msg.clone());
+                    out.send(txn.origin, msg);
+                }
+                Action::Fetch { txns } => {
+                    let msg = TigaMsg::SyncAck {
+                        shard,
+                        synced: host.replica.sync_point() as u64,
+                        executed: host.executed as u64,
+                        fetch: txns,
+                    };
+                    out.send(host.leader, msg);
+                }
+                Action::Resend { from } => {
+                    let msg = TigaMsg::SyncAck {
+                        shard,
+                        synced: from as u64,
+                        executed: host.executed as u64,
+                        fetch: Vec::new(),
+                    };
+                    out.send(host.leader, msg);
+                }
+            }
+        }
+        self.execute_all(now, out);
+    }
+
+    /// Sends `msg` to the leader of `shard`; one for this very node (it leads both shards)
+    /// is handled at once.
+    fn send_to_leader(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        msg: TigaMsg,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(node) = self.leader_of(shard) else { return };
+        if node == self.context.id {
+            self.on_peer(now, node, msg, out);
+        } else {
+            out.send(node, msg);
+        }
+    }
+
+    /// Executes what every hosted replica can: leaders their released transactions, followers
+    /// their synced log; votes between shards led here pass in place.
+    fn execute_all(&mut self, _now: Time, out: &mut Outbox<TigaMsg>) {
+        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
+        // Each round executes or finishes at least one transaction, or stops.
+        loop {
+            let mut progressed = false;
+            for &shard in &shards {
+                progressed |= self.execute(shard, out);
+            }
+            progressed |= self.local_votes();
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    /// Leader: executes released transactions that no earlier unfinished one blocks, and
+    /// applies those whose votes are all in. Follower: executes its synced log. True when
+    /// anything was done.
+    fn execute(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) -> bool {
+        let me = self.context.id;
+        let Some(host) = self.hosted.get_mut(&shard) else { return false };
+        if !host.replica.leads() {
+            return follower_execute(&self.context, host);
+        }
+        let mut progressed = finish_ready(host);
+        // Per key, the first in (timestamp, id) order of the unfinished transactions writing
+        // it (executed and waiting for votes, or queued and blocked). A later transaction
+        // touching the key waits behind it; an earlier one does not (its reads are below the
+        // version and its writes cannot conflict, since conflicting transactions release in
+        // timestamp order), so every wait points to an earlier transaction: no cycles.
+        let mut blocked: BTreeMap<Key, (Timestamp, TxnId)> = BTreeMap::new();
+        let block = |blocked: &mut BTreeMap<Key, (Timestamp, TxnId)>, key: &Key, at| {
+            let first = blocked.entry(key.clone()).or_insert(at);
+            *first = (*first).min(at);
+        };
+        for (&txn, pending) in &host.pending {
+            for key in pending.writes.keys() {
+                block(&mut blocked, key, (pending.ts, txn));
+            }
+        }
+        let mut waiting = VecDeque::new();
+        // Bounded by the queue (released transactions not executed yet).
+        while let Some(queued) = host.queue.pop_front() {
+            let Some(known) = host.bodies.get(&queued.txn) else {
+                debug_assert!(false, "{} released without its body", queued.txn);
+                continue;
+            };
+            let at = (queued.ts, queued.txn);
+            let behind = known.part.keys().iter().any(|k| blocked.get(k).is_some_and(|&w| w < at));
+            if behind {
+                for key in &known.part.writes {
+                    block(&mut blocked, key, at);
+                }
+                waiting.push_back(queued);
+                continue;
+            }
+            progressed = true;
+            let (writes, result) = run_part(&self.context, shard, &host.store, known, queued.ts);
+            let others: Vec<ShardId> =
+                known.shards.iter().copied().filter(|&s| s != shard).collect();
+            let owd_ns = known.owd_ns;
+            let own_ok = matches!(result, ShardResult::Ran(_));
+            let (txn, ts) = (queued.txn, queued.ts);
+            let msg =
+                TigaMsg::Fast { txn, shard, ts, hash: queued.hash, owd_ns, result: Some(result) };
+            answer(host, txn, msg.clone());
+            out.send(txn.origin, msg);
+            if others.is_empty() {
+                if own_ok {
+                    apply(&mut host.store, txn, ts, &writes);
+                }
+                if host.followers.is_empty() {
+                    host.bodies.remove(&txn);
+                }
+                continue;
+            }
+            // Multi-shard: the writes wait for the other leaders' votes.
+            let mut votes = host.early_votes.remove(&txn).unwrap_or_default();
+            votes.retain(|s, _| others.contains(s));
+            for &peer in &others {
+                let Some(node) = leader_node(&self.context, &self.view, peer) else { continue };
+                if node != me {
+                    let want_reply = !votes.contains_key(&peer);
+                    out.send(
+                        node,
+                        TigaMsg::Vote { txn, from: shard, to: peer, ok: own_ok, want_reply },
+                    );
+                }
+            }
+            for key in writes.keys() {
+                block(&mut blocked, key, at);
+            }
+            host.pending.insert(txn, Pending { ts, writes, own_ok, votes, others });
+            self.counts.votes_waited_total += 1;
+        }
+        host.queue = waiting;
+        progressed |= finish_ready(host);
+        progressed
+    }
+
+    /// Votes between two shards this node leads: each pending transaction takes the vote of
+    /// its other shard led here, once that shard executed it. True when one was recorded.
+    fn local_votes(&mut self) -> bool {
+        let me = self.context.id;
+        let mut deliveries = Vec::new();
+        for (&shard, host) in &self.hosted {
+            for (&txn, pending) in &host.pending {
+                for &peer in pending.others.iter().filter(|p| !pending.votes.contains_key(p)) {
+                    if leader_node(&self.context, &self.view, peer) != Some(me) {
+                        continue;
+                    }
+                    let Some(other) = self.hosted.get(&peer) else { continue };
+                    let vote = other
+                        .pending
+                        .get(&txn)
+                        .map(|p| p.own_ok)
+                        .or_else(|| other.decided.get(&txn).map(|&(own, _)| own));
+                    if let Some(ok) = vote {
+                        deliveries.push((shard, txn, peer, ok));
+                    }
+                }
+            }
+        }
+        for &(shard, txn, from, ok) in &deliveries {
+            if let Some(host) = self.hosted.get_mut(&shard) {
+                record_vote(host, txn, from, ok);
+            }
+        }
+        !deliveries.is_empty()
+    }
+
+    /// Releases what is due on every hosted replica, and arranges the next release.
+    fn release(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
+        for shard in shards {
+            let actions = self.hosted.get_mut(&shard).expect("hosted").replica.tick(now);
+            let released = !actions.is_empty();
+            self.act(now, shard, actions, None, out);
+            if released {
+                self.sync_followers(shard, false, out);
+            }
+        }
+        let next = self.hosted.values().filter_map(|h| h.replica.next_due_after(now)).min();
+        if let Some(due) = next {
+            if self.release_at.is_none_or(|at| at <= now || due.0 < at) {
+                self.release_at = Some(due.0);
+                self.timers.set(Purpose::Release, due.0 - now, out);
+            }
+        }
+    }
+
+    /// Leader: sends followers the log entries they have not been sent (or, when `again`,
+    /// everything past what they acknowledged), with the outcomes they need.
+    fn sync_followers(&mut self, shard: ShardId, again: bool, out: &mut Outbox<TigaMsg>) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if !host.replica.leads() {
+            return;
+        }
+        let log_len = host.replica.log_len();
+        let fresh = std::mem::take(&mut host.fresh_outcomes);
+        for &follower in &host.followers {
+            let (synced, executed) = host.acks[&follower];
+            let next = if again { synced } else { host.sent_to[&follower] };
+            let mut outcomes = if again { window_outcomes(host, executed) } else { fresh.clone() };
+            outcomes.truncate(OUTCOMES_WINDOW_MAX);
+            let entries = host.replica.log_since(next).to_vec();
+            if entries.is_empty() && outcomes.is_empty() {
+                continue;
+            }
+            let sent_end = next + entries.len();
+            host.sent_to.insert(follower, sent_end.max(host.sent_to[&follower]).min(log_len));
+            let msg = TigaMsg::Sync { shard, from: next as u64, entries, outcomes };
+            out.send(follower, msg);
+        }
+    }
+
+    fn on_peer(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
+        match msg {
+            TigaMsg::Propose { txn, shards, from: peer, ts, answer } => {
+                if !self.is_leader_node(peer, from) {
+                    return;
+                }
+                let here: Vec<ShardId> =
+                    shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
+                for shard in here {
+                    let host = self.hosted.get_mut(&shard).expect("hosted");
+                    if !host.replica.leads() {
+                        continue;
+                    }
+                    let logged = host.replica.logged(txn);
+                    if logged && answer {
+                        continue;
+                    }
+                    let unknown = !host.bodies.contains_key(&txn) && !logged;
+                    let actions = host.replica.on_proposal(peer, txn, &shards, ts);
+                    if unknown {
+                        let after = self.pace_ns();
+                        self.timers.set(Purpose::FetchBody(shard, txn, from), after, out);
+                    }
+                    self.answering = logged;
+                    self.act(now, shard, actions, Some(&shards), out);
+                    self.answering = false;
+                }
+                self.release(now, out);
+            }
+            TigaMsg::Confirm { txn, shards, from: peer, answer } => {
+                if !self.is_leader_node(peer, from) {
+                    return;
+                }
+                let here: Vec<ShardId> =
+                    shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
+                for shard in here {
+                    let host = self.hosted.get_mut(&shard).expect("hosted");
+                    if !host.replica.leads() {
+                        continue;
+                    }
+                    let logged = host.replica.logged(txn);
+                    if logged && answer {
+                        continue;
+                    }
+                    let actions = host.replica.on_confirm(peer, txn, &shards);
+                    self.answering = logged;
+                    self.act(now, shard, actions, Some(&shards), out);
+                    self.answering = false;
+                }
+                self.release(now, out);
+            }
+            TigaMsg::Vote { txn, from: peer, to, ok, want_reply } => {
+                if !self.is_leader_node(peer, from) {
+                    return;
+                }
+                let Some(host) = self.hosted.get_mut(&to) else { return };
+                if !host.replica.leads() {
+                    return;
+                }
+                if let Some(&(own, _)) = host.decided.get(&txn) {
+                    if want_reply {
+                        let reply =
+                            TigaMsg::Vote { txn, from: to, to: peer, ok: own, want_reply: false };
+                        out.send(from, reply);
+                    }
+                    return;
+                }
+                if host.pending.contains_key(&txn) {
+                    record_vote(host, txn, peer, ok);
+                } else if host.early_votes.len() < EARLY_VOTES_MAX
+                    || host.early_votes.contains_key(&txn)
+                {
+                    host.early_votes.entry(txn).or_default().insert(peer, ok);
+                }
+                self.execute_all(now, out);
+            }
+            TigaMsg::GetBody { txn } => {
+                let body =
+                    self.hosted.values().find_map(|h| h.bodies.get(&txn)).map(|k| k.body.clone());
+                if let Some(body) = body {
+                    out.send(from, TigaMsg::Txn(Box::new((*body).clone())));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// True when `node` leads `shard` in the current view.
+    fn is_leader_node(&self, shard: ShardId, node: NodeId) -> bool {
+        shard.0 < self.context.topology.shards && self.leader_of(shard) == Some(node)
+    }
+
+    fn on_sync(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        shard: ShardId,
+        sync: SyncParts,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let (start, entries, outcomes) = sync;
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if host.replica.leads() || host.leader != from {
+            return;
+        }
+        if entries.len() > super::log::SYNC_ENTRIES_MAX || outcomes.len() > OUTCOMES_WINDOW_MAX {
+            return; // No honest leader sends more.
+        }
+        let Ok(start) = usize::try_from(start) else { return };
+        let bodies = &host.bodies;
+        let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.keys());
+        let actions = host.replica.on_sync(start, &entries, keys_of);
+        for (txn, ok) in outcomes {
+            // Kept for logged transactions only; an outcome of one executed already may come
+            // again (a resend from a stale acknowledgement) and is pushed out first when the
+            // map is full (the leader says again what is still needed).
+            if host.replica.logged(txn) {
+                host.outcomes.insert(txn, ok);
+                if host.outcomes.len() > OUTCOMES_KEPT_MAX {
+                    host.outcomes.pop_first();
+                }
+            }
+        }
+        let fetching =
+            actions.iter().any(|a| matches!(a, Action::Fetch { .. } | Action::Resend { .. }));
+        self.act(now, shard, actions, None, out);
+        if !fetching {
+            // Bodies asked for before and still missing are asked for again (the fetch or
+            // its answer may have been lost).
+            let host = self.hosted.get(&shard).expect("hosted");
+            let msg = TigaMsg::SyncAck {
+                shard,
+                synced: host.replica.sync_point() as u64,
+                executed: host.executed as u64,
+                fetch: host.replica.missing_bodies(FETCH_MAX),
+            };
+            out.send(from, msg);
+        }
+    }
+
+    fn on_sync_ack(
+        &mut self,
+        from: NodeId,
+        shard: ShardId,
+        synced: u64,
+        executed: u64,
+        fetch: Vec<TxnId>,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let Some(ack) = host.acks.get_mut(&from) else { return };
+        let log_len = host.replica.log_len();
+        let (synced, executed) =
+            (synced.min(log_len as u64) as usize, executed.min(log_len as u64) as usize);
+        // Acknowledgements may arrive out of order; a resend request moves `sent_to` back.
+        ack.0 = synced;
+        ack.1 = ack.1.max(executed);
+        if synced < host.sent_to[&from] && fetch.is_empty() && synced < log_len {
+            host.sent_to.insert(from, synced);
+        }
+        for txn in fetch.into_iter().take(super::log::SYNC_ENTRIES_MAX) {
+            if let Some(known) = host.bodies.get(&txn) {
+                out.send(from, TigaMsg::Txn(Box::new((*known.body).clone())));
+            }
+        }
+        // Bodies every follower executed are no longer needed (one still queued or waiting
+        // for votes here stays: it is executed later).
+        let floor = host.acks.values().map(|&(_, e)| e).min().unwrap_or(log_len);
+        if floor > host.pruned {
+            let done: Vec<TxnId> = host
+                .replica
+                .log_since(host.pruned)
+                .iter()
+                .take(floor - host.pruned)
+                .map(|&(txn, _)| txn)
+                .collect();
+            let pruned_upto = host.pruned + done.len();
+            for txn in done {
+                if !host.pending.contains_key(&txn) && !host.queue.iter().any(|q| q.txn == txn) {
+                    host.bodies.remove(&txn);
+                }
+            }
+            host.pruned = pruned_upto;
+        }
+    }
+
+    fn pace(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
+        for shard in shards {
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            if !host.replica.leads() {
+                continue;
+            }
+            // Votes still missing.
+            let mut votes = Vec::new();
+            for (&txn, pending) in &host.pending {
+                for &peer in pending.others.iter().filter(|p| !pending.votes.contains_key(p)) {
+                    votes.push((
+                        peer,
+                        TigaMsg::Vote {
+                            txn,
+                            from: shard,
+                            to: peer,
+                            ok: pending.own_ok,
+                            want_reply: true,
+                        },
+                    ));
+                }
+            }
+            for (peer, msg) in votes {
+                if let Some(node) = leader_node(&self.context, &self.view, peer) {
+                    if node != self.context.id {
+                        out.send(node, msg);
+                    }
+                }
+            }
+            // Agreements this leader proposed in and still waits on.
+            let actions = host.replica.repeat_open(AGREEMENTS_REPEATED_MAX);
+            self.act(now, shard, actions, None, out);
+            let lagging = {
+                let host = &self.hosted[&shard];
+                let log_len = host.replica.log_len();
+                host.acks.values().any(|&(s, e)| s < log_len || e < log_len)
+            };
+            if lagging {
+                self.sync_followers(shard, true, out);
+            }
+        }
+        self.execute_all(now, out);
+    }
+}
+
+/// The node leading `shard` in `view`.
+fn leader_node(context: &NodeContext, view: &View, shard: ShardId) -> Option<NodeId> {
+    let topology = &context.topology;
+    topology.replica_node(shard, view.leader_slot(shard, topology.replicas))
+}
+
+fn incoming(txn: TxnId, ts: Timestamp, shards: &[ShardId], part: &Part) -> Incoming {
+    Incoming {
+        txn,
+        ts,
+        shards: shards.to_vec(),
+        reads: part.reads.clone(),
+        writes: part.writes.clone(),
+    }
+}
+
+/// A remembered fast reply sent again carries the delay of the copy it answers.
+fn refresh_owd(msg: TigaMsg, owd: u64) -> TigaMsg {
+    match msg {
+        TigaMsg::Fast { txn, shard, ts, hash, result, .. } => {
+            TigaMsg::Fast { txn, shard, ts, hash, owd_ns: owd, result }
+        }
+        other => other,
+    }
+}
+
+/// Remembers the reply for `txn` (the last one sent), forgetting the oldest beyond the bound.
+fn answer(host: &mut Hosted, txn: TxnId, msg: TigaMsg) {
+    if host.answers.insert(txn, msg).is_none() {
+        host.answer_order.push_back(txn);
+        if host.answer_order.len() > ANSWERS_MAX {
+            if let Some(old) = host.answer_order.pop_front() {
+                host.answers.remove(&old);
+            }
+        }
+    }
+}
+
+/// Follower: executes the synced log in order at the leader's timestamps, as far as bodies
+/// and the outcomes of multi-shard transactions allow. True when it executed any.
+fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
+    let start = host.executed;
+    let synced_len = host.replica.synced().len();
+    // Bounded by the synced prefix.
+    while host.executed < synced_len {
+        let (txn, ts) = host.replica.synced()[host.executed];
+        let Some(known) = host.bodies.get(&txn) else { break };
+        let outcome = if known.shards.len() > 1 {
+            match host.outcomes.get(&txn) {
+                Some(&ok) => ok,
+                None => break, // The leader has not told the outcome yet.
+            }
+        } else {
+            true
+        };
+        let (writes, result) = run_part(context, host.shard, &host.store, known, ts);
+        if outcome && matches!(result, ShardResult::Ran(_)) {
+            apply(&mut host.store, txn, ts, &writes);
+        }
+        host.outcomes.remove(&txn);
+        host.bodies.remove(&txn);
+        host.executed += 1;
+    }
+    host.executed > start
+}
+
+/// Runs the shard's pieces of `known` at `ts` on `store`: its writes and the shard's result.
+fn run_part(
+    context: &NodeContext,
+    shard: ShardId,
+    store: &MvccStore,
+    known: &Known,
+    ts: Timestamp,
+) -> (Overlay, ShardResult) {
+    let Some(procedure) = context.registry.get(known.body.request.proc) else {
+        let error = ProcError::BadArgs("unknown procedure".into());
+        return (Overlay::new(), ShardResult::Failed(error));
+    };
+    let placement = Placement { shard, partitioner: &context.partitioner };
+    let source = AtTimestamp(store, ts);
+    let mut overlay = Overlay::new();
+    let mut ran = Vec::with_capacity(known.part.pieces.len());
+    // Bounded by the plan (at most PIECES_MAX pieces).
+    for &piece in &known.part.pieces {
+        let call = (piece, &known.body.request.args, &[][..]);
+        match run_piece(procedure.as_ref(), placement, call, &source, &overlay) {
+            Err(error) => return (Overlay::new(), ShardResult::Failed(error)),
+            Ok(run) => match run.effects {
+                Err(abort) => return (Overlay::new(), ShardResult::UserAbort(abort.0)),
+                Ok(effects) => {
+                    for write in effects.writes {
+                        overlay.insert(write.key, write.value);
+                    }
+                    ran.push((piece, effects.output));
+                }
+            },
+        }
+    }
+    (overlay, ShardResult::Ran(ran))
+}
+
+/// Applies `writes` of `txn` at `ts`.
+fn apply(store: &mut MvccStore, txn: TxnId, ts: Timestamp, writes: &Overlay) {
+    for (key, value) in writes {
+        match store.write(key.clone(), ts, value.clone(), txn, VersionState::Committed) {
+            Ok(()) => {}
+            // Two conflicting transactions at one timestamp run in id order (the hold queue's
+            // order, on every replica): the later one's version replaces the earlier's.
+            Err(StoreError::DuplicateTimestamp { .. }) => {
+                let replaced = store.replace_at(key, ts, value.clone(), txn);
+                assert!(replaced, "{txn}: the version of {key:?} at {ts:?} is committed");
+            }
+            Err(error) => panic!("{txn} writes {key:?} at {ts:?}: {error}"),
+        }
+    }
+}
+
+fn record_vote(host: &mut Hosted, txn: TxnId, from: ShardId, ok: bool) {
+    if let Some(pending) = host.pending.get_mut(&txn) {
+        if pending.others.contains(&from) {
+            pending.votes.insert(from, ok);
+        }
+    }
+}
+
+/// Applies or drops the writes of every pending transaction whose votes are all in. True when
+/// one finished.
+fn finish_ready(host: &mut Hosted) -> bool {
+    let ready: Vec<TxnId> = host
+        .pending
+        .iter()
+        .filter(|(_, p)| p.others.iter().all(|s| p.votes.contains_key(s)))
+        .map(|(&txn, _)| txn)
+        .collect();
+    for &txn in &ready {
+        let pending = host.pending.remove(&txn).expect("listed");
+        let all_ok = pending.own_ok && pending.votes.values().all(|&ok| ok);
+        if all_ok {
+            apply(&mut host.store, txn, pending.ts, &pending.writes);
+        }
+        host.decided.insert(txn, (pending.own_ok, all_ok));
+        if host.followers.is_empty() {
+            host.bodies.remove(&txn); // Every peer had it: each proposed before the release.
+        } else {
+            host.fresh_outcomes.push((txn, all_ok));
+        }
+    }
+    !ready.is_empty()
+}
+
+/// The decided outcomes of multi-shard entries from log position `from` (a bounded window).
+fn window_outcomes(host: &Hosted, from: usize) -> Vec<(TxnId, bool)> {
+    host.replica
+        .log_since(from)
+        .iter()
+        .take(OUTCOMES_WINDOW_MAX)
+        .filter_map(|&(txn, _)| host.decided.get(&txn).map(|&(_, all)| (txn, all)))
+        .collect()
+}
+
+impl Node for TigaNode {
+    type Msg = TigaMsg;
+
+    fn on_start(&mut self, _now: Time, out: &mut Outbox<TigaMsg>) {
+        // Leaders pace resends of votes and of the log (followers' share).
+        if self.hosted.values().any(|h| h.replica.leads()) {
+            self.timers.set(Purpose::Pace, self.pace_ns(), out);
+        }
+    }
+
+    fn on_message(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
+        match msg {
+            TigaMsg::Txn(body) => self.on_body(now, *body, out),
+            TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result } => {
+                self.on_fast(from, (txn, shard, ts, hash), owd_ns, result, out);
+            }
+            TigaMsg::Slow { txn, shard, ts } => {
+                if let Some(decided) = self.tracker.on_slow(from, txn, shard, ts) {
+                    self.on_decided(decided, out);
+                }
+            }
+            TigaMsg::Sync { shard, from: start, entries, outcomes } => {
+                self.on_sync(now, from, shard, (start, entries, outcomes), out);
+            }
+            TigaMsg::SyncAck { shard, synced, executed, fetch } => {
+                self.on_sync_ack(from, shard, synced, executed, fetch, out);
+            }
+            peer => self.on_peer(now, from, peer, out),
+        }
+    }
+
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<TigaMsg>) {
+        let Some(purpose) = self.timers.take(timer) else { return };
+        match purpose {
+            Purpose::Release => {
+                if self.release_at.is_some_and(|at| at <= now) {
+                    self.release_at = None;
+                }
+                self.release(now, out);
+            }
+            Purpose::Resend(id, txn) => self.resend(now, id, txn, out),
+            Purpose::Pace => {
+                self.pace(now, out);
+                self.timers.set(Purpose::Pace, self.pace_ns(), out);
+            }
+            Purpose::FetchBody(shard, txn, proposer) => {
+                let Some(host) = self.hosted.get(&shard) else { return };
+                if !host.bodies.contains_key(&txn) && !host.replica.logged(txn) {
+                    out.send(proposer, TigaMsg::GetBody { txn });
+                }
+            }
+        }
+    }
+
+    fn on_persisted(&mut self, _now: Time, _token: PersistToken, _out: &mut Outbox<TigaMsg>) {}
+
+    fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<TigaMsg>) {
+        self.start(now, request, out);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let held = self.hosted.values().map(|h| h.replica.held() as u64).sum();
+        let dropped: u64 = self.hosted.values().map(|h| h.replica.dropped_total()).sum();
+        vec![
+            ("tiga_fast_commits_total", self.counts.fast_total),
+            ("tiga_slow_commits_total", self.counts.slow_total),
+            ("tiga_resends_total", self.counts.resends_total),
+            ("tiga_dropped_total", self.counts.dropped_total + dropped),
+            ("tiga_vote_waits_total", self.counts.votes_waited_total),
+            ("tiga_held", held),
+            (
+                "tiga_unexecuted",
+                self.hosted
+                    .values()
+                    .filter(|h| !h.replica.leads())
+                    .map(|h| (h.replica.log_len() - h.executed) as u64)
+                    .sum(),
+            ),
+            (
+                "tiga_queued",
+                self.hosted.values().map(|h| (h.queue.len() + h.pending.len()) as u64).sum(),
+            ),
+            ("tiga_in_flight", self.requests.len() as u64),
+        ]
+    }
+}
+
+impl ProtocolNode for TigaNode {
+    fn stores(&self) -> Vec<(ShardId, &MvccStore)> {
+        self.hosted.iter().map(|(&s, h)| (s, &h.store)).collect()
+    }
+
+    fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)> {
+        self.hosted.iter_mut().map(|(&s, h)| (s, &mut h.store)).collect()
+    }
+}
