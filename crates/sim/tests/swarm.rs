@@ -221,3 +221,21 @@ fn mako_replicated_swarm() {
 fn mako_swarm() {
     swarm(ProtocolKind::Mako, "list-append", 250_000);
 }
+
+#[test]
+fn tiga_swarm() {
+    for (workload, first_seed) in
+        [("list-append", 260_000), ("bank", 270_000), ("rw-register", 280_000)]
+    {
+        swarm(ProtocolKind::Tiga, workload, first_seed);
+    }
+}
+
+#[test]
+fn tiga_replicated_swarm() {
+    for (workload, first_seed) in
+        [("list-append", 290_000), ("bank", 300_000), ("micro-tiga", 310_000)]
+    {
+        swarm_with(ProtocolKind::Tiga, workload, first_seed, WorkloadOptions::default(), "", 3);
+    }
+}

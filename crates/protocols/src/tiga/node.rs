@@ -869,6 +869,8 @@ impl TigaNode {
             }
         }
         let mut waiting = VecDeque::new();
+        // Per key, the timestamps of the transactions reading it that wait.
+        let mut waiting_reads: BTreeMap<Key, BTreeSet<Timestamp>> = BTreeMap::new();
         // Bounded by the queue (released transactions not executed yet).
         while let Some(queued) = host.queue.pop_front() {
             let Some(known) = host.bodies.get(&queued.txn) else {
@@ -876,10 +878,20 @@ impl TigaNode {
                 continue;
             };
             let at = (queued.ts, queued.txn);
-            let behind = known.part.keys().iter().any(|k| blocked.get(k).is_some_and(|&w| w < at));
-            if behind {
+            let behind_writer =
+                known.part.keys().iter().any(|k| blocked.get(k).is_some_and(|&w| w < at));
+            // A read sees versions at its own timestamp too, so a writer at the same
+            // timestamp as an earlier reader still waiting must not go first.
+            let over_reader =
+                known.part.writes.iter().any(|k| {
+                    waiting_reads.get(k).is_some_and(|stamps| stamps.contains(&queued.ts))
+                });
+            if behind_writer || over_reader {
                 for key in &known.part.writes {
                     block(&mut blocked, key, at);
+                }
+                for key in &known.part.reads {
+                    waiting_reads.entry(key.clone()).or_default().insert(queued.ts);
                 }
                 waiting.push_back(queued);
                 continue;
@@ -1071,7 +1083,14 @@ impl TigaNode {
                     }
                     return;
                 }
-                if host.pending.contains_key(&txn) {
+                if let Some(pending) = host.pending.get(&txn) {
+                    if want_reply {
+                        // The sender lacks this shard's vote (the first copy was lost).
+                        let own = pending.own_ok;
+                        let reply =
+                            TigaMsg::Vote { txn, from: to, to: peer, ok: own, want_reply: false };
+                        out.send(from, reply);
+                    }
                     record_vote(host, txn, peer, ok);
                 } else if host.early_votes.len() < EARLY_VOTES_MAX
                     || host.early_votes.contains_key(&txn)
