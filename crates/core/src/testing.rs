@@ -26,3 +26,37 @@ pub fn mutate(rng: &mut Rng, input: &[u8], alphabet: &[u8], edits_max: u64) -> V
     }
     bytes
 }
+
+/// Feeds `cases` streams derived from `valid` (a connection's valid bytes) to fresh
+/// connection readers, in random chunks: half mutated copies, half the first frame header
+/// followed by random bytes. A reader must answer each with events or an error, never panic.
+pub fn feed_hostile_streams<M: crate::node::Message>(
+    valid: &[u8],
+    identity: crate::wire::Identity,
+    cases: u32,
+    label: &str,
+) {
+    let mut rng = crate::rng::child_rng(9, label, 0);
+    for case in 0..cases {
+        let bytes = if case % 2 == 0 {
+            mutate(&mut rng, valid, &[0, 1, 3, 12, 0xff], 8)
+        } else {
+            let len = uniform_u64(&mut rng, 256) as usize;
+            let mut bytes = valid[..valid.len().min(24)].to_vec();
+            bytes.extend((0..len).map(|_| uniform_u64(&mut rng, 256) as u8));
+            bytes
+        };
+        let mut reader = crate::wire::ConnectionReader::new(identity, 1 << 16);
+        'feed: for piece in bytes.chunks(1 + uniform_u64(&mut rng, 64) as usize) {
+            reader.push(piece);
+            loop {
+                match reader.next_event::<M>() {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    // The connection would be closed here.
+                    Err(_) => break 'feed,
+                }
+            }
+        }
+    }
+}

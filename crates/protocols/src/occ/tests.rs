@@ -852,7 +852,6 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
 /// streams through the real reader, decoding `OccMsg`, never panic (stable, in CI).
 #[test]
 fn mutated_and_random_connection_streams_never_panic_the_reader() {
-    use meridian_core::rng::{child_rng, uniform_u64};
     use meridian_core::wire::{
         encode_frame, ConnectionReader, Envelope, Hello, Identity, WireFrame, WIRE_VERSION,
     };
@@ -888,29 +887,12 @@ fn mutated_and_random_connection_streams_never_panic_the_reader() {
         decoded += 1;
     }
     assert_eq!(decoded, 2, "the valid stream decodes: a hello and a batch");
-    let mut rng = child_rng(9, "connection-property", 0);
-    for case in 0..5_000 {
-        let bytes = if case % 2 == 0 {
-            meridian_core::testing::mutate(&mut rng, &valid, &[0, 1, 3, 12, 0xff], 8)
-        } else {
-            let len = uniform_u64(&mut rng, 256) as usize;
-            let mut bytes = valid[..valid.len().min(24)].to_vec();
-            bytes.extend((0..len).map(|_| uniform_u64(&mut rng, 256) as u8));
-            bytes
-        };
-        let mut reader = ConnectionReader::new(identity, 1 << 16);
-        'feed: for piece in bytes.chunks(1 + uniform_u64(&mut rng, 64) as usize) {
-            reader.push(piece);
-            loop {
-                match reader.next_event::<OccMsg>() {
-                    Ok(Some(_)) => {}
-                    Ok(None) => break,
-                    // The connection would be closed here.
-                    Err(_) => break 'feed,
-                }
-            }
-        }
-    }
+    meridian_core::testing::feed_hostile_streams::<OccMsg>(
+        &valid,
+        identity,
+        5_000,
+        "connection-property",
+    );
 }
 
 fn scan_of(first: u64, end: u64) -> meridian_core::txn::ScanRange {

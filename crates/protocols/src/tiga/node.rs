@@ -1511,3 +1511,201 @@ impl ProtocolNode for TigaNode {
         self.hosted.iter_mut().map(|(&s, h)| (s, &mut h.store)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::topology::Topology;
+    use meridian_core::txn::Datum;
+    use meridian_core::wire::{
+        encode_frame, ConnectionReader, Envelope, Hello, Identity, WireFrame, WIRE_VERSION,
+    };
+
+    fn txn(seq: u64) -> TxnId {
+        TxnId { origin: NodeId(9), incarnation: 1, seq }
+    }
+
+    /// Node `id` of 3 shards × 3 replicas in 3 regions (nodes 0–8 replicas, 9–11
+    /// coordinators), running bank.
+    fn node(id: u32) -> TigaNode {
+        let options = meridian_workloads::WorkloadOptions {
+            shards: 3,
+            keys_per_shard: 8,
+            ..meridian_workloads::WorkloadOptions::default()
+        };
+        let workload = meridian_workloads::build("bank", &options).unwrap();
+        let topology = Topology::standard(vec!["a".into(), "b".into(), "c".into()], 3, 3).unwrap();
+        let context = NodeContext::new(
+            NodeId(id),
+            Arc::new(topology),
+            Arc::new(workload.registry()),
+            Arc::new(workload.partitioner()),
+            7,
+            crate::Timing::for_network(meridian_core::time::NS_PER_MS),
+        );
+        let mut node = TigaNode::new(context).unwrap();
+        for (shard, store) in node.stores_mut() {
+            workload.load(shard, store);
+        }
+        node
+    }
+
+    fn samples() -> Vec<TigaMsg> {
+        let body = TxnBody {
+            txn: txn(1),
+            ts: Timestamp(5),
+            sent_at: 1,
+            request: TxnRequest {
+                proc: meridian_core::txn::ProcId(0),
+                args: vec![Datum::Uint(1), Datum::Int(-2)],
+            },
+            home: ShardId(0),
+        };
+        vec![
+            TigaMsg::Txn(Box::new(body)),
+            TigaMsg::Fast {
+                txn: txn(1),
+                shard: ShardId(0),
+                ts: Timestamp(5),
+                hash: 7,
+                owd_ns: 3,
+                result: Some(ShardResult::UserAbort("no".into())),
+            },
+            TigaMsg::Propose {
+                txn: txn(1),
+                shards: vec![ShardId(0), ShardId(1)],
+                from: ShardId(1),
+                ts: Timestamp(5),
+                answer: false,
+            },
+            TigaMsg::Vote {
+                txn: txn(1),
+                from: ShardId(1),
+                to: ShardId(0),
+                ok: true,
+                want_reply: true,
+            },
+            TigaMsg::Sync {
+                shard: ShardId(0),
+                from: 0,
+                entries: vec![(txn(1), Timestamp(5))],
+                outcomes: vec![(txn(1), false)],
+            },
+            TigaMsg::SyncAck { shard: ShardId(0), synced: 1, executed: 1, fetch: vec![txn(1)] },
+        ]
+    }
+
+    /// Mutated and random byte streams of tiga's frames never panic the connection reader.
+    #[test]
+    fn mutated_and_random_tiga_streams_never_panic_the_reader() {
+        let identity = Identity { node: NodeId(0), nodes: 12, fingerprint: 42 };
+        let hello = Hello {
+            version: WIRE_VERSION,
+            cluster_fingerprint: 42,
+            from: NodeId(1),
+            to: NodeId(0),
+        };
+        let mut valid = Vec::new();
+        encode_frame(&WireFrame::<TigaMsg>::Hello(hello), &mut valid).unwrap();
+        let batch =
+            samples().into_iter().map(|msg| Envelope { sent_at_ns: 1, hops: 0, msg }).collect();
+        encode_frame(&WireFrame::Batch(batch), &mut valid).unwrap();
+        let mut reader = ConnectionReader::new(identity, 1 << 16);
+        reader.push(&valid);
+        let mut decoded = 0;
+        while let Ok(Some(_)) = reader.next_event::<TigaMsg>() {
+            decoded += 1;
+        }
+        assert_eq!(decoded, 2, "the valid stream decodes: a hello and a batch");
+        meridian_core::testing::feed_hostile_streams::<TigaMsg>(
+            &valid,
+            identity,
+            3_000,
+            "tiga-connection-property",
+        );
+    }
+
+    /// A store's latest values, per hosted shard.
+    type Image = Vec<(ShardId, Vec<(Key, Option<Vec<u8>>)>)>;
+
+    fn state(node: &TigaNode) -> Image {
+        node.stores()
+            .into_iter()
+            .map(|(s, store)| {
+                (s, store.latest_values().map(|(k, v)| (k.clone(), v.value.clone())).collect())
+            })
+            .collect()
+    }
+
+    /// Messages from the wrong senders, bodies that do not decode into a transaction, and
+    /// shards outside the cluster change nothing at a leader and never panic it.
+    #[test]
+    fn hostile_messages_change_nothing() {
+        // Node 0 hosts replica 0 of shard 0; the view puts every leader in region "a", where
+        // replica 0 of shard 0 sits.
+        let mut leader = node(0);
+        assert!(leader.hosted[&ShardId(0)].replica.leads());
+        let before = state(&leader);
+        let mut out = Outbox::new();
+        let stranger = NodeId(10);
+        let bad_body = TxnBody {
+            txn: txn(2),
+            ts: Timestamp(5),
+            sent_at: 1,
+            request: TxnRequest {
+                proc: meridian_core::txn::ProcId(77),
+                args: vec![Datum::Uint(9); 9],
+            },
+            home: ShardId(0),
+        };
+        let garbage = TxnBody {
+            request: TxnRequest {
+                proc: meridian_core::txn::ProcId(0),
+                args: vec![Datum::Bytes(vec![0xff; 40])],
+            },
+            ..bad_body.clone()
+        };
+        let hostile = [
+            TigaMsg::Txn(Box::new(bad_body)),
+            TigaMsg::Txn(Box::new(garbage)),
+            TigaMsg::Propose {
+                txn: txn(3),
+                shards: vec![ShardId(0), ShardId(200)],
+                from: ShardId(200),
+                ts: Timestamp(9),
+                answer: false,
+            },
+            TigaMsg::Vote {
+                txn: txn(3),
+                from: ShardId(1),
+                to: ShardId(0),
+                ok: false,
+                want_reply: true,
+            },
+            TigaMsg::Sync {
+                shard: ShardId(0),
+                from: 0,
+                entries: vec![(txn(4), Timestamp(1))],
+                outcomes: vec![(txn(4), true)],
+            },
+            TigaMsg::SyncAck {
+                shard: ShardId(0),
+                synced: u64::MAX,
+                executed: u64::MAX,
+                fetch: vec![txn(4)],
+            },
+            TigaMsg::GetBody { txn: txn(5) },
+            TigaMsg::Slow { txn: txn(6), shard: ShardId(2), ts: Timestamp(1) },
+        ];
+        for (i, msg) in hostile.into_iter().enumerate() {
+            leader.on_message(1_000 + i as u64, stranger, msg, &mut out);
+        }
+        leader.on_timer(1_000_000_000, TimerId(999), &mut out);
+        assert_eq!(state(&leader), before, "nothing written");
+        let host = &leader.hosted[&ShardId(0)];
+        assert_eq!(host.replica.held(), 0);
+        assert!(host.bodies.is_empty() && host.early_votes.is_empty() && host.pending.is_empty());
+        let sends = out.drain().filter(|e| matches!(e, meridian_core::node::Effect::Send { .. }));
+        assert_eq!(sends.count(), 0, "nothing answered to a stranger");
+    }
+}
