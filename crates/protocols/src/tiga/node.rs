@@ -362,6 +362,8 @@ struct Hosted {
     executed: usize,
     /// Final outcomes of multi-shard transactions heard from the leader.
     outcomes: BTreeMap<TxnId, bool>,
+    /// Leader: something was released or voted since execution last found nothing to do.
+    dirty: bool,
     /// The leader's node.
     leader: NodeId,
     /// The followers' nodes (leaders only).
@@ -480,6 +482,7 @@ impl TigaNode {
                     pruned: 0,
                     executed: 0,
                     outcomes: BTreeMap::new(),
+                    dirty: false,
                     leader,
                     followers,
                 },
@@ -766,6 +769,7 @@ impl TigaNode {
                 }
                 Action::Execute { txn, ts } => {
                     host.queue.push_back(Queued { txn, ts, hash: 0 });
+                    host.dirty = true;
                 }
                 Action::FastReply { txn, ts, hash } => {
                     if host.replica.leads() {
@@ -852,6 +856,9 @@ impl TigaNode {
         if !host.replica.leads() {
             return follower_execute(&self.context, host);
         }
+        if !host.dirty {
+            return false; // Nothing released or voted since the last pass found it stuck.
+        }
         let mut progressed = finish_ready(host);
         // Per key, the first in (timestamp, id) order of the unfinished transactions writing
         // it (executed and waiting for votes, or queued and blocked). A later transaction
@@ -937,6 +944,8 @@ impl TigaNode {
         }
         host.queue = waiting;
         progressed |= finish_ready(host);
+        // Another pass can do more only if this one changed something.
+        host.dirty = progressed;
         progressed
     }
 
@@ -944,6 +953,9 @@ impl TigaNode {
     /// its other shard led here, once that shard executed it. True when one was recorded.
     fn local_votes(&mut self) -> bool {
         let me = self.context.id;
+        if self.hosted.values().filter(|h| h.replica.leads()).count() < 2 {
+            return false;
+        }
         let mut deliveries = Vec::new();
         for (&shard, host) in &self.hosted {
             for (&txn, pending) in &host.pending {
@@ -1376,6 +1388,7 @@ fn record_vote(host: &mut Hosted, txn: TxnId, from: ShardId, ok: bool) {
     if let Some(pending) = host.pending.get_mut(&txn) {
         if pending.others.contains(&from) {
             pending.votes.insert(from, ok);
+            host.dirty = true;
         }
     }
 }
