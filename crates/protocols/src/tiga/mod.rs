@@ -71,9 +71,10 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: OPTION_MODE,
         help: "preventive: leaders agree on a timestamp before executing (co-located \
-               leaders); detective: execute, agree, roll back if it moved; auto: chosen from \
-               the measured delay between leaders",
-        kind: OptionKind::Choice { values: &["auto", "preventive", "detective"], default: "auto" },
+               leaders); auto: chosen from the measured delay between leaders (preventive \
+               until view changes measure them); detective (execute, agree, roll back if it \
+               moved) is not built yet and is refused",
+        kind: OptionKind::Choice { values: &["auto", "preventive"], default: "auto" },
     },
 ];
 
@@ -308,10 +309,10 @@ mod tests {
         assert_eq!(settings.owd.headroom_ns, 10 * NS_PER_MS);
         assert_eq!(settings.owd.percentile, 50.0);
         assert_eq!(settings.mode, Mode::Auto);
-        let set = parse(&[(OPTION_HEADROOM_MS, "2.5"), (OPTION_MODE, "detective")]).unwrap();
+        let set = parse(&[(OPTION_HEADROOM_MS, "2.5"), (OPTION_MODE, "preventive")]).unwrap();
         let settings = TigaSettings::from_options(&set);
         assert_eq!(settings.owd.headroom_ns, 2_500_000);
-        assert_eq!(settings.mode, Mode::Detective);
+        assert_eq!(settings.mode, Mode::Preventive);
     }
 
     #[test]
@@ -322,6 +323,7 @@ mod tests {
             (OPTION_OWD_PERCENTILE, "0"),
             (OPTION_OWD_PERCENTILE, "101"),
             (OPTION_MODE, "eager"),
+            (OPTION_MODE, "detective"), // Not built yet: refused before anything starts.
         ] {
             let error = parse(&[(name, value)]).unwrap_err().to_string();
             assert!(error.contains(name), "{name}={value}: {error}");
