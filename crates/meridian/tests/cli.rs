@@ -386,6 +386,60 @@ coordinator = true
     path
 }
 
+/// `tiga` runs as a server process (in memory: it has no durable log yet) driven over TCP,
+/// commits on its fast path, and a durable server is refused with the reason.
+#[test]
+fn tiga_runs_as_a_server_process_and_a_durable_one_is_refused() {
+    let dir = scratch("tiga-tcp");
+    let (server_port, client_port) = (free_port(), free_port());
+    let file = cluster_file(&dir, server_port, client_port);
+    let text = std::fs::read_to_string(&file).unwrap().replace("\"occ\"", "\"tiga\"");
+    std::fs::write(&file, text).unwrap();
+    let mut durable = meridian()
+        .args(["server", "--config", file.to_str().unwrap(), "--node", "0", "--data-dir"])
+        .arg(dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A server that starts instead of refusing would run on: give it ten seconds.
+    let mut waited_ms = 0;
+    let status = loop {
+        if let Some(status) = durable.try_wait().unwrap() {
+            break status;
+        }
+        if waited_ms > 10_000 {
+            let _ = durable.kill();
+            panic!("a durable tiga server started instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        waited_ms += 50;
+    };
+    assert_eq!(status.code(), Some(2));
+    let mut why = String::new();
+    std::io::Read::read_to_string(&mut durable.stderr.take().unwrap(), &mut why).unwrap();
+    assert!(why.contains("--durability memory"), "{why}");
+    let child = meridian()
+        .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
+        .args(["--durability", "memory"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(server_port);
+    let _server = Server(child);
+    let results = dir.join("results");
+    let output = run_words(
+        "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
+        &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(committed_in(&stdout) > 100, "{stdout}");
+    assert!(stdout.contains("fast path 100.0%"), "one replica: every commit is fast: {stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_drives_a_server_process_over_tcp() {
     let dir = scratch("tcp");
