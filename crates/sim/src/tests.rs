@@ -630,9 +630,6 @@ fn clients_in_a_coordinator_only_region_pay_its_distance() {
 /// of the log that covers it and the watermark report's trip back (3 and 4).
 #[test]
 fn every_baseline_commits_in_its_designed_wide_area_round_trips() {
-    use meridian_core::RegionId;
-    let network = NetworkModel::preset("tiga-wan", 4).unwrap();
-    let servers = [RegionId(0), RegionId(1), RegionId(2)];
     for (protocol, unreplicated, replicated) in [
         (ProtocolKind::Occ, 2, 3),
         (ProtocolKind::TwoPl, 2, 3),
@@ -640,28 +637,37 @@ fn every_baseline_commits_in_its_designed_wide_area_round_trips() {
         (ProtocolKind::Mako, 3, 4),
     ] {
         for (replicas, wrtt) in [(1, unreplicated), (3, replicated)] {
-            let topology =
-                Topology::placed(network.regions.clone(), &servers, 3, replicas).unwrap();
-            let mut o = SimRunOptions::new(
-                protocol,
-                topology,
-                network.clone(),
-                ClockModel::preset("perfect").unwrap(),
-                1,
-            );
-            o.clients = 12;
-            o.txns = 200;
-            o.time_limit_ns = 600 * NS_PER_S;
+            let o = tiga_wan(protocol, replicas, 200);
             let options = WorkloadOptions { shards: 3, ..WorkloadOptions::default() };
             let workload = Arc::from(meridian_workloads::build("micro-tiga", &options).unwrap());
             let report = run(&o, workload).unwrap();
             assert_passed(&report);
-            let mut hops: Vec<u16> = report.completions.iter().map(|(_, h)| *h).collect();
-            hops.sort_unstable();
-            let p50 = hops[hops.len() / 2];
-            assert_eq!(p50, 2 * wrtt, "{protocol:?} with {replicas} replicas: {hops:?}");
+            let hops = median_hops(&report);
+            assert_eq!(hops, 2 * wrtt, "{protocol:?} with {replicas} replicas");
         }
     }
+}
+
+/// Tiga's evaluation setting: 3 shards × `replicas` on `tiga-wan` with the servers in the first
+/// three regions and coordinators in all four, perfect clocks, 12 clients, seed 1.
+fn tiga_wan(protocol: ProtocolKind, replicas: u32, txns: u64) -> SimRunOptions {
+    use meridian_core::RegionId;
+    let network = NetworkModel::preset("tiga-wan", 4).unwrap();
+    let servers = [RegionId(0), RegionId(1), RegionId(2)];
+    let topology = Topology::placed(network.regions.clone(), &servers, 3, replicas).unwrap();
+    let mut o =
+        SimRunOptions::new(protocol, topology, network, ClockModel::preset("perfect").unwrap(), 1);
+    o.clients = 12;
+    o.txns = txns;
+    o.time_limit_ns = 600 * NS_PER_S;
+    o
+}
+
+/// The wide-area one-way legs on the critical path of the median commit (the upper median).
+fn median_hops(report: &SimRunReport) -> u16 {
+    let mut hops: Vec<u16> = report.completions.iter().map(|(_, h)| *h).collect();
+    hops.sort_unstable();
+    hops[hops.len() / 2]
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -904,33 +910,18 @@ fn workload(name: &str, shards: u32, keys_per_shard: u64) -> Arc<dyn meridian_wo
 /// with replicas or without.
 #[test]
 fn tiga_commits_in_one_wide_area_round_trip_mostly_on_the_fast_path() {
-    use meridian_core::RegionId;
-    let network = NetworkModel::preset("tiga-wan", 4).unwrap();
-    let servers = [RegionId(0), RegionId(1), RegionId(2)];
     for replicas in [1, 3] {
-        let topology = Topology::placed(network.regions.clone(), &servers, 3, replicas).unwrap();
-        let mut o = SimRunOptions::new(
-            ProtocolKind::Tiga,
-            topology,
-            network.clone(),
-            ClockModel::preset("perfect").unwrap(),
-            1,
-        );
-        o.clients = 12;
-        o.txns = 300;
-        o.time_limit_ns = 600 * NS_PER_S;
+        let o = tiga_wan(ProtocolKind::Tiga, replicas, 300);
         let report = run(&o, workload("micro-tiga", 3, 100_000)).unwrap();
         assert_passed(&report);
         let fast = report.paths.get(&meridian_core::txn::CommitPath::Fast).copied().unwrap_or(0);
         assert!(fast * 3 >= report.committed, "{replicas} replicas: {:?}", report.paths);
-        let mut hops: Vec<u16> = report.completions.iter().map(|(_, h)| *h).collect();
-        hops.sort_unstable();
-        assert_eq!(hops[hops.len() / 2], 2, "{replicas} replicas: one round trip");
+        assert_eq!(median_hops(&report), 2, "{replicas} replicas: one round trip");
     }
 }
 
 /// A transfer whose payer (on one shard) cannot cover it aborts on the payee's shard too: the
-/// leaders exchange their pieces' votes before applying writes. One account per shard drains
+/// leaders exchange their pieces' votes before applying writes. Two accounts per shard drain
 /// often; money is conserved and every account matches the transfers the clients saw commit.
 #[test]
 fn tiga_user_aborts_on_one_shard_write_nothing_on_the_others() {

@@ -370,6 +370,14 @@ struct Hosted {
     followers: Vec<NodeId>,
 }
 
+/// What a replica's actions answer: another leader's message naming `shards`; `answer` when
+/// this replica had released the transaction already (what it sends is an answer).
+#[derive(Clone, Copy, Debug)]
+struct PeerCall<'a> {
+    shards: &'a [ShardId],
+    answer: bool,
+}
+
 /// Timer purposes.
 #[derive(Clone, Copy, Debug)]
 enum Purpose {
@@ -417,9 +425,6 @@ pub struct TigaNode {
     by_txn: BTreeMap<TxnId, RequestId>,
     timers: Timers<Purpose>,
     release_at: Option<Time>,
-    /// Set while carrying out a replica's answer to a peer's message about a transaction it
-    /// released already.
-    answering: bool,
     counts: Counts,
 }
 
@@ -498,7 +503,6 @@ impl TigaNode {
             by_txn: BTreeMap::new(),
             timers: Timers::default(),
             release_at: None,
-            answering: false,
             counts: Counts::default(),
             context,
         })
@@ -723,49 +727,24 @@ impl TigaNode {
         self.release(now, out);
     }
 
-    /// Carries out a replica's actions. `shards_hint`: the participants, for a proposal or
-    /// confirmation repeated for a transaction whose body is gone here.
+    /// Carries out a replica's actions. `peer`: set when they answer another leader's
+    /// proposal or confirmation.
     fn act(
         &mut self,
         now: Time,
         shard: ShardId,
         actions: Vec<Action>,
-        shards_hint: Option<&[ShardId]>,
+        peer: Option<PeerCall<'_>>,
         out: &mut Outbox<TigaMsg>,
     ) {
         for action in actions {
             let Some(host) = self.hosted.get_mut(&shard) else { return };
             match action {
                 Action::Propose { txn, ts, to } => {
-                    let known = host.bodies.get(&txn).map(|k| k.shards.clone());
-                    let Some(shards) = known.or_else(|| shards_hint.map(<[ShardId]>::to_vec))
-                    else {
-                        continue;
-                    };
-                    for peer in to {
-                        let answer = self.answering;
-                        let msg = TigaMsg::Propose {
-                            txn,
-                            shards: shards.clone(),
-                            from: shard,
-                            ts,
-                            answer,
-                        };
-                        self.send_to_leader(now, peer, msg, out);
-                    }
+                    self.tell_leaders(now, shard, (txn, Some(ts)), to, peer, out);
                 }
                 Action::Confirm { txn, to } => {
-                    let known = host.bodies.get(&txn).map(|k| k.shards.clone());
-                    let Some(shards) = known.or_else(|| shards_hint.map(<[ShardId]>::to_vec))
-                    else {
-                        continue;
-                    };
-                    for peer in to {
-                        let answer = self.answering;
-                        let msg =
-                            TigaMsg::Confirm { txn, shards: shards.clone(), from: shard, answer };
-                        self.send_to_leader(now, peer, msg, out);
-                    }
+                    self.tell_leaders(now, shard, (txn, None), to, peer, out);
                 }
                 Action::Execute { txn, ts } => {
                     host.queue.push_back(Queued { txn, ts, hash: 0 });
@@ -811,6 +790,33 @@ impl TigaNode {
             }
         }
         self.execute_all(now, out);
+    }
+
+    /// Sends `shard`'s proposal (`Some` timestamp) or confirmation for `txn` to the leaders of
+    /// `to`. The participants come from the body, or from the peer's message for a
+    /// transaction whose body is gone here.
+    fn tell_leaders(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        (txn, proposed): (TxnId, Option<Timestamp>),
+        to: Vec<ShardId>,
+        peer: Option<PeerCall<'_>>,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let known = self.hosted.get(&shard).and_then(|h| h.bodies.get(&txn)).map(|k| &k.shards);
+        let Some(shards) = known.cloned().or_else(|| peer.map(|p| p.shards.to_vec())) else {
+            return;
+        };
+        let answer = peer.is_some_and(|p| p.answer);
+        for leader in to {
+            let shards = shards.clone();
+            let msg = match proposed {
+                Some(ts) => TigaMsg::Propose { txn, shards, from: shard, ts, answer },
+                None => TigaMsg::Confirm { txn, shards, from: shard, answer },
+            };
+            self.send_to_leader(now, leader, msg, out);
+        }
     }
 
     /// Sends `msg` to the leader of `shard`; one for this very node (it leads both shards)
@@ -1031,53 +1037,10 @@ impl TigaNode {
     fn on_peer(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
         match msg {
             TigaMsg::Propose { txn, shards, from: peer, ts, answer } => {
-                if !self.is_leader_node(peer, from) {
-                    return;
-                }
-                let here: Vec<ShardId> =
-                    shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
-                for shard in here {
-                    let host = self.hosted.get_mut(&shard).expect("hosted");
-                    if !host.replica.leads() {
-                        continue;
-                    }
-                    let logged = host.replica.logged(txn);
-                    if logged && answer {
-                        continue;
-                    }
-                    let unknown = !host.bodies.contains_key(&txn) && !logged;
-                    let actions = host.replica.on_proposal(peer, txn, &shards, ts);
-                    if unknown {
-                        let after = self.pace_ns();
-                        self.timers.set(Purpose::FetchBody(shard, txn, from), after, out);
-                    }
-                    self.answering = logged;
-                    self.act(now, shard, actions, Some(&shards), out);
-                    self.answering = false;
-                }
-                self.release(now, out);
+                self.on_agreement(now, from, (txn, peer, Some(ts)), &shards, answer, out);
             }
             TigaMsg::Confirm { txn, shards, from: peer, answer } => {
-                if !self.is_leader_node(peer, from) {
-                    return;
-                }
-                let here: Vec<ShardId> =
-                    shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
-                for shard in here {
-                    let host = self.hosted.get_mut(&shard).expect("hosted");
-                    if !host.replica.leads() {
-                        continue;
-                    }
-                    let logged = host.replica.logged(txn);
-                    if logged && answer {
-                        continue;
-                    }
-                    let actions = host.replica.on_confirm(peer, txn, &shards);
-                    self.answering = logged;
-                    self.act(now, shard, actions, Some(&shards), out);
-                    self.answering = false;
-                }
-                self.release(now, out);
+                self.on_agreement(now, from, (txn, peer, None), &shards, answer, out);
             }
             TigaMsg::Vote { txn, from: peer, to, ok, want_reply } => {
                 if !self.is_leader_node(peer, from) {
@@ -1120,6 +1083,50 @@ impl TigaNode {
             }
             _ => {}
         }
+    }
+
+    /// Another leader's proposal (`Some` timestamp) or confirmation for `txn`, from its shard
+    /// `peer`. `answer`: the sender had released `txn` and answers ours; a leader that
+    /// released it too does not answer back.
+    fn on_agreement(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        (txn, peer, proposed): (TxnId, ShardId, Option<Timestamp>),
+        shards: &[ShardId],
+        answer: bool,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        if !self.is_leader_node(peer, from) {
+            return;
+        }
+        let here: Vec<ShardId> =
+            shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
+        for shard in here {
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            if !host.replica.leads() {
+                continue;
+            }
+            let logged = host.replica.logged(txn);
+            if logged && answer {
+                continue;
+            }
+            let actions = match proposed {
+                Some(ts) => {
+                    let unknown = !host.bodies.contains_key(&txn) && !logged;
+                    let actions = host.replica.on_proposal(peer, txn, shards, ts);
+                    if unknown {
+                        let after = self.pace_ns();
+                        self.timers.set(Purpose::FetchBody(shard, txn, from), after, out);
+                    }
+                    actions
+                }
+                None => host.replica.on_confirm(peer, txn, shards),
+            };
+            let call = PeerCall { shards, answer: logged };
+            self.act(now, shard, actions, Some(call), out);
+        }
+        self.release(now, out);
     }
 
     /// True when `node` leads `shard` in the current view.
