@@ -205,6 +205,17 @@ pub fn paths_line(s: &crate::stats::Summary) -> String {
     if let (Some(p50), Some(mean)) = (s.wrtt_p50, s.wrtt_mean) {
         line += &format!("; wide-area round trips per commit p50 {p50} (mean {mean:.2})");
     }
+    if let Some(worst) = s.p50_over_bound {
+        let regions: Vec<String> = s
+            .p50_over_bound_by_region
+            .iter()
+            .map(|(region, ratio)| {
+                let bound = s.latency_bound_ms_by_region.get(region).copied().unwrap_or(0.0);
+                format!("{region} {ratio:.3} of {bound:.1} ms")
+            })
+            .collect();
+        line += &format!("; p50 over bound {worst:.3} ({})", regions.join(", "));
+    }
     if let (Some(p50), Some(p99)) = (s.speculative_latency_ms_p50, s.speculative_latency_ms_p99) {
         line += &format!("; speculative latency p50 {p50:.2} ms p99 {p99:.2} ms");
     }

@@ -406,7 +406,14 @@ async fn embedded<N: ProtocolNode>(
     let synced = experiment.clock.error_ns == 0 && experiment.clock.drift_ppm == 0.0;
     checker.expect_strict(experiment.protocol.info().guarantee.strict(synced));
     let failures = cluster.failures();
-    let stats = drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry()).await;
+    let bounds = crate::stats::latency_bounds(
+        experiment.protocol,
+        &topology,
+        &experiment.network,
+        &experiment.protocol_options,
+    );
+    let stats =
+        drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry(), bounds).await;
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
@@ -462,13 +469,15 @@ fn panics_of(failures: &NodeFailures) -> Vec<String> {
 }
 
 /// Runs the clients for warm-up plus duration, then stops them and waits for what is
-/// outstanding. Stops early when a node panics: the run has failed.
+/// outstanding. Stops early when a node panics: the run has failed. `bounds`: the protocol's
+/// latency bound per coordinator ([`crate::stats::latency_bounds`]).
 async fn drive(
     experiment: &Experiment,
     pools: &[(NodeId, Arc<Mutex<ClientPool>>)],
     checker: &mut dyn InvariantCheck,
     failures: &NodeFailures,
     registry: &meridian_core::txn::Registry,
+    bounds: BTreeMap<NodeId, (String, u64)>,
 ) -> RunStats {
     let clock = WallClock::new();
     let start = clock.now_ns();
@@ -476,6 +485,7 @@ async fn drive(
     let window_end = window_start + (experiment.duration_s * 1e9) as u64;
     let mut stats = RunStats::new(window_start, window_end);
     stats.name_types(registry);
+    stats.set_latency_bounds(experiment.shards, bounds);
     let mut cpu_at_window_start = None;
     let bar = progress_bar(experiment.warmup_s + experiment.duration_s, experiment.progress);
     let mut collect = |stats: &mut RunStats| {
@@ -719,7 +729,10 @@ async fn remote<N: ProtocolNode>(
     // The servers may run on other machines, whose clocks are never exactly in step.
     checker.expect_strict(file.protocol.info().guarantee.strict(false));
     let failures = cluster.failures();
-    let stats = drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry()).await;
+    // The links' delays are the machines' own here: no configured bound to compare with.
+    let bounds = BTreeMap::new();
+    let stats =
+        drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry(), bounds).await;
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();

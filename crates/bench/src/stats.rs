@@ -4,7 +4,7 @@
 use hdrhistogram::Histogram;
 use meridian_core::time::NS_PER_US;
 use meridian_core::txn::TxnResult;
-use meridian_core::Time;
+use meridian_core::{NodeId, Time};
 use meridian_workloads::clients::Completion;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -56,6 +56,32 @@ pub struct RunStats {
     type_names: Vec<&'static str>,
     /// CPU time the process spent in the window, when the driver measured it.
     cpu_ns: Option<u64>,
+    /// The protocol's latency bound per coordinator node: its region's name and the bound
+    /// (ns), when the driver set them ([`RunStats::set_latency_bounds`]).
+    bounds: BTreeMap<NodeId, (String, u64)>,
+    /// Commits count against the bound only when they touched this many shards (every one).
+    bound_shards: u32,
+    /// Per coordinator region: latencies of the commits that count against the bound.
+    bounded_us: BTreeMap<String, Histogram<u64>>,
+}
+
+/// The latency bound `protocol` states for each coordinator of `topology` (its region's name
+/// and the bound in ns), for [`RunStats::set_latency_bounds`]; empty where it states none.
+pub fn latency_bounds(
+    protocol: meridian_protocols::ProtocolKind,
+    topology: &meridian_core::topology::Topology,
+    network: &meridian_core::netmodel::NetworkModel,
+    options: &meridian_protocols::ProtocolOptions,
+) -> BTreeMap<NodeId, (String, u64)> {
+    topology
+        .coordinators()
+        .into_iter()
+        .filter_map(|node| {
+            let region = topology.region_of(node);
+            let bound = protocol.latency_bound_ns(topology, network, options, region)?;
+            Some((node, (topology.regions.get(region.0 as usize)?.clone(), bound)))
+        })
+        .collect()
 }
 
 /// Counts and latencies of one transaction type.
@@ -171,6 +197,19 @@ pub struct Summary {
     /// The same figures per transaction type (procedure name).
     #[serde(default)]
     pub by_type: BTreeMap<String, TypeSummary>,
+    /// Per coordinator region, the median latency of commits that touched every shard divided
+    /// by the protocol's stated bound for that region (tiga: the round trip to the farthest
+    /// member of each shard's closest super quorum plus the headroom, from the configured
+    /// median delays); regions without such commits are left out.
+    #[serde(default)]
+    pub p50_over_bound_by_region: BTreeMap<String, f64>,
+    /// The largest of [`Summary::p50_over_bound_by_region`]; `null` where the protocol
+    /// states no bound.
+    #[serde(default)]
+    pub p50_over_bound: Option<f64>,
+    /// The bound itself per coordinator region (ms).
+    #[serde(default)]
+    pub latency_bound_ms_by_region: BTreeMap<String, f64>,
     /// CPU time of this process (every thread) per committed request of the window (µs):
     /// in an embedded run the whole cluster's and the harness's, in a `tcp` run the clients'
     /// and coordinators' only; `null` where not measured (simulated and PostgreSQL runs).
@@ -201,7 +240,17 @@ impl RunStats {
             by_type: BTreeMap::new(),
             type_names: Vec::new(),
             cpu_ns: None,
+            bounds: BTreeMap::new(),
+            bound_shards: 0,
+            bounded_us: BTreeMap::new(),
         }
+    }
+
+    /// Sets the protocol's latency bound per coordinator node (its region's name and the
+    /// bound in ns); commits that touched all `shards` count against it.
+    pub fn set_latency_bounds(&mut self, shards: u32, bounds: BTreeMap<NodeId, (String, u64)>) {
+        self.bound_shards = shards;
+        self.bounds = bounds;
     }
 
     /// Names transaction types by the registry's procedure names (otherwise `proc N`).
@@ -256,6 +305,16 @@ impl RunStats {
                 let latency = ((completion.completed_at - completion.submitted_at) / NS_PER_US)
                     .clamp(1, LATENCY_US_MAX);
                 let _ = self.latency_us.record(latency);
+                if let Some((region, _)) = self.bounds.get(&completion.coordinator) {
+                    if completion.outcome.shards_touched == self.bound_shards {
+                        let histogram =
+                            self.bounded_us.entry(region.clone()).or_insert_with(|| {
+                                Histogram::new_with_bounds(1, LATENCY_US_MAX, 3)
+                                    .expect("valid bounds")
+                            });
+                        let _ = histogram.record(latency);
+                    }
+                }
                 let second = ((completion.completed_at.saturating_sub(self.window_start))
                     / 1_000_000_000) as usize;
                 let second = second.min(SERIES_SECONDS_MAX - 1);
@@ -305,6 +364,19 @@ impl RunStats {
             (below > counted / 2).then_some(hops)
         });
         let hops_sum: f64 = self.wan_hops.iter().map(|(&h, &n)| f64::from(h) * n as f64).sum();
+        let mut bound_ms: BTreeMap<String, f64> = BTreeMap::new();
+        for (region, bound_ns) in self.bounds.values() {
+            bound_ms.insert(region.clone(), *bound_ns as f64 / 1e6);
+        }
+        let over_bound: BTreeMap<String, f64> = self
+            .bounded_us
+            .iter()
+            .filter_map(|(region, h)| {
+                let bound = *bound_ms.get(region)?;
+                (bound > 0.0)
+                    .then(|| (region.clone(), h.value_at_quantile(0.5) as f64 / 1e3 / bound))
+            })
+            .collect();
         let speculative = |q: f64| {
             (!self.speculative_us.is_empty())
                 .then(|| self.speculative_us.value_at_quantile(q) as f64 / 1e3)
@@ -387,6 +459,9 @@ impl RunStats {
                     (name, summary)
                 })
                 .collect(),
+            p50_over_bound: over_bound.values().copied().reduce(f64::max),
+            p50_over_bound_by_region: over_bound,
+            latency_bound_ms_by_region: bound_ms,
             cpu_us_per_txn: self
                 .cpu_ns
                 .filter(|_| self.committed > 0)
@@ -459,6 +534,44 @@ mod tests {
         assert_eq!(summary.series[0].committed, 2);
         assert_eq!(summary.latency_histogram_us.iter().map(|(_, n)| n).sum::<u64>(), 2);
         assert!((summary.latency_ms_mean - 20.0).abs() < 0.1, "{}", summary.latency_ms_mean);
+    }
+
+    /// Per coordinator region, the median of the commits that touched every shard over that
+    /// region's bound; the worst region is the headline; commits touching fewer shards and
+    /// coordinators without a bound do not count.
+    #[test]
+    fn the_median_over_the_bound_is_per_coordinator_region() {
+        let ms = 1_000_000;
+        let mut stats = RunStats::new(0, 10_000 * ms);
+        let bounds = BTreeMap::from([
+            (NodeId(0), ("near".to_string(), 100 * ms)),
+            (NodeId(1), ("far".to_string(), 200 * ms)),
+        ]);
+        stats.set_latency_bounds(3, bounds);
+        let mut add = |coordinator: u32, latency_ms: u64, shards: u32| {
+            let mut done = completion(1_000 * ms, (1_000 + latency_ms) * ms, shards, 0);
+            done.coordinator = NodeId(coordinator);
+            stats.add(&done, None);
+        };
+        for latency in [90, 100, 110] {
+            add(0, latency, 3);
+            add(1, 2 * latency + 20, 3); // 200, 220, 240: median 1.1 of the bound.
+        }
+        add(0, 5, 1); // One shard: not held against the bound.
+        add(0, 6, 2);
+        add(2, 500, 3); // No bound for this coordinator.
+        let summary = stats.summary();
+        let near = |a: f64, b: f64| (a - b).abs() < 0.005;
+        let by_region = &summary.p50_over_bound_by_region;
+        assert!(near(by_region["near"], 1.0), "{by_region:?}");
+        assert!(near(by_region["far"], 1.1), "{by_region:?}");
+        assert_eq!(by_region.len(), 2);
+        assert!(near(summary.p50_over_bound.unwrap(), 1.1));
+        assert_eq!(summary.latency_bound_ms_by_region["far"], 200.0);
+        // Without bounds: nothing.
+        let plain = RunStats::new(0, 10).summary();
+        assert_eq!(plain.p50_over_bound, None);
+        assert!(plain.p50_over_bound_by_region.is_empty());
     }
 
     #[test]

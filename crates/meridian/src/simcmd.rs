@@ -311,6 +311,15 @@ fn sim_output(
     let start = meridian_sim::SIM_EPOCH_NS;
     let mut stats = meridian_bench::stats::RunStats::new(start, start + report.virtual_ns.max(1));
     stats.name_types(registry);
+    stats.set_latency_bounds(
+        options.topology.shards,
+        meridian_bench::stats::latency_bounds(
+            options.protocol,
+            &options.topology,
+            &options.network,
+            &options.protocol_options,
+        ),
+    );
     for (completion, hops) in &report.completions {
         stats.add(completion, Some(*hops));
     }

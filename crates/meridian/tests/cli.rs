@@ -176,6 +176,46 @@ fn an_open_loop_bench_reports_its_load_and_what_it_offered() {
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 
+/// `sim --out` writes tiga's median over its stated bound per coordinator region (Tiga's
+/// setting: 3 × 3 on `tiga-wan`, coordinators in the four regions) and prints it; a protocol
+/// that states no bound writes `null`.
+#[test]
+fn sim_writes_tiga_median_over_its_latency_bound() {
+    for protocol in ["tiga", "occ"] {
+        let out_dir = scratch(&format!("bound-{protocol}"));
+        let output = run_words(
+            "sim --workload micro-tiga --shards 3 --replicas 3 --network tiga-wan \
+             --server-regions south-carolina,finland,brazil --keys-per-shard 100000 --zipf 0.99 \
+             --clients 12 --seed 1 --txns 300 --protocol",
+            &[protocol, "--out", out_dir.to_str().unwrap()],
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        let run_dir = std::fs::read_dir(&out_dir).unwrap().next().unwrap().unwrap().path();
+        let stats: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run_dir.join("stats.json")).unwrap())
+                .unwrap();
+        let summary = &stats["summary"];
+        if protocol == "occ" {
+            assert!(summary["p50_over_bound"].is_null(), "{summary}");
+            assert!(!stdout.contains("p50 over bound"), "{stdout}");
+            continue;
+        }
+        assert!(stdout.contains("p50 over bound"), "{stdout}");
+        let bounds = summary["latency_bound_ms_by_region"].as_object().unwrap();
+        assert_eq!(bounds.len(), 4, "a bound per coordinator region: {summary}");
+        // Hong Kong holds no replica: its bound is the longest.
+        let hk = bounds["hong-kong"].as_f64().unwrap();
+        assert!(bounds.values().all(|b| b.as_f64().unwrap() <= hk), "{summary}");
+        let worst = summary["p50_over_bound"].as_f64().unwrap();
+        let by_region = summary["p50_over_bound_by_region"].as_object().unwrap();
+        let largest = by_region.values().map(|r| r.as_f64().unwrap()).fold(0.0, f64::max);
+        assert_eq!(worst, largest, "{summary}");
+        assert!((0.5..1.2).contains(&worst), "{summary}");
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}
+
 #[test]
 fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
     let out_dir = scratch("bench");

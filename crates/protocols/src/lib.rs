@@ -60,6 +60,19 @@ pub trait Protocol: 'static {
     ) -> Result<(), ConfigError> {
         Ok(())
     }
+    /// The commit latency the protocol's design promises on its common path for a request
+    /// coordinated in `region` that touches every shard, where it states one (tiga: the
+    /// round trip to the farthest member of each shard's closest super quorum, plus the
+    /// headroom), from the configured median delays; reports divide the median by it
+    /// (`p50_over_bound`). `None` by default.
+    fn latency_bound_ns(
+        _topology: &Topology,
+        _network: &meridian_core::netmodel::NetworkModel,
+        _options: &ProtocolOptions,
+        _region: meridian_core::RegionId,
+    ) -> Option<u64> {
+        None
+    }
     /// Builds the node of `context` from what its disk holds (empty on a first start). The
     /// caller bulk-loads the stores afterwards; the node replays its logs when started.
     fn restore(context: NodeContext, durable: &Durable) -> Result<Self::Node, String>;
@@ -149,7 +162,16 @@ pub struct ProtocolInfo {
     check_topology: fn(&Topology) -> Result<(), ConfigError>,
     check_workload: fn(&dyn meridian_workloads::Workload, &Topology) -> Result<(), ConfigError>,
     may_crash: fn(&Topology, NodeId) -> bool,
+    latency_bound_ns: LatencyBound,
 }
+
+/// [`Protocol::latency_bound_ns`].
+type LatencyBound = fn(
+    &Topology,
+    &meridian_core::netmodel::NetworkModel,
+    &ProtocolOptions,
+    meridian_core::RegionId,
+) -> Option<u64>;
 
 struct InfoOf;
 
@@ -165,6 +187,7 @@ impl ProtocolVisitor for InfoOf {
             check_topology: P::check_topology,
             check_workload: P::check_workload,
             may_crash: P::may_crash,
+            latency_bound_ns: P::latency_bound_ns,
         }
     }
 }
@@ -201,6 +224,17 @@ impl ProtocolKind {
         topology: &Topology,
     ) -> Result<(), ConfigError> {
         (self.info().check_workload)(workload, topology)
+    }
+
+    /// [`Protocol::latency_bound_ns`] of this protocol.
+    pub fn latency_bound_ns(
+        self,
+        topology: &Topology,
+        network: &meridian_core::netmodel::NetworkModel,
+        options: &ProtocolOptions,
+        region: meridian_core::RegionId,
+    ) -> Option<u64> {
+        (self.info().latency_bound_ns)(topology, network, options, region)
     }
 
     /// True when `node` may crash without losing acknowledged data.

@@ -233,9 +233,12 @@ fn tiga_swarm() {
 
 #[test]
 fn tiga_replicated_swarm() {
-    for (workload, first_seed) in
-        [("list-append", 290_000), ("bank", 300_000), ("micro-tiga", 310_000)]
-    {
+    for (workload, first_seed) in [
+        ("list-append", 290_000),
+        ("bank", 300_000),
+        ("micro-tiga", 310_000),
+        ("smallbank", 320_000),
+    ] {
         swarm_with(ProtocolKind::Tiga, workload, first_seed, WorkloadOptions::default(), "", 3);
     }
 }

@@ -56,8 +56,10 @@ use crate::kit::timers::Timers;
 use crate::{NodeContext, ProtocolNode};
 use meridian_core::key::Key;
 use meridian_core::node::{ClientRequest, Node, Outbox, PersistToken, TimerId};
+use meridian_core::topology::Topology;
 use meridian_core::txn::{
-    AbortCounts, CommitPath, PieceOutput, ProcError, TxnFailure, TxnOutcome, TxnRequest, TxnResult,
+    AbortCounts, CommitPath, Datum, PieceOutput, ProcError, TxnFailure, TxnOutcome, TxnRequest,
+    TxnResult, PIECES_MAX,
 };
 use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
 use meridian_storage::{MvccStore, StoreError, VersionState};
@@ -117,6 +119,8 @@ pub enum ShardResult {
     UserAbort(String),
     /// A piece broke its contract.
     Failed(ProcError),
+    /// Not run: another shard's pieces aborted before this shard had the outputs it takes.
+    Skipped,
 }
 
 /// Tiga's messages.
@@ -184,6 +188,8 @@ pub enum TigaMsg {
         to: ShardId,
         /// No piece asked to abort.
         ok: bool,
+        /// The outputs of the sender's pieces that the receiver's pieces take (with a yes).
+        outputs: Vec<(u32, PieceOutput)>,
         /// The sender still waits for the receiver's vote.
         want_reply: bool,
     },
@@ -201,8 +207,8 @@ pub enum TigaMsg {
         from: u64,
         /// Entries: transaction and timestamp.
         entries: Vec<(TxnId, Timestamp)>,
-        /// Multi-shard transactions decided: all voted yes (`true`) or some aborted.
-        outcomes: Vec<(TxnId, bool)>,
+        /// Multi-shard transactions decided, with what followers need to execute them.
+        outcomes: Vec<SyncOutcome>,
     },
     /// Follower → leader: how far it got.
     SyncAck {
@@ -217,16 +223,40 @@ pub enum TigaMsg {
     },
 }
 
+/// A multi-shard transaction's final outcome, as a leader tells its followers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncOutcome {
+    /// The transaction.
+    pub txn: TxnId,
+    /// Every participant voted yes: its writes apply.
+    pub ok: bool,
+    /// With a yes: the outputs of other shards' pieces that this shard's pieces took.
+    pub inputs: Vec<(u32, PieceOutput)>,
+}
+
 /// A sync message's position, entries and outcomes.
-type SyncParts = (u64, Vec<(TxnId, Timestamp)>, Vec<(TxnId, bool)>);
+type SyncParts = (u64, Vec<(TxnId, Timestamp)>, Vec<SyncOutcome>);
+
+/// Piece outputs carried by one sync message's outcomes, about (more wait for the next).
+pub const SYNC_INPUT_BYTES_MAX: usize = 4 << 20;
+const _: () = assert!(SYNC_INPUT_BYTES_MAX < meridian_core::wire::FRAME_BYTES_MAX / 2);
 
 /// A transaction's part on one shard, derived from its body.
 #[derive(Clone, Debug)]
 struct Part {
     /// The shard's pieces, in plan order.
     pieces: Vec<u32>,
+    /// Per piece of `pieces`, the pieces whose outputs it takes (the plan's dependencies).
+    deps: Vec<Vec<u32>>,
+    /// Sorted.
     reads: Vec<Key>,
+    /// Sorted.
     writes: Vec<Key>,
+    /// Pieces of other shards whose outputs these pieces take: their leaders' votes carry
+    /// them, and the part runs once they are in. Sorted.
+    inputs: Vec<u32>,
+    /// Per other shard, the pieces here whose outputs its pieces take. Sorted.
+    feeds: BTreeMap<ShardId, Vec<u32>>,
 }
 
 impl Part {
@@ -236,6 +266,11 @@ impl Part {
         keys.sort_unstable();
         keys.dedup();
         keys
+    }
+
+    /// True when the part declared `key` (read or written).
+    fn declares(&self, key: &Key) -> bool {
+        self.reads.binary_search(key).is_ok() || self.writes.binary_search(key).is_ok()
     }
 }
 
@@ -253,7 +288,8 @@ impl Shape {
 }
 
 /// Binds `request`'s plan and checks that tiga can run it: every piece's keys known from the
-/// arguments alone, no scans.
+/// arguments alone (a piece may take other pieces' outputs as values), no scans, and no
+/// shards whose pieces wait for each other's outputs in a cycle.
 fn shape_of(
     context: &NodeContext,
     request: &TxnRequest,
@@ -264,14 +300,20 @@ fn shape_of(
     let procedure = context.registry.get(request.proc).expect("bind_plan found it");
     let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
     for (index, piece) in pieces.iter().enumerate() {
-        if !piece.deps.is_empty() {
-            return Err(ProcError::Unsupported(format!(
-                "tiga needs one-shot transactions whose keys are known from the arguments: \
-                 piece {index} needs the output of piece {}; choose another protocol",
-                piece.deps[0]
-            )));
-        }
-        let keys = procedure.keys(index as u32, &request.args, &[])?;
+        // Keys from the arguments alone: a piece whose keys need its inputs cannot say
+        // them (the execution checks that the keys it uses are these).
+        let keys = match procedure.keys(index as u32, &request.args, &[]) {
+            Ok(keys) => keys,
+            Err(error) if !piece.deps.is_empty() => {
+                return Err(ProcError::Unsupported(format!(
+                    "tiga needs one-shot transactions whose keys are known from the \
+                     arguments: the keys of piece {index} need the output of piece {} \
+                     ({error}); choose another protocol",
+                    piece.deps[0]
+                )));
+            }
+            Err(error) => return Err(error),
+        };
         if !keys.scans.is_empty() {
             return Err(ProcError::Unsupported(format!(
                 "tiga orders transactions by the keys they touch and does not run range scans \
@@ -280,20 +322,41 @@ fn shape_of(
         }
         let part = parts.entry(piece.shard).or_insert_with(|| Part {
             pieces: Vec::new(),
+            deps: Vec::new(),
             reads: Vec::new(),
             writes: Vec::new(),
+            inputs: Vec::new(),
+            feeds: BTreeMap::new(),
         });
         part.pieces.push(index as u32);
+        part.deps.push(piece.deps.clone());
         part.reads.extend(keys.reads);
         part.writes.extend(keys.writes);
     }
     if parts.is_empty() {
         return Err(ProcError::BadArgs("a transaction without pieces".into()));
     }
+    // Bounded by the plan (at most PIECES_MAX pieces, each with its dependencies).
+    for piece in &pieces {
+        for &dep in &piece.deps {
+            let source = pieces[dep as usize].shard; // check_one_shot checked the index.
+            if source != piece.shard {
+                parts.get_mut(&piece.shard).expect("bound").inputs.push(dep);
+                let feeds = &mut parts.get_mut(&source).expect("bound").feeds;
+                feeds.entry(piece.shard).or_default().push(dep);
+            }
+        }
+    }
     for part in parts.values_mut() {
         for keys in [&mut part.reads, &mut part.writes] {
             keys.sort_unstable();
             keys.dedup();
+        }
+        part.inputs.sort_unstable();
+        part.inputs.dedup();
+        for fed in part.feeds.values_mut() {
+            fed.sort_unstable();
+            fed.dedup();
         }
     }
     Ok(Shape { parts, pieces_total: pieces.len() })
@@ -331,6 +394,29 @@ struct Pending {
     own_ok: bool,
     votes: BTreeMap<ShardId, bool>,
     others: Vec<ShardId>,
+    /// Per other shard, the outputs of pieces here that its pieces take (sent with the vote).
+    feeds: BTreeMap<ShardId, Vec<(u32, PieceOutput)>>,
+    /// The other shards' outputs the pieces here took (passed on to followers).
+    inputs: Vec<(u32, PieceOutput)>,
+}
+
+/// Another leader's vote, heard before this leader executed the transaction.
+#[derive(Clone, Debug)]
+struct PeerVote {
+    ok: bool,
+    /// Outputs of its pieces that pieces here take.
+    outputs: Vec<(u32, PieceOutput)>,
+}
+
+/// A multi-shard transaction a leader decided.
+#[derive(Debug)]
+struct Decided {
+    /// This shard's vote.
+    own: bool,
+    /// Every shard voted yes.
+    all: bool,
+    /// With `all`: the other shards' outputs the pieces here took.
+    inputs: Vec<(u32, PieceOutput)>,
 }
 
 /// One hosted replica and what the node keeps for it.
@@ -346,11 +432,11 @@ struct Hosted {
     // Leader.
     queue: VecDeque<Queued>,
     pending: BTreeMap<TxnId, Pending>,
-    early_votes: BTreeMap<TxnId, BTreeMap<ShardId, bool>>,
-    /// Multi-shard transactions decided here: own vote, and whether all voted yes.
-    decided: BTreeMap<TxnId, (bool, bool)>,
+    early_votes: BTreeMap<TxnId, BTreeMap<ShardId, PeerVote>>,
+    /// Multi-shard transactions decided here.
+    decided: BTreeMap<TxnId, Decided>,
     /// Decided since the last sync went out.
-    fresh_outcomes: Vec<(TxnId, bool)>,
+    fresh_outcomes: Vec<SyncOutcome>,
     /// Per follower node: its sync-point and executed count, as acknowledged.
     acks: BTreeMap<NodeId, (usize, usize)>,
     /// Per follower node: the next log position to send.
@@ -360,8 +446,9 @@ struct Hosted {
     // Follower.
     /// Synced entries executed here.
     executed: usize,
-    /// Final outcomes of multi-shard transactions heard from the leader.
-    outcomes: BTreeMap<TxnId, bool>,
+    /// Final outcomes of multi-shard transactions heard from the leader, with the inputs
+    /// their pieces take.
+    outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
     /// Leader: something was released or voted since execution last found nothing to do.
     dirty: bool,
     /// The leader's node.
@@ -438,17 +525,7 @@ impl TigaNode {
                 .into());
         }
         let topology = &context.topology;
-        let everyone: BTreeSet<NodeId> = topology.node_ids().collect();
-        // Leaders sit together where the topology allows (the view manager's choice with
-        // every node alive); fixed for the run until view changes are built.
-        let view = next_view(
-            &View::initial(topology.shards, Mode::Preventive),
-            topology,
-            &everyone,
-            Mode::Preventive,
-            |_, _| 0,
-        )
-        .ok_or("a shard has no replica")?;
+        let view = initial_view(topology)?;
         let limits = ReplicaLimits {
             held_max: HELD_MAX,
             keys_max: STAMPED_KEYS_MAX,
@@ -620,7 +697,7 @@ impl TigaNode {
                 ShardResult::UserAbort(why) if outcome.result == TxnResult::Committed => {
                     outcome.result = TxnResult::UserAborted(why.clone());
                 }
-                ShardResult::UserAbort(_) => {}
+                ShardResult::UserAbort(_) | ShardResult::Skipped => {}
                 ShardResult::Ran(ran) => {
                     for (piece, output) in ran {
                         if let Some(slot) = outputs.get_mut(*piece as usize) {
@@ -629,6 +706,12 @@ impl TigaNode {
                     }
                 }
             }
+        }
+        let skipped = flight.results.values().any(|r| matches!(r, ShardResult::Skipped));
+        if skipped && outcome.result == TxnResult::Committed {
+            // A shard skips only when another aborted; that one's reason is the better one.
+            debug_assert!(false, "{}: a shard skipped and none aborted", committed.txn);
+            outcome.result = TxnResult::UserAborted("aborted on another shard".into());
         }
         if outcome.result == TxnResult::Committed {
             outcome.outputs = outputs.into_iter().map(Option::unwrap_or_default).collect();
@@ -846,7 +929,6 @@ impl TigaNode {
             for &shard in &shards {
                 progressed |= self.execute(shard, out);
             }
-            progressed |= self.local_votes();
             if !progressed {
                 break;
             }
@@ -866,6 +948,7 @@ impl TigaNode {
             return false; // Nothing released or voted since the last pass found it stuck.
         }
         let mut progressed = finish_ready(host);
+        let mut local = Vec::new();
         // Per key, the first in (timestamp, id) order of the unfinished transactions writing
         // it (executed and waiting for votes, or queued and blocked). A later transaction
         // touching the key waits behind it; an earlier one does not (its reads are below the
@@ -891,6 +974,11 @@ impl TigaNode {
                 continue;
             };
             let at = (queued.ts, queued.txn);
+            let early = host.early_votes.get(&queued.txn);
+            // A peer voted no: the transaction aborts, and pieces here are not run (they may
+            // lack the outputs they take).
+            let refused = early.is_some_and(|votes| votes.values().any(|v| !v.ok));
+            let inputs = if refused { Some(Vec::new()) } else { gather_inputs(&known.part, early) };
             let behind_writer =
                 known.part.keys().iter().any(|k| blocked.get(k).is_some_and(|&w| w < at));
             // A read sees versions at its own timestamp too, so a writer at the same
@@ -899,7 +987,7 @@ impl TigaNode {
                 known.part.writes.iter().any(|k| {
                     waiting_reads.get(k).is_some_and(|stamps| stamps.contains(&queued.ts))
                 });
-            if behind_writer || over_reader {
+            if behind_writer || over_reader || inputs.is_none() {
                 for key in &known.part.writes {
                     block(&mut blocked, key, at);
                 }
@@ -910,7 +998,13 @@ impl TigaNode {
                 continue;
             }
             progressed = true;
-            let (writes, result) = run_part(&self.context, shard, &host.store, known, queued.ts);
+            let inputs = inputs.unwrap_or_default();
+            let (writes, result) = if refused {
+                (Overlay::new(), ShardResult::Skipped)
+            } else {
+                run_part(&self.context, shard, &host.store, known, queued.ts, &inputs)
+            };
+            let feeds = feed_outputs(&known.part, &result);
             let others: Vec<ShardId> =
                 known.shards.iter().copied().filter(|&s| s != shard).collect();
             let owd_ns = known.owd_ns;
@@ -930,63 +1024,48 @@ impl TigaNode {
                 continue;
             }
             // Multi-shard: the writes wait for the other leaders' votes.
-            let mut votes = host.early_votes.remove(&txn).unwrap_or_default();
+            let mut votes: BTreeMap<ShardId, bool> = host
+                .early_votes
+                .remove(&txn)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(s, _)| others.contains(s))
+                .map(|(s, vote)| (s, vote.ok))
+                .collect();
             votes.retain(|s, _| others.contains(s));
             for &peer in &others {
                 let Some(node) = leader_node(&self.context, &self.view, peer) else { continue };
-                if node != me {
+                let outputs = feeds.get(&peer).cloned().unwrap_or_default();
+                if node == me {
+                    local.push((peer, txn, shard, PeerVote { ok: own_ok, outputs }));
+                } else {
                     let want_reply = !votes.contains_key(&peer);
+                    let to = peer;
                     out.send(
                         node,
-                        TigaMsg::Vote { txn, from: shard, to: peer, ok: own_ok, want_reply },
+                        TigaMsg::Vote { txn, from: shard, to, ok: own_ok, outputs, want_reply },
                     );
                 }
             }
             for key in writes.keys() {
                 block(&mut blocked, key, at);
             }
-            host.pending.insert(txn, Pending { ts, writes, own_ok, votes, others });
+            let pending = Pending { ts, writes, own_ok, votes, others, feeds, inputs };
+            host.pending.insert(txn, pending);
             self.counts.votes_waited_total += 1;
         }
         host.queue = waiting;
         progressed |= finish_ready(host);
         // Another pass can do more only if this one changed something.
         host.dirty = progressed;
+        // Votes for shards this node leads too pass in place (they mark those dirty).
+        for (to, txn, from, vote) in local {
+            if let Some(host) = self.hosted.get_mut(&to) {
+                // Not capped: bounded by the transactions this node holds.
+                deliver_vote(host, txn, from, vote);
+            }
+        }
         progressed
-    }
-
-    /// Votes between two shards this node leads: each pending transaction takes the vote of
-    /// its other shard led here, once that shard executed it. True when one was recorded.
-    fn local_votes(&mut self) -> bool {
-        let me = self.context.id;
-        if self.hosted.values().filter(|h| h.replica.leads()).count() < 2 {
-            return false;
-        }
-        let mut deliveries = Vec::new();
-        for (&shard, host) in &self.hosted {
-            for (&txn, pending) in &host.pending {
-                for &peer in pending.others.iter().filter(|p| !pending.votes.contains_key(p)) {
-                    if leader_node(&self.context, &self.view, peer) != Some(me) {
-                        continue;
-                    }
-                    let Some(other) = self.hosted.get(&peer) else { continue };
-                    let vote = other
-                        .pending
-                        .get(&txn)
-                        .map(|p| p.own_ok)
-                        .or_else(|| other.decided.get(&txn).map(|&(own, _)| own));
-                    if let Some(ok) = vote {
-                        deliveries.push((shard, txn, peer, ok));
-                    }
-                }
-            }
-        }
-        for &(shard, txn, from, ok) in &deliveries {
-            if let Some(host) = self.hosted.get_mut(&shard) {
-                record_vote(host, txn, from, ok);
-            }
-        }
-        !deliveries.is_empty()
     }
 
     /// Releases what is due on every hosted replica, and arranges the next release.
@@ -1023,6 +1102,16 @@ impl TigaNode {
             let next = if again { synced } else { host.sent_to[&follower] };
             let mut outcomes = if again { window_outcomes(host, executed) } else { fresh.clone() };
             outcomes.truncate(OUTCOMES_WINDOW_MAX);
+            // What does not fit goes with a later resend (the follower waits for it).
+            let mut bytes = 0usize;
+            let fit = outcomes
+                .iter()
+                .take_while(|o| {
+                    bytes += outputs_bytes(&o.inputs);
+                    bytes <= SYNC_INPUT_BYTES_MAX
+                })
+                .count();
+            outcomes.truncate(fit.max(1));
             let entries = host.replica.log_since(next).to_vec();
             if entries.is_empty() && outcomes.is_empty() {
                 continue;
@@ -1042,18 +1131,26 @@ impl TigaNode {
             TigaMsg::Confirm { txn, shards, from: peer, answer } => {
                 self.on_agreement(now, from, (txn, peer, None), &shards, answer, out);
             }
-            TigaMsg::Vote { txn, from: peer, to, ok, want_reply } => {
-                if !self.is_leader_node(peer, from) {
+            TigaMsg::Vote { txn, from: peer, to, ok, outputs, want_reply } => {
+                if !self.is_leader_node(peer, from) || outputs.len() > PIECES_MAX {
                     return;
                 }
                 let Some(host) = self.hosted.get_mut(&to) else { return };
                 if !host.replica.leads() {
                     return;
                 }
-                if let Some(&(own, _)) = host.decided.get(&txn) {
+                if let Some(decided) = host.decided.get(&txn) {
                     if want_reply {
-                        let reply =
-                            TigaMsg::Vote { txn, from: to, to: peer, ok: own, want_reply: false };
+                        // The asker ran its pieces, so it had every output it takes from here.
+                        let (ok, outputs) = (decided.own, Vec::new());
+                        let reply = TigaMsg::Vote {
+                            txn,
+                            from: to,
+                            to: peer,
+                            ok,
+                            outputs,
+                            want_reply: false,
+                        };
                         out.send(from, reply);
                     }
                     return;
@@ -1061,16 +1158,14 @@ impl TigaNode {
                 if let Some(pending) = host.pending.get(&txn) {
                     if want_reply {
                         // The sender lacks this shard's vote (the first copy was lost).
-                        let own = pending.own_ok;
-                        let reply =
-                            TigaMsg::Vote { txn, from: to, to: peer, ok: own, want_reply: false };
+                        let reply = vote_msg(txn, to, peer, pending, false);
                         out.send(from, reply);
                     }
                     record_vote(host, txn, peer, ok);
                 } else if host.early_votes.len() < EARLY_VOTES_MAX
                     || host.early_votes.contains_key(&txn)
                 {
-                    host.early_votes.entry(txn).or_default().insert(peer, ok);
+                    deliver_vote(host, txn, peer, PeerVote { ok, outputs });
                 }
                 self.execute_all(now, out);
             }
@@ -1154,12 +1249,12 @@ impl TigaNode {
         let bodies = &host.bodies;
         let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.keys());
         let actions = host.replica.on_sync(start, &entries, keys_of);
-        for (txn, ok) in outcomes {
+        for SyncOutcome { txn, ok, inputs } in outcomes {
             // Kept for logged transactions only; an outcome of one executed already may come
             // again (a resend from a stale acknowledgement) and is pushed out first when the
             // map is full (the leader says again what is still needed).
-            if host.replica.logged(txn) {
-                host.outcomes.insert(txn, ok);
+            if host.replica.logged(txn) && inputs.len() <= PIECES_MAX {
+                host.outcomes.insert(txn, (ok, inputs));
                 if host.outcomes.len() > OUTCOMES_KEPT_MAX {
                     host.outcomes.pop_first();
                 }
@@ -1239,16 +1334,7 @@ impl TigaNode {
             let mut votes = Vec::new();
             for (&txn, pending) in &host.pending {
                 for &peer in pending.others.iter().filter(|p| !pending.votes.contains_key(p)) {
-                    votes.push((
-                        peer,
-                        TigaMsg::Vote {
-                            txn,
-                            from: shard,
-                            to: peer,
-                            ok: pending.own_ok,
-                            want_reply: true,
-                        },
-                    ));
+                    votes.push((peer, vote_msg(txn, shard, peer, pending, true)));
                 }
             }
             for (peer, msg) in votes {
@@ -1272,6 +1358,15 @@ impl TigaNode {
         }
         self.execute_all(now, out);
     }
+}
+
+/// The view a run starts in (fixed for the run until view changes are built): leaders sit
+/// together where the topology allows, as the view manager chooses with every node alive.
+pub fn initial_view(topology: &Topology) -> Result<View, String> {
+    let everyone: BTreeSet<NodeId> = topology.node_ids().collect();
+    let first = View::initial(topology.shards, Mode::Preventive);
+    next_view(&first, topology, &everyone, Mode::Preventive, |_, _| 0)
+        .ok_or_else(|| "a shard has no replica".into())
 }
 
 /// The node leading `shard` in `view`.
@@ -1321,17 +1416,26 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     while host.executed < synced_len {
         let (txn, ts) = host.replica.synced()[host.executed];
         let Some(known) = host.bodies.get(&txn) else { break };
-        let outcome = if known.shards.len() > 1 {
+        let none = (true, Vec::new());
+        let (ok, inputs) = if known.shards.len() > 1 {
             match host.outcomes.get(&txn) {
-                Some(&ok) => ok,
+                Some(outcome) => outcome,
                 None => break, // The leader has not told the outcome yet.
             }
         } else {
-            true
+            &none
         };
-        let (writes, result) = run_part(context, host.shard, &host.store, known, ts);
-        if outcome && matches!(result, ShardResult::Ran(_)) {
-            apply(&mut host.store, txn, ts, &writes);
+        if *ok {
+            let (writes, result) = run_part(context, host.shard, &host.store, known, ts, inputs);
+            // A multi-shard transaction that committed ran here too: the leader ran the same
+            // pieces over the same state and inputs (a single-shard one may abort here).
+            debug_assert!(
+                known.shards.len() == 1 || matches!(result, ShardResult::Ran(_)),
+                "{txn}: {result:?}"
+            );
+            if matches!(result, ShardResult::Ran(_)) {
+                apply(&mut host.store, txn, ts, &writes);
+            }
         }
         host.outcomes.remove(&txn);
         host.bodies.remove(&txn);
@@ -1340,39 +1444,134 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     host.executed > start
 }
 
-/// Runs the shard's pieces of `known` at `ts` on `store`: its writes and the shard's result.
+/// Runs the shard's pieces of `known` at `ts` on `store`, with `remote` the outputs of other
+/// shards' pieces they take: its writes and the shard's result. A piece that reads or writes
+/// a key the part did not declare from the arguments breaks the one-shot contract (the hold
+/// queue ordered the transaction by the declared keys) and fails.
 fn run_part(
     context: &NodeContext,
     shard: ShardId,
     store: &MvccStore,
     known: &Known,
     ts: Timestamp,
+    remote: &[(u32, PieceOutput)],
 ) -> (Overlay, ShardResult) {
     let Some(procedure) = context.registry.get(known.body.request.proc) else {
         let error = ProcError::BadArgs("unknown procedure".into());
         return (Overlay::new(), ShardResult::Failed(error));
     };
+    let part = &known.part;
     let placement = Placement { shard, partitioner: &context.partitioner };
     let source = AtTimestamp(store, ts);
     let mut overlay = Overlay::new();
-    let mut ran = Vec::with_capacity(known.part.pieces.len());
+    let mut ran: Vec<(u32, PieceOutput)> = Vec::with_capacity(part.pieces.len());
+    let contract = |why: String| (Overlay::new(), ShardResult::Failed(ProcError::Contract(why)));
     // Bounded by the plan (at most PIECES_MAX pieces).
-    for &piece in &known.part.pieces {
-        let call = (piece, &known.body.request.args, &[][..]);
+    for (&piece, deps) in part.pieces.iter().zip(&part.deps) {
+        let mut inputs = Vec::with_capacity(deps.len());
+        for dep in deps {
+            let found = ran.iter().chain(remote).find(|(p, _)| p == dep);
+            match found {
+                Some((_, output)) => inputs.push(output),
+                None => return contract(format!("piece {piece} lacks piece {dep}'s output")),
+            }
+        }
+        let call = (piece, &known.body.request.args, &inputs[..]);
         match run_piece(procedure.as_ref(), placement, call, &source, &overlay) {
             Err(error) => return (Overlay::new(), ShardResult::Failed(error)),
-            Ok(run) => match run.effects {
-                Err(abort) => return (Overlay::new(), ShardResult::UserAbort(abort.0)),
-                Ok(effects) => {
-                    for write in effects.writes {
-                        overlay.insert(write.key, write.value);
-                    }
-                    ran.push((piece, effects.output));
+            Ok(run) => {
+                let undeclared = run.reads.iter().map(|(key, _)| key).find(|k| !part.declares(k));
+                if let Some(key) = undeclared {
+                    return contract(format!(
+                        "piece {piece} read {key:?}, a key its arguments did not name"
+                    ));
                 }
-            },
+                if !run.scans.is_empty() {
+                    return contract(format!("piece {piece} scanned with its inputs"));
+                }
+                match run.effects {
+                    Err(abort) => return (Overlay::new(), ShardResult::UserAbort(abort.0)),
+                    Ok(effects) => {
+                        for write in effects.writes {
+                            if part.writes.binary_search(&write.key).is_err() {
+                                return contract(format!(
+                                    "piece {piece} wrote {:?}, a key its arguments did not name",
+                                    write.key
+                                ));
+                            }
+                            overlay.insert(write.key, write.value);
+                        }
+                        ran.push((piece, effects.output));
+                    }
+                }
+            }
         }
     }
     (overlay, ShardResult::Ran(ran))
+}
+
+/// The outputs of other shards' pieces that `part` takes, from the votes heard so far; `None`
+/// while one is missing.
+fn gather_inputs(
+    part: &Part,
+    votes: Option<&BTreeMap<ShardId, PeerVote>>,
+) -> Option<Vec<(u32, PieceOutput)>> {
+    if part.inputs.is_empty() {
+        return Some(Vec::new());
+    }
+    let votes = votes?;
+    part.inputs
+        .iter()
+        .map(|piece| votes.values().flat_map(|v| &v.outputs).find(|(p, _)| p == piece).cloned())
+        .collect()
+}
+
+/// Per other shard, the outputs of pieces here that its pieces take (none unless they ran).
+fn feed_outputs(part: &Part, result: &ShardResult) -> BTreeMap<ShardId, Vec<(u32, PieceOutput)>> {
+    let ShardResult::Ran(ran) = result else { return BTreeMap::new() };
+    part.feeds
+        .iter()
+        .map(|(&shard, pieces)| {
+            let outputs = ran.iter().filter(|(p, _)| pieces.contains(p)).cloned().collect();
+            (shard, outputs)
+        })
+        .collect()
+}
+
+/// This shard's vote on a pending transaction, for the leader of `peer`.
+fn vote_msg(
+    txn: TxnId,
+    shard: ShardId,
+    peer: ShardId,
+    pending: &Pending,
+    want_reply: bool,
+) -> TigaMsg {
+    let outputs = pending.feeds.get(&peer).cloned().unwrap_or_default();
+    TigaMsg::Vote { txn, from: shard, to: peer, ok: pending.own_ok, outputs, want_reply }
+}
+
+/// Takes another leader's vote: recorded on a pending transaction, kept (with the outputs it
+/// carries) for one not executed here yet, ignored for one decided.
+fn deliver_vote(host: &mut Hosted, txn: TxnId, from: ShardId, vote: PeerVote) {
+    if host.pending.contains_key(&txn) {
+        record_vote(host, txn, from, vote.ok);
+    } else if !host.decided.contains_key(&txn) {
+        host.early_votes.entry(txn).or_default().insert(from, vote);
+        host.dirty = true; // A transaction waiting for these outputs may run now.
+    }
+}
+
+/// About how many bytes `outputs` take on the wire.
+fn outputs_bytes(outputs: &[(u32, PieceOutput)]) -> usize {
+    fn datum_bytes(datum: &Datum) -> usize {
+        match datum {
+            Datum::Int(_) | Datum::Uint(_) => 9,
+            Datum::Bytes(bytes) => 5 + bytes.len(),
+            // Decoded data nests only as deep as the decoder allows.
+            Datum::List(items) => 5 + items.iter().map(datum_bytes).sum::<usize>(),
+        }
+    }
+    outputs.iter().map(|(_, output)| 5 + output.iter().map(datum_bytes).sum::<usize>()).sum()
 }
 
 /// Applies `writes` of `txn` at `ts`.
@@ -1411,27 +1610,31 @@ fn finish_ready(host: &mut Hosted) -> bool {
         .collect();
     for &txn in &ready {
         let pending = host.pending.remove(&txn).expect("listed");
-        let all_ok = pending.own_ok && pending.votes.values().all(|&ok| ok);
-        if all_ok {
+        let all = pending.own_ok && pending.votes.values().all(|&ok| ok);
+        if all {
             apply(&mut host.store, txn, pending.ts, &pending.writes);
         }
-        host.decided.insert(txn, (pending.own_ok, all_ok));
+        let inputs = if all { pending.inputs } else { Vec::new() };
         if host.followers.is_empty() {
             host.bodies.remove(&txn); // Every peer had it: each proposed before the release.
         } else {
-            host.fresh_outcomes.push((txn, all_ok));
+            host.fresh_outcomes.push(SyncOutcome { txn, ok: all, inputs: inputs.clone() });
         }
+        host.decided.insert(txn, Decided { own: pending.own_ok, all, inputs });
     }
     !ready.is_empty()
 }
 
 /// The decided outcomes of multi-shard entries from log position `from` (a bounded window).
-fn window_outcomes(host: &Hosted, from: usize) -> Vec<(TxnId, bool)> {
+fn window_outcomes(host: &Hosted, from: usize) -> Vec<SyncOutcome> {
     host.replica
         .log_since(from)
         .iter()
         .take(OUTCOMES_WINDOW_MAX)
-        .filter_map(|&(txn, _)| host.decided.get(&txn).map(|&(_, all)| (txn, all)))
+        .filter_map(|&(txn, _)| {
+            let decided = host.decided.get(&txn)?;
+            Some(SyncOutcome { txn, ok: decided.all, inputs: decided.inputs.clone() })
+        })
         .collect()
 }
 
@@ -1603,13 +1806,14 @@ mod tests {
                 from: ShardId(1),
                 to: ShardId(0),
                 ok: true,
+                outputs: vec![(0, vec![Datum::Int(5)])],
                 want_reply: true,
             },
             TigaMsg::Sync {
                 shard: ShardId(0),
                 from: 0,
                 entries: vec![(txn(1), Timestamp(5))],
-                outcomes: vec![(txn(1), false)],
+                outcomes: vec![SyncOutcome { txn: txn(1), ok: false, inputs: Vec::new() }],
             },
             TigaMsg::SyncAck { shard: ShardId(0), synced: 1, executed: 1, fetch: vec![txn(1)] },
         ]
@@ -1700,13 +1904,18 @@ mod tests {
                 from: ShardId(1),
                 to: ShardId(0),
                 ok: false,
+                outputs: vec![(7, Vec::new()); PIECES_MAX + 1],
                 want_reply: true,
             },
             TigaMsg::Sync {
                 shard: ShardId(0),
                 from: 0,
                 entries: vec![(txn(4), Timestamp(1))],
-                outcomes: vec![(txn(4), true)],
+                outcomes: vec![SyncOutcome {
+                    txn: txn(4),
+                    ok: true,
+                    inputs: vec![(0, vec![Datum::Bytes(vec![1; 3])])],
+                }],
             },
             TigaMsg::SyncAck {
                 shard: ShardId(0),
