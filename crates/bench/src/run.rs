@@ -452,9 +452,12 @@ fn leader_stores<'a, N: ProtocolNode>(
 ) -> Vec<(ShardId, &'a MvccStore)> {
     (0..topology.shards)
         .filter_map(|s| {
-            let leader = topology.replica_node(ShardId(s), 0)?;
+            let shard = ShardId(s);
+            // The node that says it leads the shard (followers may lag), else replica 0.
+            let named = results.iter().find(|r| r.node.leads(shard)).map(|r| r.id);
+            let leader = named.or_else(|| topology.replica_node(shard, 0))?;
             let result = results.iter().find(|r| r.id == leader)?;
-            result.node.stores().into_iter().find(|(shard, _)| shard.0 == s)
+            result.node.stores().into_iter().find(|(hosted, _)| *hosted == shard)
         })
         .collect()
 }

@@ -454,6 +454,13 @@ pub trait ProtocolNode: Node {
     /// Every store to bulk-load before the run starts (a protocol keeping two copies of a
     /// replica lists both).
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)>;
+    /// True when this node's replica of `shard` leads it and so holds every commit
+    /// acknowledged (followers may lag behind it); end-of-run checks read a leader's store
+    /// when a protocol names one. By default none is named, and checks read replica 0 once
+    /// the shard has settled.
+    fn leads(&self, _shard: ShardId) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

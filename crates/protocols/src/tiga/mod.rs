@@ -32,6 +32,7 @@ pub mod quorum;
 pub mod recovery;
 pub mod replica;
 pub mod view;
+pub mod waits;
 
 use crate::kit::coord::PieceSlot;
 use crate::{

@@ -49,6 +49,7 @@
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::replica::{Action, Incoming, Replica, ReplicaLimits};
 use super::view::{next_view, View};
+use super::waits::Waits;
 use super::{check_one_shot, Mode, TigaSettings};
 use crate::kit::coord::{bind_plan, AttemptIds};
 use crate::kit::exec::{run_piece, AtTimestamp, Overlay, Placement};
@@ -380,7 +381,6 @@ struct Known {
 /// A released transaction waiting at a leader to execute.
 #[derive(Debug)]
 struct Queued {
-    txn: TxnId,
     ts: Timestamp,
     /// The fast reply's hash (known at release).
     hash: u64,
@@ -391,6 +391,8 @@ struct Queued {
 struct Pending {
     ts: Timestamp,
     writes: Overlay,
+    /// The keys its part may write (held against later transactions until it finishes).
+    write_keys: Vec<Key>,
     own_ok: bool,
     votes: BTreeMap<ShardId, bool>,
     others: Vec<ShardId>,
@@ -430,7 +432,12 @@ struct Hosted {
     answers: BTreeMap<TxnId, TigaMsg>,
     answer_order: VecDeque<TxnId>,
     // Leader.
-    queue: VecDeque<Queued>,
+    /// Released transactions not executed yet.
+    queued: BTreeMap<TxnId, Queued>,
+    /// Which of them may execute now.
+    waits: Waits,
+    /// Pending transactions whose votes are all in.
+    complete: BTreeSet<TxnId>,
     pending: BTreeMap<TxnId, Pending>,
     early_votes: BTreeMap<TxnId, BTreeMap<ShardId, PeerVote>>,
     /// Multi-shard transactions decided here.
@@ -449,8 +456,6 @@ struct Hosted {
     /// Final outcomes of multi-shard transactions heard from the leader, with the inputs
     /// their pieces take.
     outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
-    /// Leader: something was released or voted since execution last found nothing to do.
-    dirty: bool,
     /// The leader's node.
     leader: NodeId,
     /// The followers' nodes (leaders only).
@@ -554,7 +559,9 @@ impl TigaNode {
                     bodies: BTreeMap::new(),
                     answers: BTreeMap::new(),
                     answer_order: VecDeque::new(),
-                    queue: VecDeque::new(),
+                    queued: BTreeMap::new(),
+                    waits: Waits::default(),
+                    complete: BTreeSet::new(),
                     pending: BTreeMap::new(),
                     early_votes: BTreeMap::new(),
                     decided: BTreeMap::new(),
@@ -564,7 +571,6 @@ impl TigaNode {
                     pruned: 0,
                     executed: 0,
                     outcomes: BTreeMap::new(),
-                    dirty: false,
                     leader,
                     followers,
                 },
@@ -830,13 +836,17 @@ impl TigaNode {
                     self.tell_leaders(now, shard, (txn, None), to, peer, out);
                 }
                 Action::Execute { txn, ts } => {
-                    host.queue.push_back(Queued { txn, ts, hash: 0 });
-                    host.dirty = true;
+                    let Some(known) = host.bodies.get(&txn) else {
+                        debug_assert!(false, "{txn} released without its body");
+                        continue;
+                    };
+                    host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                    host.queued.insert(txn, Queued { ts, hash: 0 });
                 }
                 Action::FastReply { txn, ts, hash } => {
                     if host.replica.leads() {
                         // Sent once the transaction has executed (with its result).
-                        if let Some(queued) = host.queue.iter_mut().rev().find(|q| q.txn == txn) {
+                        if let Some(queued) = host.queued.get_mut(&txn) {
                             queued.hash = hash;
                         }
                         continue;
@@ -944,87 +954,58 @@ impl TigaNode {
         if !host.replica.leads() {
             return follower_execute(&self.context, host);
         }
-        if !host.dirty {
-            return false; // Nothing released or voted since the last pass found it stuck.
-        }
         let mut progressed = finish_ready(host);
         let mut local = Vec::new();
-        // Per key, the first in (timestamp, id) order of the unfinished transactions writing
-        // it (executed and waiting for votes, or queued and blocked). A later transaction
-        // touching the key waits behind it; an earlier one does not (its reads are below the
-        // version and its writes cannot conflict, since conflicting transactions release in
-        // timestamp order), so every wait points to an earlier transaction: no cycles.
-        let mut blocked: BTreeMap<Key, (Timestamp, TxnId)> = BTreeMap::new();
-        let block = |blocked: &mut BTreeMap<Key, (Timestamp, TxnId)>, key: &Key, at| {
-            let first = blocked.entry(key.clone()).or_insert(at);
-            *first = (*first).min(at);
-        };
-        for (&txn, pending) in &host.pending {
-            for key in pending.writes.keys() {
-                block(&mut blocked, key, (pending.ts, txn));
-            }
-        }
-        let mut waiting = VecDeque::new();
-        // Per key, the timestamps of the transactions reading it that wait.
-        let mut waiting_reads: BTreeMap<Key, BTreeSet<Timestamp>> = BTreeMap::new();
-        // Bounded by the queue (released transactions not executed yet).
-        while let Some(queued) = host.queue.pop_front() {
-            let Some(known) = host.bodies.get(&queued.txn) else {
-                debug_assert!(false, "{} released without its body", queued.txn);
+        // Candidates come in (timestamp, id) order; running or finishing one may make others
+        // candidates (see `waits`). Bounded by the released transactions.
+        while let Some(at) = host.waits.next_candidate() {
+            let (ts, txn) = at;
+            let Some(queued) = host.queued.get(&txn) else { continue }; // Ran already.
+            debug_assert_eq!(queued.ts, ts, "{txn} queued at one timestamp");
+            let Some(known) = host.bodies.get(&txn) else {
+                debug_assert!(false, "{txn} queued without its body");
                 continue;
             };
-            let at = (queued.ts, queued.txn);
-            let early = host.early_votes.get(&queued.txn);
+            let part = &known.part;
+            if host.waits.blocked(at, &part.reads, &part.writes) {
+                continue; // What it waits for wakes it.
+            }
+            let early = host.early_votes.get(&txn);
             // A peer voted no: the transaction aborts, and pieces here are not run (they may
             // lack the outputs they take).
             let refused = early.is_some_and(|votes| votes.values().any(|v| !v.ok));
-            let inputs = if refused { Some(Vec::new()) } else { gather_inputs(&known.part, early) };
-            let behind_writer =
-                known.part.keys().iter().any(|k| blocked.get(k).is_some_and(|&w| w < at));
-            // A read sees versions at its own timestamp too, so a writer at the same
-            // timestamp as an earlier reader still waiting must not go first.
-            let over_reader =
-                known.part.writes.iter().any(|k| {
-                    waiting_reads.get(k).is_some_and(|stamps| stamps.contains(&queued.ts))
-                });
-            if behind_writer || over_reader || inputs.is_none() {
-                for key in &known.part.writes {
-                    block(&mut blocked, key, at);
-                }
-                for key in &known.part.reads {
-                    waiting_reads.entry(key.clone()).or_default().insert(queued.ts);
-                }
-                waiting.push_back(queued);
-                continue;
-            }
+            let inputs = if refused { Some(Vec::new()) } else { gather_inputs(part, early) };
+            let Some(inputs) = inputs else { continue }; // The vote bringing them wakes it.
+            let hash = queued.hash;
+            host.queued.remove(&txn);
             progressed = true;
-            let inputs = inputs.unwrap_or_default();
             let (writes, result) = if refused {
                 (Overlay::new(), ShardResult::Skipped)
             } else {
-                run_part(&self.context, shard, &host.store, known, queued.ts, &inputs)
+                run_part(&self.context, shard, &host.store, known, ts, &inputs)
             };
-            let feeds = feed_outputs(&known.part, &result);
+            host.waits.ran(at, &part.reads);
+            let feeds = feed_outputs(part, &result);
             let others: Vec<ShardId> =
                 known.shards.iter().copied().filter(|&s| s != shard).collect();
             let owd_ns = known.owd_ns;
             let own_ok = matches!(result, ShardResult::Ran(_));
-            let (txn, ts) = (queued.txn, queued.ts);
-            let msg =
-                TigaMsg::Fast { txn, shard, ts, hash: queued.hash, owd_ns, result: Some(result) };
+            let write_keys = part.writes.clone();
+            let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result) };
             answer(host, txn, msg.clone());
             out.send(txn.origin, msg);
             if others.is_empty() {
                 if own_ok {
                     apply(&mut host.store, txn, ts, &writes);
                 }
+                host.waits.finished(at, &write_keys);
                 if host.followers.is_empty() {
                     host.bodies.remove(&txn);
                 }
                 continue;
             }
             // Multi-shard: the writes wait for the other leaders' votes.
-            let mut votes: BTreeMap<ShardId, bool> = host
+            let votes: BTreeMap<ShardId, bool> = host
                 .early_votes
                 .remove(&txn)
                 .unwrap_or_default()
@@ -1032,7 +1013,6 @@ impl TigaNode {
                 .filter(|(s, _)| others.contains(s))
                 .map(|(s, vote)| (s, vote.ok))
                 .collect();
-            votes.retain(|s, _| others.contains(s));
             for &peer in &others {
                 let Some(node) = leader_node(&self.context, &self.view, peer) else { continue };
                 let outputs = feeds.get(&peer).cloned().unwrap_or_default();
@@ -1047,18 +1027,15 @@ impl TigaNode {
                     );
                 }
             }
-            for key in writes.keys() {
-                block(&mut blocked, key, at);
+            if others.iter().all(|s| votes.contains_key(s)) {
+                host.complete.insert(txn);
             }
-            let pending = Pending { ts, writes, own_ok, votes, others, feeds, inputs };
+            let pending = Pending { ts, writes, write_keys, own_ok, votes, others, feeds, inputs };
             host.pending.insert(txn, pending);
             self.counts.votes_waited_total += 1;
+            progressed |= finish_ready(host);
         }
-        host.queue = waiting;
-        progressed |= finish_ready(host);
-        // Another pass can do more only if this one changed something.
-        host.dirty = progressed;
-        // Votes for shards this node leads too pass in place (they mark those dirty).
+        // Votes for shards this node leads too pass in place (they wake what they unblock).
         for (to, txn, from, vote) in local {
             if let Some(host) = self.hosted.get_mut(&to) {
                 // Not capped: bounded by the transactions this node holds.
@@ -1315,7 +1292,7 @@ impl TigaNode {
                 .collect();
             let pruned_upto = host.pruned + done.len();
             for txn in done {
-                if !host.pending.contains_key(&txn) && !host.queue.iter().any(|q| q.txn == txn) {
+                if !host.pending.contains_key(&txn) && !host.queued.contains_key(&txn) {
                     host.bodies.remove(&txn);
                 }
             }
@@ -1557,7 +1534,10 @@ fn deliver_vote(host: &mut Hosted, txn: TxnId, from: ShardId, vote: PeerVote) {
         record_vote(host, txn, from, vote.ok);
     } else if !host.decided.contains_key(&txn) {
         host.early_votes.entry(txn).or_default().insert(from, vote);
-        host.dirty = true; // A transaction waiting for these outputs may run now.
+        if let Some(queued) = host.queued.get(&txn) {
+            // It may have waited for these outputs, or may skip its pieces now.
+            host.waits.wake((queued.ts, txn));
+        }
     }
 }
 
@@ -1594,7 +1574,9 @@ fn record_vote(host: &mut Hosted, txn: TxnId, from: ShardId, ok: bool) {
     if let Some(pending) = host.pending.get_mut(&txn) {
         if pending.others.contains(&from) {
             pending.votes.insert(from, ok);
-            host.dirty = true;
+            if pending.others.iter().all(|s| pending.votes.contains_key(s)) {
+                host.complete.insert(txn);
+            }
         }
     }
 }
@@ -1602,18 +1584,14 @@ fn record_vote(host: &mut Hosted, txn: TxnId, from: ShardId, ok: bool) {
 /// Applies or drops the writes of every pending transaction whose votes are all in. True when
 /// one finished.
 fn finish_ready(host: &mut Hosted) -> bool {
-    let ready: Vec<TxnId> = host
-        .pending
-        .iter()
-        .filter(|(_, p)| p.others.iter().all(|s| p.votes.contains_key(s)))
-        .map(|(&txn, _)| txn)
-        .collect();
+    let ready = std::mem::take(&mut host.complete);
     for &txn in &ready {
-        let pending = host.pending.remove(&txn).expect("listed");
+        let Some(pending) = host.pending.remove(&txn) else { continue };
         let all = pending.own_ok && pending.votes.values().all(|&ok| ok);
         if all {
             apply(&mut host.store, txn, pending.ts, &pending.writes);
         }
+        host.waits.finished((pending.ts, txn), &pending.write_keys);
         let inputs = if all { pending.inputs } else { Vec::new() };
         if host.followers.is_empty() {
             host.bodies.remove(&txn); // Every peer had it: each proposed before the release.
@@ -1718,7 +1696,7 @@ impl Node for TigaNode {
             ),
             (
                 "tiga_queued",
-                self.hosted.values().map(|h| (h.queue.len() + h.pending.len()) as u64).sum(),
+                self.hosted.values().map(|h| (h.queued.len() + h.pending.len()) as u64).sum(),
             ),
             ("tiga_in_flight", self.requests.len() as u64),
         ]
@@ -1726,6 +1704,11 @@ impl Node for TigaNode {
 }
 
 impl ProtocolNode for TigaNode {
+    /// Followers execute the leader's log behind it.
+    fn leads(&self, shard: ShardId) -> bool {
+        self.hosted.get(&shard).is_some_and(|h| h.replica.leads())
+    }
+
     fn stores(&self) -> Vec<(ShardId, &MvccStore)> {
         self.hosted.iter().map(|(&s, h)| (s, &h.store)).collect()
     }
@@ -1771,6 +1754,19 @@ mod tests {
             workload.load(shard, store);
         }
         node
+    }
+
+    /// End-of-run checks read the store of the node that says it leads a shard: exactly one
+    /// per shard, the first view's leader.
+    #[test]
+    fn exactly_the_views_leader_says_it_leads_each_shard() {
+        let nodes: Vec<TigaNode> = (0..9).map(node).collect();
+        for shard in (0..3).map(ShardId) {
+            let leaders: Vec<NodeId> =
+                nodes.iter().filter(|n| n.leads(shard)).map(|n| n.context.id).collect();
+            assert_eq!(leaders.len(), 1, "{shard:?}: {leaders:?}");
+            assert_eq!(Some(leaders[0]), nodes[0].leader_of(shard));
+        }
     }
 
     fn samples() -> Vec<TigaMsg> {
