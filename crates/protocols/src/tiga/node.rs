@@ -593,8 +593,7 @@ impl TigaNode {
 
     /// The node leading `shard` in the current view.
     fn leader_of(&self, shard: ShardId) -> Option<NodeId> {
-        let topology = &self.context.topology;
-        topology.replica_node(shard, self.view.leader_slot(shard, topology.replicas))
+        leader_node(&self.context, &self.view, shard)
     }
 
     fn placement(&self, shards: &[ShardId]) -> Vec<ShardPlacement> {
@@ -715,8 +714,9 @@ impl TigaNode {
         }
         let skipped = flight.results.values().any(|r| matches!(r, ShardResult::Skipped));
         if skipped && outcome.result == TxnResult::Committed {
-            // A shard skips only when another aborted; that one's reason is the better one.
-            debug_assert!(false, "{}: a shard skipped and none aborted", committed.txn);
+            // A shard skips only when another aborted, and that one's reason is the better
+            // one; a leader that says it skipped when none aborted is wrong, and the commit
+            // is not reported on its word.
             outcome.result = TxnResult::UserAborted("aborted on another shard".into());
         }
         if outcome.result == TxnResult::Committed {
@@ -1347,8 +1347,12 @@ pub fn initial_view(topology: &Topology) -> Result<View, String> {
 }
 
 /// The node leading `shard` in `view`.
+/// `None` for a shard that does not exist (messages name shards; any may be hostile).
 fn leader_node(context: &NodeContext, view: &View, shard: ShardId) -> Option<NodeId> {
     let topology = &context.topology;
+    if shard.0 >= topology.shards {
+        return None;
+    }
     topology.replica_node(shard, view.leader_slot(shard, topology.replicas))
 }
 
@@ -1754,6 +1758,42 @@ mod tests {
             workload.load(shard, store);
         }
         node
+    }
+
+    /// Found by the `tiga_node` fuzz target: a reply naming a shard that does not exist, for
+    /// a transaction in flight, indexed the view out of bounds. It is ignored now.
+    #[test]
+    fn a_reply_naming_a_shard_that_does_not_exist_is_ignored() {
+        let mut coordinator = node(0);
+        let mut out = Outbox::new();
+        let options = meridian_workloads::WorkloadOptions {
+            shards: 3,
+            keys_per_shard: 8,
+            ..meridian_workloads::WorkloadOptions::default()
+        };
+        let bank = meridian_workloads::build("bank", &options).unwrap();
+        let txn_request = bank.generator(0, 1).next(RequestId(1));
+        let request = ClientRequest { id: RequestId(1), txn: txn_request };
+        coordinator.submit(1_000, request, &mut out);
+        let sent = out.drain().find_map(|e| match e {
+            meridian_core::node::Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(body.txn),
+            _ => None,
+        });
+        let txn = sent.expect("the body went out");
+        for shard in [ShardId(3), ShardId(10_777), ShardId(u32::MAX)] {
+            let reply = TigaMsg::Fast {
+                txn,
+                shard,
+                ts: Timestamp(5),
+                hash: 0,
+                owd_ns: 1,
+                result: Some(ShardResult::Ran(Vec::new())),
+            };
+            coordinator.on_message(2_000, NodeId(1), reply, &mut out);
+            let slow = TigaMsg::Slow { txn, shard, ts: Timestamp(5) };
+            coordinator.on_message(2_000, NodeId(1), slow, &mut out);
+        }
+        assert_eq!(coordinator.requests.len(), 1, "still in flight, nothing decided");
     }
 
     /// End-of-run checks read the store of the node that says it leads a shard: exactly one
