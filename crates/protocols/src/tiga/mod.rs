@@ -10,13 +10,14 @@
 //! release in timestamp order, the leaders' agreement (preventive mode) before execution,
 //! execution at the agreed timestamp, the fast path and the slow path (log synchronisation,
 //! followers executing the leader's log), cross-shard user aborts (leaders exchange their
-//! pieces' votes before applying writes), resends with the same transaction id and
-//! at-most-once execution. The parts stand on their own modules, each tested: the one-way
-//! delay estimator and the timestamp rule ([`owd`]), a server's hold queue ([`hold`]), the
-//! shard commit quorums and per-key log hashes ([`quorum`]), the agreement's three cases
-//! ([`agree`]), a follower's log synchronisation ([`log`]), one replica's sequencing core
-//! ([`replica`]), a coordinator's bookkeeping ([`coordinator`]), the view manager's
-//! decisions ([`view`]) and replicated state ([`manager`]), and the view change's log merge
+//! pieces' votes, and the outputs other shards' pieces take, before applying writes), resends
+//! with the same transaction id and at-most-once execution. The parts stand on their own
+//! modules, each tested: the one-way delay estimator and the timestamp rule ([`owd`]), a
+//! server's hold queue ([`hold`]), the shard commit quorums and per-key log hashes
+//! ([`quorum`]), the agreement's three cases ([`agree`]), a follower's log synchronisation
+//! ([`log`]), one replica's sequencing core ([`replica`]), a leader's execution order
+//! ([`waits`]), a coordinator's bookkeeping ([`coordinator`]), the view manager's decisions
+//! ([`view`]) and replicated state ([`manager`]), and the view change's log merge
 //! ([`recovery`]). **Not built yet:** the view change itself (leaders are fixed for a run,
 //! chosen co-located by the view manager's rule, so replica hosts must not crash), durable
 //! logs and checkpoints, detective mode, snapshot reads.
