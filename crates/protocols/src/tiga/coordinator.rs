@@ -12,12 +12,18 @@
 //! others' holds the decision back (it cannot happen when the leaders agree, and deciding then
 //! would commit the transaction at two timestamps).
 //!
+//! A transaction decided on the slow path stays watched (at most `open_max` of them, oldest
+//! forgotten first) for fast replies still coming: when every shard's super quorum matches
+//! after all, it is counted ([`Tracker::fast_after_slow_total`]). A slow path that wins the
+//! race against a fast quorum that would have matched says nothing against the fast path;
+//! one whose fast quorum never matched does.
+//!
 //! Bounded: at most `open_max` transactions in flight ([`Refused::Busy`] beyond).
 
 use super::owd::{OwdEstimator, OwdSettings};
 use super::quorum::{super_quorum, ShardPath, ShardTally};
 use meridian_core::{NodeId, ShardId, Time, Timestamp, TxnId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Where one participant shard's replicas are, in the current view.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,13 +72,30 @@ pub struct Tracker {
     owd: OwdEstimator,
     open: BTreeMap<TxnId, Open>,
     open_max: usize,
+    /// Decided on the slow path, still hearing fast replies; in decision order.
+    watched: BTreeMap<TxnId, Open>,
+    watch_order: VecDeque<TxnId>,
+    fast_after_slow_total: u64,
 }
 
 impl Tracker {
     /// A tracker with the given delay settings (checked) and room for `open_max` transactions.
     pub fn new(settings: OwdSettings, open_max: usize) -> Self {
         assert!(open_max >= 1, "a coordinator needs room");
-        Self { owd: OwdEstimator::new(settings), open: BTreeMap::new(), open_max }
+        Self {
+            owd: OwdEstimator::new(settings),
+            open: BTreeMap::new(),
+            open_max,
+            watched: BTreeMap::new(),
+            watch_order: VecDeque::new(),
+            fast_after_slow_total: 0,
+        }
+    }
+
+    /// Slow-path decisions whose every shard's fast replies matched in a super quorum after
+    /// all (the slow quorum answered first).
+    pub fn fast_after_slow_total(&self) -> u64 {
+        self.fast_after_slow_total
     }
 
     /// Transactions in flight.
@@ -147,6 +170,16 @@ impl Tracker {
         ts: Timestamp,
         hash: u64,
     ) -> Option<Committed> {
+        if let Some(open) = self.watched.get_mut(&txn) {
+            let (replicas, tally) = open.shards.get_mut(&shard)?;
+            let slot = replicas.iter().position(|&n| n == from)?;
+            tally.on_fast(slot as u32, ts, hash);
+            if decide(txn, open).is_some_and(|d| d.fast) {
+                self.watched.remove(&txn);
+                self.fast_after_slow_total += 1;
+            }
+            return None; // Decided already.
+        }
         self.record(from, txn, shard, |tally, slot| tally.on_fast(slot, ts, hash))
     }
 
@@ -178,7 +211,20 @@ impl Tracker {
         let slot = replicas.iter().position(|&n| n == from)? as u32;
         note(tally, slot);
         let decided = decide(txn, open)?;
-        self.open.remove(&txn);
+        let open = self.open.remove(&txn).expect("just seen");
+        if !decided.fast {
+            // Bounded: the oldest watched is forgotten first (ids of ones that matched may
+            // linger in the order; they are skipped).
+            while self.watched.len() >= self.open_max {
+                let Some(oldest) = self.watch_order.pop_front() else { break };
+                self.watched.remove(&oldest);
+            }
+            self.watched.insert(txn, open);
+            self.watch_order.push_back(txn);
+            if self.watch_order.len() > 2 * self.open_max {
+                self.watch_order.retain(|t| self.watched.contains_key(t));
+            }
+        }
         Some(decided)
     }
 }
@@ -283,6 +329,38 @@ mod tests {
         assert_eq!(t.on_slow(NodeId(1), txn(1), ShardId(0), ts), None, "not the leader's time");
         let decided = t.on_slow(NodeId(2), txn(1), ShardId(0), moved);
         assert_eq!(decided, Some(Committed { txn: txn(1), ts: moved, fast: false }));
+    }
+
+    /// The slow quorum may answer before the fast one: the transaction is decided on the
+    /// slow path, and the fast replies still coming are counted when they match after all.
+    #[test]
+    fn a_fast_quorum_matching_after_a_slow_decision_is_counted() {
+        let mut t = Tracker::new(settings(), 2);
+        let (ts, _) = t.start(0, txn(1), &placement(1)).unwrap();
+        assert_eq!(t.on_fast(NodeId(0), txn(1), ShardId(0), ts, 4), None, "the leader");
+        let decided = t.on_slow(NodeId(1), txn(1), ShardId(0), ts);
+        assert_eq!(decided, Some(Committed { txn: txn(1), ts, fast: false }));
+        assert!(t.is_empty());
+        assert_eq!(t.on_fast(NodeId(1), txn(1), ShardId(0), ts, 4), None, "decided already");
+        assert_eq!(t.fast_after_slow_total(), 0, "two of three");
+        assert_eq!(t.on_fast(NodeId(2), txn(1), ShardId(0), ts, 4), None);
+        assert_eq!(t.fast_after_slow_total(), 1, "the super quorum matched after all");
+        assert_eq!(t.on_fast(NodeId(2), txn(1), ShardId(0), ts, 4), None);
+        assert_eq!(t.fast_after_slow_total(), 1, "counted once");
+        // A mismatched hash never counts; and watching is bounded (room for 2 here).
+        for seq in 2..6 {
+            let (ts, _) = t.start(0, txn(seq), &placement(1)).unwrap();
+            t.on_fast(NodeId(0), txn(seq), ShardId(0), ts, 4);
+            assert!(t.on_slow(NodeId(1), txn(seq), ShardId(0), ts).is_some());
+            t.on_fast(NodeId(1), txn(seq), ShardId(0), ts, 5);
+            t.on_fast(NodeId(2), txn(seq), ShardId(0), ts, 4);
+        }
+        assert_eq!(t.fast_after_slow_total(), 1);
+        assert!(t.watched.len() <= 2 && t.watch_order.len() <= 4);
+        // The oldest were forgotten: a matching reply for txn 2 now counts for nothing.
+        t.on_fast(NodeId(1), txn(2), ShardId(0), Timestamp(0), 4);
+        assert!(!t.watched.contains_key(&txn(2)));
+        assert_eq!(t.fast_after_slow_total(), 1);
     }
 
     #[test]

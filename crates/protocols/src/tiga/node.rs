@@ -741,7 +741,12 @@ impl TigaNode {
         out: &mut Outbox<TigaMsg>,
     ) {
         let (txn, shard, ts, hash) = reply;
-        let Some(&id) = self.by_txn.get(&txn) else { return };
+        let Some(&id) = self.by_txn.get(&txn) else {
+            // Decided already: on the slow path, the tracker counts a super quorum matching
+            // after all.
+            let _ = self.tracker.on_fast(from, txn, shard, ts, hash);
+            return;
+        };
         self.tracker.observe(from, owd_ns);
         if let Some(result) = result {
             if self.leader_of(shard) != Some(from) {
@@ -1703,6 +1708,7 @@ impl Node for TigaNode {
                 self.hosted.values().map(|h| (h.queued.len() + h.pending.len()) as u64).sum(),
             ),
             ("tiga_in_flight", self.requests.len() as u64),
+            ("tiga_fast_quorum_after_slow_total", self.tracker.fast_after_slow_total()),
         ]
     }
 }
