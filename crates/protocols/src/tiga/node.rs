@@ -253,9 +253,9 @@ struct Part {
     reads: Vec<Key>,
     /// Sorted.
     writes: Vec<Key>,
-    /// Pieces of other shards whose outputs these pieces take: their leaders' votes carry
-    /// them, and the part runs once they are in. Sorted.
-    inputs: Vec<u32>,
+    /// Pieces of other shards whose outputs these pieces take, with the shard each runs on:
+    /// that shard's leader's vote carries it, and the part runs once all are in. Sorted.
+    inputs: Vec<(u32, ShardId)>,
     /// Per other shard, the pieces here whose outputs its pieces take. Sorted.
     feeds: BTreeMap<ShardId, Vec<u32>>,
 }
@@ -342,7 +342,7 @@ fn shape_of(
         for &dep in &piece.deps {
             let source = pieces[dep as usize].shard; // check_one_shot checked the index.
             if source != piece.shard {
-                parts.get_mut(&piece.shard).expect("bound").inputs.push(dep);
+                parts.get_mut(&piece.shard).expect("bound").inputs.push((dep, source));
                 let feeds = &mut parts.get_mut(&source).expect("bound").feeds;
                 feeds.entry(piece.shard).or_default().push(dep);
             }
@@ -976,16 +976,23 @@ impl TigaNode {
                 continue; // What it waits for wakes it.
             }
             let early = host.early_votes.get(&txn);
-            // A peer voted no: the transaction aborts, and pieces here are not run (they may
-            // lack the outputs they take).
-            let refused = early.is_some_and(|votes| votes.values().any(|v| !v.ok));
+            // A participant voted no: the transaction aborts, and pieces here are not run
+            // (they may lack the outputs they take). Votes of other shards count for nothing.
+            let refused = early.is_some_and(|votes| {
+                votes.iter().any(|(s, v)| !v.ok && *s != shard && known.shards.contains(s))
+            });
             let inputs = if refused { Some(Vec::new()) } else { gather_inputs(part, early) };
             let Some(inputs) = inputs else { continue }; // The vote bringing them wakes it.
+                                                         // Followers get the inputs with the outcome, in one sync message: bounded.
+            let oversized = outputs_bytes(&inputs) > SYNC_INPUT_BYTES_MAX;
             let hash = queued.hash;
             host.queued.remove(&txn);
             progressed = true;
             let (writes, result) = if refused {
                 (Overlay::new(), ShardResult::Skipped)
+            } else if oversized {
+                let why = format!("inputs from other shards over {SYNC_INPUT_BYTES_MAX} bytes");
+                (Overlay::new(), ShardResult::Failed(ProcError::Contract(why)))
             } else {
                 run_part(&self.context, shard, &host.store, known, ts, &inputs)
             };
@@ -1035,6 +1042,14 @@ impl TigaNode {
             if others.iter().all(|s| votes.contains_key(s)) {
                 host.complete.insert(txn);
             }
+            // Writes that will never apply hold nobody back.
+            let write_keys = if own_ok {
+                write_keys
+            } else {
+                host.waits.finished(at, &write_keys);
+                Vec::new()
+            };
+            let inputs = if own_ok { inputs } else { Vec::new() };
             let pending = Pending { ts, writes, write_keys, own_ok, votes, others, feeds, inputs };
             host.pending.insert(txn, pending);
             self.counts.votes_waited_total += 1;
@@ -1146,7 +1161,10 @@ impl TigaNode {
                     record_vote(host, txn, peer, ok);
                 } else if host.early_votes.len() < EARLY_VOTES_MAX
                     || host.early_votes.contains_key(&txn)
+                    || host.bodies.contains_key(&txn)
                 {
+                    // Beyond the cap only for transactions known here (bodies are bounded):
+                    // one that waits for the outputs this vote carries must get them.
                     deliver_vote(host, txn, peer, PeerVote { ok, outputs });
                 }
                 self.execute_all(now, out);
@@ -1299,6 +1317,9 @@ impl TigaNode {
             for txn in done {
                 if !host.pending.contains_key(&txn) && !host.queued.contains_key(&txn) {
                     host.bodies.remove(&txn);
+                }
+                if let Some(decided) = host.decided.get_mut(&txn) {
+                    decided.inputs = Vec::new(); // Every follower executed it.
                 }
             }
             host.pruned = pruned_upto;
@@ -1496,8 +1517,8 @@ fn run_part(
     (overlay, ShardResult::Ran(ran))
 }
 
-/// The outputs of other shards' pieces that `part` takes, from the votes heard so far; `None`
-/// while one is missing.
+/// The outputs of other shards' pieces that `part` takes, each from the vote of the shard
+/// that runs the piece; `None` while one is missing.
 fn gather_inputs(
     part: &Part,
     votes: Option<&BTreeMap<ShardId, PeerVote>>,
@@ -1508,7 +1529,10 @@ fn gather_inputs(
     let votes = votes?;
     part.inputs
         .iter()
-        .map(|piece| votes.values().flat_map(|v| &v.outputs).find(|(p, _)| p == piece).cloned())
+        .map(|&(piece, source)| {
+            let vote = votes.get(&source).filter(|v| v.ok)?;
+            vote.outputs.iter().find(|(p, _)| *p == piece).cloned()
+        })
         .collect()
 }
 

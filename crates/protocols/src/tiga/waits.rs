@@ -15,6 +15,7 @@
 use meridian_core::key::Key;
 use meridian_core::{Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 /// A transaction's place in the order.
 pub type At = (Timestamp, TxnId);
@@ -103,8 +104,10 @@ impl Waits {
             if let Some(next) = next {
                 self.candidates.insert(next);
             }
-            // Bounded by the readers this write held back, each checked once for it.
-            for &reader in self.readers.get(key).into_iter().flatten() {
+            // Bounded by the readers this write held back (those after it, before the next
+            // writer; earlier readers never waited for it), each woken once for it.
+            let after = (Bound::Excluded(at), Bound::Unbounded);
+            for &reader in self.readers.get(key).into_iter().flat_map(|set| set.range(after)) {
                 if next.is_some_and(|next| reader >= next) {
                     break;
                 }
@@ -172,6 +175,21 @@ mod tests {
         // A reader at an earlier timestamp does not hold a writer back.
         w.enqueue(at(15, 4), &[key(2)], &[]);
         assert!(!w.blocked(later, &[], &[key(2)]));
+    }
+
+    /// A writer never held back an earlier reader, so its finish does not wake one (a hot
+    /// key's early readers waiting on something else would be re-checked per write).
+    #[test]
+    fn finishing_does_not_wake_readers_earlier_than_the_writer() {
+        let mut w = Waits::default();
+        let (early_reader, writer, late_reader) = (at(5, 1), at(10, 2), at(20, 3));
+        w.enqueue(early_reader, &[key(1)], &[]);
+        w.enqueue(writer, &[], &[key(1)]);
+        w.enqueue(late_reader, &[key(1)], &[]);
+        drain(&mut w);
+        w.ran(writer, &[]);
+        w.finished(writer, &[key(1)]);
+        assert_eq!(drain(&mut w), [late_reader]);
     }
 
     #[test]
