@@ -27,9 +27,11 @@
 //! key the transaction writes wait for it (transactions release in timestamp order among
 //! conflicting ones on every shard, so these waits cannot form a cycle). The coordinator
 //! learns each shard's result from its leader's fast reply and reports a user abort if any
-//! shard aborted. Followers execute their synced log in order at the leader's timestamps,
-//! taking each multi-shard transaction's final outcome from the leader (sent with the log),
-//! so every replica reaches the leader's state.
+//! shard aborted. The same votes carry the outputs of pieces that other shards' pieces take
+//! as values (each input is taken only from the vote of the shard that runs its piece).
+//! Followers execute their synced log in order at the leader's timestamps, taking each
+//! multi-shard transaction's final outcome, and the inputs its pieces took, from the leader
+//! (sent with the log), so every replica reaches the leader's state.
 //!
 //! # Failures handled, and not yet
 //!
