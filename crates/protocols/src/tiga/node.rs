@@ -984,8 +984,9 @@ impl TigaNode {
                 votes.iter().any(|(s, v)| !v.ok && *s != shard && known.shards.contains(s))
             });
             let inputs = if refused { Some(Vec::new()) } else { gather_inputs(part, early) };
-            let Some(inputs) = inputs else { continue }; // The vote bringing them wakes it.
-                                                         // Followers get the inputs with the outcome, in one sync message: bounded.
+            // Missing inputs: the vote bringing them wakes it.
+            let Some(inputs) = inputs else { continue };
+            // Followers get the inputs with the outcome, in one sync message: bounded.
             let oversized = outputs_bytes(&inputs) > SYNC_INPUT_BYTES_MAX;
             let hash = queued.hash;
             host.queued.remove(&txn);
@@ -1004,7 +1005,14 @@ impl TigaNode {
                 known.shards.iter().copied().filter(|&s| s != shard).collect();
             let owd_ns = known.owd_ns;
             let own_ok = matches!(result, ShardResult::Ran(_));
-            let write_keys = part.writes.clone();
+            // Writes that apply now (one shard) or never (an abort here) hold nobody back; a
+            // multi-shard transaction's writes hold their keys until the votes are in.
+            let write_keys = if own_ok && !others.is_empty() {
+                part.writes.clone()
+            } else {
+                host.waits.finished(at, &part.writes);
+                Vec::new()
+            };
             let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result) };
             answer(host, txn, msg.clone());
             out.send(txn.origin, msg);
@@ -1012,7 +1020,6 @@ impl TigaNode {
                 if own_ok {
                     apply(&mut host.store, txn, ts, &writes);
                 }
-                host.waits.finished(at, &write_keys);
                 if host.followers.is_empty() {
                     host.bodies.remove(&txn);
                 }
@@ -1044,13 +1051,6 @@ impl TigaNode {
             if others.iter().all(|s| votes.contains_key(s)) {
                 host.complete.insert(txn);
             }
-            // Writes that will never apply hold nobody back.
-            let write_keys = if own_ok {
-                write_keys
-            } else {
-                host.waits.finished(at, &write_keys);
-                Vec::new()
-            };
             let inputs = if own_ok { inputs } else { Vec::new() };
             let pending = Pending { ts, writes, write_keys, own_ok, votes, others, feeds, inputs };
             host.pending.insert(txn, pending);
