@@ -60,3 +60,36 @@ pub fn feed_hostile_streams<M: crate::node::Message>(
         }
     }
 }
+
+/// The connection property test of a protocol's messages: a stream of a [`Hello`] from node 1
+/// to node 0 of a `nodes`-node cluster and one batch of `msgs` must decode (two events), and
+/// `cases` mutated and random streams derived from it must never panic the reader.
+///
+/// [`Hello`]: crate::wire::Hello
+pub fn check_message_streams<M: crate::node::Message>(
+    msgs: Vec<M>,
+    nodes: usize,
+    cases: u32,
+    label: &str,
+) {
+    use crate::wire::{encode_frame, ConnectionReader, Envelope, Hello, Identity, WireFrame};
+    let identity = Identity { node: crate::NodeId(0), nodes, fingerprint: 42 };
+    let hello = Hello {
+        version: crate::wire::WIRE_VERSION,
+        cluster_fingerprint: 42,
+        from: crate::NodeId(1),
+        to: crate::NodeId(0),
+    };
+    let mut valid = Vec::new();
+    encode_frame(&WireFrame::<M>::Hello(hello), &mut valid).expect("a hello encodes");
+    let batch = msgs.into_iter().map(|msg| Envelope { sent_at_ns: 1, hops: 0, msg }).collect();
+    encode_frame(&WireFrame::Batch(batch), &mut valid).expect("the batch encodes");
+    let mut reader = ConnectionReader::new(identity, 1 << 16);
+    reader.push(&valid);
+    let mut decoded = 0;
+    while let Ok(Some(_)) = reader.next_event::<M>() {
+        decoded += 1;
+    }
+    assert_eq!(decoded, 2, "the valid stream decodes: a hello and a batch");
+    feed_hostile_streams::<M>(&valid, identity, cases, label);
+}

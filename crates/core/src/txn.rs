@@ -661,6 +661,9 @@ pub enum CommitPath {
     Fast,
     /// A slow path: the fast path failed and a second round was needed.
     Slow,
+    /// Down a chain of hops, each voting as it passes the decision on (CrossStitch's
+    /// pipelined commit).
+    Chain,
 }
 
 impl CommitPath {
@@ -674,6 +677,7 @@ impl CommitPath {
             Self::TwoPhase => "two-phase",
             Self::Fast => "fast",
             Self::Slow => "slow",
+            Self::Chain => "chain",
         }
     }
 }

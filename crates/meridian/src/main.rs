@@ -210,7 +210,7 @@ pub(crate) struct ClusterArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// A protocol option, NAME=VALUE (repeatable); see `docs/protocols.md` for each protocol's
-    /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`, `2pc-mvto-read-stamps=prepare|execution`.
+    /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`, `2pc-mvto-read-stamps=prepare|execution`, `2pc-mvto-one-round=on|off`.
     #[arg(long = "protocol-option", value_name = "NAME=VALUE")]
     protocol_option: Vec<String>,
 }
@@ -578,7 +578,7 @@ type OptionPairs = Vec<(String, String)>;
 const COMPARE_WARMUP_S: f64 = 3.0;
 const COMPARE_TOTAL_S: f64 = 100.0;
 
-/// Whether `kind` can run the workload `args` name on their layout.
+/// Whether `kind` can run the workload `args` name on their layout (its replica count, too).
 fn check_workload_of(args: &BenchArgs, kind: ProtocolKind) -> Result<(), ConfigError> {
     let mut probe = args.clone();
     probe.cluster.protocol = Some(kind.name().to_string());
@@ -589,6 +589,7 @@ fn check_workload_of(args: &BenchArgs, kind: ProtocolKind) -> Result<(), ConfigE
         run.shards,
         run.replicas,
     )?;
+    kind.check_topology(&topology)?;
     kind.check_workload(workload.as_ref(), &topology)
 }
 
@@ -612,8 +613,8 @@ fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), F
     let mut runs: Vec<(String, String, OptionPairs)> = Vec::new();
     for &kind in ProtocolKind::ALL {
         let info = kind.info();
-        // A protocol that cannot run the workload (tiga: one-shot transactions only) is left
-        // out, and says why.
+        // A protocol that cannot run the workload (tiga: one-shot transactions only) or the
+        // layout (chain: one replica per shard) is left out, and says why.
         if let Err(why) = check_workload_of(args, kind) {
             say!("{} left out: {why}", info.name);
             continue;

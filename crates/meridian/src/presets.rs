@@ -25,9 +25,9 @@ pub fn preset(name: &str) -> Result<&'static str, String> {
 mod tests {
     use super::*;
 
-    /// Each preset runs every protocol that exists and can run its workloads: a new
-    /// protocol fails this until the presets name it, and one a preset leaves out must be
-    /// unable to run one of the preset's workloads.
+    /// Each preset runs every protocol that exists and can run its workloads on each of its
+    /// replica counts: a new protocol fails this until the presets name it, and one a preset
+    /// leaves out must be unable to run one of the preset's workloads or replica counts.
     #[test]
     fn every_preset_runs_every_protocol_that_can_run_its_workloads() {
         for (name, text) in PRESETS {
@@ -44,23 +44,37 @@ mod tests {
                 workloads.extend(points.iter().filter_map(|p| p.get("workload")?.as_str()));
             }
             assert!(!workloads.is_empty(), "preset {name} names a workload");
+            let replicas: Vec<u32> = match table.get("replicas") {
+                Some(toml::Value::Integer(r)) => vec![*r as u32],
+                Some(toml::Value::Array(list)) => {
+                    list.iter().filter_map(|r| r.as_integer()).map(|r| r as u32).collect()
+                }
+                _ => vec![1],
+            };
             for &kind in meridian_protocols::ProtocolKind::ALL {
                 let protocol = kind.name();
                 if listed.contains(&protocol) {
                     continue;
                 }
-                let runs_all = workloads.iter().all(|&workload| {
-                    let options = meridian_workloads::WorkloadOptions {
-                        shards: 2,
-                        keys_per_shard: 1_000,
-                        ..meridian_workloads::WorkloadOptions::default()
-                    };
-                    let built = meridian_workloads::build(workload, &options).expect("builds");
+                let layouts_ok = replicas.iter().all(|&r| {
                     let topology =
-                        meridian_core::topology::Topology::standard(vec!["r".into()], 2, 1)
+                        meridian_core::topology::Topology::standard(vec!["r".into()], 2, r)
                             .expect("a layout");
-                    kind.check_workload(built.as_ref(), &topology).is_ok()
+                    kind.check_topology(&topology).is_ok()
                 });
+                let runs_all = layouts_ok
+                    && workloads.iter().all(|&workload| {
+                        let options = meridian_workloads::WorkloadOptions {
+                            shards: 2,
+                            keys_per_shard: 1_000,
+                            ..meridian_workloads::WorkloadOptions::default()
+                        };
+                        let built = meridian_workloads::build(workload, &options).expect("builds");
+                        let topology =
+                            meridian_core::topology::Topology::standard(vec!["r".into()], 2, 1)
+                                .expect("a layout");
+                        kind.check_workload(built.as_ref(), &topology).is_ok()
+                    });
                 assert!(!runs_all, "preset {name} leaves out {protocol}, which runs {workloads:?}");
             }
         }

@@ -9,6 +9,7 @@
 //! module and one line in the `protocols!` invocation below.
 #![deny(unsafe_code)]
 
+pub mod chain;
 pub mod kit;
 pub mod mako;
 pub mod mvto;
@@ -21,7 +22,7 @@ use meridian_core::error::unknown_name;
 use meridian_core::node::Node;
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
-use meridian_core::txn::{Partitioner, Registry};
+use meridian_core::txn::{Partitioner, ProcError, Registry};
 use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_storage::MvccStore;
 pub use options::{OptionKind, OptionSpec, OptionValue, ProtocolOptions};
@@ -79,6 +80,40 @@ pub trait Protocol: 'static {
     /// Brings a restored node to the state it would reach before talking to anyone (snapshot
     /// and committed log applied), for offline checks (`meridian verify`).
     fn replay_committed(node: &mut Self::Node) -> Replayed;
+}
+
+/// Clients whose transactions [`check_sampled_requests`] samples.
+const WORKLOAD_SAMPLE_CLIENTS: u32 = 2;
+/// Transactions it samples from each.
+const WORKLOAD_SAMPLE_TXNS: u64 = 200;
+
+/// Runs `check` over a sample of `workload`'s transactions (the first 200 of two clients) on
+/// `topology`, for a protocol that runs only some shapes of transaction; the error names the
+/// protocol, the workload and what `check` refused.
+pub(crate) fn check_sampled_requests(
+    protocol: &str,
+    workload: &dyn meridian_workloads::Workload,
+    topology: &Topology,
+    check: fn(&NodeContext, &meridian_core::txn::TxnRequest) -> Result<(), ProcError>,
+) -> Result<(), ConfigError> {
+    let context = NodeContext::new(
+        NodeId(0),
+        Arc::new(topology.clone()),
+        Arc::new(workload.registry()),
+        Arc::new(workload.partitioner()),
+        0,
+        Timing::for_network(NS_PER_MS),
+    );
+    for client in 0..WORKLOAD_SAMPLE_CLIENTS {
+        let mut generator = workload.generator(client, 0);
+        for request in 0..WORKLOAD_SAMPLE_TXNS {
+            let txn = generator.next(meridian_core::RequestId(request));
+            check(&context, &txn).map_err(|e| {
+                ConfigError::new(format!("{protocol} cannot run {}: {e}", workload.name()))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The consistency a protocol's committed histories promise, so checks ask for no more.
@@ -144,6 +179,7 @@ protocols! {
     Mvto => mvto::Mvto,
     Mako => mako::Mako,
     Tiga => tiga::Tiga,
+    Chain => chain::Chain,
 }
 
 /// A protocol's static facts, as plain values.

@@ -714,15 +714,19 @@ fn mvto_transactions_longer_than_a_second_commit_without_retries() {
 /// The CrossStitch worst case (its Fig. 12) for the "traditional" system: with the clients and
 /// their coordinators in a third datacenter, a transaction of k dependent reads relayed by the
 /// coordinator takes k wide-area round trips plus one for the commit: order status 3 + 1,
-/// stock level 4 + 1 (`occ` with `occ-one-round=off`). Meridian's single-shard shortcut (on by
-/// default, and under `2pc-mvto`) ships the whole chain to its shard instead: one round trip.
+/// stock level 4 + 1 (`occ` and `2pc-mvto` with their `-one-round=off`). Meridian's
+/// single-shard shortcut (on by default) ships the whole chain to its shard instead: one round
+/// trip. `chain` takes the study's 2: the transaction out, the first hop's acknowledgement
+/// back, the coordinator's precommit out, the decision back.
 #[test]
 fn dependent_reads_from_a_remote_client_cost_a_round_trip_each_plus_the_commit() {
     for (name, reads) in [("crossstitch-order-status", 3), ("crossstitch-stock-level", 4)] {
         for (protocol, one_round, wrtt) in [
             (ProtocolKind::Occ, "off", reads + 1),
             (ProtocolKind::Occ, "on", 1),
-            (ProtocolKind::Mvto, "", 1),
+            (ProtocolKind::Mvto, "off", reads + 1),
+            (ProtocolKind::Mvto, "on", 1),
+            (ProtocolKind::Chain, "", 2),
         ] {
             let regions = vec!["dc-a".to_string(), "dc-b".into(), "clients".into()];
             let servers = [meridian_core::RegionId(0), meridian_core::RegionId(1)];
@@ -734,7 +738,8 @@ fn dependent_reads_from_a_remote_client_cost_a_round_trip_each_plus_the_commit()
                 9,
             );
             if !one_round.is_empty() {
-                let given = [("occ-one-round".to_string(), one_round.to_string())];
+                let option = format!("{}-one-round", protocol.name());
+                let given = [(option, one_round.to_string())];
                 opts.protocol_options = protocol.options(&given).unwrap();
             }
             opts.client_regions = vec![meridian_core::RegionId(2)];
@@ -997,4 +1002,86 @@ fn tiga_refuses_workloads_that_are_not_one_shot() {
         assert!(error.0.contains(&format!("tiga cannot run {name}")), "{error}");
         assert!(error.0.contains(why), "{name}: {error}");
     }
+}
+
+fn chain_options(seed: u64, shards: u32, txns: u64) -> SimRunOptions {
+    let mut opts = options(seed, "metro", shards, txns);
+    opts.protocol = ProtocolKind::Chain;
+    opts.clock = ClockModel::preset("perfect").unwrap();
+    opts
+}
+
+fn open_chain_attempts(report: &SimRunReport) -> u64 {
+    report.node_counters.keys().map(|&n| counter(report, n, "chain_open_attempts")).sum()
+}
+
+fn chain_total(report: &SimRunReport, name: &str) -> u64 {
+    report.node_counters.keys().map(|&n| counter(report, n, name)).sum()
+}
+
+/// Hot keys on three shards: attempts read each other's pending versions, some of those
+/// writers abort and take their readers with them, and every history stays strictly
+/// serializable with nothing left undecided at the end.
+#[test]
+fn chain_cascades_aborts_to_readers_of_aborted_writes_and_stays_serializable() {
+    let opts = chain_options(3, 3, 600);
+    let report = run(&opts, micro_keys(3, 10, Some(0.99))).unwrap();
+    assert_passed(&report);
+    assert!(report.live);
+    assert!(report.committed >= 600, "{} committed", report.committed);
+    assert!(chain_total(&report, "chain_cascading_aborts_total") > 0, "no cascading abort");
+    assert_eq!(open_chain_attempts(&report), 0, "every attempt decided everywhere");
+    assert_eq!(report.paths.get(&meridian_core::txn::CommitPath::Chain), Some(&report.committed));
+}
+
+/// A coordinator crashes right as it ships an attempt's precommit to the first hop: the hops
+/// that ran it time out waiting for that vote, abort it and release what it wrote; the other
+/// coordinators' attempts go on.
+#[test]
+fn chain_a_coordinator_crashing_before_its_precommit_leaves_nothing_pending() {
+    let mut opts = chain_options(5, 2, 300);
+    let coordinator = opts.topology.coordinators()[0];
+    opts.crash_triggers = vec![crash_on(coordinator, crate::TriggerPoint::Send, "Precommit {")];
+    let report = run(&opts, micro_keys(2, 1_000, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert_passed(&report);
+    assert!(report.live);
+    assert!(
+        chain_total(&report, "chain_timeouts_total") > 0,
+        "a hop timed out: {:?}",
+        report.node_counters
+    );
+    assert_eq!(open_chain_attempts(&report), 0, "the orphaned attempt was aborted");
+}
+
+/// Lost and duplicated messages: acknowledgements, precommits and decisions go missing, hops
+/// time out and abort, deciders resend their decisions until applied; nothing breaks.
+#[test]
+fn chain_survives_lossy_links_and_settles_every_decision() {
+    let mut opts = chain_options(7, 3, 400);
+    let lossy = LinkModel {
+        delay_ns: 2 * NS_PER_MS,
+        jitter: Jitter::Uniform { half_width_ns: NS_PER_MS },
+        loss: 0.05,
+    };
+    opts.network = NetworkModel::uniform("lossy", regions(3), lossy, lossy);
+    let report = run(&opts, micro_keys(3, 20, Some(0.5))).unwrap();
+    assert_passed(&report);
+    assert!(report.live);
+    assert!(report.stats.lost > 0);
+    assert!(chain_total(&report, "chain_decisions_resent_total") > 0, "a decision was resent");
+    assert_eq!(open_chain_attempts(&report), 0);
+}
+
+/// `chain` refuses what it cannot run yet, saying why: replicas, durable logs, scans.
+#[test]
+fn chain_refuses_replicas_and_scans() {
+    let replicated = Topology::standard(regions(3), 2, 3).unwrap();
+    let error = ProtocolKind::Chain.check_topology(&replicated).unwrap_err().0;
+    assert!(error.contains("one replica per shard"), "{error}");
+    let options = WorkloadOptions { shards: 2, keys_per_shard: 100, ..WorkloadOptions::default() };
+    let scans = meridian_workloads::build("scan-count", &options).unwrap();
+    let single = Topology::standard(regions(3), 2, 1).unwrap();
+    let error = ProtocolKind::Chain.check_workload(scans.as_ref(), &single).unwrap_err().0;
+    assert!(error.contains("scan"), "{error}");
 }

@@ -60,18 +60,29 @@ pub struct Mvto;
 
 /// `2pc-mvto-read-stamps`: when a read raises its key's read timestamp.
 pub const OPTION_READ_STAMPS: &str = "2pc-mvto-read-stamps";
+/// `2pc-mvto-one-round`: single-shard transactions execute and commit in one round trip.
+pub const OPTION_ONE_ROUND: &str = "2pc-mvto-one-round";
 
 impl Protocol for Mvto {
     const NAME: &'static str = "2pc-mvto";
     const SUMMARY: &'static str =
         "multi-version timestamp ordering (cascading aborts) and 2PC across shards over Raft";
-    const OPTIONS: &'static [OptionSpec] = &[OptionSpec {
-        name: OPTION_READ_STAMPS,
-        help: "when a read raises its key's read timestamp: prepare (at the reader's prepare; \
-               a smaller write that prepares first wins) or execution (also when the leader \
-               serves the read, the textbook rule; the older writer loses)",
-        kind: OptionKind::Choice { values: &["prepare", "execution"], default: "prepare" },
-    }];
+    const OPTIONS: &'static [OptionSpec] = &[
+        OptionSpec {
+            name: OPTION_READ_STAMPS,
+            help: "when a read raises its key's read timestamp: prepare (at the reader's \
+                   prepare; a smaller write that prepares first wins) or execution (also when \
+                   the leader serves the read, the textbook rule; the older writer loses)",
+            kind: OptionKind::Choice { values: &["prepare", "execution"], default: "prepare" },
+        },
+        OptionSpec {
+            name: OPTION_ONE_ROUND,
+            help: "single-shard transactions are shipped whole to their shard, executed and \
+                   committed in one round trip (off: the coordinator relays each wave of \
+                   pieces, then commits: the CrossStitch study's traditional system)",
+            kind: OptionKind::Choice { values: &["on", "off"], default: "on" },
+        },
+    ];
     const GUARANTEE: Guarantee = Guarantee::StrictWithSyncedClocks;
     type Node = OccNode;
 

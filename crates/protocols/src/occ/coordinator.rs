@@ -186,10 +186,16 @@ impl Coordinator {
             attempts: BTreeMap::new(),
             delivery: Delivery::new(context.limits.deliveries_max),
             held: std::collections::VecDeque::new(),
-            one_round: context
-                .options
-                .choice(super::OPTION_ONE_ROUND, <super::Occ as crate::Protocol>::OPTIONS)
-                == "on",
+            one_round: if mode == CcMode::Mvto {
+                context.options.choice(
+                    crate::mvto::OPTION_ONE_ROUND,
+                    <crate::mvto::Mvto as crate::Protocol>::OPTIONS,
+                )
+            } else {
+                context
+                    .options
+                    .choice(super::OPTION_ONE_ROUND, <super::Occ as crate::Protocol>::OPTIONS)
+            } == "on",
             locking: matches!(mode, CcMode::Locking(_)),
             mvto: mode == CcMode::Mvto,
             ts_floor: Timestamp::ZERO,

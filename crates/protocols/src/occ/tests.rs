@@ -852,14 +852,6 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
 /// streams through the real reader, decoding `OccMsg`, never panic (stable, in CI).
 #[test]
 fn mutated_and_random_connection_streams_never_panic_the_reader() {
-    use meridian_core::wire::{
-        encode_frame, ConnectionReader, Envelope, Hello, Identity, WireFrame, WIRE_VERSION,
-    };
-    let identity = Identity { node: NodeId(0), nodes: 3, fingerprint: 42 };
-    let hello =
-        Hello { version: WIRE_VERSION, cluster_fingerprint: 42, from: NodeId(1), to: NodeId(0) };
-    let mut valid = Vec::new();
-    encode_frame(&WireFrame::<OccMsg>::Hello(hello), &mut valid).unwrap();
     let txn = TxnId { origin: NodeId(1), incarnation: 3, seq: 9 };
     let msgs = vec![
         OccMsg::Request(ShardRequest::Execute {
@@ -878,21 +870,7 @@ fn mutated_and_random_connection_streams_never_panic_the_reader() {
             request: ShardRequest::Query { txn, shard: ShardId(0) },
         },
     ];
-    let batch = msgs.into_iter().map(|msg| Envelope { sent_at_ns: 1, hops: 0, msg }).collect();
-    encode_frame(&WireFrame::Batch(batch), &mut valid).unwrap();
-    let mut reader = ConnectionReader::new(identity, 1 << 16);
-    reader.push(&valid);
-    let mut decoded = 0;
-    while let Ok(Some(_)) = reader.next_event::<OccMsg>() {
-        decoded += 1;
-    }
-    assert_eq!(decoded, 2, "the valid stream decodes: a hello and a batch");
-    meridian_core::testing::feed_hostile_streams::<OccMsg>(
-        &valid,
-        identity,
-        5_000,
-        "connection-property",
-    );
+    meridian_core::testing::check_message_streams(msgs, 3, 5_000, "connection-property");
 }
 
 fn scan_of(first: u64, end: u64) -> meridian_core::txn::ScanRange {

@@ -84,11 +84,6 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// The `tiga` protocol.
 pub struct Tiga;
 
-/// Clients whose transactions [`Tiga::check_workload`] samples.
-const WORKLOAD_SAMPLE_CLIENTS: u32 = 2;
-/// Transactions it samples from each.
-const WORKLOAD_SAMPLE_TXNS: u64 = 200;
-
 impl Protocol for Tiga {
     const NAME: &'static str = "tiga";
     const SUMMARY: &'static str =
@@ -125,24 +120,7 @@ impl Protocol for Tiga {
         workload: &dyn meridian_workloads::Workload,
         topology: &Topology,
     ) -> Result<(), ConfigError> {
-        let context = NodeContext::new(
-            NodeId(0),
-            std::sync::Arc::new(topology.clone()),
-            std::sync::Arc::new(workload.registry()),
-            std::sync::Arc::new(workload.partitioner()),
-            0,
-            crate::Timing::for_network(NS_PER_MS),
-        );
-        for client in 0..WORKLOAD_SAMPLE_CLIENTS {
-            let mut generator = workload.generator(client, 0);
-            for request in 0..WORKLOAD_SAMPLE_TXNS {
-                let txn = generator.next(meridian_core::RequestId(request));
-                node::check_request(&context, &txn).map_err(|e| {
-                    ConfigError::new(format!("tiga cannot run {}: {e}", workload.name()))
-                })?;
-            }
-        }
-        Ok(())
+        crate::check_sampled_requests("tiga", workload, topology, node::check_request)
     }
 
     /// Per shard, the closest super quorum (by configured median round trip from `region`)

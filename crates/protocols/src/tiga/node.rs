@@ -1759,9 +1759,6 @@ mod tests {
     use super::*;
     use meridian_core::topology::Topology;
     use meridian_core::txn::Datum;
-    use meridian_core::wire::{
-        encode_frame, ConnectionReader, Envelope, Hello, Identity, WireFrame, WIRE_VERSION,
-    };
 
     fn txn(seq: u64) -> TxnId {
         TxnId { origin: NodeId(9), incarnation: 1, seq }
@@ -1890,28 +1887,9 @@ mod tests {
     /// Mutated and random byte streams of tiga's frames never panic the connection reader.
     #[test]
     fn mutated_and_random_tiga_streams_never_panic_the_reader() {
-        let identity = Identity { node: NodeId(0), nodes: 12, fingerprint: 42 };
-        let hello = Hello {
-            version: WIRE_VERSION,
-            cluster_fingerprint: 42,
-            from: NodeId(1),
-            to: NodeId(0),
-        };
-        let mut valid = Vec::new();
-        encode_frame(&WireFrame::<TigaMsg>::Hello(hello), &mut valid).unwrap();
-        let batch =
-            samples().into_iter().map(|msg| Envelope { sent_at_ns: 1, hops: 0, msg }).collect();
-        encode_frame(&WireFrame::Batch(batch), &mut valid).unwrap();
-        let mut reader = ConnectionReader::new(identity, 1 << 16);
-        reader.push(&valid);
-        let mut decoded = 0;
-        while let Ok(Some(_)) = reader.next_event::<TigaMsg>() {
-            decoded += 1;
-        }
-        assert_eq!(decoded, 2, "the valid stream decodes: a hello and a batch");
-        meridian_core::testing::feed_hostile_streams::<TigaMsg>(
-            &valid,
-            identity,
+        meridian_core::testing::check_message_streams(
+            samples(),
+            12,
             3_000,
             "tiga-connection-property",
         );

@@ -1,0 +1,102 @@
+//! `chain`: CrossStitch's chained transactions with pipelined commit (PLC). A transaction is
+//! a chain of states (a procedure's pieces, in plan order; consecutive pieces on one shard
+//! form one hop, the paper's logical state), and the coordinator ships it to the server of the
+//! first hop, which runs its pieces and ships it, with their outputs, to the next: keys may
+//! depend on anything read earlier, and states in one region run back to back, crossing the
+//! wide area once per change of region rather than once per read. The commit protocol runs
+//! alongside ([`node`]): acknowledgements flow back one hop, precommits forward, and the last
+//! hop decides; there is no central coordinator. Concurrency control is multi-version
+//! timestamp ordering with the coordinator's timestamp and cascading aborts ([`server`]).
+//!
+//! **Guarantee.** Histories are serializable in timestamp order whatever the clocks do, and
+//! strictly serializable while coordinator clocks are synchronized (as `2pc-mvto`).
+//!
+//! **Status: runnable without replication.** `--protocol chain` runs on one replica per shard
+//! in the simulator, the embedded benchmark and server processes, with message loss, delay,
+//! duplication, partitions and coordinator crashes. **Not built yet:** the paper's replication
+//! (§3.5: key replicas that run each put and notify the next hop, k-failure tolerance with
+//! no-op states, the final coordinator's Paxos commit with 2k transaction replicas) and the
+//! recovery that rests on it (queries to hop `i + 2`, failover of a server's keys to its
+//! replica), so servers may not crash; durable logs; scans.
+
+pub mod node;
+pub mod server;
+
+use crate::{Durable, Guarantee, NodeContext, Protocol, Replayed};
+use meridian_core::topology::Topology;
+use meridian_core::{ConfigError, NodeId};
+
+/// The `chain` protocol.
+pub struct Chain;
+
+impl Protocol for Chain {
+    const NAME: &'static str = "chain";
+    const SUMMARY: &'static str = "CrossStitch: transactions shipped hop by hop down a chain of \
+                                   states, pipelined commit, multi-version timestamp ordering";
+    const OPTIONS: &'static [crate::OptionSpec] = &[];
+    const GUARANTEE: Guarantee = Guarantee::StrictWithSyncedClocks;
+    type Node = node::ChainNode;
+
+    fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
+        if topology.replicas != 1 {
+            return Err(ConfigError::new(format!(
+                "chain runs on one replica per shard for now (got {}): its key replicas and \
+                 transaction replicas are not built yet",
+                topology.replicas
+            )));
+        }
+        Ok(())
+    }
+
+    /// Servers hold the only copy of their shard: only nodes hosting none may crash.
+    fn may_crash(topology: &Topology, node: NodeId) -> bool {
+        topology.nodes[node.0 as usize].replicas.is_empty()
+    }
+
+    /// Chains cannot hold a scanned range against writers yet: a sample of the workload's
+    /// transactions (from two clients) must not scan in any piece whose keys the arguments
+    /// give.
+    fn check_workload(
+        workload: &dyn meridian_workloads::Workload,
+        topology: &Topology,
+    ) -> Result<(), ConfigError> {
+        crate::check_sampled_requests("chain", workload, topology, check_request)
+    }
+
+    fn restore(context: NodeContext, durable: &Durable) -> Result<node::ChainNode, String> {
+        if context.durable || !durable.is_empty() {
+            return Err("chain keeps its state in memory only (durable logs are not built \
+                        yet): run it with --durability memory"
+                .into());
+        }
+        Ok(node::ChainNode::new(context))
+    }
+
+    fn replay_committed(_node: &mut node::ChainNode) -> Replayed {
+        Replayed::default() // Nothing durable to replay.
+    }
+}
+
+/// Checks that `chain` can run `request`: it plans, and no piece whose keys follow from the
+/// arguments alone scans.
+pub fn check_request(
+    context: &NodeContext,
+    request: &meridian_core::txn::TxnRequest,
+) -> Result<(), meridian_core::txn::ProcError> {
+    use meridian_core::txn::ProcError;
+    let pieces = crate::kit::coord::bind_plan(context, request, meridian_core::ShardId(0))?;
+    let procedure = context.registry.get(request.proc).expect("bind_plan found it");
+    for (index, piece) in pieces.iter().enumerate() {
+        if !piece.deps.is_empty() {
+            continue;
+        }
+        let keys = procedure.keys(index as u32, &request.args, &[])?;
+        if !keys.scans.is_empty() {
+            return Err(ProcError::Unsupported(format!(
+                "piece {index} scans a range; chain does not run scans yet (occ, 2pl and \
+                 2pc-mvto do)"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,652 @@
+//! One server of `chain`: the only replica of one shard, running the states (pieces) of the
+//! chains that pass through it under multi-version timestamp ordering, and remembering what it
+//! did for each transaction until the decision comes.
+//!
+//! Concurrency control (every attempt carries its coordinator's timestamp `ts`):
+//! - a read sees the attempt's own version at `ts`, else the newest version strictly below
+//!   `ts`, pending ones included; reading another attempt's pending version makes this one
+//!   depend on it (it may not precommit here until that writer committed, and aborts with it:
+//!   a cascading abort). Every read stamps its key at `ts` when it runs (the textbook rule:
+//!   there is no separate prepare in a chain).
+//! - a write of key `k` at `ts` is refused when another attempt holds a pending version of
+//!   `k` (`lock-denied`: pending versions are MVTO's write locks), when `k` has a version
+//!   above `ts` or a read stamp above `ts` (`timestamp-too-old`); otherwise it becomes a
+//!   pending version at `ts`.
+//! - below the garbage-collection watermark history is gone: an attempt at or below it is
+//!   refused (`timestamp-too-old`).
+//!
+//! Dependencies only point from larger to smaller timestamps (a read at `ts` sees nothing at
+//! or above it but its own writes), so waits cannot form a cycle.
+//!
+//! This module decides nothing about commit: [`crate::chain::node`] runs the pipelined commit
+//! and calls [`Server::commit`] or [`Server::abort`] with the decision.
+
+use crate::kit::exec::{run_piece, Overlay, Placement, ReadSource};
+use crate::mvto::order::ReadStamps;
+use meridian_core::key::Key;
+use meridian_core::txn::{
+    AbortCause, PieceOutput, ProcError, Procedure, ScanRange, TxnRequest, PIECES_MAX,
+};
+use meridian_core::{NodeId, ShardId, Timestamp, TxnId};
+use meridian_storage::{MvccStore, Version, VersionState};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Range;
+
+/// Why an attempt aborted, as the hop that decided it says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Why {
+    /// A conflict (or a timeout, or no room): retried. `seen` is the largest timestamp the
+    /// refusal names (a version or stamp above the attempt's), so a retry starts above it.
+    Conflict {
+        /// The cause reports count.
+        cause: AbortCause,
+        /// A timestamp the retry must exceed (zero when none).
+        seen: Timestamp,
+    },
+    /// A piece asked to abort: not retried.
+    User(String),
+    /// A piece broke its contract, or the protocol cannot run it: not retried.
+    Procedure(ProcError),
+}
+
+/// One hop of a chain: consecutive pieces on one shard (adjacent states on one server are one
+/// logical state).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hop {
+    /// Where its pieces run.
+    pub shard: ShardId,
+    /// The node serving that shard.
+    pub node: NodeId,
+    /// Its pieces, in plan order.
+    pub pieces: Range<u32>,
+}
+
+/// What a hop of an attempt did here and which of its commit messages it has.
+#[derive(Clone, Debug, Default)]
+pub struct HopState {
+    /// The hop after it acknowledged (it ran): the wide-area legs on that message's chain.
+    pub acked: Option<u16>,
+    /// The hop before it precommitted: the wide-area legs on that message's chain.
+    pub precommit: Option<u16>,
+    /// This hop precommitted (or, the last hop, decided): it may no longer abort on its own.
+    pub precommitted: bool,
+}
+
+/// An attempt this server ran states of and has no decision for yet.
+#[derive(Debug)]
+pub struct Record {
+    /// Its timestamp.
+    pub ts: Timestamp,
+    /// The coordinator (hop 0).
+    pub client: NodeId,
+    /// Its hops, in chain order (hop `h` of the messages is `hops[h - 1]`).
+    pub hops: Vec<Hop>,
+    /// The hops it ran here, by hop number.
+    pub ran: BTreeMap<u32, HopState>,
+    /// Keys it holds pending versions of here.
+    pub written: BTreeSet<Key>,
+    /// Undecided writers whose pending versions it read here.
+    pub waits_on: BTreeSet<TxnId>,
+    /// The outputs of every piece up to the last hop it ran here.
+    pub outputs: Vec<PieceOutput>,
+}
+
+/// How an attempt ended here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Committed.
+    Committed,
+    /// Aborted, or refused before it arrived.
+    Aborted,
+}
+
+/// Reads of an attempt at `ts`: its own version at `ts`, else the newest version below `ts`.
+struct View<'a> {
+    store: &'a MvccStore,
+    ts: Timestamp,
+    own: TxnId,
+}
+
+impl ReadSource for View<'_> {
+    fn read(&self, key: &Key) -> Option<&Version> {
+        let own = (self.ts, self.own);
+        self.store
+            .versions(key)
+            .iter()
+            .rev()
+            .find(|v| v.ts < own.0 || (v.ts == own.0 && v.writer == own.1))
+    }
+
+    fn scan(&self, _range: &ScanRange) -> Vec<(Key, Version)> {
+        // Refused before it runs (see `run_hop`): a chain cannot yet hold a scanned range
+        // against writers.
+        Vec::new()
+    }
+}
+
+/// A shard's server.
+#[derive(Debug)]
+pub struct Server {
+    /// Its shard.
+    pub shard: ShardId,
+    /// Its data.
+    pub store: MvccStore,
+    stamps: ReadStamps,
+    /// Attempts with states run here and no decision yet.
+    pub records: BTreeMap<TxnId, Record>,
+    /// For each undecided writer, the attempts that read its pending versions here.
+    readers_of: BTreeMap<TxnId, BTreeSet<TxnId>>,
+    /// Decisions remembered (so duplicates and late messages are recognised), oldest first.
+    ended: BTreeMap<TxnId, Ended>,
+    ended_order: VecDeque<(TxnId, Timestamp)>,
+    ended_max: usize,
+    records_max: usize,
+    /// The largest timestamp among forgotten decisions: an unknown attempt at or below it may
+    /// be one of them, so it is never run.
+    forgotten_below: Timestamp,
+}
+
+/// What running a hop did.
+#[derive(Debug)]
+pub enum HopRun {
+    /// The hop's pieces ran; its new outputs were appended to the record's.
+    Ran,
+    /// The attempt must abort (nothing it wrote here stays once [`Server::abort`] runs).
+    Abort(Why),
+}
+
+impl Server {
+    /// A server with an empty store, remembering at most `ended_max` decisions and holding at
+    /// most `records_max` undecided attempts.
+    pub fn new(
+        shard: ShardId,
+        read_stamps_max: usize,
+        ended_max: usize,
+        records_max: usize,
+    ) -> Self {
+        assert!(ended_max > 0 && records_max > 0, "limits are validated");
+        Self {
+            shard,
+            store: MvccStore::new(),
+            stamps: ReadStamps::new(read_stamps_max),
+            records: BTreeMap::new(),
+            readers_of: BTreeMap::new(),
+            ended: BTreeMap::new(),
+            ended_order: VecDeque::new(),
+            ended_max,
+            records_max,
+            forgotten_below: Timestamp::ZERO,
+        }
+    }
+
+    /// How the attempt ended here, if this server still remembers.
+    pub fn ended(&self, txn: TxnId) -> Option<Ended> {
+        self.ended.get(&txn).copied()
+    }
+
+    /// True when an attempt at `ts` that this server does not know may be one whose decision
+    /// it forgot.
+    pub fn maybe_forgotten(&self, ts: Timestamp) -> bool {
+        ts <= self.forgotten_below
+    }
+
+    /// The newest timestamp an unknown attempt must exceed to run here.
+    pub fn forgotten_below(&self) -> Timestamp {
+        self.forgotten_below
+    }
+
+    /// True when another undecided attempt cannot be taken.
+    pub fn full(&self) -> bool {
+        self.records.len() >= self.records_max
+    }
+
+    /// Runs hop `hop` (its pieces `hops[hop - 1].pieces`) of attempt `txn` at `ts`, with the
+    /// outputs of every earlier piece in `outputs`. Creates the record on the attempt's first
+    /// hop here. The caller checked that the hop is this shard's and has not run here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_hop(
+        &mut self,
+        procedure: &dyn Procedure,
+        partitioner: &meridian_core::txn::Partitioner,
+        (txn, ts, client): (TxnId, Timestamp, NodeId),
+        request: &TxnRequest,
+        hops: &[Hop],
+        hop: u32,
+        outputs: Vec<PieceOutput>,
+    ) -> HopRun {
+        let pieces = hops[hop as usize - 1].pieces.clone();
+        debug_assert_eq!(hops[hop as usize - 1].shard, self.shard);
+        let record = self.records.entry(txn).or_insert_with(|| Record {
+            ts,
+            client,
+            hops: hops.to_vec(),
+            ran: BTreeMap::new(),
+            written: BTreeSet::new(),
+            waits_on: BTreeSet::new(),
+            outputs: Vec::new(),
+        });
+        debug_assert!(!record.ran.contains_key(&hop));
+        record.ran.insert(hop, HopState::default());
+        if outputs.len() != pieces.start as usize {
+            return HopRun::Abort(Why::Procedure(ProcError::Contract(format!(
+                "hop {hop} arrived with {} outputs, its first piece is {}",
+                outputs.len(),
+                pieces.start
+            ))));
+        }
+        record.outputs = outputs;
+        let watermark = self.store.gc_watermark();
+        if ts <= watermark {
+            let seen = watermark;
+            return HopRun::Abort(Why::Conflict { cause: AbortCause::TimestampTooOld, seen });
+        }
+        let plan =
+            match procedure.plan(&request.args, meridian_core::txn::PlanContext { partitioner }) {
+                Ok(plan) if plan.len() <= PIECES_MAX => plan,
+                Ok(plan) => {
+                    let why = format!("{} pieces is over {PIECES_MAX}", plan.len());
+                    return HopRun::Abort(Why::Procedure(ProcError::Contract(why)));
+                }
+                Err(error) => return HopRun::Abort(Why::Procedure(error)),
+            };
+        let placement = Placement { shard: self.shard, partitioner };
+        for piece in pieces {
+            let Some(spec) = plan.get(piece as usize) else {
+                let why = format!("piece {piece} is not in the plan");
+                return HopRun::Abort(Why::Procedure(ProcError::Contract(why)));
+            };
+            let record = self.records.get(&txn).expect("created above");
+            let inputs: Vec<&PieceOutput> =
+                spec.deps.iter().filter_map(|&d| record.outputs.get(d as usize)).collect();
+            if inputs.len() != spec.deps.len() {
+                let why = format!("piece {piece} depends on a later piece");
+                return HopRun::Abort(Why::Procedure(ProcError::Contract(why)));
+            }
+            let view = View { store: &self.store, ts, own: txn };
+            let run = match run_piece(
+                procedure,
+                placement,
+                (piece, &request.args, &inputs),
+                &view,
+                &Overlay::new(),
+            ) {
+                Ok(run) => run,
+                Err(error) => return HopRun::Abort(Why::Procedure(error)),
+            };
+            if !run.scans.is_empty() {
+                return HopRun::Abort(Why::Procedure(ProcError::Unsupported(format!(
+                    "piece {piece} scans a range; chain does not run scans yet (occ, 2pl and \
+                     2pc-mvto do)"
+                ))));
+            }
+            // Reads: stamp each key, and depend on the writers of pending versions read.
+            for (key, tag) in &run.reads {
+                self.stamps.note_read(key, ts);
+                let Some(tag) = tag else { continue };
+                if tag.writer == txn {
+                    continue;
+                }
+                let pending = self.store.versions(key).iter().any(|v| {
+                    v.ts == tag.ts && v.writer == tag.writer && v.state == VersionState::Pending
+                });
+                if pending {
+                    self.readers_of.entry(tag.writer).or_default().insert(txn);
+                    let record = self.records.get_mut(&txn).expect("created above");
+                    record.waits_on.insert(tag.writer);
+                }
+            }
+            let effects = match run.effects {
+                Ok(effects) => effects,
+                Err(abort) => return HopRun::Abort(Why::User(abort.0)),
+            };
+            for write in effects.writes {
+                if let Err(why) = self.write(txn, ts, write.key, write.value) {
+                    return HopRun::Abort(why);
+                }
+            }
+            let record = self.records.get_mut(&txn).expect("created above");
+            record.outputs.push(effects.output);
+        }
+        HopRun::Ran
+    }
+
+    /// Writes `key` as a pending version of `txn` at `ts`, or says why not.
+    fn write(
+        &mut self,
+        txn: TxnId,
+        ts: Timestamp,
+        key: Key,
+        value: Option<meridian_core::key::Value>,
+    ) -> Result<(), Why> {
+        let chain = self.store.versions(&key);
+        if let Some(other) =
+            chain.iter().find(|v| v.state == VersionState::Pending && v.writer != txn)
+        {
+            return Err(Why::Conflict { cause: AbortCause::LockDenied, seen: other.ts });
+        }
+        if let Some(newer) = chain.iter().rev().find(|v| v.ts > ts) {
+            return Err(Why::Conflict { cause: AbortCause::TimestampTooOld, seen: newer.ts });
+        }
+        let stamp = self.stamps.stamp_of(&key);
+        if stamp > ts {
+            return Err(Why::Conflict { cause: AbortCause::TimestampTooOld, seen: stamp });
+        }
+        // Its own earlier write of the key (an earlier hop here) is replaced.
+        if chain.iter().any(|v| v.ts == ts && v.writer == txn) {
+            self.store.revoke(&key, txn);
+        }
+        if self.store.write(key.clone(), ts, value, txn, VersionState::Pending).is_err() {
+            let seen = self.store.gc_watermark();
+            return Err(Why::Conflict { cause: AbortCause::TimestampTooOld, seen });
+        }
+        self.records.get_mut(&txn).expect("the writer has a record").written.insert(key);
+        Ok(())
+    }
+
+    /// Commits `txn` here: its pending versions become visible; the attempts that read them
+    /// wait on it no more. Returns those attempts (they may precommit now).
+    pub fn commit(&mut self, txn: TxnId) -> Vec<TxnId> {
+        let Some(record) = self.records.remove(&txn) else {
+            self.remember(txn, Timestamp::ZERO, Ended::Committed);
+            return Vec::new();
+        };
+        for key in &record.written {
+            let committed = self.store.commit(key, txn);
+            debug_assert!(committed, "a pending version of every written key");
+        }
+        self.forget_waits(txn, &record);
+        self.remember(txn, record.ts, Ended::Committed);
+        let readers = self.readers_of.remove(&txn).unwrap_or_default();
+        let mut freed = Vec::new();
+        for reader in readers {
+            if let Some(r) = self.records.get_mut(&reader) {
+                r.waits_on.remove(&txn);
+                if r.waits_on.is_empty() {
+                    freed.push(reader);
+                }
+            }
+        }
+        freed
+    }
+
+    /// Aborts `txn` here (at `ts`, for an attempt that may never have arrived): its pending
+    /// versions go; a late copy of it will be refused. Returns the attempts that read its
+    /// pending versions: they must abort too (cascading).
+    pub fn abort(&mut self, txn: TxnId, ts: Timestamp) -> Vec<TxnId> {
+        let record = self.records.remove(&txn);
+        let ts = record.as_ref().map_or(ts, |r| r.ts);
+        if let Some(record) = &record {
+            for key in &record.written {
+                self.store.revoke(key, txn);
+            }
+            self.forget_waits(txn, record);
+        }
+        self.remember(txn, ts, Ended::Aborted);
+        let readers = self.readers_of.remove(&txn).unwrap_or_default();
+        readers.into_iter().filter(|r| self.records.contains_key(r)).collect()
+    }
+
+    fn forget_waits(&mut self, txn: TxnId, record: &Record) {
+        for writer in &record.waits_on {
+            if let Some(readers) = self.readers_of.get_mut(writer) {
+                readers.remove(&txn);
+                if readers.is_empty() {
+                    self.readers_of.remove(writer);
+                }
+            }
+        }
+    }
+
+    fn remember(&mut self, txn: TxnId, ts: Timestamp, ended: Ended) {
+        if self.ended.insert(txn, ended).is_some() {
+            return;
+        }
+        self.ended_order.push_back((txn, ts));
+        while self.ended_order.len() > self.ended_max {
+            let (old, old_ts) = self.ended_order.pop_front().expect("over the limit, so not empty");
+            self.ended.remove(&old);
+            self.forgotten_below = self.forgotten_below.max(old_ts);
+        }
+        debug_assert_eq!(self.ended.len(), self.ended_order.len());
+    }
+
+    /// Raises the garbage-collection watermark to `watermark`, kept below every undecided
+    /// attempt here (their later hops still read at their timestamps).
+    pub fn collect_below(&mut self, watermark: Timestamp) {
+        let oldest = self.records.values().map(|r| r.ts).min().unwrap_or(Timestamp(u64::MAX));
+        let watermark = watermark.min(Timestamp(oldest.0.saturating_sub(1)));
+        if watermark > self.store.gc_watermark() {
+            self.store.set_gc_watermark(watermark);
+            self.stamps.forget_below(watermark);
+        }
+    }
+
+    /// Undecided attempts here (a gauge).
+    pub fn open(&self) -> usize {
+        self.records.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::txn::{
+        Args, Datum, KeySet, PartitionRule, Partitioner, PieceEffects, PieceSpec, Plan,
+        PlanContext, ProcId, Reads, ShardTarget, UserAbort, Write,
+    };
+
+    /// One piece on shard 0: reads the ids of `args[0]`, writes `args[1]` = [(id, value)]; a
+    /// value of `u64::MAX` asks for a user abort. Its output is what it read.
+    #[derive(Debug)]
+    struct Rw;
+
+    fn key(id: u64) -> Key {
+        Key::table(1).u64(id).build()
+    }
+
+    fn ids(args: &Args) -> (Vec<u64>, Vec<(u64, u64)>) {
+        let reads = args[0].as_list().unwrap().iter().filter_map(Datum::as_uint).collect();
+        let writes = args[1]
+            .as_list()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let p = p.as_list().unwrap();
+                (p[0].as_uint().unwrap(), p[1].as_uint().unwrap())
+            })
+            .collect();
+        (reads, writes)
+    }
+
+    impl Procedure for Rw {
+        fn name(&self) -> &'static str {
+            "rw"
+        }
+        fn plan(&self, _: &Args, _: PlanContext<'_>) -> Result<Plan, ProcError> {
+            Ok(vec![PieceSpec { target: ShardTarget::Shard(ShardId(0)), deps: vec![] }])
+        }
+        fn keys(&self, _: u32, args: &Args, _: &[&PieceOutput]) -> Result<KeySet, ProcError> {
+            let (reads, writes) = ids(args);
+            Ok(KeySet {
+                reads: reads.into_iter().map(key).collect(),
+                writes: writes.into_iter().map(|(id, _)| key(id)).collect(),
+                scans: vec![],
+            })
+        }
+        fn execute(
+            &self,
+            _: u32,
+            args: &Args,
+            _: &[&PieceOutput],
+            reads: &Reads,
+        ) -> Result<PieceEffects, UserAbort> {
+            let (_, writes) = ids(args);
+            if writes.iter().any(|&(_, v)| v == u64::MAX) {
+                return Err(UserAbort("asked".into()));
+            }
+            let read = |v: &Option<Vec<u8>>| {
+                Datum::Uint(
+                    v.as_ref().map_or(0, |b| u64::from_le_bytes(b[..8].try_into().unwrap())),
+                )
+            };
+            Ok(PieceEffects {
+                writes: writes
+                    .into_iter()
+                    .map(|(id, v)| Write { key: key(id), value: Some(v.to_le_bytes().to_vec()) })
+                    .collect(),
+                output: reads.values.iter().map(read).collect(),
+            })
+        }
+    }
+
+    fn txn(seq: u64) -> TxnId {
+        TxnId { origin: NodeId(1), incarnation: 0, seq }
+    }
+
+    struct Bench {
+        server: Server,
+        partitioner: Partitioner,
+    }
+
+    impl Bench {
+        fn new() -> Self {
+            Self::limited(64)
+        }
+
+        fn limited(ended_max: usize) -> Self {
+            let mut server = Server::new(ShardId(0), 64, ended_max, 64);
+            for id in 0..4 {
+                server.store.load(key(id), 0u64.to_le_bytes().to_vec());
+            }
+            Self { server, partitioner: Partitioner::new(1, PartitionRule::Hash).unwrap() }
+        }
+
+        /// Runs hop 1 of attempt `seq` at `ts`: reads `reads`, writes `writes`.
+        fn run(&mut self, seq: u64, ts: u64, reads: &[u64], writes: &[(u64, u64)]) -> HopRun {
+            self.run_hop(seq, ts, 1, reads, writes)
+        }
+
+        fn run_hop(
+            &mut self,
+            seq: u64,
+            ts: u64,
+            hop: u32,
+            reads: &[u64],
+            writes: &[(u64, u64)],
+        ) -> HopRun {
+            let args = vec![
+                Datum::List(reads.iter().map(|&r| Datum::Uint(r)).collect()),
+                Datum::List(
+                    writes
+                        .iter()
+                        .map(|&(k, v)| Datum::List(vec![Datum::Uint(k), Datum::Uint(v)]))
+                        .collect(),
+                ),
+            ];
+            let request = TxnRequest { proc: ProcId(0), args };
+            let hop_of = Hop { shard: ShardId(0), node: NodeId(0), pieces: 0..1 };
+            // Hop `hop` runs the one piece; earlier hops (none here) would be elsewhere.
+            let mut hops =
+                vec![Hop { shard: ShardId(1), node: NodeId(2), pieces: 0..0 }; hop as usize - 1];
+            hops.push(hop_of);
+            self.server.run_hop(
+                &Rw,
+                &self.partitioner,
+                (txn(seq), Timestamp(ts), NodeId(1)),
+                &request,
+                &hops,
+                hop,
+                Vec::new(),
+            )
+        }
+
+        fn outputs(&self, seq: u64) -> Vec<PieceOutput> {
+            self.server.records[&txn(seq)].outputs.clone()
+        }
+    }
+
+    fn refused(run: HopRun) -> AbortCause {
+        match run {
+            HopRun::Abort(Why::Conflict { cause, .. }) => cause,
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_write_below_a_newer_read_is_refused_and_one_above_it_is_taken() {
+        let mut bench = Bench::new();
+        assert!(matches!(bench.run(1, 100, &[0], &[]), HopRun::Ran));
+        assert_eq!(refused(bench.run(2, 50, &[], &[(0, 7)])), AbortCause::TimestampTooOld);
+        bench.server.abort(txn(2), Timestamp(50));
+        assert!(matches!(bench.run(3, 150, &[], &[(0, 7)]), HopRun::Ran));
+    }
+
+    #[test]
+    fn a_second_writer_of_a_pending_key_is_denied_and_a_newer_version_refuses_older_writers() {
+        let mut bench = Bench::new();
+        assert!(matches!(bench.run(1, 100, &[], &[(1, 5)]), HopRun::Ran));
+        assert_eq!(refused(bench.run(2, 200, &[], &[(1, 6)])), AbortCause::LockDenied);
+        bench.server.abort(txn(2), Timestamp(200));
+        bench.server.commit(txn(1));
+        assert_eq!(refused(bench.run(3, 90, &[], &[(1, 6)])), AbortCause::TimestampTooOld);
+    }
+
+    #[test]
+    fn reading_a_pending_version_waits_for_its_writer_and_aborts_with_it() {
+        let mut bench = Bench::new();
+        assert!(matches!(bench.run(1, 100, &[], &[(2, 9)]), HopRun::Ran));
+        assert!(matches!(bench.run(2, 200, &[2], &[]), HopRun::Ran));
+        assert_eq!(bench.outputs(2), vec![vec![Datum::Uint(9)]], "it read the pending value");
+        assert!(bench.server.records[&txn(2)].waits_on.contains(&txn(1)));
+        // A reader below the pending version does not see it, and does not wait.
+        assert!(matches!(bench.run(3, 50, &[2], &[]), HopRun::Ran));
+        assert_eq!(bench.outputs(3), vec![vec![Datum::Uint(0)]]);
+        assert!(bench.server.records[&txn(3)].waits_on.is_empty());
+        assert_eq!(bench.server.abort(txn(1), Timestamp(100)), vec![txn(2)], "cascade");
+        assert!(bench.server.store.versions(&key(2)).iter().all(|v| v.writer != txn(1)));
+
+        let mut bench = Bench::new();
+        assert!(matches!(bench.run(1, 100, &[], &[(2, 9)]), HopRun::Ran));
+        assert!(matches!(bench.run(2, 200, &[2], &[]), HopRun::Ran));
+        assert_eq!(bench.server.commit(txn(1)), vec![txn(2)], "freed");
+        assert!(bench.server.records[&txn(2)].waits_on.is_empty());
+    }
+
+    #[test]
+    fn a_later_hop_on_the_same_shard_reads_the_attempts_own_write() {
+        let mut bench = Bench::new();
+        assert!(matches!(bench.run_hop(1, 100, 1, &[], &[(3, 4)]), HopRun::Ran));
+        assert!(matches!(bench.run_hop(1, 100, 3, &[3], &[(3, 8)]), HopRun::Ran));
+        assert_eq!(bench.outputs(1), vec![vec![Datum::Uint(4)]]);
+        assert!(bench.server.records[&txn(1)].waits_on.is_empty(), "no wait on itself");
+        bench.server.commit(txn(1));
+        let newest = bench.server.store.read_latest(&key(3)).unwrap();
+        assert_eq!(newest.value, Some(8u64.to_le_bytes().to_vec()), "the later write won");
+    }
+
+    #[test]
+    fn below_the_collection_watermark_an_attempt_is_refused() {
+        let mut bench = Bench::new();
+        bench.server.collect_below(Timestamp(1_000));
+        assert_eq!(refused(bench.run(1, 900, &[0], &[])), AbortCause::TimestampTooOld);
+        assert!(matches!(bench.run(2, 1_100, &[0], &[]), HopRun::Ran));
+        // An undecided attempt holds the watermark below its timestamp.
+        bench.server.collect_below(Timestamp(5_000));
+        assert!(bench.server.store.gc_watermark() < Timestamp(1_100));
+    }
+
+    #[test]
+    fn a_user_abort_is_reported_as_such_and_forgotten_decisions_raise_the_floor() {
+        let mut bench = Bench::limited(2);
+        assert!(matches!(bench.run(1, 100, &[], &[(0, u64::MAX)]), HopRun::Abort(Why::User(_))));
+        bench.server.abort(txn(1), Timestamp(100));
+        assert_eq!(bench.server.ended(txn(1)), Some(Ended::Aborted));
+        assert!(!bench.server.maybe_forgotten(Timestamp(100)));
+        bench.server.abort(txn(2), Timestamp(300));
+        bench.server.abort(txn(3), Timestamp(200));
+        assert_eq!(bench.server.ended(txn(1)), None, "forgotten beyond the limit");
+        assert!(bench.server.maybe_forgotten(Timestamp(100)));
+        assert!(!bench.server.maybe_forgotten(Timestamp(101)));
+    }
+}
