@@ -480,6 +480,78 @@ fn tiga_runs_as_a_server_process_and_a_durable_one_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `chain` runs as server processes, one per shard, each shipping transactions to the other
+/// over TCP (`micro-luigi` on 2 shards: every transaction has a hop on each), and a durable
+/// server is refused with the reason.
+#[test]
+fn chain_runs_as_server_processes_shipping_transactions_between_them() {
+    let dir = scratch("chain-tcp");
+    let ports = [free_port(), free_port(), free_port()];
+    let text = format!(
+        r#"
+protocol = "chain"
+workload = "micro-luigi"
+shards = 2
+replicas = 1
+network = "lan"
+keys_per_shard = 10000
+
+[[node]]
+id = 0
+region = "r0"
+addr = "127.0.0.1:{}"
+replicas = [[0, 0]]
+
+[[node]]
+id = 1
+region = "r0"
+addr = "127.0.0.1:{}"
+replicas = [[1, 0]]
+
+[[node]]
+id = 2
+region = "r0"
+addr = "127.0.0.1:{}"
+coordinator = true
+"#,
+        ports[0], ports[1], ports[2]
+    );
+    let file = dir.join("cluster.toml");
+    std::fs::write(&file, text).unwrap();
+    let durable = meridian()
+        .args(["server", "--config", file.to_str().unwrap(), "--node", "0", "--data-dir"])
+        .arg(dir.join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(durable.status.code(), Some(2));
+    let why = String::from_utf8_lossy(&durable.stderr);
+    assert!(why.contains("--durability memory"), "{why}");
+    let mut servers = Vec::new();
+    for node in ["0", "1"] {
+        let child = meridian()
+            .args(["server", "--config", file.to_str().unwrap(), "--node", node])
+            .args(["--durability", "memory"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        servers.push(Server(child));
+    }
+    wait_for_port(ports[0]);
+    wait_for_port(ports[1]);
+    let results = dir.join("results");
+    let output = run_words(
+        "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
+        &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(committed_in(&stdout) > 100, "{stdout}");
+    assert!(stdout.contains("commit paths: chain"), "{stdout}");
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_drives_a_server_process_over_tcp() {
     let dir = scratch("tcp");

@@ -648,6 +648,33 @@ fn every_baseline_commits_in_its_designed_wide_area_round_trips() {
     }
 }
 
+/// `chain` on the same setting (one replica per shard; the pieces of `micro-tiga` run on
+/// shards 0, 1, 2, in South Carolina, Finland and Brazil): the attempt goes out to hop 1,
+/// hop 1's acknowledgement comes back, the coordinator's precommit goes out, the precommits
+/// run on down the chain (hop 1 to 2, 2 to 3; the acknowledgements they wait for came earlier)
+/// and the last hop's decision comes back. From a coordinator beside hop 1 (South Carolina)
+/// the first three legs stay local: 5 wide-area legs; beside the last hop (Brazil) the
+/// decision's does: 5; from Finland and Hong Kong every leg but none: 6.
+#[test]
+fn chain_commits_in_its_designed_wide_area_legs_from_each_coordinator_region() {
+    let o = tiga_wan(ProtocolKind::Chain, 1, 300);
+    let options = WorkloadOptions { shards: 3, ..WorkloadOptions::default() };
+    let workload = Arc::from(meridian_workloads::build("micro-tiga", &options).unwrap());
+    let report = run(&o, workload).unwrap();
+    assert_passed(&report);
+    for (region, legs) in [(0, 5), (1, 6), (2, 5), (3, 6)] {
+        let mut hops: Vec<u16> = report
+            .completions
+            .iter()
+            .filter(|(c, _)| o.topology.region_of(c.coordinator).0 == region)
+            .map(|(_, h)| *h)
+            .collect();
+        assert!(!hops.is_empty(), "region {region} coordinated");
+        hops.sort_unstable();
+        assert_eq!(hops[hops.len() / 2], legs, "region {region}: {hops:?}");
+    }
+}
+
 /// Tiga's evaluation setting: 3 shards × `replicas` on `tiga-wan` with the servers in the first
 /// three regions and coordinators in all four, perfect clocks, 12 clients, seed 1.
 fn tiga_wan(protocol: ProtocolKind, replicas: u32, txns: u64) -> SimRunOptions {

@@ -242,3 +242,17 @@ fn tiga_replicated_swarm() {
         swarm_with(ProtocolKind::Tiga, workload, first_seed, WorkloadOptions::default(), "", 3);
     }
 }
+
+#[test]
+fn chain_swarm() {
+    for (workload, first_seed) in [
+        ("list-append", 330_000),
+        ("bank", 340_000),
+        ("rw-register", 350_000),
+        ("crossstitch-order-status", 360_000),
+    ] {
+        swarm(ProtocolKind::Chain, workload, first_seed);
+    }
+    let short = WorkloadOptions { ops_max: Some(4), ..WorkloadOptions::default() };
+    swarm_with(ProtocolKind::Chain, "crossstitch-synthetic", 370_000, short, " --ops-max 4", 1);
+}
