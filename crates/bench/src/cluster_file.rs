@@ -45,6 +45,8 @@ struct File {
     #[serde(default)]
     distribution: Option<String>,
     #[serde(default)]
+    region_groups: Option<u32>,
+    #[serde(default)]
     warehouses_per_shard: Option<u64>,
     #[serde(default)]
     remote_item_pct: Option<u64>,
@@ -202,6 +204,7 @@ impl ClusterFile {
             zipf_theta: file.zipf,
             ops_max: file.ops_max,
             distribution: file.distribution.clone(),
+            region_groups: file.region_groups,
             tpcc: meridian_workloads::tpcc::TpccOptions::from_flags(
                 file.warehouses_per_shard,
                 file.remote_item_pct,

@@ -52,6 +52,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("zipf", Kind::Value),
     ("ops_max", Kind::Value),
     ("distribution", Kind::Value),
+    ("region_groups", Kind::Value),
     ("warehouses_per_shard", Kind::Value),
     ("remote_item_pct", Kind::Value),
     ("remote_payment_pct", Kind::Value),

@@ -169,6 +169,11 @@ pub(crate) struct ClusterArgs {
     /// workload's).
     #[arg(long)]
     distribution: Option<String>,
+    /// crossstitch-synthetic: order each transaction's operations so that those on shards of
+    /// one region come together, for the standard layout over G server regions (shard s in
+    /// region s mod G); the default alternates shards operation by operation.
+    #[arg(long)]
+    region_groups: Option<u32>,
     /// TPC-C: warehouses on each shard (default 1).
     #[arg(long)]
     warehouses_per_shard: Option<u64>,
@@ -464,6 +469,7 @@ impl ClusterArgs {
             zipf_theta: self.zipf,
             ops_max: self.ops_max,
             distribution: self.distribution.clone(),
+            region_groups: self.region_groups,
             tpcc: meridian_workloads::tpcc::TpccOptions::from_flags(
                 self.warehouses_per_shard,
                 self.remote_item_pct,
@@ -504,6 +510,7 @@ impl ClusterArgs {
             (self.zipf.is_some(), "--zipf"),
             (self.ops_max.is_some(), "--ops-max"),
             (self.distribution.is_some(), "--distribution"),
+            (self.region_groups.is_some(), "--region-groups"),
             (self.warehouses_per_shard.is_some(), "--warehouses-per-shard"),
             (self.remote_item_pct.is_some(), "--remote-item-pct"),
             (self.remote_payment_pct.is_some(), "--remote-payment-pct"),

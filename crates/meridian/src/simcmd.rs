@@ -92,6 +92,9 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     if let Some(d) = &c.distribution {
         line += &format!(" --distribution {d}");
     }
+    if let Some(g) = c.region_groups {
+        line += &format!(" --region-groups {g}");
+    }
     if let Some(n) = c.warehouses_per_shard {
         line += &format!(" --warehouses-per-shard {n}");
     }

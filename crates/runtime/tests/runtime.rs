@@ -191,6 +191,7 @@ impl OccSetup {
                     zipf_theta: Some(0.9),
                     ops_max: None,
                     distribution: None,
+                    region_groups: None,
                     tpcc: Default::default(),
                 },
             )

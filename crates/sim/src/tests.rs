@@ -43,6 +43,7 @@ fn micro_keys(
                 zipf_theta: theta,
                 ops_max: None,
                 distribution: None,
+                region_groups: None,
                 tpcc: Default::default(),
             },
         )
@@ -178,6 +179,7 @@ fn swarm_seed(workload: &str, keys_per_shard: u64, seed: u64) -> SimRunReport {
         zipf_theta: None,
         ops_max: None,
         distribution: None,
+        region_groups: None,
         tpcc: Default::default(),
     };
     run(&opts, Arc::from(meridian_workloads::build(workload, &options).unwrap())).unwrap()

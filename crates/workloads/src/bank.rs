@@ -482,6 +482,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         };
         Bank::new(&options).unwrap()
@@ -576,6 +577,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         };
         assert!(Bank::new(&options).unwrap_err().0.contains("at least 4 accounts"));

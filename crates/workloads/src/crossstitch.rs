@@ -4,7 +4,11 @@
 //! uniformly, with 1 KB values.
 //!
 //! Operation `i` runs on shard `i mod shards` (so with shards spread over two regions half the
-//! operations of every transaction are remote, as in the study's two-datacenter runs), and
+//! operations of every transaction are remote, as in the study's two-datacenter runs; with
+//! `--region-groups G` the operations are then ordered so that those on shards of one group,
+//! shard `s` in group `s mod G`, come together, the first group drawn per transaction: the
+//! study's ordering of a transaction's operations by datacenter, for the standard layout over
+//! `G` server regions), and
 //! each depends on the one before: its piece needs the previous piece's output (a running
 //! digest of everything read so far), and a write's value carries that digest. Coordinators
 //! that run pieces in dependency order (`occ`, `2pl`, `2pc-mvto`) therefore take one round
@@ -67,6 +71,7 @@ pub struct Synthetic {
     keys_per_shard: u64,
     ops: u32,
     dist: KeyDist,
+    groups: Option<u32>,
 }
 
 impl Synthetic {
@@ -88,8 +93,22 @@ impl Synthetic {
                 options.keys_per_shard
             )));
         }
+        if let Some(groups) = options.region_groups {
+            if !(1..=options.shards).contains(&groups) {
+                return Err(ConfigError::new(format!(
+                    "--region-groups must be in 1..={} (the shards), got {groups}",
+                    options.shards
+                )));
+            }
+        }
         let dist = KeyDist::new(options.keys_per_shard, options.zipf_theta)?;
-        Ok(Self { shards: options.shards, keys_per_shard: options.keys_per_shard, ops, dist })
+        Ok(Self {
+            shards: options.shards,
+            keys_per_shard: options.keys_per_shard,
+            ops,
+            dist,
+            groups: options.region_groups,
+        })
     }
 }
 
@@ -130,6 +149,7 @@ impl Workload for Synthetic {
             keys_per_shard: self.keys_per_shard,
             ops: self.ops,
             dist: self.dist.clone(),
+            groups: self.groups,
         })
     }
 
@@ -144,13 +164,20 @@ struct ChainGenerator {
     keys_per_shard: u64,
     ops: u32,
     dist: KeyDist,
+    groups: Option<u32>,
 }
 
 impl TxnGenerator for ChainGenerator {
     fn next(&mut self, request: RequestId) -> TxnRequest {
         let ops = self.ops as usize;
-        let ids =
+        let mut ids =
             self.dist.distinct_over_shards(&mut self.rng, self.shards, self.keys_per_shard, ops);
+        if let Some(groups) = self.groups.map(u64::from) {
+            // The operations of each group together, starting from a group drawn here.
+            let first = uniform_u64(&mut self.rng, groups);
+            let per_shard = self.keys_per_shard;
+            ids.sort_by_key(|&id| ((id / per_shard) % groups + groups - first) % groups);
+        }
         // Exactly a fifth of the operations write (at least one), at positions drawn here.
         let writes = ((ops as u32 * (100 - READ_PERCENT)).div_ceil(100)).max(1) as usize;
         let mut is_write = vec![false; ops];
@@ -304,6 +331,47 @@ mod tests {
             ..WorkloadOptions::default()
         })
         .is_err());
+    }
+
+    /// With region groups, a transaction visits each group once (the shards of group `g` are
+    /// those `s` with `s mod G = g`), starting from either group; bad counts are refused.
+    #[test]
+    fn region_groups_bring_each_groups_operations_together() {
+        let options = WorkloadOptions {
+            shards: 8,
+            keys_per_shard: 1_000,
+            region_groups: Some(2),
+            ..WorkloadOptions::default()
+        };
+        let w = Synthetic::new(&options).unwrap();
+        let partitioner = w.partitioner();
+        let registry = w.registry();
+        let procedure = registry.get(meridian_core::txn::ProcId(0)).unwrap();
+        let mut generator = w.generator(0, 3);
+        let mut firsts = [0; 2];
+        for request in 0..40 {
+            let txn = generator.next(RequestId(request));
+            let plan =
+                procedure.plan(&txn.args, PlanContext { partitioner: &partitioner }).unwrap();
+            let groups: Vec<u32> = plan
+                .iter()
+                .map(|p| match p.target {
+                    ShardTarget::Shard(s) => s.0 % 2,
+                    ShardTarget::Any => panic!("every operation has a shard"),
+                })
+                .collect();
+            assert_eq!(groups.len(), CHAIN_OPS as usize);
+            let changes = groups.windows(2).filter(|w| w[0] != w[1]).count();
+            assert_eq!(changes, 1, "{groups:?}");
+            firsts[groups[0] as usize] += 1;
+        }
+        assert!(firsts.iter().all(|&n| n > 0), "either group first: {firsts:?}");
+        for bad in [0, 9] {
+            let options = WorkloadOptions { region_groups: Some(bad), ..options.clone() };
+            assert!(Synthetic::new(&options).is_err(), "{bad}");
+        }
+        let other = WorkloadOptions { region_groups: Some(2), ..WorkloadOptions::default() };
+        assert!(crate::build("bank", &other).is_err(), "other workloads refuse it");
     }
 
     #[test]

@@ -527,6 +527,7 @@ mod tests {
                 zipf_theta: None,
                 ops_max: None,
                 distribution: None,
+                region_groups: None,
                 tpcc: Default::default(),
             },
         )

@@ -154,6 +154,11 @@ pub struct WorkloadOptions {
     /// YCSB's `requestdistribution` (zipfian, uniform, latest, hotspot); the workload file's
     /// when `None`. Other workloads refuse it.
     pub distribution: Option<String>,
+    /// `crossstitch-synthetic`: order each transaction's operations so that those on shards
+    /// in one of `G` groups (shard `s` in group `s mod G`: one region each in the standard
+    /// layout over `G` server regions) come together, the first group drawn per transaction;
+    /// `None` keeps operation `i` on shard `i mod shards`. Other workloads refuse it.
+    pub region_groups: Option<u32>,
     /// TPC-C's settings (warehouses per shard, remote percentages, mode, scale).
     pub tpcc: tpcc::TpccOptions,
 }
@@ -166,6 +171,7 @@ impl Default for WorkloadOptions {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: tpcc::TpccOptions::default(),
         }
     }
@@ -213,6 +219,14 @@ pub fn build(name: &str, options: &WorkloadOptions) -> Result<Box<dyn Workload>,
     if options.distribution.is_some() && WORKLOADS.contains(&name) && !name.starts_with("ycsb-") {
         return Err(ConfigError::new(format!(
             "--distribution applies to the YCSB workloads, not {name}"
+        )));
+    }
+    if options.region_groups.is_some()
+        && WORKLOADS.contains(&name)
+        && name != "crossstitch-synthetic"
+    {
+        return Err(ConfigError::new(format!(
+            "--region-groups applies to crossstitch-synthetic, not {name}"
         )));
     }
     if options.tpcc != tpcc::TpccOptions::default() && WORKLOADS.contains(&name) && name != "tpcc" {

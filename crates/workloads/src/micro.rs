@@ -382,6 +382,7 @@ mod tests {
             zipf_theta: Some(0.9),
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         })
         .unwrap()

@@ -284,6 +284,7 @@ mod tests {
             zipf_theta: Some(0.8),
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         };
         let w = Retwis::new(&options).unwrap();
@@ -318,6 +319,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         };
         assert!(Retwis::new(&few).unwrap_err().0.contains("at least 10 keys"));

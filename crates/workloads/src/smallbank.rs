@@ -465,6 +465,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         })
         .unwrap()
@@ -540,6 +541,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         });
         assert!(bad.unwrap_err().0.contains("at least 2 customers"));

@@ -596,6 +596,7 @@ mod tests {
             zipf_theta: None,
             ops_max: ops,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         };
         Ycsb::new(name, &options).unwrap()
@@ -664,6 +665,7 @@ mod tests {
             zipf_theta: Some(0.5),
             ops_max: None,
             distribution: None,
+            region_groups: None,
             tpcc: Default::default(),
         };
         assert!(Ycsb::new("ycsb-a", &bad).unwrap_err().0.contains("--zipf does not apply"));
@@ -677,6 +679,7 @@ mod tests {
             zipf_theta: None,
             ops_max: None,
             distribution: Some(d.into()),
+            region_groups: None,
             tpcc: Default::default(),
         };
         let w = Ycsb::new("ycsb-c", &options("hotspot")).unwrap();
