@@ -1,26 +1,17 @@
 //! A small `tiga` cluster (3 shards × 3 replicas, `smallbank`, so votes carry values between
-//! shards) that runs real transactions while arbitrary decoded `TigaMsg`s arrive at its nodes
-//! from any sender, members and strangers alike. The input is a script: each step either
-//! submits a workload transaction, injects a message decoded from the input, or lets time pass
-//! (firing due timers and delivering what the nodes sent). No handler may panic, whatever
-//! arrives; debug assertions are on in fuzz builds, so an invariant a message can break is a
-//! finding too.
+//! shards) running the shared script ([`script`]): real transactions while arbitrary decoded
+//! `TigaMsg`s arrive at its nodes from any sender.
 #![no_main]
 
+#[path = "common/script.rs"]
+mod script;
+
 use libfuzzer_sys::fuzz_target;
-use meridian_core::node::{ClientRequest, Effect, Node, Outbox, TimerId};
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
-use meridian_core::{NodeId, RequestId, Time};
-use meridian_protocols::tiga::node::{TigaMsg, TigaNode};
+use meridian_protocols::tiga::node::TigaNode;
 use meridian_protocols::{NodeContext, ProtocolNode, Timing};
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-
-/// Script steps per input.
-const STEPS_MAX: usize = 64;
-/// Deliveries and timer firings per step.
-const EVENTS_PER_STEP_MAX: usize = 2_000;
 
 fuzz_target!(|data: &[u8]| {
     let options = meridian_workloads::WorkloadOptions {
@@ -33,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
     let topology = Arc::new(Topology::standard(regions, 3, 3).expect("a topology"));
     let registry = Arc::new(workload.registry());
     let partitioner = Arc::new(workload.partitioner());
-    let mut nodes: Vec<TigaNode> = topology
+    let nodes: Vec<TigaNode> = topology
         .node_ids()
         .map(|id| {
             let timing = Timing::for_network(NS_PER_MS);
@@ -52,85 +43,5 @@ fuzz_target!(|data: &[u8]| {
             node
         })
         .collect();
-    let count = nodes.len();
-    let mut generator = workload.generator(0, 1);
-    let mut now: Time = 1_000 * NS_PER_MS;
-    let mut mail = Mail::new();
-    let mut timers = Timers::new();
-    let mut request = 0u64;
-    for (index, node) in nodes.iter_mut().enumerate() {
-        let mut out = Outbox::new();
-        node.on_start(now, &mut out);
-        collect(index, &mut out, now, &mut mail, &mut timers);
-    }
-    let mut rest = data;
-    for _ in 0..STEPS_MAX {
-        let Some((&op, tail)) = rest.split_first() else { break };
-        rest = tail;
-        match op % 4 {
-            0 => {
-                // A client's transaction at coordinator `op / 4`.
-                let at = usize::from(op / 4) % count;
-                let txn = generator.next(RequestId(request));
-                let mut out = Outbox::new();
-                nodes[at].submit(now, ClientRequest { id: RequestId(request), txn }, &mut out);
-                request += 1;
-                collect(at, &mut out, now, &mut mail, &mut timers);
-            }
-            1 => {
-                // A decoded message, from anyone (strangers included), to one node.
-                let Some((&route, tail)) = rest.split_first() else { break };
-                let Ok((msg, tail)) = postcard::take_from_bytes::<TigaMsg>(tail) else { break };
-                rest = tail;
-                let to = usize::from(route) % count;
-                let from = NodeId(u32::from(route >> 4) % (count as u32 + 3));
-                let mut out = Outbox::new();
-                nodes[to].on_message(now, from, msg, &mut out);
-                collect(to, &mut out, now, &mut mail, &mut timers);
-            }
-            _ => {
-                // Time passes: deliver what was sent, fire what came due.
-                now += u64::from(op) * NS_PER_MS;
-                for _ in 0..EVENTS_PER_STEP_MAX {
-                    if let Some((from, to, msg)) = mail.pop_front() {
-                        let Some(node) = nodes.get_mut(to.0 as usize) else { continue };
-                        let mut out = Outbox::new();
-                        node.on_message(now, from, msg, &mut out);
-                        collect(to.0 as usize, &mut out, now, &mut mail, &mut timers);
-                        continue;
-                    }
-                    let Some((&(due, at, timer), _)) = timers.first_key_value() else { break };
-                    if due > now {
-                        break;
-                    }
-                    timers.pop_first();
-                    let mut out = Outbox::new();
-                    nodes[at].on_timer(now, TimerId(timer), &mut out);
-                    collect(at, &mut out, now, &mut mail, &mut timers);
-                }
-            }
-        }
-    }
+    script::run_script(data, nodes, workload.as_ref());
 });
-
-type Mail = VecDeque<(NodeId, NodeId, TigaMsg)>;
-type Timers = BTreeMap<(Time, usize, u64), ()>;
-
-/// Queues what node `from` sent and the timers it set.
-fn collect(
-    from: usize,
-    out: &mut Outbox<TigaMsg>,
-    now: Time,
-    mail: &mut Mail,
-    timers: &mut Timers,
-) {
-    for effect in out.drain() {
-        match effect {
-            Effect::Send { to, msg } => mail.push_back((NodeId(from as u32), to, msg)),
-            Effect::SetTimer { timer, after_ns } => {
-                timers.insert((now.saturating_add(after_ns), from, timer.0), ());
-            }
-            _ => {}
-        }
-    }
-}

@@ -135,6 +135,15 @@ enum Purpose {
     Pace,
 }
 
+/// What a decision released, done after it (see [`ChainNode::drain`]).
+#[derive(Debug)]
+enum Work {
+    /// An attempt on this shard waits on no writer any more: it may precommit.
+    Freed(ShardId, TxnId),
+    /// An attempt on this shard read a version whose writer aborted: it aborts too.
+    Cascade(ShardId, TxnId),
+}
+
 /// A coordinator's attempt.
 #[derive(Debug)]
 struct Attempt {
@@ -207,6 +216,7 @@ pub struct ChainNode {
     home: ShardId,
     rng: Rng,
     deliveries: BTreeMap<TxnId, Delivery>,
+    work: std::collections::VecDeque<Work>,
     timers: Timers<Purpose>,
     counts: Counts,
 }
@@ -244,6 +254,7 @@ impl ChainNode {
             home,
             rng: child_rng(context.seed, "chain-node", u64::from(context.id.0)),
             deliveries: BTreeMap::new(),
+            work: std::collections::VecDeque::new(),
             timers: Timers::default(),
             counts: Counts::default(),
             context,
@@ -341,7 +352,7 @@ impl ChainNode {
         let why =
             Why::Conflict { cause: meridian_core::txn::AbortCause::Timeout, seen: Timestamp::ZERO };
         let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
-        self.apply(now, self.context.id, &decision, out);
+        self.apply(now, &decision, None, out);
         self.deliver(now, decision, None, nodes, 0, out);
     }
 
@@ -408,6 +419,10 @@ impl ChainNode {
 
     fn on_txn(&mut self, now: Time, from: NodeId, shipped: Shipped, out: &mut Outbox<ChainMsg>) {
         let client = shipped.txn.origin;
+        let topology = &self.context.topology;
+        if !topology.nodes.get(client.0 as usize).is_some_and(|n| n.coordinator) {
+            return self.refuse(); // Attempts come from coordinators.
+        }
         let hops = match hops_of(&self.context, &shipped.request, shipped.home) {
             Ok(hops) if shipped.home.0 < self.context.topology.shards => hops,
             _ => return self.refuse(), // A coordinator checked it: this copy is not genuine.
@@ -431,6 +446,9 @@ impl ChainNode {
             return; // Decided (or refused) already: a late or duplicated copy.
         }
         if let Some(record) = server.records.get(&txn) {
+            if record.ts != shipped.ts || record.hops != hops {
+                return self.refuse(); // Not a copy of the attempt this server runs.
+            }
             if record.ran.contains_key(&hop) {
                 // A duplicate: the acknowledgement may have been lost with the first copy.
                 out.send(from, ChainMsg::Ack { txn, hop });
@@ -449,6 +467,12 @@ impl ChainNode {
             if server.full() || self.deliveries.len() >= self.context.limits.deliveries_max {
                 // No room: the hop before times out and aborts.
                 self.counts.refused_total += 1;
+                return;
+            }
+            let server = self.servers.get_mut(&shard).expect("checked above");
+            if let Err(floor) = server.admit_ts(txn, shipped.ts) {
+                self.counts.stale_total += 1;
+                out.send(client, ChainMsg::Stale { txn, floor });
                 return;
             }
         }
@@ -540,8 +564,11 @@ impl ChainNode {
         let chain = out.chain();
         let server = self.servers.get_mut(&shard).expect("found above");
         let record = server.records.get_mut(&txn).expect("found above");
-        let sender = if hop == 0 { txn.origin } else { record.hops[hop as usize - 1].node };
-        if from != sender {
+        let sender = match hop.checked_sub(1) {
+            None => Some(txn.origin),
+            Some(before) => record.hops.get(before as usize).map(|h| h.node),
+        };
+        if sender != Some(from) {
             return self.refuse();
         }
         let state = record.ran.get_mut(&next).expect("found above");
@@ -597,7 +624,7 @@ impl ChainNode {
         let decision =
             Decision { txn, ts, shards, outcome: Outcome::Committed { outputs: Vec::new() } };
         let for_client = Decision { outcome: Outcome::Committed { outputs }, ..decision.clone() };
-        self.apply(now, self.context.id, &decision, out);
+        self.apply(now, &decision, Some(&for_client), out);
         self.deliver(now, decision, Some((client, for_client)), nodes, chain, out);
     }
 
@@ -621,7 +648,7 @@ impl ChainNode {
         self.counts.aborts_decided_total += 1;
         let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
         let for_client = decision.clone();
-        self.apply(now, self.context.id, &decision, out);
+        self.apply(now, &decision, None, out);
         self.deliver(now, decision, Some((client, for_client)), nodes, 0, out);
     }
 
@@ -657,11 +684,17 @@ impl ChainNode {
     }
 
     /// Applies a decision at this node: its servers, and its coordinator if the attempt is
-    /// its own. Aborts cascade to the attempts that read the aborted one's writes.
-    fn apply(&mut self, now: Time, from: NodeId, decision: &Decision, out: &mut Outbox<ChainMsg>) {
+    /// its own (with `client_copy`, the coordinator's copy, when this node decided). What it
+    /// releases (readers freed to precommit, readers that must abort with an aborted writer)
+    /// is queued as work, done by [`ChainNode::drain`] so that cascades loop, not recurse.
+    fn apply(
+        &mut self,
+        now: Time,
+        decision: &Decision,
+        client_copy: Option<&Decision>,
+        out: &mut Outbox<ChainMsg>,
+    ) {
         let txn = decision.txn;
-        let mut cascade: Vec<(ShardId, TxnId)> = Vec::new();
-        let mut freed: Vec<(ShardId, TxnId)> = Vec::new();
         for (&shard, server) in self.servers.iter_mut() {
             let known = server.records.contains_key(&txn);
             match &decision.outcome {
@@ -671,39 +704,103 @@ impl ChainNode {
                             server.records[&txn].ran.values().all(|s| s.precommitted),
                             "a commit needs every hop's vote"
                         );
-                        freed.extend(server.commit(txn).into_iter().map(|t| (shard, t)));
+                        let freed = server.commit(txn);
+                        self.work.extend(freed.into_iter().map(|t| Work::Freed(shard, t)));
                     }
                 }
                 Outcome::Aborted(_) => {
                     if known || (decision.shards.contains(&shard) && server.ended(txn).is_none()) {
-                        cascade
-                            .extend(server.abort(txn, decision.ts).into_iter().map(|t| (shard, t)));
+                        let readers = server.abort(txn, decision.ts);
+                        self.work.extend(readers.into_iter().map(|t| Work::Cascade(shard, t)));
                     }
                 }
             }
         }
         if txn.origin == self.context.id {
-            self.client_outcome(now, decision, out);
+            self.client_outcome(now, client_copy.unwrap_or(decision), out);
         }
-        let _ = from;
-        for (shard, reader) in freed {
-            let hops: Vec<u32> = self.servers[&shard]
-                .records
-                .get(&reader)
-                .map(|r| r.ran.keys().copied().collect())
-                .unwrap_or_default();
-            for hop in hops {
-                self.try_precommit(now, shard, reader, hop, out);
+    }
+
+    /// Does the queued work until none is left.
+    fn drain(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
+        while let Some(work) = self.work.pop_front() {
+            match work {
+                Work::Freed(shard, reader) => {
+                    let hops: Vec<u32> = self.servers[&shard]
+                        .records
+                        .get(&reader)
+                        .map(|r| r.ran.keys().copied().collect())
+                        .unwrap_or_default();
+                    for hop in hops {
+                        self.try_precommit(now, shard, reader, hop, out);
+                    }
+                }
+                Work::Cascade(shard, reader) => {
+                    if self.servers[&shard].records.contains_key(&reader) {
+                        self.counts.cascading_total += 1;
+                        let why = Why::Conflict {
+                            cause: meridian_core::txn::AbortCause::Cascading,
+                            seen: Timestamp::ZERO,
+                        };
+                        self.decide_abort(now, shard, reader, why, out);
+                    }
+                }
             }
         }
-        for (shard, reader) in cascade {
-            if self.servers[&shard].records.contains_key(&reader) {
-                self.counts.cascading_total += 1;
-                let why = Why::Conflict {
-                    cause: meridian_core::txn::AbortCause::Cascading,
-                    seen: Timestamp::ZERO,
-                };
-                self.decide_abort(now, shard, reader, why, out);
+    }
+
+    /// True when `from` may have made `decision`: for an attempt a server here ran, the last
+    /// hop (a commit) or any hop or the coordinator (an abort); for an attempt of this
+    /// coordinator, its hops; otherwise (an abort of an attempt this node never saw) its
+    /// coordinator or a server of one of its shards.
+    fn decided_by(&self, from: NodeId, decision: &Decision) -> bool {
+        let txn = decision.txn;
+        let hops = self
+            .servers
+            .values()
+            .find_map(|s| s.records.get(&txn).map(|r| &r.hops))
+            .or_else(|| self.attempts.get(&txn).map(|a| &a.hops));
+        let aborted = matches!(decision.outcome, Outcome::Aborted(_));
+        match hops {
+            Some(hops) => {
+                let last = hops.last().is_some_and(|h| h.node == from);
+                last || (aborted && (from == txn.origin || hops.iter().any(|h| h.node == from)))
+            }
+            None => {
+                let topology = &self.context.topology;
+                let server_of = |shard: &ShardId| topology.replica_node(*shard, 0) == Some(from);
+                from == txn.origin || decision.shards.iter().any(server_of)
+            }
+        }
+    }
+
+    fn dispatch(&mut self, now: Time, from: NodeId, msg: ChainMsg, out: &mut Outbox<ChainMsg>) {
+        match msg {
+            ChainMsg::Txn(shipped) => self.on_txn(now, from, *shipped, out),
+            ChainMsg::Ack { txn, hop } => self.on_ack(now, from, txn, hop, out),
+            ChainMsg::Precommit { txn, hop } => self.on_precommit(now, from, txn, hop, out),
+            ChainMsg::Decision(decision) => self.on_decision(now, from, *decision, out),
+            ChainMsg::Applied { txn } => self.on_applied(from, txn),
+            ChainMsg::Stale { txn, floor } => {
+                let Some(attempt) = self.attempts.get(&txn) else { return };
+                if attempt.hops.iter().any(|h| h.node == from) {
+                    self.ts_floor = self.ts_floor.max(floor);
+                }
+            }
+        }
+    }
+
+    fn fire(&mut self, now: Time, timer: TimerId, out: &mut Outbox<ChainMsg>) {
+        let Some(purpose) = self.timers.take(timer) else { return };
+        match purpose {
+            Purpose::AckTimeout(txn) => self.on_ack_timeout(now, txn, out),
+            Purpose::Retry(id) => self.on_retry(now, id, out),
+            Purpose::HopTimeout(shard, txn, hop) => {
+                self.on_hop_timeout(now, (shard, txn, hop), out)
+            }
+            Purpose::Pace => {
+                self.pace(now, out);
+                self.timers.set(Purpose::Pace, self.pace_ns(), out);
             }
         }
     }
@@ -715,7 +812,10 @@ impl ChainNode {
         decision: Decision,
         out: &mut Outbox<ChainMsg>,
     ) {
-        self.apply(now, from, &decision, out);
+        if !self.decided_by(from, &decision) {
+            return self.refuse();
+        }
+        self.apply(now, &decision, None, out);
         out.send(from, ChainMsg::Applied { txn: decision.txn });
     }
 
@@ -779,38 +879,13 @@ impl Node for ChainNode {
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: ChainMsg, out: &mut Outbox<ChainMsg>) {
-        match msg {
-            ChainMsg::Txn(shipped) => self.on_txn(now, from, *shipped, out),
-            ChainMsg::Ack { txn, hop } => self.on_ack(now, from, txn, hop, out),
-            ChainMsg::Precommit { txn, hop } => self.on_precommit(now, from, txn, hop, out),
-            ChainMsg::Decision(decision) => {
-                if self.context.topology.nodes.get(from.0 as usize).is_some() {
-                    self.on_decision(now, from, *decision, out);
-                }
-            }
-            ChainMsg::Applied { txn } => self.on_applied(from, txn),
-            ChainMsg::Stale { txn, floor } => {
-                let Some(attempt) = self.attempts.get(&txn) else { return };
-                if attempt.hops.iter().any(|h| h.node == from) {
-                    self.ts_floor = self.ts_floor.max(floor);
-                }
-            }
-        }
+        self.dispatch(now, from, msg, out);
+        self.drain(now, out);
     }
 
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<ChainMsg>) {
-        let Some(purpose) = self.timers.take(timer) else { return };
-        match purpose {
-            Purpose::AckTimeout(txn) => self.on_ack_timeout(now, txn, out),
-            Purpose::Retry(id) => self.on_retry(now, id, out),
-            Purpose::HopTimeout(shard, txn, hop) => {
-                self.on_hop_timeout(now, (shard, txn, hop), out)
-            }
-            Purpose::Pace => {
-                self.pace(now, out);
-                self.timers.set(Purpose::Pace, self.pace_ns(), out);
-            }
-        }
+        self.fire(now, timer, out);
+        self.drain(now, out);
     }
 
     fn on_persisted(&mut self, _now: Time, _token: PersistToken, _out: &mut Outbox<ChainMsg>) {}
@@ -819,7 +894,9 @@ impl Node for ChainNode {
         let busy = (!self.context.topology.nodes[self.context.id.0 as usize].coordinator)
             .then(|| "this node is not a coordinator".to_string());
         let Some(id) = self.requests.admit(now, request, busy, out) else { return };
-        self.start(now, id, out);
+        // Through the retry path: it waits for room to deliver another decision.
+        self.on_retry(now, id, out);
+        self.drain(now, out);
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -990,6 +1067,118 @@ mod tests {
         let answers = sends(&mut out);
         assert_eq!(answers, vec![(coordinator, ChainMsg::Ack { txn: body.txn, hop: 1 })]);
         assert_eq!(server.counts.hops_run_total, 1, "not run twice");
+    }
+
+    /// Decisions from nodes that could not have made them change nothing; a second copy of a
+    /// running attempt with another timestamp is refused; a precommit naming a hop beyond the
+    /// chain is ignored.
+    #[test]
+    fn decisions_and_copies_from_the_wrong_places_are_refused() {
+        let (first, body) = shipped();
+        let mut server = node(first.0);
+        let mut out = Outbox::new();
+        let coordinator = body.txn.origin;
+        server.on_message(10, coordinator, ChainMsg::Txn(Box::new(body.clone())), &mut out);
+        out.drain();
+        let hops =
+            server.servers.values().find_map(|s| s.records.get(&body.txn)).unwrap().hops.clone();
+        let stranger = (0..6)
+            .map(NodeId)
+            .find(|n| *n != coordinator && hops.iter().all(|h| h.node != *n))
+            .unwrap();
+        let decide = |outcome| Decision { txn: body.txn, ts: body.ts, shards: vec![], outcome };
+        let commit = decide(Outcome::Committed { outputs: Vec::new() });
+        let abort = decide(Outcome::Aborted(Why::User("no".into())));
+        for (from, decision) in
+            [(stranger, commit.clone()), (stranger, abort), (coordinator, commit)]
+        {
+            if hops.last().unwrap().node == from {
+                continue; // The last hop may commit.
+            }
+            server.on_message(11, from, ChainMsg::Decision(Box::new(decision)), &mut out);
+        }
+        let later = Shipped { ts: Timestamp(body.ts.0 + 1), ..body.clone() };
+        server.on_message(12, coordinator, ChainMsg::Txn(Box::new(later)), &mut out);
+        for hop in [5, 64, u32::MAX - 1] {
+            server.on_message(13, stranger, ChainMsg::Precommit { txn: body.txn, hop }, &mut out);
+        }
+        assert!(sends(&mut out).is_empty(), "nothing answered");
+        let record = server.servers.values().find_map(|s| s.records.get(&body.txn));
+        assert!(record.is_some_and(|r| r.ts == body.ts), "still running, unchanged");
+    }
+
+    /// A coordinator that also serves the last hop of its own attempt answers with every
+    /// piece's output (the copy the hops get carries none).
+    #[test]
+    fn a_coordinator_serving_the_last_hop_answers_with_the_outputs() {
+        use meridian_core::topology::{NodeInfo, ReplicaSlot};
+        let options = meridian_workloads::WorkloadOptions {
+            shards: 2,
+            keys_per_shard: 10,
+            ..meridian_workloads::WorkloadOptions::default()
+        };
+        let workload = meridian_workloads::build("micro-luigi", &options).unwrap();
+        let slot = |shard| vec![ReplicaSlot { shard: ShardId(shard), replica: 0 }];
+        let topology = Topology {
+            regions: vec!["a".into()],
+            nodes: vec![
+                NodeInfo {
+                    region: meridian_core::RegionId(0),
+                    replicas: slot(0),
+                    coordinator: false,
+                },
+                NodeInfo {
+                    region: meridian_core::RegionId(0),
+                    replicas: slot(1),
+                    coordinator: true,
+                },
+            ],
+            shards: 2,
+            replicas: 1,
+        };
+        let topology = Arc::new(topology);
+        let mut nodes: Vec<ChainNode> = (0..2)
+            .map(|id| {
+                let context = NodeContext::new(
+                    NodeId(id),
+                    topology.clone(),
+                    Arc::new(workload.registry()),
+                    Arc::new(workload.partitioner()),
+                    7,
+                    crate::Timing::for_network(meridian_core::time::NS_PER_MS),
+                );
+                let mut node = ChainNode::new(context);
+                for (shard, store) in node.stores_mut() {
+                    workload.load(shard, store);
+                }
+                node
+            })
+            .collect();
+        let mut generator = workload.generator(0, 1);
+        let txn = generator.next(RequestId(1));
+        let pieces = hops_of(&nodes[1].context, &txn, ShardId(1)).unwrap();
+        assert_eq!(pieces.last().unwrap().node, NodeId(1), "micro-luigi ends on shard 1");
+        let mut out = Outbox::new();
+        nodes[1].submit(10, ClientRequest { id: RequestId(1), txn }, &mut out);
+        let mut mail: std::collections::VecDeque<(NodeId, NodeId, ChainMsg)> =
+            sends(&mut out).into_iter().map(|(to, m)| (NodeId(1), to, m)).collect();
+        let mut replies = Vec::new();
+        for _ in 0..1_000 {
+            let Some((from, to, msg)) = mail.pop_front() else { break };
+            let mut out = Outbox::new();
+            nodes[to.0 as usize].on_message(11, from, msg, &mut out);
+            for effect in out.drain() {
+                match effect {
+                    Effect::Send { to: next, msg } => mail.push_back((to, next, msg)),
+                    Effect::Reply { outcome, .. } => replies.push(outcome),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(replies.len(), 1, "answered once");
+        assert_eq!(replies[0].result, TxnResult::Committed);
+        let plan_len = pieces.last().unwrap().pieces.end as usize;
+        assert_eq!(replies[0].outputs.len(), plan_len, "every piece's output");
     }
 
     fn samples() -> Vec<ChainMsg> {

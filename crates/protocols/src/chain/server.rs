@@ -145,6 +145,9 @@ pub struct Server {
     /// The largest timestamp among forgotten decisions: an unknown attempt at or below it may
     /// be one of them, so it is never run.
     forgotten_below: Timestamp,
+    /// Per coordinator node, the newest incarnation whose attempts ran here and the largest
+    /// timestamp among them (see [`Server::admit_ts`]). At most one entry per node.
+    origins: BTreeMap<NodeId, (u64, Timestamp)>,
 }
 
 /// What running a hop did.
@@ -177,6 +180,33 @@ impl Server {
             ended_max,
             records_max,
             forgotten_below: Timestamp::ZERO,
+            origins: BTreeMap::new(),
+        }
+    }
+
+    /// Admits a new attempt's timestamp, or names the timestamp it must exceed. Timestamps are
+    /// unique within one incarnation of a coordinator (increasing, the node in the low bits),
+    /// but a restarted coordinator, its clock stepped back, could reuse one of its previous
+    /// incarnation's, and two attempts at one timestamp cannot be ordered (each would read
+    /// below the other's writes). So a newer incarnation's attempt must be above every
+    /// timestamp of the older ones that ran here, and an older incarnation's attempt arriving
+    /// after a newer one's is refused.
+    pub fn admit_ts(&mut self, txn: TxnId, ts: Timestamp) -> Result<(), Timestamp> {
+        match self.origins.get_mut(&txn.origin) {
+            None => {
+                self.origins.insert(txn.origin, (txn.incarnation, ts));
+                Ok(())
+            }
+            Some((incarnation, highest)) if txn.incarnation == *incarnation => {
+                *highest = (*highest).max(ts);
+                Ok(())
+            }
+            Some((incarnation, highest)) if txn.incarnation > *incarnation && ts > *highest => {
+                *incarnation = txn.incarnation;
+                *highest = ts;
+                Ok(())
+            }
+            Some((_, highest)) => Err(*highest),
         }
     }
 
@@ -634,6 +664,19 @@ mod tests {
         // An undecided attempt holds the watermark below its timestamp.
         bench.server.collect_below(Timestamp(5_000));
         assert!(bench.server.store.gc_watermark() < Timestamp(1_100));
+    }
+
+    #[test]
+    fn a_restarted_coordinator_may_not_reuse_its_previous_incarnations_timestamps() {
+        let mut bench = Bench::new();
+        let at = |incarnation: u64, seq: u64| TxnId { origin: NodeId(1), incarnation, seq };
+        assert_eq!(bench.server.admit_ts(at(0, 0), Timestamp(500)), Ok(()));
+        assert_eq!(bench.server.admit_ts(at(0, 1), Timestamp(300)), Ok(()), "same incarnation");
+        assert_eq!(bench.server.admit_ts(at(1, 0), Timestamp(500)), Err(Timestamp(500)));
+        assert_eq!(bench.server.admit_ts(at(1, 1), Timestamp(501)), Ok(()));
+        assert_eq!(bench.server.admit_ts(at(0, 2), Timestamp(900)), Err(Timestamp(501)), "older");
+        let other = TxnId { origin: NodeId(2), incarnation: 0, seq: 0 };
+        assert_eq!(bench.server.admit_ts(other, Timestamp(10)), Ok(()), "per coordinator");
     }
 
     #[test]
