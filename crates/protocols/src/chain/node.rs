@@ -455,9 +455,9 @@ impl ChainNode {
                 return;
             }
         } else {
-            if server.maybe_forgotten(shipped.ts) {
+            if server.maybe_forgotten(txn, shipped.ts) {
                 self.counts.stale_total += 1;
-                let floor = server.forgotten_below();
+                let floor = server.forgotten_below(client);
                 out.send(client, ChainMsg::Stale { txn, floor });
                 return;
             }
@@ -768,8 +768,10 @@ impl ChainNode {
             }
             None => {
                 let topology = &self.context.topology;
+                let coordinator = topology.nodes.get(txn.origin.0 as usize);
                 let server_of = |shard: &ShardId| topology.replica_node(*shard, 0) == Some(from);
-                from == txn.origin || decision.shards.iter().any(server_of)
+                coordinator.is_some_and(|n| n.coordinator)
+                    && (from == txn.origin || decision.shards.iter().any(server_of))
             }
         }
     }

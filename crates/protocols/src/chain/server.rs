@@ -142,9 +142,11 @@ pub struct Server {
     ended_order: VecDeque<(TxnId, Timestamp)>,
     ended_max: usize,
     records_max: usize,
-    /// The largest timestamp among forgotten decisions: an unknown attempt at or below it may
-    /// be one of them, so it is never run.
-    forgotten_below: Timestamp,
+    /// Per coordinator node, the largest timestamp among its attempts' forgotten decisions:
+    /// an unknown attempt of that coordinator at or below it may be one of them, so it is
+    /// never run. (Per coordinator, because its timestamps increase: another coordinator's
+    /// attempts are not held back by it.) At most one entry per node.
+    forgotten_below: BTreeMap<NodeId, Timestamp>,
     /// Per coordinator node, the newest incarnation whose attempts ran here and the largest
     /// timestamp among them (see [`Server::admit_ts`]). At most one entry per node.
     origins: BTreeMap<NodeId, (u64, Timestamp)>,
@@ -179,7 +181,7 @@ impl Server {
             ended_order: VecDeque::new(),
             ended_max,
             records_max,
-            forgotten_below: Timestamp::ZERO,
+            forgotten_below: BTreeMap::new(),
             origins: BTreeMap::new(),
         }
     }
@@ -215,15 +217,15 @@ impl Server {
         self.ended.get(&txn).copied()
     }
 
-    /// True when an attempt at `ts` that this server does not know may be one whose decision
-    /// it forgot.
-    pub fn maybe_forgotten(&self, ts: Timestamp) -> bool {
-        ts <= self.forgotten_below
+    /// True when attempt `txn` at `ts`, which this server does not know, may be one whose
+    /// decision it forgot.
+    pub fn maybe_forgotten(&self, txn: TxnId, ts: Timestamp) -> bool {
+        ts <= self.forgotten_below(txn.origin)
     }
 
-    /// The newest timestamp an unknown attempt must exceed to run here.
-    pub fn forgotten_below(&self) -> Timestamp {
-        self.forgotten_below
+    /// The timestamp an unknown attempt of coordinator `origin` must exceed to run here.
+    pub fn forgotten_below(&self, origin: NodeId) -> Timestamp {
+        self.forgotten_below.get(&origin).copied().unwrap_or(Timestamp::ZERO)
     }
 
     /// True when another undecided attempt cannot be taken.
@@ -436,7 +438,8 @@ impl Server {
         while self.ended_order.len() > self.ended_max {
             let (old, old_ts) = self.ended_order.pop_front().expect("over the limit, so not empty");
             self.ended.remove(&old);
-            self.forgotten_below = self.forgotten_below.max(old_ts);
+            let floor = self.forgotten_below.entry(old.origin).or_insert(Timestamp::ZERO);
+            *floor = (*floor).max(old_ts);
         }
         debug_assert_eq!(self.ended.len(), self.ended_order.len());
     }
@@ -685,11 +688,13 @@ mod tests {
         assert!(matches!(bench.run(1, 100, &[], &[(0, u64::MAX)]), HopRun::Abort(Why::User(_))));
         bench.server.abort(txn(1), Timestamp(100));
         assert_eq!(bench.server.ended(txn(1)), Some(Ended::Aborted));
-        assert!(!bench.server.maybe_forgotten(Timestamp(100)));
+        assert!(!bench.server.maybe_forgotten(txn(4), Timestamp(100)));
         bench.server.abort(txn(2), Timestamp(300));
         bench.server.abort(txn(3), Timestamp(200));
         assert_eq!(bench.server.ended(txn(1)), None, "forgotten beyond the limit");
-        assert!(bench.server.maybe_forgotten(Timestamp(100)));
-        assert!(!bench.server.maybe_forgotten(Timestamp(101)));
+        assert!(bench.server.maybe_forgotten(txn(4), Timestamp(100)));
+        assert!(!bench.server.maybe_forgotten(txn(4), Timestamp(101)));
+        let elsewhere = TxnId { origin: NodeId(5), incarnation: 0, seq: 0 };
+        assert!(!bench.server.maybe_forgotten(elsewhere, Timestamp(50)), "per coordinator");
     }
 }
