@@ -7,14 +7,55 @@
 
 use meridian_core::node::{ClientRequest, Effect, Node, Outbox, TimerId};
 use meridian_core::time::NS_PER_MS;
+use meridian_core::topology::Topology;
 use meridian_core::{NodeId, RequestId, Time};
+use meridian_protocols::{NodeContext, ProtocolNode, Timing};
 use meridian_workloads::Workload;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// Script steps per input.
 const STEPS_MAX: usize = 64;
 /// Deliveries and timer firings per step.
 const EVENTS_PER_STEP_MAX: usize = 2_000;
+
+/// A cluster of 3 shards × `replicas` in 3 regions running `workload` (`smallbank`, 4 keys per
+/// shard), each node built by `make` and loaded.
+pub fn cluster<N: ProtocolNode>(
+    replicas: u32,
+    make: impl Fn(NodeContext) -> N,
+) -> (Vec<N>, Box<dyn Workload>) {
+    let options = meridian_workloads::WorkloadOptions {
+        shards: 3,
+        keys_per_shard: 4,
+        ..meridian_workloads::WorkloadOptions::default()
+    };
+    let workload = meridian_workloads::build("smallbank", &options).expect("a workload");
+    let regions = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+    let topology = Arc::new(Topology::standard(regions, 3, replicas).expect("a topology"));
+    let registry = Arc::new(workload.registry());
+    let partitioner = Arc::new(workload.partitioner());
+    let nodes = topology
+        .node_ids()
+        .map(|id| {
+            let timing = Timing::for_network(NS_PER_MS);
+            let context = NodeContext::new(
+                id,
+                topology.clone(),
+                registry.clone(),
+                partitioner.clone(),
+                1,
+                timing,
+            );
+            let mut node = make(context);
+            for (shard, store) in node.stores_mut() {
+                workload.load(shard, store);
+            }
+            node
+        })
+        .collect();
+    (nodes, workload)
+}
 
 /// Runs the script `data` against `nodes` (loaded and not started), submitting `workload`'s
 /// transactions.
