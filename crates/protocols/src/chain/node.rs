@@ -374,7 +374,7 @@ impl ChainNode {
                 self.answer(id, TxnResult::Failed(failure), None, out)
             }
             Outcome::Aborted(Why::Conflict { cause, seen }) => {
-                self.ts_floor = self.ts_floor.max(*seen);
+                self.raise_floor(now, *seen);
                 let attempts_max = self.context.timing.attempts_max;
                 let Some(request) = self.requests.get_mut(id) else { return };
                 request.retries += 1;
@@ -398,7 +398,15 @@ impl ChainNode {
                 self.timers.set(Purpose::Retry(id), wait, out);
             }
         }
-        let _ = now;
+    }
+
+    /// Later attempts start above `seen` (a timestamp a server refused for), unless it is so
+    /// far beyond this coordinator's clock that servers would refuse every attempt above it:
+    /// a refusal naming one is not believed.
+    fn raise_floor(&mut self, now: Time, seen: Timestamp) {
+        if seen.0 <= now.saturating_add(TS_AHEAD_MAX_NS / 2) {
+            self.ts_floor = self.ts_floor.max(seen);
+        }
     }
 
     fn on_retry(&mut self, now: Time, id: RequestId, out: &mut Outbox<ChainMsg>) {
@@ -786,7 +794,7 @@ impl ChainNode {
             ChainMsg::Stale { txn, floor } => {
                 let Some(attempt) = self.attempts.get(&txn) else { return };
                 if attempt.hops.iter().any(|h| h.node == from) {
-                    self.ts_floor = self.ts_floor.max(floor);
+                    self.raise_floor(now, floor);
                 }
             }
         }
@@ -1181,6 +1189,32 @@ mod tests {
         assert_eq!(replies[0].result, TxnResult::Committed);
         let plan_len = pieces.last().unwrap().pieces.end as usize;
         assert_eq!(replies[0].outputs.len(), plan_len, "every piece's output");
+    }
+
+    /// A server's `Stale` raises the coordinator's timestamp floor, unless it names a
+    /// timestamp so far ahead that every attempt above it would be refused.
+    #[test]
+    fn a_stale_floor_far_beyond_the_clock_is_not_believed() {
+        let options = meridian_workloads::WorkloadOptions {
+            shards: 3,
+            keys_per_shard: 8,
+            ..meridian_workloads::WorkloadOptions::default()
+        };
+        let workload = meridian_workloads::build("bank", &options).unwrap();
+        let mut generator = workload.generator(0, 1);
+        let mut coordinator = node(3);
+        let mut out = Outbox::new();
+        let request = ClientRequest { id: RequestId(1), txn: generator.next(RequestId(1)) };
+        coordinator.submit(10, request, &mut out);
+        let (first, msg) = sends(&mut out).into_iter().next().unwrap();
+        let ChainMsg::Txn(body) = msg else { panic!("{msg:?}") };
+        let floor = coordinator.ts_floor;
+        let far = Timestamp(u64::MAX - 1);
+        coordinator.on_message(11, first, ChainMsg::Stale { txn: body.txn, floor: far }, &mut out);
+        assert_eq!(coordinator.ts_floor, floor, "not believed");
+        let near = Timestamp(floor.0 + 1_000_000);
+        coordinator.on_message(12, first, ChainMsg::Stale { txn: body.txn, floor: near }, &mut out);
+        assert_eq!(coordinator.ts_floor, near);
     }
 
     fn samples() -> Vec<ChainMsg> {
