@@ -131,8 +131,9 @@ struct VerifyArgs {
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Protocol: occ, 2pl, 2pc-mvto, mako, tiga (`docs/protocols.md` describes each); `bench` also
-    /// takes postgres (a PostgreSQL server runs the transactions; `docs/postgres.md`).
+    /// Protocol: occ, 2pl, 2pc-mvto, mako, tiga, chain (`docs/protocols.md` describes each);
+    /// `bench` also takes postgres (a PostgreSQL server runs the transactions;
+    /// `docs/postgres.md`).
     #[arg(long)]
     protocol: Option<String>,
     /// Workload: micro-luigi, micro-tiga, bank, smallbank, retwis, ycsb-a..f, tpcc, list-append,
