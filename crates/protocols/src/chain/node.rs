@@ -28,7 +28,7 @@
 //! precommit times out and aborts).
 
 use super::server::{Hop, HopRun, Server, Why};
-use crate::kit::coord::{backoff_ns, bind_plan, AttemptIds, RequestTable};
+use crate::kit::coord::{backoff_ns, bind_plan, AttemptIds, LeaderCache, RequestTable};
 use crate::kit::timers::Timers;
 use crate::mvto::order::{attempt_ts, TS_AHEAD_MAX_NS};
 use crate::{NodeContext, ProtocolNode};
@@ -239,12 +239,7 @@ impl ChainNode {
                 (slot.shard, server)
             })
             .collect();
-        let region = me.region;
-        let topology = &context.topology;
-        let home = (0..topology.shards)
-            .map(ShardId)
-            .find(|&s| topology.replica_node(s, 0).is_some_and(|n| topology.region_of(n) == region))
-            .unwrap_or(ShardId(0));
+        let home = LeaderCache::new(context.topology.clone()).home_shard(context.id);
         Self {
             servers,
             requests: RequestTable::new(limits.requests_in_flight_max),
