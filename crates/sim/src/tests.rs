@@ -1102,15 +1102,84 @@ fn chain_survives_lossy_links_and_settles_every_decision() {
     assert_eq!(open_chain_attempts(&report), 0);
 }
 
-/// `chain` refuses what it cannot run yet, saying why: replicas, durable logs, scans.
+/// `chain` refuses what it cannot run, saying why: an even replica count (its logs are Raft
+/// groups), scans.
 #[test]
-fn chain_refuses_replicas_and_scans() {
-    let replicated = Topology::standard(regions(3), 2, 3).unwrap();
-    let error = ProtocolKind::Chain.check_topology(&replicated).unwrap_err().0;
-    assert!(error.contains("one replica per shard"), "{error}");
+fn chain_refuses_even_replica_counts_and_scans() {
+    let even = Topology::standard(regions(3), 2, 2).unwrap();
+    let error = ProtocolKind::Chain.check_topology(&even).unwrap_err().0;
+    assert!(error.contains("odd replica count"), "{error}");
+    let odd = Topology::standard(regions(3), 2, 3).unwrap();
+    assert!(ProtocolKind::Chain.check_topology(&odd).is_ok());
     let options = WorkloadOptions { shards: 2, keys_per_shard: 100, ..WorkloadOptions::default() };
     let scans = meridian_workloads::build("scan-count", &options).unwrap();
     let single = Topology::standard(regions(3), 2, 1).unwrap();
     let error = ProtocolKind::Chain.check_workload(scans.as_ref(), &single).unwrap_err().0;
     assert!(error.contains("scan"), "{error}");
+}
+
+// `chain` on 3 shards × 3 replicas: the failure cases of CrossStitch's liveness argument
+// (§4.1). Each run must stay live and strictly serializable, end with nothing undecided and
+// nothing undelivered anywhere, and with every replica of a shard equal.
+
+fn chain_replicated(seed: u64) -> SimRunOptions {
+    let mut opts = chain_options(seed, 3, 300);
+    opts.topology = Topology::standard(regions(3), 3, 3).unwrap();
+    opts
+}
+
+fn assert_chain_settled(report: &SimRunReport) {
+    assert_replicated_run_passed(report);
+    assert_eq!(open_chain_attempts(report), 0, "every attempt decided on every replica");
+    assert_eq!(chain_total(report, "chain_undelivered_decisions"), 0, "every decision delivered");
+}
+
+/// An intermediate server fails after running its hop and before its vote: the hop's
+/// shard fails over, the new leader waits afresh for the hop's messages, times out and
+/// aborts (the hop had not precommitted, so it may); nothing it wrote stays.
+#[test]
+fn chain_an_intermediate_server_failing_before_its_precommit_aborts_cleanly() {
+    let mut opts = chain_replicated(31);
+    let leader = replica(&opts, 1, 0);
+    opts.crash_triggers = vec![crash_on(leader, crate::TriggerPoint::Send, "Ack {")];
+    let report = run(&opts, micro_keys(3, 1_000, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert_chain_settled(&report);
+}
+
+/// An intermediate server fails right as it sends its precommit (the vote is in its log):
+/// the next hop times out waiting for it and aborts, or the new leader's state carries the
+/// vote; either way every replica agrees and nothing is left pending.
+#[test]
+fn chain_an_intermediate_server_failing_after_its_precommit_loses_no_vote() {
+    let mut opts = chain_replicated(32);
+    let leader = replica(&opts, 1, 0);
+    opts.crash_triggers = vec![crash_on(leader, crate::TriggerPoint::Send, "Precommit {")];
+    let report = run(&opts, micro_keys(3, 1_000, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert_chain_settled(&report);
+}
+
+/// The end server (the final coordinator) fails as it delivers a decision: the decision is
+/// in its shard's log (the transaction replicas' role), so the new leader delivers it.
+#[test]
+fn chain_the_end_server_failing_while_delivering_its_decision_loses_nothing() {
+    let mut opts = chain_replicated(33);
+    let leader = replica(&opts, 2, 0);
+    opts.crash_triggers = vec![crash_on(leader, crate::TriggerPoint::Send, "Decision {")];
+    let report = run(&opts, micro_keys(3, 1_000, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert_chain_settled(&report);
+}
+
+/// A transaction replica (a follower of a shard's log) fails: its shard commits on the
+/// other two and the replica catches up when it restarts.
+#[test]
+fn chain_a_transaction_replica_failing_changes_nothing() {
+    let mut opts = chain_replicated(34);
+    let follower = replica(&opts, 2, 1);
+    opts.crash_triggers = vec![crash_on(follower, crate::TriggerPoint::Receive, "Raft {")];
+    let report = run(&opts, micro_keys(3, 1_000, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert_chain_settled(&report);
 }

@@ -383,6 +383,13 @@ impl MvccStore {
         })
     }
 
+    /// Every key a transaction wrote a version of since its load (pending versions
+    /// included), in key order: what a snapshot of a store holding undecided writes must
+    /// carry (with every version of each) on top of the initial load.
+    pub fn written_keys(&self) -> impl Iterator<Item = &Key> {
+        self.written.iter().filter(|k| self.map.contains_key(*k))
+    }
+
     /// Replaces `key`'s history by one committed version (restoring a snapshot).
     pub fn restore_latest(&mut self, key: Key, ts: Timestamp, writer: TxnId, value: Option<Value>) {
         let version = Version { ts, value, writer, state: VersionState::Committed };

@@ -19,6 +19,7 @@
 //! recovery that rests on it (queries to hop `i + 2`, failover of a server's keys to its
 //! replica), so servers may not crash; durable logs; scans.
 
+pub mod machine;
 pub mod node;
 pub mod server;
 
@@ -38,19 +39,21 @@ impl Protocol for Chain {
     type Node = node::ChainNode;
 
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
-        if topology.replicas != 1 {
+        if topology.replicas != 1 && topology.replicas.is_multiple_of(2) {
             return Err(ConfigError::new(format!(
-                "chain runs on one replica per shard for now (got {}): its key replicas and \
-                 transaction replicas are not built yet",
+                "chain replicates each shard's server with Raft, which needs an odd replica \
+                 count (got {})",
                 topology.replicas
             )));
         }
         Ok(())
     }
 
-    /// Servers hold the only copy of their shard: only nodes hosting none may crash.
+    /// With replicated shards every node may crash (its log is durable and its group has
+    /// other members); an unreplicated server keeps its shard only in memory in the
+    /// simulator, so only nodes that host no replica may.
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        topology.nodes[node.0 as usize].replicas.is_empty()
+        topology.replicas >= 3 || topology.nodes[node.0 as usize].replicas.is_empty()
     }
 
     /// Chains cannot hold a scanned range against writers yet: a sample of the workload's
@@ -64,16 +67,11 @@ impl Protocol for Chain {
     }
 
     fn restore(context: NodeContext, durable: &Durable) -> Result<node::ChainNode, String> {
-        if context.durable || !durable.is_empty() {
-            return Err("chain keeps its state in memory only (durable logs are not built \
-                        yet): run it with --durability memory"
-                .into());
-        }
-        Ok(node::ChainNode::new(context))
+        node::ChainNode::restore(context, durable)
     }
 
-    fn replay_committed(_node: &mut node::ChainNode) -> Replayed {
-        Replayed::default() // Nothing durable to replay.
+    fn replay_committed(node: &mut node::ChainNode) -> Replayed {
+        node.replay_committed()
     }
 }
 

@@ -1,37 +1,43 @@
-//! A `chain` node: the coordinator of its clients' requests (hop 0 of their chains) and the
-//! server of the shards it hosts, running CrossStitch's pipelined commit (PLC) beside the
-//! chain.
+//! A `chain` node: the coordinator of its clients' requests (hop 0 of their chains) and a
+//! replica of the shards it hosts, whose servers run on the shards' logs
+//! ([`super::machine`]). It runs CrossStitch's pipelined commit (PLC) beside the chain.
 //!
-//! Messages of one attempt, hop `h` being `hops[h - 1]` and hop 0 the coordinator:
+//! Messages of one attempt, hop `h` being `hops[h - 1]` and hop 0 the coordinator; a hop's
+//! messages go to its shard's leader (a replica that does not lead answers with the leader it
+//! knows, and the sender's timeout or resend does the rest):
 //! - `Txn` ships the attempt (procedure, arguments, timestamp, the outputs of every piece so
-//!   far) to hop `h`, which runs its pieces and answers `Ack` to hop `h - 1`, then ships the
-//!   attempt on to hop `h + 1`. Every node derives the whole hop list from the procedure and
-//!   its arguments, so an acknowledgement names the hop after it implicitly.
-//! - A hop sends `Precommit` to the next one once it has the previous hop's precommit (the
-//!   coordinator's, for hop 1, sent on hop 1's acknowledgement), the next hop's
-//!   acknowledgement, and no read of an undecided writer's version here. Once it has sent it,
-//!   it votes commit and may no longer abort on its own: the decision belongs to the hops
-//!   after it.
-//! - The last hop, with the previous precommit, commits: it is the final coordinator.
-//! - A hop that has not precommitted may abort at any time (a conflict, a user abort, a
-//!   writer it read aborting, or a timeout waiting for the messages above); so may the
-//!   coordinator before it precommitted. Whoever decides (the last hop's commit, or an
-//!   abort) delivers the `Decision` to the coordinator and every other hop, resending until
-//!   each answers `Applied`: this is the paper's commit message, forward-abort and abort to
-//!   the previous hops in one reliable delivery.
+//!   far) to hop `h`, which runs its pieces (through its log) and answers `Ack` to hop
+//!   `h - 1`, then ships the attempt on to hop `h + 1`. Every node derives the whole hop list
+//!   from the procedure and its arguments, so an acknowledgement names the hop after it
+//!   implicitly.
+//! - A hop votes once it has the previous hop's precommit (the coordinator's, for hop 1, sent
+//!   on hop 1's acknowledgement), the next hop's acknowledgement, and no read of an undecided
+//!   writer's version here; once the vote is in its log it sends `Precommit` to the next hop
+//!   and may no longer abort on its own: the decision belongs to the hops after it.
+//! - The last hop, with the previous precommit, votes commit: it is the final coordinator,
+//!   and its log (its shard's replicas) holds the decision before anyone hears it.
+//! - A hop that has not voted may abort at any time (a conflict, a user abort, a writer it
+//!   read aborting, or a timeout waiting for the messages above; a new leader waits afresh
+//!   for every hop that has not voted); so may the coordinator before it precommitted.
+//!   Whoever decides (the last hop's commit, or an abort) delivers the `Decision` to the
+//!   coordinator and to every other hop's shard, resending until each answers `Applied` (a
+//!   shard once its log applied it): the paper's commit message, forward-abort and abort to
+//!   the previous hops in one reliable delivery. A shard's undelivered decisions are in its
+//!   log, so a new leader goes on delivering them.
 //!
-//! Without replicas (one per shard, what `chain` runs on today) a server cannot fail without
-//! losing its data, so the recovery paths that need replicas (queries to hop `h + 2`, the
-//! transaction replicas of the final coordinator's Paxos commit, notifications from key
-//! replicas) are not built yet; message loss, delay and duplication are handled by the
-//! timeouts and the delivery above, and coordinators may crash (a hop waiting for their
-//! precommit times out and aborts).
+//! Failures: a hop's leader failing is its shard's log failing over (a majority of its
+//! replicas alive keeps it going, with every vote and decision it made); a coordinator
+//! failing leaves hop 1 waiting for its precommit, which times out and aborts. This replaces
+//! the paper's recovery queries to hop `h + 2` and to the transaction replicas: no hop's
+//! state is lost with one server, so none needs to be inferred from the hops after it.
 
-use super::server::{Hop, HopRun, Server, Why};
+use super::machine::{serves, ChainMachine, Command, Event, Undelivered};
+use super::server::{Hop, Why};
 use crate::kit::coord::{backoff_ns, bind_plan, AttemptIds, LeaderCache, RequestTable};
+use crate::kit::host::{Hosts, RaftGroupMsgs, Route};
 use crate::kit::timers::Timers;
 use crate::mvto::order::{attempt_ts, TS_AHEAD_MAX_NS};
-use crate::{NodeContext, ProtocolNode};
+use crate::{Durable, NodeContext, ProtocolNode};
 use meridian_core::node::{ClientRequest, Node, Outbox, PersistToken, TimerId};
 use meridian_core::rng::{child_rng, Rng};
 use meridian_core::txn::{
@@ -87,7 +93,7 @@ pub struct Decision {
 }
 
 /// `chain`'s messages.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ChainMsg {
     /// The attempt, shipped to its next hop.
     Txn(Box<Shipped>),
@@ -105,12 +111,21 @@ pub enum ChainMsg {
         /// The hop precommitting (0: the coordinator).
         hop: u32,
     },
-    /// The decision, from the hop (or coordinator) that made it.
-    Decision(Box<Decision>),
-    /// The decision was applied here: the decider may stop resending it.
+    /// The decision, from the node that made it: for shard `to`, or (`None`) the
+    /// coordinator's copy.
+    Decision {
+        /// Who it is for.
+        to: Option<ShardId>,
+        /// The decision.
+        decision: Box<Decision>,
+    },
+    /// The decision was applied by `shard` (`None`: by the coordinator): the decider may
+    /// stop resending it there.
     Applied {
         /// The attempt.
         txn: TxnId,
+        /// Who applied it.
+        shard: Option<ShardId>,
     },
     /// A server refused an attempt it does not know at or below a timestamp whose decisions
     /// it may have forgotten: to the coordinator, whose retries start above `floor`.
@@ -120,6 +135,44 @@ pub enum ChainMsg {
         /// The timestamp to exceed.
         floor: Timestamp,
     },
+    /// A replica of `shard` that does not lead it got a message for it: the leader it knows.
+    Leader {
+        /// The shard.
+        shard: ShardId,
+        /// Its leader, as the replica knows it.
+        leader: NodeId,
+    },
+    /// A message for `shard`'s leader from node `from`, relayed by a replica of `shard` that
+    /// does not lead it (once: a relayed message is never relayed again).
+    Relay {
+        /// The node that sent it.
+        from: NodeId,
+        /// The shard it is for.
+        shard: ShardId,
+        /// The message.
+        msg: Relayed,
+    },
+    /// The shards' log messages.
+    Raft {
+        /// Per group.
+        groups: Vec<RaftGroupMsgs>,
+    },
+}
+
+/// The messages a replica relays to its shard's leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Relayed {
+    /// A `Txn`.
+    Txn(Box<Shipped>),
+    /// A `Precommit`.
+    Precommit {
+        /// The attempt.
+        txn: TxnId,
+        /// The hop precommitting.
+        hop: u32,
+    },
+    /// A `Decision` for the shard.
+    Decision(Box<Decision>),
 }
 
 /// What a timer was for.
@@ -129,19 +182,12 @@ enum Purpose {
     AckTimeout(TxnId),
     /// A request's next attempt.
     Retry(RequestId),
-    /// A hop that ran waits for what it needs to precommit.
+    /// A hop that ran waits for what it needs to vote.
     HopTimeout(ShardId, TxnId, u32),
-    /// Resend undelivered decisions, collect garbage.
+    /// Resend undelivered decisions, forget delivered ones, collect garbage.
     Pace,
-}
-
-/// What a decision released, done after it (see [`ChainNode::drain`]).
-#[derive(Debug)]
-enum Work {
-    /// An attempt on this shard waits on no writer any more: it may precommit.
-    Freed(ShardId, TxnId),
-    /// An attempt on this shard read a version whose writer aborted: it aborts too.
-    Cascade(ShardId, TxnId),
+    /// The logs' clock.
+    RaftTick,
 }
 
 /// A coordinator's attempt.
@@ -154,28 +200,27 @@ struct Attempt {
     precommitted: bool,
 }
 
-/// A decision being delivered.
+/// A decision being delivered, by the leader of the shard that made it (or the coordinator).
 #[derive(Debug)]
 struct Delivery {
+    /// The shard that decided (`None`: this coordinator).
+    by: Option<ShardId>,
     /// The hops' copy.
     decision: Decision,
-    /// The coordinator's copy, when it still waits for it.
-    client: Option<(NodeId, Decision)>,
-    /// The nodes that have not answered `Applied`.
-    to: BTreeSet<NodeId>,
+    /// The coordinator's copy.
+    client: Decision,
+    /// Who has not answered `Applied`: shards, and `None` for the coordinator.
+    to: BTreeSet<Option<ShardId>>,
     sent_at: Time,
 }
 
 #[derive(Debug, Default)]
 struct Counts {
-    hops_run_total: u64,
-    commits_total: u64,
-    aborts_decided_total: u64,
-    cascading_total: u64,
     timeouts_total: u64,
     resent_total: u64,
     stale_total: u64,
     refused_total: u64,
+    redirected_total: u64,
 }
 
 /// The hops of `request`'s chain: its plan bound to shards (replicated-table pieces on
@@ -192,22 +237,17 @@ pub fn hops_of(
         let index = index as u32;
         match hops.last_mut() {
             Some(last) if last.shard == piece.shard => last.pieces.end = index + 1,
-            _ => {
-                let node = context.topology.replica_node(piece.shard, 0).ok_or_else(|| {
-                    ProcError::Contract(format!("no server for shard {}", piece.shard.0))
-                })?;
-                hops.push(Hop { shard: piece.shard, node, pieces: index..index + 1 });
-            }
+            _ => hops.push(Hop { shard: piece.shard, pieces: index..index + 1 }),
         }
     }
     Ok(hops)
 }
 
 /// A `chain` node.
-#[derive(Debug)]
 pub struct ChainNode {
     context: NodeContext,
-    servers: BTreeMap<ShardId, Server>,
+    hosts: Hosts<ChainMachine>,
+    leaders: LeaderCache,
     requests: RequestTable,
     attempts: BTreeMap<TxnId, Attempt>,
     ids: AttemptIds,
@@ -215,33 +255,38 @@ pub struct ChainNode {
     ts_floor: Timestamp,
     home: ShardId,
     rng: Rng,
-    deliveries: BTreeMap<TxnId, Delivery>,
-    work: std::collections::VecDeque<Work>,
+    /// Decisions being delivered, by attempt and deciding shard (`None`: this coordinator).
+    deliveries: BTreeMap<(TxnId, Option<ShardId>), Delivery>,
+    /// Per shard this node leads, decisions applied everywhere, to forget in its log.
+    delivered: BTreeMap<ShardId, Vec<TxnId>>,
     timers: Timers<Purpose>,
     counts: Counts,
 }
 
+impl std::fmt::Debug for ChainNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainNode").field("id", &self.context.id).finish_non_exhaustive()
+    }
+}
+
 impl ChainNode {
-    /// A node of `context` with empty stores.
+    /// A node of `context` with empty stores and logs.
     pub fn new(context: NodeContext) -> Self {
-        let me = &context.topology.nodes[context.id.0 as usize];
+        Self::restore(context, &Durable::new()).expect("empty logs restore")
+    }
+
+    /// A node of `context` rebuilt from its durable logs.
+    pub fn restore(context: NodeContext, durable: &Durable) -> Result<Self, String> {
+        let shard_context = context.clone();
+        let make = |shard| ChainMachine::new(shard, shard_context.clone());
+        let wrap = |groups| ChainMsg::Raft { groups };
+        let hosts = Hosts::restore(&context, durable, wrap, make)?;
         let limits = context.limits;
-        let servers = me
-            .replicas
-            .iter()
-            .map(|slot| {
-                let server = Server::new(
-                    slot.shard,
-                    limits.read_stamps_max,
-                    limits.decided_max,
-                    limits.lock_holders_max,
-                );
-                (slot.shard, server)
-            })
-            .collect();
-        let home = LeaderCache::new(context.topology.clone()).home_shard(context.id);
-        Self {
-            servers,
+        let leaders = LeaderCache::new(context.topology.clone());
+        let home = leaders.home_shard(context.id);
+        Ok(Self {
+            hosts,
+            leaders,
             requests: RequestTable::new(limits.requests_in_flight_max),
             attempts: BTreeMap::new(),
             ids: AttemptIds::new(context.id, context.incarnation),
@@ -249,18 +294,27 @@ impl ChainNode {
             home,
             rng: child_rng(context.seed, "chain-node", u64::from(context.id.0)),
             deliveries: BTreeMap::new(),
-            work: std::collections::VecDeque::new(),
+            delivered: BTreeMap::new(),
             timers: Timers::default(),
             counts: Counts::default(),
             context,
+        })
+    }
+
+    /// Applies what the logs restored hold, answering nobody (a restarted node).
+    pub fn replay_committed(&mut self) -> crate::Replayed {
+        let replayed = self.hosts.replay_committed();
+        for (_, machine, _) in self.hosts.iter_mut() {
+            machine.take_events();
         }
+        replayed
     }
 
     fn pace_ns(&self) -> u64 {
         (self.context.timing.rpc_timeout_ns / 4).max(meridian_core::time::NS_PER_MS)
     }
 
-    /// How long a hop that ran waits for what it needs to precommit before it aborts.
+    /// How long a hop that ran waits for what it needs to vote before it aborts.
     fn hop_timeout_ns(&self) -> u64 {
         2 * self.context.timing.rpc_timeout_ns
     }
@@ -289,15 +343,51 @@ impl ChainNode {
         let txn = self.ids.next_id();
         let ts = attempt_ts(now, self.ts_floor, self.context.id);
         self.ts_floor = ts;
-        let first = hops[0].node;
+        let first = hops[0].shard;
         let shipped =
             Shipped { txn, ts, request: call, home: self.home, hop: 1, outputs: Vec::new() };
-        out.send(first, ChainMsg::Txn(Box::new(shipped)));
         self.attempts.insert(txn, Attempt { request: id, ts, hops, precommitted: false });
         if let Some(request) = self.requests.get_mut(id) {
             request.attempt = Some(txn);
         }
         self.timers.set(Purpose::AckTimeout(txn), self.context.timing.rpc_timeout_ns, out);
+        self.to_shard(now, first, ChainMsg::Txn(Box::new(shipped)), 0, out);
+    }
+
+    /// Sends `msg` to `shard`'s leader after `chain` wide-area legs; a shard this node leads
+    /// handles it here at once.
+    fn to_shard(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        msg: ChainMsg,
+        chain: u16,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let leader = match self.hosts.route(shard) {
+            Route::Here => self.context.id,
+            Route::Forward(leader) => leader,
+            Route::Drop => self.leaders.leader(shard),
+        };
+        self.post(now, leader, msg, chain, out);
+    }
+
+    /// Sends `msg` to `to` after `chain` wide-area legs, or handles it here when `to` is this
+    /// node.
+    fn post(
+        &mut self,
+        now: Time,
+        to: NodeId,
+        msg: ChainMsg,
+        chain: u16,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let me = self.context.id;
+        if to == me {
+            self.dispatch(now, me, msg, out);
+        } else {
+            out.send_after(to, msg, chain);
+        }
     }
 
     fn answer(
@@ -327,13 +417,13 @@ impl ChainNode {
         );
     }
 
-    fn on_client_ack(&mut self, from: NodeId, txn: TxnId, out: &mut Outbox<ChainMsg>) {
+    fn on_client_ack(&mut self, now: Time, from: NodeId, txn: TxnId, out: &mut Outbox<ChainMsg>) {
         let Some(attempt) = self.attempts.get_mut(&txn) else { return };
-        if attempt.precommitted || attempt.hops[0].node != from {
+        if attempt.precommitted || !serves(&self.context.topology, from, attempt.hops[0].shard) {
             return;
         }
         attempt.precommitted = true;
-        out.send(from, ChainMsg::Precommit { txn, hop: 0 });
+        self.post(now, from, ChainMsg::Precommit { txn, hop: 0 }, 0, out);
     }
 
     fn on_ack_timeout(&mut self, now: Time, txn: TxnId, out: &mut Outbox<ChainMsg>) {
@@ -343,12 +433,10 @@ impl ChainNode {
         }
         self.counts.timeouts_total += 1;
         let (ts, shards) = (attempt.ts, attempt.hops.iter().map(|h| h.shard).collect());
-        let nodes: BTreeSet<NodeId> = attempt.hops.iter().map(|h| h.node).collect();
         let why =
             Why::Conflict { cause: meridian_core::txn::AbortCause::Timeout, seen: Timestamp::ZERO };
         let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
-        self.apply(now, &decision, None, out);
-        self.deliver(now, decision, None, nodes, 0, out);
+        self.deliver(now, None, decision.clone(), decision, 0, out);
     }
 
     /// The coordinator's part of a decision for one of its attempts.
@@ -418,101 +506,94 @@ impl ChainNode {
         self.start(now, id, out);
     }
 
+    /// A decision for one of this coordinator's attempts (the coordinator's copy).
+    fn on_client_decision(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        decision: Decision,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let txn = decision.txn;
+        if txn.origin != self.context.id {
+            return self.refuse();
+        }
+        let topology = &self.context.topology;
+        let aborted = matches!(decision.outcome, Outcome::Aborted(_));
+        let genuine = match self.attempts.get(&txn) {
+            Some(attempt) => {
+                let last = attempt.hops.last().is_some_and(|h| serves(topology, from, h.shard));
+                last || (aborted && attempt.hops.iter().any(|h| serves(topology, from, h.shard)))
+            }
+            // Applied already (or from an earlier incarnation): only its acknowledgement.
+            None => decision.shards.iter().any(|&s| serves(topology, from, s)),
+        };
+        if !genuine {
+            return self.refuse();
+        }
+        self.client_outcome(now, &decision, out);
+        self.post(now, from, ChainMsg::Applied { txn, shard: None }, 0, out);
+    }
+
     // ----- servers -----------------------------------------------------------------------
 
-    fn on_txn(&mut self, now: Time, from: NodeId, shipped: Shipped, out: &mut Outbox<ChainMsg>) {
-        let client = shipped.txn.origin;
-        let topology = &self.context.topology;
-        if !topology.nodes.get(client.0 as usize).is_some_and(|n| n.coordinator) {
-            return self.refuse(); // Attempts come from coordinators.
-        }
-        let hops = match hops_of(&self.context, &shipped.request, shipped.home) {
-            Ok(hops) if shipped.home.0 < self.context.topology.shards => hops,
-            _ => return self.refuse(), // A coordinator checked it: this copy is not genuine.
-        };
-        let hop = shipped.hop;
-        if hop == 0 || hop as usize > hops.len() {
-            return self.refuse();
-        }
-        let here = &hops[hop as usize - 1];
-        let previous = if hop == 1 { client } else { hops[hop as usize - 2].node };
-        if here.node != self.context.id
-            || from != previous
-            || shipped.outputs.len() != here.pieces.start as usize
-        {
-            return self.refuse();
-        }
-        let shard = here.shard;
-        let Some(server) = self.servers.get(&shard) else { return self.refuse() };
-        let txn = shipped.txn;
-        if server.ended(txn).is_some() {
-            return; // Decided (or refused) already: a late or duplicated copy.
-        }
-        if let Some(record) = server.records.get(&txn) {
-            if record.ts != shipped.ts || record.hops != hops {
-                return self.refuse(); // Not a copy of the attempt this server runs.
-            }
-            if record.ran.contains_key(&hop) {
-                // A duplicate: the acknowledgement may have been lost with the first copy.
-                out.send(from, ChainMsg::Ack { txn, hop });
-                return;
-            }
-        } else {
-            if server.maybe_forgotten(txn, shipped.ts) {
-                self.counts.stale_total += 1;
-                let floor = server.forgotten_below(client);
-                out.send(client, ChainMsg::Stale { txn, floor });
-                return;
-            }
-            if shipped.ts.0 > now.saturating_add(TS_AHEAD_MAX_NS) {
-                return self.refuse(); // A coordinator clock that far ahead is broken.
-            }
-            if server.full() || self.deliveries.len() >= self.context.limits.deliveries_max {
-                // No room: the hop before times out and aborts.
-                self.counts.refused_total += 1;
-                return;
-            }
-            let server = self.servers.get_mut(&shard).expect("checked above");
-            if let Err(floor) = server.admit_ts(txn, shipped.ts) {
-                self.counts.stale_total += 1;
-                out.send(client, ChainMsg::Stale { txn, floor });
-                return;
-            }
-        }
-        let procedure = match self.context.registry.get(shipped.request.proc) {
-            Some(procedure) => procedure.clone(),
-            None => return self.refuse(),
-        };
-        let server = self.servers.get_mut(&shard).expect("checked above");
-        self.counts.hops_run_total += 1;
-        let run = server.run_hop(
-            procedure.as_ref(),
-            &self.context.partitioner,
-            (txn, shipped.ts, client),
-            &shipped.request,
-            &hops,
-            hop,
-            shipped.outputs,
-        );
-        match run {
-            HopRun::Abort(why) => self.decide_abort(now, shard, txn, why, out),
-            HopRun::Ran => {
-                out.send(from, ChainMsg::Ack { txn, hop });
-                if let Some(next) = hops.get(hop as usize) {
-                    let record = &self.servers[&shard].records[&txn];
-                    let shipped = Shipped {
-                        txn,
-                        ts: record.ts,
-                        request: shipped.request,
-                        home: shipped.home,
-                        hop: hop + 1,
-                        outputs: record.outputs.clone(),
-                    };
-                    out.send(next.node, ChainMsg::Txn(Box::new(shipped)));
+    /// Where a message for `shard` goes from here: `true` to handle it at this node (it
+    /// leads); otherwise it is relayed to the leader this node knows (unless it was relayed
+    /// already: `relay` is `None`), and the sender is told that leader.
+    fn here(
+        &mut self,
+        shard: ShardId,
+        from: NodeId,
+        relay: Option<Relayed>,
+        out: &mut Outbox<ChainMsg>,
+    ) -> bool {
+        match self.hosts.route(shard) {
+            Route::Here => true,
+            Route::Forward(leader) => {
+                self.counts.redirected_total += 1;
+                if from != self.context.id {
+                    out.send(from, ChainMsg::Leader { shard, leader });
                 }
-                self.timers.set(Purpose::HopTimeout(shard, txn, hop), self.hop_timeout_ns(), out);
-                self.try_precommit(now, shard, txn, hop, out);
+                if let Some(msg) = relay {
+                    out.send(leader, ChainMsg::Relay { from, shard, msg });
+                }
+                false
             }
+            Route::Drop => {
+                self.refuse();
+                false
+            }
+        }
+    }
+
+    fn on_txn(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        shipped: Shipped,
+        relayed_for: Option<ShardId>,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let shard = match hops_of(&self.context, &shipped.request, shipped.home) {
+            Ok(hops) => match shipped.hop.checked_sub(1).and_then(|h| hops.get(h as usize)) {
+                Some(hop) => hop.shard,
+                None => return self.refuse(),
+            },
+            Err(_) => return self.refuse(), // A coordinator checked it: this copy is not genuine.
+        };
+        if relayed_for.is_some_and(|s| s != shard) {
+            return self.refuse();
+        }
+        let relay = relayed_for.is_none().then(|| Relayed::Txn(Box::new(shipped.clone())));
+        if !self.here(shard, from, relay, out) {
+            return;
+        }
+        if shipped.ts.0 > now.saturating_add(TS_AHEAD_MAX_NS) {
+            return self.refuse(); // A coordinator clock that far ahead is broken.
+        }
+        let command = Command::Run { from, shipped: Box::new(shipped) };
+        if self.hosts.submit(shard, command, out).is_err() {
+            self.refuse();
         }
     }
 
@@ -520,12 +601,13 @@ impl ChainNode {
         self.counts.refused_total += 1;
     }
 
-    /// The server of this node holding a record of `txn` whose hop `hop` it ran.
-    fn server_of(&self, txn: TxnId, hop: u32) -> Option<ShardId> {
-        self.servers
-            .iter()
-            .find(|(_, s)| s.records.get(&txn).is_some_and(|r| r.ran.contains_key(&hop)))
-            .map(|(&shard, _)| shard)
+    /// The shard this node leads holding a record of `txn` whose hop `hop` ran, with that
+    /// record's hops.
+    fn led_record(&self, txn: TxnId, hop: u32) -> Option<(ShardId, Vec<Hop>)> {
+        self.hosts.iter().filter(|(shard, _)| self.hosts.leads(*shard)).find_map(|(shard, m)| {
+            let record = m.server.records.get(&txn)?;
+            record.ran.contains_key(&hop).then(|| (shard, record.hops.clone()))
+        })
     }
 
     fn on_ack(
@@ -536,65 +618,90 @@ impl ChainNode {
         hop: u32,
         out: &mut Outbox<ChainMsg>,
     ) {
-        if hop == 1 && txn.origin == self.context.id {
-            return self.on_client_ack(from, txn, out);
+        if hop == 1 && txn.origin == self.context.id && self.attempts.contains_key(&txn) {
+            return self.on_client_ack(now, from, txn, out);
         }
         let Some(before) = hop.checked_sub(1).filter(|&h| h > 0) else { return };
-        let Some(shard) = self.server_of(txn, before) else { return };
+        let Some((shard, hops)) = self.led_record(txn, before) else { return };
         let chain = out.chain();
-        let server = self.servers.get_mut(&shard).expect("found above");
-        let record = server.records.get_mut(&txn).expect("found above");
-        if record.hops.get(hop as usize - 1).is_none_or(|h| h.node != from) {
+        if hops.get(hop as usize - 1).is_none_or(|h| !serves(&self.context.topology, from, h.shard))
+        {
             return self.refuse();
         }
-        let state = record.ran.get_mut(&before).expect("found above");
-        if state.acked.is_none() {
-            state.acked = Some(chain);
-        }
-        self.try_precommit(now, shard, txn, before, out);
+        self.with_hop(shard, txn, before, |state| {
+            state.acked.get_or_insert(chain);
+        });
+        self.try_vote(shard, txn, before, out);
     }
 
     fn on_precommit(
         &mut self,
-        now: Time,
         from: NodeId,
         txn: TxnId,
         hop: u32,
+        relayed_for: Option<ShardId>,
         out: &mut Outbox<ChainMsg>,
     ) {
         let Some(next) = hop.checked_add(1) else { return };
-        let Some(shard) = self.server_of(txn, next) else { return };
-        let chain = out.chain();
-        let server = self.servers.get_mut(&shard).expect("found above");
-        let record = server.records.get_mut(&txn).expect("found above");
-        let sender = match hop.checked_sub(1) {
-            None => Some(txn.origin),
-            Some(before) => record.hops.get(before as usize).map(|h| h.node),
+        let Some((shard, hops)) = self.led_record(txn, next) else {
+            // A replica that does not lead relays it, if it knows the hop.
+            let shard = self.hosts.iter().find_map(|(shard, m)| {
+                let record = m.server.records.get(&txn)?;
+                record.ran.contains_key(&next).then_some(shard)
+            });
+            if let Some(shard) = shard.filter(|_| relayed_for.is_none()) {
+                self.here(shard, from, Some(Relayed::Precommit { txn, hop }), out);
+            }
+            return;
         };
-        if sender != Some(from) {
+        if relayed_for.is_some_and(|s| s != shard) {
             return self.refuse();
         }
-        let state = record.ran.get_mut(&next).expect("found above");
-        if state.precommit.is_none() {
-            state.precommit = Some(chain);
+        let chain = out.chain();
+        let genuine = match hop.checked_sub(1) {
+            None => from == txn.origin,
+            Some(before) => hops
+                .get(before as usize)
+                .is_some_and(|h| serves(&self.context.topology, from, h.shard)),
+        };
+        if !genuine {
+            return self.refuse();
         }
-        self.try_precommit(now, shard, txn, next, out);
+        self.with_hop(shard, txn, next, |state| {
+            state.precommit.get_or_insert(chain);
+        });
+        self.try_vote(shard, txn, next, out);
     }
 
-    /// Precommits hop `hop` of `txn` (or, the last hop, commits) once it has what it needs.
-    fn try_precommit(
+    fn with_hop(
         &mut self,
-        now: Time,
         shard: ShardId,
         txn: TxnId,
         hop: u32,
-        out: &mut Outbox<ChainMsg>,
+        f: impl FnOnce(&mut super::server::HopState),
     ) {
-        let server = self.servers.get_mut(&shard).expect("a hosted shard");
-        let Some(record) = server.records.get_mut(&txn) else { return };
+        let state = self
+            .hosts
+            .get_mut(shard)
+            .and_then(|m| m.server.records.get_mut(&txn))
+            .and_then(|r| r.ran.get_mut(&hop));
+        if let Some(state) = state {
+            f(state);
+        }
+    }
+
+    /// Proposes hop `hop` of `txn`'s vote (the last hop's: the commit) once it has what it
+    /// needs. Proposing twice is harmless: the log applies one vote.
+    fn try_vote(&mut self, shard: ShardId, txn: TxnId, hop: u32, out: &mut Outbox<ChainMsg>) {
+        if !self.hosts.leads(shard) {
+            return;
+        }
+        let Some(record) = self.hosts.get(shard).and_then(|m| m.server.records.get(&txn)) else {
+            return;
+        };
         let last = hop as usize == record.hops.len();
         let free = record.waits_on.is_empty();
-        let Some(state) = record.ran.get_mut(&hop) else { return };
+        let Some(state) = record.ran.get(&hop) else { return };
         if state.precommitted {
             return;
         }
@@ -602,196 +709,329 @@ impl ChainNode {
         if !free || (!last && after.is_none()) {
             return;
         }
-        state.precommitted = true;
         let chain = before.max(after.unwrap_or(0));
-        if last {
-            return self.decide_commit(now, shard, txn, chain, out);
-        }
-        let next = record.hops[hop as usize].node;
-        out.send_after(next, ChainMsg::Precommit { txn, hop }, chain);
+        let _ = self.hosts.submit(shard, Command::Vote { txn, hop, chain }, out);
     }
 
-    fn decide_commit(
-        &mut self,
-        now: Time,
-        shard: ShardId,
-        txn: TxnId,
-        chain: u16,
-        out: &mut Outbox<ChainMsg>,
-    ) {
-        let record = &self.servers[&shard].records[&txn];
-        let (ts, client, outputs) = (record.ts, record.client, record.outputs.clone());
-        let shards = record.hops.iter().map(|h| h.shard).collect();
-        let nodes: BTreeSet<NodeId> = record.hops.iter().map(|h| h.node).collect();
-        self.counts.commits_total += 1;
-        let decision =
-            Decision { txn, ts, shards, outcome: Outcome::Committed { outputs: Vec::new() } };
-        let for_client = Decision { outcome: Outcome::Committed { outputs }, ..decision.clone() };
-        self.apply(now, &decision, Some(&for_client), out);
-        self.deliver(now, decision, Some((client, for_client)), nodes, chain, out);
-    }
-
-    /// Hop of `txn` on `shard` (not precommitted) aborts it and delivers the decision.
-    fn decide_abort(
-        &mut self,
-        now: Time,
-        shard: ShardId,
-        txn: TxnId,
-        why: Why,
-        out: &mut Outbox<ChainMsg>,
-    ) {
-        let Some(record) = self.servers[&shard].records.get(&txn) else { return };
-        debug_assert!(
-            record.ran.values().any(|s| !s.precommitted),
-            "only a hop that has not precommitted may abort"
-        );
-        let (ts, client) = (record.ts, record.client);
-        let shards = record.hops.iter().map(|h| h.shard).collect();
-        let nodes: BTreeSet<NodeId> = record.hops.iter().map(|h| h.node).collect();
-        self.counts.aborts_decided_total += 1;
-        let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
-        let for_client = decision.clone();
-        self.apply(now, &decision, None, out);
-        self.deliver(now, decision, Some((client, for_client)), nodes, 0, out);
-    }
-
-    /// Sends `decision` to every node in `to` but this one (and the coordinator's copy), after
-    /// a causal chain of `chain` wide-area legs, and keeps resending until each has applied
-    /// it.
+    /// Starts delivering a decision made here (by `by`'s leader, or by this coordinator):
+    /// to the coordinator (its copy `client`) and every hop's shard but `by`.
     fn deliver(
         &mut self,
         now: Time,
+        by: Option<ShardId>,
         decision: Decision,
-        client: Option<(NodeId, Decision)>,
-        mut to: BTreeSet<NodeId>,
+        client: Decision,
         chain: u16,
         out: &mut Outbox<ChainMsg>,
     ) {
-        let me = self.context.id;
-        let client = client.filter(|(node, _)| *node != me);
-        if let Some((node, copy)) = &client {
-            to.remove(node);
-            out.send_after(*node, ChainMsg::Decision(Box::new(copy.clone())), chain);
+        let txn = decision.txn;
+        if self.deliveries.contains_key(&(txn, by)) {
+            return; // Delivering already (a new leader's second look).
         }
-        to.remove(&me);
-        for &node in &to {
-            out.send_after(node, ChainMsg::Decision(Box::new(decision.clone())), chain);
+        let mut to: BTreeSet<Option<ShardId>> =
+            decision.shards.iter().copied().filter(|&s| Some(s) != by).map(Some).collect();
+        if txn.origin == self.context.id {
+            self.client_outcome(now, &client, out);
+        } else if by.is_some() {
+            to.insert(None);
         }
-        if let Some((node, _)) = &client {
-            to.insert(*node);
+        if to.is_empty() {
+            return self.delivered_by(by, txn);
         }
-        if !to.is_empty() {
-            let txn = decision.txn;
-            self.deliveries.insert(txn, Delivery { decision, client, to, sent_at: now });
+        self.deliveries
+            .insert((txn, by), Delivery { by, decision, client, to: to.clone(), sent_at: now });
+        for target in to {
+            self.send_decision(now, (txn, by), target, chain, out);
         }
     }
 
-    /// Applies a decision at this node: its servers, and its coordinator if the attempt is
-    /// its own (with `client_copy`, the coordinator's copy, when this node decided). What it
-    /// releases (readers freed to precommit, readers that must abort with an aborted writer)
-    /// is queued as work, done by [`ChainNode::drain`] so that cascades loop, not recurse.
-    fn apply(
+    fn send_decision(
         &mut self,
         now: Time,
-        decision: &Decision,
-        client_copy: Option<&Decision>,
+        key: (TxnId, Option<ShardId>),
+        target: Option<ShardId>,
+        chain: u16,
         out: &mut Outbox<ChainMsg>,
     ) {
-        let txn = decision.txn;
-        for (&shard, server) in self.servers.iter_mut() {
-            let known = server.records.contains_key(&txn);
-            match &decision.outcome {
-                Outcome::Committed { .. } => {
-                    if known {
-                        debug_assert!(
-                            server.records[&txn].ran.values().all(|s| s.precommitted),
-                            "a commit needs every hop's vote"
-                        );
-                        let freed = server.commit(txn);
-                        self.work.extend(freed.into_iter().map(|t| Work::Freed(shard, t)));
-                    }
-                }
-                Outcome::Aborted(_) => {
-                    if known || (decision.shards.contains(&shard) && server.ended(txn).is_none()) {
-                        let readers = server.abort(txn, decision.ts);
-                        self.work.extend(readers.into_iter().map(|t| Work::Cascade(shard, t)));
-                    }
-                }
-            }
-        }
-        if txn.origin == self.context.id {
-            self.client_outcome(now, client_copy.unwrap_or(decision), out);
-        }
-    }
-
-    /// Does the queued work until none is left.
-    fn drain(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
-        while let Some(work) = self.work.pop_front() {
-            match work {
-                Work::Freed(shard, reader) => {
-                    let hops: Vec<u32> = self.servers[&shard]
-                        .records
-                        .get(&reader)
-                        .map(|r| r.ran.keys().copied().collect())
-                        .unwrap_or_default();
-                    for hop in hops {
-                        self.try_precommit(now, shard, reader, hop, out);
-                    }
-                }
-                Work::Cascade(shard, reader) => {
-                    if self.servers[&shard].records.contains_key(&reader) {
-                        self.counts.cascading_total += 1;
-                        let why = Why::Conflict {
-                            cause: meridian_core::txn::AbortCause::Cascading,
-                            seen: Timestamp::ZERO,
-                        };
-                        self.decide_abort(now, shard, reader, why, out);
-                    }
-                }
-            }
-        }
-    }
-
-    /// True when `from` may have made `decision`: for an attempt a server here ran, the last
-    /// hop (a commit) or any hop or the coordinator (an abort); for an attempt of this
-    /// coordinator, its hops; otherwise (an abort of an attempt this node never saw) its
-    /// coordinator or a server of one of its shards.
-    fn decided_by(&self, from: NodeId, decision: &Decision) -> bool {
-        let txn = decision.txn;
-        let hops = self
-            .servers
-            .values()
-            .find_map(|s| s.records.get(&txn).map(|r| &r.hops))
-            .or_else(|| self.attempts.get(&txn).map(|a| &a.hops));
-        let aborted = matches!(decision.outcome, Outcome::Aborted(_));
-        match hops {
-            Some(hops) => {
-                let last = hops.last().is_some_and(|h| h.node == from);
-                last || (aborted && (from == txn.origin || hops.iter().any(|h| h.node == from)))
-            }
+        let Some(delivery) = self.deliveries.get(&key) else { return };
+        match target {
             None => {
-                let topology = &self.context.topology;
-                let coordinator = topology.nodes.get(txn.origin.0 as usize);
-                let server_of = |shard: &ShardId| topology.replica_node(*shard, 0) == Some(from);
-                coordinator.is_some_and(|n| n.coordinator)
-                    && (from == txn.origin || decision.shards.iter().any(server_of))
+                let decision = Box::new(delivery.client.clone());
+                self.post(now, key.0.origin, ChainMsg::Decision { to: None, decision }, chain, out);
             }
+            Some(shard) => {
+                let decision = Box::new(delivery.decision.clone());
+                let msg = ChainMsg::Decision { to: Some(shard), decision };
+                self.to_shard(now, shard, msg, chain, out);
+            }
+        }
+    }
+
+    /// Every node that needed `txn`'s decision applied it: a shard's leader forgets it in
+    /// its log (batched, at the next pace).
+    fn delivered_by(&mut self, by: Option<ShardId>, txn: TxnId) {
+        if let Some(shard) = by {
+            self.delivered.entry(shard).or_default().push(txn);
+        }
+    }
+
+    fn on_decision(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        (to, decision): (Option<ShardId>, Decision),
+        relayed: bool,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let Some(shard) = to else { return self.on_client_decision(now, from, decision, out) };
+        let relay = (!relayed).then(|| Relayed::Decision(Box::new(decision.clone())));
+        if !self.here(shard, from, relay, out) {
+            return;
+        }
+        let command = Command::Decide { from, decision: Box::new(decision) };
+        if self.hosts.submit(shard, command, out).is_err() {
+            self.refuse();
+        }
+    }
+
+    /// `shard` (`None`: the coordinator) applied `txn`'s decision: every delivery of it
+    /// (its deciding shard's, and the coordinator's if it gave up too) may stop sending there.
+    fn on_applied(&mut self, from: NodeId, txn: TxnId, shard: Option<ShardId>) {
+        let genuine = match shard {
+            None => from == txn.origin,
+            Some(shard) => serves(&self.context.topology, from, shard),
+        };
+        if !genuine {
+            return;
+        }
+        let keys: Vec<(TxnId, Option<ShardId>)> = self
+            .deliveries
+            .range((txn, None)..)
+            .take_while(|(k, _)| k.0 == txn)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            let Some(delivery) = self.deliveries.get_mut(&key) else { continue };
+            delivery.to.remove(&shard);
+            if delivery.to.is_empty() {
+                self.deliveries.remove(&key);
+                self.delivered_by(key.1, txn);
+            }
+        }
+    }
+
+    fn on_hop_timeout(
+        &mut self,
+        (shard, txn, hop): (ShardId, TxnId, u32),
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        if !self.hosts.leads(shard) {
+            return;
+        }
+        let waiting = self
+            .hosts
+            .get(shard)
+            .and_then(|m| m.server.records.get(&txn))
+            .and_then(|r| r.ran.get(&hop))
+            .is_some_and(|s| !s.precommitted);
+        if waiting {
+            self.counts.timeouts_total += 1;
+            let _ = self.hosts.submit(shard, Command::Abort { txn, hop }, out);
+        }
+    }
+
+    fn pace(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
+        let resend_ns = self.context.timing.rpc_timeout_ns;
+        // A decider that no longer leads its shard hands the delivery to the new leader
+        // (it is in the shard's log).
+        let hosts = &self.hosts;
+        self.deliveries.retain(|_, d| d.by.is_none_or(|shard| hosts.leads(shard)));
+        type Due = Vec<((TxnId, Option<ShardId>), Vec<Option<ShardId>>)>;
+        let due: Due = self
+            .deliveries
+            .iter_mut()
+            .filter(|(_, d)| now.saturating_sub(d.sent_at) >= resend_ns)
+            .map(|(&key, d)| {
+                d.sent_at = now;
+                (key, d.to.iter().copied().collect())
+            })
+            .collect();
+        for (key, targets) in due {
+            for target in targets {
+                self.counts.resent_total += 1;
+                if let Some(shard) = target {
+                    // No answer from the leader believed: try another replica.
+                    self.leaders.suspect(shard);
+                }
+                self.send_decision(now, key, target, 0, out);
+            }
+        }
+        for (shard, txns) in std::mem::take(&mut self.delivered) {
+            if !self.hosts.leads(shard) {
+                continue; // The new leader delivers them again, and forgets them.
+            }
+            for batch in txns.chunks(super::machine::DELIVERED_BATCH_MAX) {
+                let command = Command::Delivered { txns: batch.to_vec() };
+                let _ = self.hosts.submit(shard, command, out);
+            }
+        }
+        let retention = self.context.timing.gc_retention_ns;
+        let watermark = Timestamp(now.saturating_sub(retention));
+        for shard in self.hosts.shards() {
+            let behind = self.hosts.get(shard).is_some_and(|m| {
+                m.server.store.gc_watermark().0.saturating_add(resend_ns) < watermark.0
+            });
+            if behind && self.hosts.leads(shard) {
+                let _ = self.hosts.submit(shard, Command::Collect { watermark }, out);
+            }
+        }
+    }
+
+    /// Carries out what the machines' applies asked of the leader, until none is left (each
+    /// event may submit commands, applied at once without a log).
+    fn events(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
+        loop {
+            let mut batch = Vec::new();
+            for (shard, machine, _) in self.hosts.iter_mut() {
+                batch.extend(machine.take_events().into_iter().map(|e| (shard, e)));
+            }
+            if batch.is_empty() {
+                return;
+            }
+            for (shard, event) in batch {
+                self.on_event(now, shard, event, out);
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: Time, shard: ShardId, event: Event, out: &mut Outbox<ChainMsg>) {
+        match event {
+            Event::Ran { from, txn, hop, request, home } => {
+                self.post(now, from, ChainMsg::Ack { txn, hop }, 0, out);
+                let Some(record) = self.hosts.get(shard).and_then(|m| m.server.records.get(&txn))
+                else {
+                    return; // Decided meanwhile (a cascade, here at once).
+                };
+                if let Some(next) = record.hops.get(hop as usize) {
+                    let next = next.shard;
+                    let shipped = Shipped {
+                        txn,
+                        ts: record.ts,
+                        request: *request,
+                        home,
+                        hop: hop + 1,
+                        outputs: record.outputs.clone(),
+                    };
+                    self.to_shard(now, next, ChainMsg::Txn(Box::new(shipped)), 0, out);
+                }
+                self.timers.set(Purpose::HopTimeout(shard, txn, hop), self.hop_timeout_ns(), out);
+                self.try_vote(shard, txn, hop, out);
+            }
+            Event::Ack { to, txn, hop } => self.post(now, to, ChainMsg::Ack { txn, hop }, 0, out),
+            Event::Stale { to, txn, floor } => {
+                self.counts.stale_total += 1;
+                self.post(now, to, ChainMsg::Stale { txn, floor }, 0, out);
+            }
+            Event::Voted { txn, hop, chain } => {
+                let next = self
+                    .hosts
+                    .get(shard)
+                    .and_then(|m| m.server.records.get(&txn))
+                    .and_then(|r| r.hops.get(hop as usize))
+                    .map(|h| h.shard);
+                if let Some(next) = next {
+                    self.to_shard(now, next, ChainMsg::Precommit { txn, hop }, chain, out);
+                }
+            }
+            Event::Decided { txn } => {
+                let Some(Undelivered { decision, client, chain }) =
+                    self.hosts.get(shard).and_then(|m| m.undelivered.get(&txn)).cloned()
+                else {
+                    return;
+                };
+                self.deliver(now, Some(shard), decision, client, chain, out);
+            }
+            Event::Applied { to, txn } => {
+                self.post(now, to, ChainMsg::Applied { txn, shard: Some(shard) }, 0, out)
+            }
+            Event::Freed { txn } => {
+                let hops: Vec<u32> = self
+                    .hosts
+                    .get(shard)
+                    .and_then(|m| m.server.records.get(&txn))
+                    .map(|r| r.ran.keys().copied().collect())
+                    .unwrap_or_default();
+                for hop in hops {
+                    self.try_vote(shard, txn, hop, out);
+                }
+            }
+            Event::Leads => {
+                let Some(machine) = self.hosts.get(shard) else { return };
+                let waiting: Vec<(TxnId, u32)> = machine
+                    .server
+                    .records
+                    .iter()
+                    .flat_map(|(&txn, r)| {
+                        r.ran.iter().filter(|(_, s)| !s.precommitted).map(move |(&h, _)| (txn, h))
+                    })
+                    .collect();
+                let undelivered: Vec<Undelivered> = machine.undelivered.values().cloned().collect();
+                let wait = self.hop_timeout_ns();
+                for (txn, hop) in waiting {
+                    self.timers.set(Purpose::HopTimeout(shard, txn, hop), wait, out);
+                }
+                for Undelivered { decision, client, chain } in undelivered {
+                    self.deliver(now, Some(shard), decision, client, chain, out);
+                }
+            }
+        }
+    }
+
+    fn on_stale(&mut self, now: Time, from: NodeId, txn: TxnId, floor: Timestamp) {
+        let Some(attempt) = self.attempts.get(&txn) else { return };
+        let topology = &self.context.topology;
+        if attempt.hops.iter().any(|h| serves(topology, from, h.shard)) {
+            self.raise_floor(now, floor);
         }
     }
 
     fn dispatch(&mut self, now: Time, from: NodeId, msg: ChainMsg, out: &mut Outbox<ChainMsg>) {
         match msg {
-            ChainMsg::Txn(shipped) => self.on_txn(now, from, *shipped, out),
+            ChainMsg::Txn(shipped) => self.on_txn(now, from, *shipped, None, out),
             ChainMsg::Ack { txn, hop } => self.on_ack(now, from, txn, hop, out),
-            ChainMsg::Precommit { txn, hop } => self.on_precommit(now, from, txn, hop, out),
-            ChainMsg::Decision(decision) => self.on_decision(now, from, *decision, out),
-            ChainMsg::Applied { txn } => self.on_applied(from, txn),
-            ChainMsg::Stale { txn, floor } => {
-                let Some(attempt) = self.attempts.get(&txn) else { return };
-                if attempt.hops.iter().any(|h| h.node == from) {
-                    self.raise_floor(now, floor);
+            ChainMsg::Precommit { txn, hop } => self.on_precommit(from, txn, hop, None, out),
+            ChainMsg::Decision { to, decision } => {
+                self.on_decision(now, from, (to, *decision), false, out)
+            }
+            ChainMsg::Relay { from: sender, shard, msg } => {
+                // Only a replica of the shard relays, and only to it.
+                let topology = &self.context.topology;
+                if from == self.context.id
+                    || !serves(topology, from, shard)
+                    || sender.0 as usize >= topology.nodes.len()
+                {
+                    return self.refuse();
+                }
+                match msg {
+                    Relayed::Txn(shipped) => self.on_txn(now, sender, *shipped, Some(shard), out),
+                    Relayed::Precommit { txn, hop } => {
+                        self.on_precommit(sender, txn, hop, Some(shard), out)
+                    }
+                    Relayed::Decision(decision) => {
+                        self.on_decision(now, sender, (Some(shard), *decision), true, out)
+                    }
                 }
             }
+            ChainMsg::Applied { txn, shard } => self.on_applied(from, txn, shard),
+            ChainMsg::Stale { txn, floor } => self.on_stale(now, from, txn, floor),
+            ChainMsg::Leader { shard, leader } => {
+                if shard.0 < self.context.topology.shards
+                    && serves(&self.context.topology, from, shard)
+                {
+                    self.leaders.note(shard, leader);
+                }
+            }
+            ChainMsg::Raft { groups } => self.hosts.on_raft(from, groups, out),
         }
     }
 
@@ -800,100 +1040,64 @@ impl ChainNode {
         match purpose {
             Purpose::AckTimeout(txn) => self.on_ack_timeout(now, txn, out),
             Purpose::Retry(id) => self.on_retry(now, id, out),
-            Purpose::HopTimeout(shard, txn, hop) => {
-                self.on_hop_timeout(now, (shard, txn, hop), out)
-            }
+            Purpose::HopTimeout(shard, txn, hop) => self.on_hop_timeout((shard, txn, hop), out),
             Purpose::Pace => {
                 self.pace(now, out);
                 self.timers.set(Purpose::Pace, self.pace_ns(), out);
             }
-        }
-    }
-
-    fn on_decision(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        decision: Decision,
-        out: &mut Outbox<ChainMsg>,
-    ) {
-        if !self.decided_by(from, &decision) {
-            return self.refuse();
-        }
-        self.apply(now, &decision, None, out);
-        out.send(from, ChainMsg::Applied { txn: decision.txn });
-    }
-
-    fn on_applied(&mut self, from: NodeId, txn: TxnId) {
-        let Some(delivery) = self.deliveries.get_mut(&txn) else { return };
-        delivery.to.remove(&from);
-        if delivery.client.as_ref().is_some_and(|(node, _)| *node == from) {
-            delivery.client = None;
-        }
-        if delivery.to.is_empty() {
-            self.deliveries.remove(&txn);
-        }
-    }
-
-    fn on_hop_timeout(
-        &mut self,
-        now: Time,
-        (shard, txn, hop): (ShardId, TxnId, u32),
-        out: &mut Outbox<ChainMsg>,
-    ) {
-        let Some(server) = self.servers.get(&shard) else { return };
-        let Some(record) = server.records.get(&txn) else { return };
-        if record.ran.get(&hop).is_none_or(|s| s.precommitted) {
-            return;
-        }
-        self.counts.timeouts_total += 1;
-        let why =
-            Why::Conflict { cause: meridian_core::txn::AbortCause::Timeout, seen: Timestamp::ZERO };
-        self.decide_abort(now, shard, txn, why, out);
-    }
-
-    fn pace(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
-        let resend_ns = self.context.timing.rpc_timeout_ns;
-        for delivery in self.deliveries.values_mut() {
-            if now.saturating_sub(delivery.sent_at) < resend_ns {
-                continue;
-            }
-            delivery.sent_at = now;
-            for &node in &delivery.to {
-                let copy = match &delivery.client {
-                    Some((client, copy)) if *client == node => copy.clone(),
-                    _ => delivery.decision.clone(),
-                };
-                self.counts.resent_total += 1;
-                out.send(node, ChainMsg::Decision(Box::new(copy)));
+            Purpose::RaftTick => {
+                self.hosts.tick(out);
+                self.timers.set(Purpose::RaftTick, self.context.timing.raft_tick_ns, out);
             }
         }
-        let retention = self.context.timing.gc_retention_ns;
-        let watermark = Timestamp(now.saturating_sub(retention));
-        for server in self.servers.values_mut() {
-            server.collect_below(watermark);
-        }
+    }
+
+    /// Ends every call: the leader's events, then the logs' messages.
+    fn settle(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
+        self.events(now, out);
+        self.hosts.flush(out);
     }
 }
 
 impl Node for ChainNode {
     type Msg = ChainMsg;
 
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<ChainMsg>) {
+    fn on_start(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
         self.timers.set(Purpose::Pace, self.pace_ns(), out);
+        if self.hosts.has_logs() {
+            self.timers.set(Purpose::RaftTick, self.context.timing.raft_tick_ns, out);
+            self.hosts.on_start(out);
+        }
+        self.settle(now, out);
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: ChainMsg, out: &mut Outbox<ChainMsg>) {
         self.dispatch(now, from, msg, out);
-        self.drain(now, out);
+        self.settle(now, out);
     }
 
     fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<ChainMsg>) {
         self.fire(now, timer, out);
-        self.drain(now, out);
+        self.settle(now, out);
     }
 
-    fn on_persisted(&mut self, _now: Time, _token: PersistToken, _out: &mut Outbox<ChainMsg>) {}
+    fn on_persisted(&mut self, now: Time, token: PersistToken, out: &mut Outbox<ChainMsg>) {
+        self.hosts.on_persisted(token, out);
+        self.settle(now, out);
+    }
+
+    fn on_persisted_batch(
+        &mut self,
+        now: Time,
+        tokens: &[PersistToken],
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        // The log messages the whole group commit releases leave together.
+        for &token in tokens {
+            self.hosts.on_persisted(token, out);
+        }
+        self.settle(now, out);
+    }
 
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<ChainMsg>) {
         let busy = (!self.context.topology.nodes[self.context.id.0 as usize].coordinator)
@@ -901,37 +1105,55 @@ impl Node for ChainNode {
         let Some(id) = self.requests.admit(now, request, busy, out) else { return };
         // Through the retry path: it waits for room to deliver another decision.
         self.on_retry(now, id, out);
-        self.drain(now, out);
+        self.settle(now, out);
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        let open: usize = self.servers.values().map(Server::open).sum();
-        vec![
-            ("chain_hops_run_total", self.counts.hops_run_total),
-            ("chain_commits_total", self.counts.commits_total),
-            ("chain_aborts_decided_total", self.counts.aborts_decided_total),
-            ("chain_cascading_aborts_total", self.counts.cascading_total),
+        let mut machines = super::machine::MachineCounts::default();
+        let mut open = 0;
+        let mut undelivered = 0;
+        for (_, machine) in self.hosts.iter() {
+            let c = machine.counts;
+            machines.hops_run += c.hops_run;
+            machines.commits += c.commits;
+            machines.aborts += c.aborts;
+            machines.cascading += c.cascading;
+            machines.refused += c.refused;
+            open += machine.server.open();
+            undelivered += machine.undelivered.len();
+        }
+        let mut counters = vec![
+            ("chain_hops_run_total", machines.hops_run),
+            ("chain_commits_total", machines.commits),
+            ("chain_aborts_decided_total", machines.aborts),
+            ("chain_cascading_aborts_total", machines.cascading),
             ("chain_timeouts_total", self.counts.timeouts_total),
             ("chain_decisions_resent_total", self.counts.resent_total),
             ("chain_stale_refusals_total", self.counts.stale_total),
-            ("chain_refused_total", self.counts.refused_total),
+            ("chain_refused_total", self.counts.refused_total + machines.refused),
+            ("chain_redirected_total", self.counts.redirected_total),
             ("chain_open_attempts", open as u64),
+            ("chain_undelivered_decisions", undelivered as u64),
             ("chain_deliveries", self.deliveries.len() as u64),
-        ]
+        ];
+        let mut hosting = BTreeMap::new();
+        self.hosts.counters(&mut hosting);
+        counters.extend(hosting);
+        counters
     }
 }
 
 impl ProtocolNode for ChainNode {
     fn leads(&self, shard: ShardId) -> bool {
-        self.servers.contains_key(&shard)
+        self.hosts.leads(shard)
     }
 
     fn stores(&self) -> Vec<(ShardId, &MvccStore)> {
-        self.servers.iter().map(|(&s, server)| (s, &server.store)).collect()
+        self.hosts.iter().map(|(shard, m)| (shard, &m.server.store)).collect()
     }
 
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)> {
-        self.servers.iter_mut().map(|(&s, server)| (s, &mut server.store)).collect()
+        self.hosts.machines_mut().map(|(shard, m)| (shard, &mut m.server.store)).collect()
     }
 }
 
@@ -998,7 +1220,10 @@ mod tests {
     }
 
     fn image(node: &ChainNode) -> Vec<(ShardId, u64, usize)> {
-        node.servers.iter().map(|(&s, v)| (s, v.store.version_count(), v.open())).collect()
+        node.hosts
+            .iter()
+            .map(|(s, m)| (s, m.server.store.version_count(), m.server.open()))
+            .collect()
     }
 
     /// Copies of an attempt from the wrong sender, for a hop that does not exist or is not
@@ -1039,7 +1264,13 @@ mod tests {
             shards: vec![ShardId(42)],
             outcome: Outcome::Committed { outputs: Vec::new() },
         };
-        server.on_message(10, wrong, ChainMsg::Decision(Box::new(decision)), &mut out);
+        let to = Some(ShardId(first.0));
+        server.on_message(
+            10,
+            wrong,
+            ChainMsg::Decision { to, decision: Box::new(decision) },
+            &mut out,
+        );
         let answers = sends(&mut out);
         assert!(
             answers.iter().all(|(_, m)| matches!(m, ChainMsg::Applied { .. })),
@@ -1049,7 +1280,7 @@ mod tests {
             image(&server).iter().map(|i| i.1).collect::<Vec<_>>(),
             before.iter().map(|i| i.1).collect::<Vec<_>>()
         );
-        assert_eq!(server.servers.values().map(Server::open).sum::<usize>(), 0);
+        assert_eq!(server.hosts.iter().map(|(_, m)| m.server.open()).sum::<usize>(), 0);
     }
 
     /// The genuine copy runs: the server acknowledges to the coordinator and ships the attempt
@@ -1067,11 +1298,12 @@ mod tests {
             answers.contains(&(coordinator, ChainMsg::Ack { txn: body.txn, hop: 1 })),
             "{answers:?}"
         );
-        assert_eq!(server.counts.hops_run_total, 1);
+        let hops_run = |n: &ChainNode| n.hosts.iter().map(|(_, m)| m.counts.hops_run).sum::<u64>();
+        assert_eq!(hops_run(&server), 1);
         server.on_message(11, coordinator, ChainMsg::Txn(Box::new(body.clone())), &mut out);
         let answers = sends(&mut out);
         assert_eq!(answers, vec![(coordinator, ChainMsg::Ack { txn: body.txn, hop: 1 })]);
-        assert_eq!(server.counts.hops_run_total, 1, "not run twice");
+        assert_eq!(hops_run(&server), 1, "not run twice");
     }
 
     /// Decisions from nodes that could not have made them change nothing; a second copy of a
@@ -1085,11 +1317,16 @@ mod tests {
         let coordinator = body.txn.origin;
         server.on_message(10, coordinator, ChainMsg::Txn(Box::new(body.clone())), &mut out);
         out.drain();
-        let hops =
-            server.servers.values().find_map(|s| s.records.get(&body.txn)).unwrap().hops.clone();
+        let record_of = |n: &ChainNode| {
+            n.hosts
+                .iter()
+                .find_map(|(_, m)| m.server.records.get(&body.txn).map(|r| (r.ts, r.hops.clone())))
+        };
+        let hops = record_of(&server).unwrap().1;
+        let topology = server.context.topology.clone();
         let stranger = (0..6)
             .map(NodeId)
-            .find(|n| *n != coordinator && hops.iter().all(|h| h.node != *n))
+            .find(|n| *n != coordinator && hops.iter().all(|h| !serves(&topology, *n, h.shard)))
             .unwrap();
         let decide = |outcome| Decision { txn: body.txn, ts: body.ts, shards: vec![], outcome };
         let commit = decide(Outcome::Committed { outputs: Vec::new() });
@@ -1097,10 +1334,12 @@ mod tests {
         for (from, decision) in
             [(stranger, commit.clone()), (stranger, abort), (coordinator, commit)]
         {
-            if hops.last().unwrap().node == from {
+            if serves(&topology, from, hops.last().unwrap().shard) {
                 continue; // The last hop may commit.
             }
-            server.on_message(11, from, ChainMsg::Decision(Box::new(decision)), &mut out);
+            let to = Some(hops[0].shard);
+            let msg = ChainMsg::Decision { to, decision: Box::new(decision) };
+            server.on_message(11, from, msg, &mut out);
         }
         let later = Shipped { ts: Timestamp(body.ts.0 + 1), ..body.clone() };
         server.on_message(12, coordinator, ChainMsg::Txn(Box::new(later)), &mut out);
@@ -1108,8 +1347,7 @@ mod tests {
             server.on_message(13, stranger, ChainMsg::Precommit { txn: body.txn, hop }, &mut out);
         }
         assert!(sends(&mut out).is_empty(), "nothing answered");
-        let record = server.servers.values().find_map(|s| s.records.get(&body.txn));
-        assert!(record.is_some_and(|r| r.ts == body.ts), "still running, unchanged");
+        assert_eq!(record_of(&server).map(|r| r.0), Some(body.ts), "still running, unchanged");
     }
 
     /// A coordinator that also serves the last hop of its own attempt answers with every
@@ -1162,7 +1400,7 @@ mod tests {
         let mut generator = workload.generator(0, 1);
         let txn = generator.next(RequestId(1));
         let pieces = hops_of(&nodes[1].context, &txn, ShardId(1)).unwrap();
-        assert_eq!(pieces.last().unwrap().node, NodeId(1), "micro-luigi ends on shard 1");
+        assert_eq!(pieces.last().unwrap().shard, ShardId(1), "micro-luigi ends on shard 1");
         let mut out = Outbox::new();
         nodes[1].submit(10, ClientRequest { id: RequestId(1), txn }, &mut out);
         let mut mail: std::collections::VecDeque<(NodeId, NodeId, ChainMsg)> =
@@ -1219,17 +1457,21 @@ mod tests {
             ChainMsg::Txn(Box::new(body.clone())),
             ChainMsg::Ack { txn, hop: 1 },
             ChainMsg::Precommit { txn, hop: 0 },
-            ChainMsg::Decision(Box::new(Decision {
-                txn,
-                ts: body.ts,
-                shards: vec![ShardId(0)],
-                outcome: Outcome::Aborted(Why::Conflict {
-                    cause: meridian_core::txn::AbortCause::Cascading,
-                    seen: Timestamp(3),
+            ChainMsg::Decision {
+                to: Some(ShardId(1)),
+                decision: Box::new(Decision {
+                    txn,
+                    ts: body.ts,
+                    shards: vec![ShardId(0)],
+                    outcome: Outcome::Aborted(Why::Conflict {
+                        cause: meridian_core::txn::AbortCause::Cascading,
+                        seen: Timestamp(3),
+                    }),
                 }),
-            })),
-            ChainMsg::Applied { txn },
+            },
+            ChainMsg::Applied { txn, shard: None },
             ChainMsg::Stale { txn, floor: Timestamp(4) },
+            ChainMsg::Leader { shard: ShardId(2), leader: NodeId(5) },
         ]
     }
 

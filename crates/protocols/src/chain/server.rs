@@ -51,30 +51,34 @@ pub enum Why {
 }
 
 /// One hop of a chain: consecutive pieces on one shard (adjacent states on one server are one
-/// logical state).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// logical state). Its messages go to the shard's leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hop {
     /// Where its pieces run.
     pub shard: ShardId,
-    /// The node serving that shard.
-    pub node: NodeId,
     /// Its pieces, in plan order.
     pub pieces: Range<u32>,
 }
 
 /// What a hop of an attempt did here and which of its commit messages it has.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct HopState {
     /// The hop after it acknowledged (it ran): the wide-area legs on that message's chain.
+    /// The leader's alone (not replicated: a new leader waits for what it needs afresh, or
+    /// times out).
+    #[serde(skip)]
     pub acked: Option<u16>,
-    /// The hop before it precommitted: the wide-area legs on that message's chain.
+    /// The hop before it precommitted, with the wide-area legs on that message's chain. The
+    /// leader's alone, as `acked`.
+    #[serde(skip)]
     pub precommit: Option<u16>,
     /// This hop precommitted (or, the last hop, decided): it may no longer abort on its own.
+    /// Replicated: its log entry is applied before the precommit is sent.
     pub precommitted: bool,
 }
 
 /// An attempt this server ran states of and has no decision for yet.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Record {
     /// Its timestamp.
     pub ts: Timestamp,
@@ -93,7 +97,7 @@ pub struct Record {
 }
 
 /// How an attempt ended here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Ended {
     /// Committed.
     Committed,
@@ -459,6 +463,137 @@ impl Server {
     pub fn open(&self) -> usize {
         self.records.len()
     }
+
+    /// The replicated state, for a snapshot: every version of the keys written since the
+    /// load (pending ones too: their attempts are undecided), the read stamps, the undecided
+    /// attempts and the decisions remembered.
+    pub fn image(&self) -> ServerImage {
+        let rows = self
+            .store
+            .written_keys()
+            .map(|key| {
+                let versions = self.store.versions(key);
+                let versions = versions
+                    .iter()
+                    .map(|v| (v.ts, v.writer, v.value.clone(), v.state == VersionState::Pending))
+                    .collect();
+                (key.clone(), versions)
+            })
+            .collect();
+        ServerImage {
+            rows,
+            watermark: self.store.gc_watermark(),
+            stamps: self.stamps.image(),
+            records: self.records.iter().map(|(&t, r)| (t, r.clone_image())).collect(),
+            ended: self.ended_order.iter().map(|&(t, ts)| (t, ts, self.ended[&t])).collect(),
+            forgotten_below: self.forgotten_below.iter().map(|(&n, &ts)| (n, ts)).collect(),
+            origins: self.origins.iter().map(|(&n, &(i, ts))| (n, i, ts)).collect(),
+        }
+    }
+
+    /// Replaces the replicated state by a checked image's (the rows go over the store as it
+    /// is: the initial load, or an older state of the same log).
+    pub fn install(&mut self, image: ServerImage) {
+        self.store.forget_writes();
+        for (key, versions) in image.rows {
+            let versions = versions
+                .into_iter()
+                .map(|(ts, writer, value, pending)| Version {
+                    ts,
+                    value,
+                    writer,
+                    state: if pending { VersionState::Pending } else { VersionState::Committed },
+                })
+                .collect();
+            self.store.restore_chain(key, versions);
+        }
+        self.store.set_gc_watermark(image.watermark);
+        self.stamps.install(image.stamps, image.watermark);
+        self.readers_of.clear();
+        self.records = image.records.into_iter().collect();
+        for (&reader, record) in &self.records {
+            for &writer in &record.waits_on {
+                self.readers_of.entry(writer).or_default().insert(reader);
+            }
+        }
+        self.ended = image.ended.iter().map(|&(t, _, e)| (t, e)).collect();
+        self.ended_order = image.ended.into_iter().map(|(t, ts, _)| (t, ts)).collect();
+        self.forgotten_below = image.forgotten_below.into_iter().collect();
+        self.origins = image.origins.into_iter().map(|(n, i, ts)| (n, (i, ts))).collect();
+    }
+}
+
+impl Record {
+    fn clone_image(&self) -> Record {
+        Record {
+            ts: self.ts,
+            client: self.client,
+            hops: self.hops.clone(),
+            ran: self.ran.clone(),
+            written: self.written.clone(),
+            waits_on: self.waits_on.clone(),
+            outputs: self.outputs.clone(),
+        }
+    }
+}
+
+/// A version in an image: timestamp, writer, value, pending.
+type ImageVersion = (Timestamp, TxnId, Option<meridian_core::key::Value>, bool);
+
+/// A server's replicated state (see [`Server::image`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ServerImage {
+    rows: Vec<(Key, Vec<ImageVersion>)>,
+    watermark: Timestamp,
+    stamps: crate::mvto::order::StampsImage,
+    records: Vec<(TxnId, Record)>,
+    ended: Vec<(TxnId, Timestamp, Ended)>,
+    forgotten_below: Vec<(NodeId, Timestamp)>,
+    origins: Vec<(NodeId, u64, Timestamp)>,
+}
+
+impl ServerImage {
+    /// Checks a decoded image against the limits a server keeps to, and that what it holds
+    /// hangs together (versions in timestamp order, every pending version an undecided
+    /// attempt's, hop lists no longer than a plan), so installing it cannot break an
+    /// invariant.
+    pub fn check(&self, limits: &crate::Limits) -> Result<(), String> {
+        if self.records.len() > limits.lock_holders_max || self.ended.len() > limits.decided_max {
+            return Err(format!(
+                "snapshot holds {} undecided attempts and {} decisions, over {} and {}",
+                self.records.len(),
+                self.ended.len(),
+                limits.lock_holders_max,
+                limits.decided_max
+            ));
+        }
+        ReadStamps::check_image(&self.stamps, limits.read_stamps_max)?;
+        let records: BTreeMap<TxnId, &Record> = self.records.iter().map(|(t, r)| (*t, r)).collect();
+        for (key, versions) in &self.rows {
+            if versions.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return Err("snapshot versions of a key are not in timestamp order".into());
+            }
+            for &(ts, writer, _, pending) in versions {
+                let held =
+                    records.get(&writer).is_some_and(|r| r.ts == ts && r.written.contains(key));
+                if pending != held {
+                    return Err(format!(
+                        "snapshot version of {writer} at {} is inconsistent",
+                        ts.0
+                    ));
+                }
+            }
+        }
+        for record in records.values() {
+            if record.hops.len() > PIECES_MAX || record.outputs.len() > PIECES_MAX {
+                return Err("snapshot attempt has more hops or outputs than a plan".into());
+            }
+            if record.ran.keys().any(|&h| h == 0 || h as usize > record.hops.len()) {
+                return Err("snapshot attempt ran a hop outside its chain".into());
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -578,10 +713,9 @@ mod tests {
                 ),
             ];
             let request = TxnRequest { proc: ProcId(0), args };
-            let hop_of = Hop { shard: ShardId(0), node: NodeId(0), pieces: 0..1 };
+            let hop_of = Hop { shard: ShardId(0), pieces: 0..1 };
             // Hop `hop` runs the one piece; earlier hops (none here) would be elsewhere.
-            let mut hops =
-                vec![Hop { shard: ShardId(1), node: NodeId(2), pieces: 0..0 }; hop as usize - 1];
+            let mut hops = vec![Hop { shard: ShardId(1), pieces: 0..0 }; hop as usize - 1];
             hops.push(hop_of);
             self.server.run_hop(
                 &Rw,
