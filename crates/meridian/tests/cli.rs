@@ -485,7 +485,7 @@ fn tiga_runs_as_a_server_process_and_a_durable_one_is_refused() {
 /// over TCP (`micro-luigi` on 2 shards: every transaction has a hop on each), and a durable
 /// server is refused with the reason.
 #[test]
-fn chain_runs_as_server_processes_shipping_transactions_between_them() {
+fn chain_runs_as_durable_server_processes_that_restart_from_their_logs() {
     let dir = scratch("chain-tcp");
     let ports = [free_port(), free_port(), free_port()];
     let text = format!(
@@ -519,36 +519,39 @@ coordinator = true
     );
     let file = dir.join("cluster.toml");
     std::fs::write(&file, text).unwrap();
-    let durable = meridian()
-        .args(["server", "--config", file.to_str().unwrap(), "--node", "0", "--data-dir"])
-        .arg(dir.join("data"))
-        .output()
-        .unwrap();
-    assert_eq!(durable.status.code(), Some(2));
-    let why = String::from_utf8_lossy(&durable.stderr);
-    assert!(why.contains("--durability memory"), "{why}");
-    let mut servers = Vec::new();
-    for node in ["0", "1"] {
+    // Durable servers (fsync, the server default): each shard a one-member log on disk.
+    let start = |node: &str| {
         let child = meridian()
-            .args(["server", "--config", file.to_str().unwrap(), "--node", node])
-            .args(["--durability", "memory"])
+            .args(["server", "--config", file.to_str().unwrap(), "--node", node, "--data-dir"])
+            .arg(dir.join(format!("data-{node}")))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        servers.push(Server(child));
-    }
+        Server(child)
+    };
+    let bench = |round: &str| {
+        let results = dir.join(format!("results-{round}"));
+        let output = run_words(
+            "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
+            &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(committed_in(&stdout) > 100, "{stdout}");
+        assert!(stdout.contains("commit paths: chain"), "{stdout}");
+    };
+    let servers = vec![start("0"), start("1")];
     wait_for_port(ports[0]);
     wait_for_port(ports[1]);
-    let results = dir.join("results");
-    let output = run_words(
-        "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
-        &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(committed_in(&stdout) > 100, "{stdout}");
-    assert!(stdout.contains("commit paths: chain"), "{stdout}");
+    bench("first");
+    // kill -9 both servers and restart them from their data directories: they replay their
+    // logs (undecided attempts, decisions still to deliver) and serve again.
+    drop(servers);
+    let servers = vec![start("0"), start("1")];
+    wait_for_port(ports[0]);
+    wait_for_port(ports[1]);
+    bench("after-restart");
     drop(servers);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -256,3 +256,15 @@ fn chain_swarm() {
     let short = WorkloadOptions { ops_max: Some(4), ..WorkloadOptions::default() };
     swarm_with(ProtocolKind::Chain, "crossstitch-synthetic", 370_000, short, " --ops-max 4", 1);
 }
+
+#[test]
+fn chain_replicated_swarm() {
+    for (workload, first_seed) in [
+        ("list-append", 380_000),
+        ("bank", 390_000),
+        ("rw-register", 400_000),
+        ("crossstitch-order-status", 410_000),
+    ] {
+        swarm_with(ProtocolKind::Chain, workload, first_seed, WorkloadOptions::default(), "", 3);
+    }
+}

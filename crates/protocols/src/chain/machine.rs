@@ -462,7 +462,22 @@ impl StateMachine for ChainMachine {
 
     fn validate(&self, command: &Command) -> Result<(), String> {
         match command {
-            Command::Run { from, shipped } => self.check_run(*from, shipped).map(|_| ()),
+            // The static checks; the hop list is checked when applied (`check_run`: planning
+            // the procedure once per hop, not twice).
+            Command::Run { shipped, .. } => {
+                let topology = &self.context.topology;
+                let origin = shipped.txn.origin;
+                if !topology.nodes.get(origin.0 as usize).is_some_and(|n| n.coordinator) {
+                    return Err("attempts come from coordinators".into());
+                }
+                if shipped.home.0 >= topology.shards || shipped.hop == 0 {
+                    return Err("no such home shard, or hop 0".into());
+                }
+                if shipped.outputs.len() > PIECES_MAX {
+                    return Err(format!("{} outputs", shipped.outputs.len()));
+                }
+                Ok(())
+            }
             Command::Vote { hop, .. } | Command::Abort { hop, .. } if *hop == 0 => {
                 Err("hop 0 is the coordinator's".into())
             }

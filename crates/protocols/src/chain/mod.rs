@@ -11,13 +11,11 @@
 //! **Guarantee.** Histories are serializable in timestamp order whatever the clocks do, and
 //! strictly serializable while coordinator clocks are synchronized (as `2pc-mvto`).
 //!
-//! **Status: runnable without replication.** `--protocol chain` runs on one replica per shard
-//! in the simulator, the embedded benchmark and server processes, with message loss, delay,
-//! duplication, partitions and coordinator crashes. **Not built yet:** the paper's replication
-//! (§3.5: key replicas that run each put and notify the next hop, k-failure tolerance with
-//! no-op states, the final coordinator's Paxos commit with 2k transaction replicas) and the
-//! recovery that rests on it (queries to hop `i + 2`, failover of a server's keys to its
-//! replica), so servers may not crash; durable logs; scans.
+//! **Replication.** Each shard's server is a state machine on the shard's Raft group
+//! ([`machine`], hosted by the kit): running a hop, a hop's vote, aborts and decisions are log
+//! entries applied before anyone hears of them, so a failed server's state lives on in its
+//! shard's other replicas (the role of the paper's key replicas and transaction replicas) and
+//! a new leader carries on. **Not built:** scans.
 
 pub mod machine;
 pub mod node;

@@ -351,12 +351,12 @@ impl ChainNode {
             request.attempt = Some(txn);
         }
         self.timers.set(Purpose::AckTimeout(txn), self.context.timing.rpc_timeout_ns, out);
-        self.to_shard(now, first, ChainMsg::Txn(Box::new(shipped)), 0, out);
+        self.send_to_shard(now, first, ChainMsg::Txn(Box::new(shipped)), 0, out);
     }
 
     /// Sends `msg` to `shard`'s leader after `chain` wide-area legs; a shard this node leads
     /// handles it here at once.
-    fn to_shard(
+    fn send_to_shard(
         &mut self,
         now: Time,
         shard: ShardId,
@@ -762,7 +762,7 @@ impl ChainNode {
             Some(shard) => {
                 let decision = Box::new(delivery.decision.clone());
                 let msg = ChainMsg::Decision { to: Some(shard), decision };
-                self.to_shard(now, shard, msg, chain, out);
+                self.send_to_shard(now, shard, msg, chain, out);
             }
         }
     }
@@ -922,7 +922,7 @@ impl ChainNode {
                         hop: hop + 1,
                         outputs: record.outputs.clone(),
                     };
-                    self.to_shard(now, next, ChainMsg::Txn(Box::new(shipped)), 0, out);
+                    self.send_to_shard(now, next, ChainMsg::Txn(Box::new(shipped)), 0, out);
                 }
                 self.timers.set(Purpose::HopTimeout(shard, txn, hop), self.hop_timeout_ns(), out);
                 self.try_vote(shard, txn, hop, out);
@@ -940,7 +940,7 @@ impl ChainNode {
                     .and_then(|r| r.hops.get(hop as usize))
                     .map(|h| h.shard);
                 if let Some(next) = next {
-                    self.to_shard(now, next, ChainMsg::Precommit { txn, hop }, chain, out);
+                    self.send_to_shard(now, next, ChainMsg::Precommit { txn, hop }, chain, out);
                 }
             }
             Event::Decided { txn } => {
