@@ -1172,6 +1172,28 @@ fn chain_the_end_server_failing_while_delivering_its_decision_loses_nothing() {
     assert_chain_settled(&report);
 }
 
+/// A whole shard goes down (its leader as it ships an attempt on, after acknowledging it, and
+/// one follower): the hop before it voted and waits, and the hop after it never got the
+/// attempt, so nobody after the vote has a timer running. The voted hop asks the hop two after
+/// it (the paper's query to hop `i + 2`), which aborts the attempt on its behalf, releasing
+/// what it holds long before the shard comes back.
+#[test]
+fn chain_a_hop_whose_next_shard_is_down_asks_the_hop_after_and_is_released() {
+    let mut opts = chain_replicated(35);
+    let leader = replica(&opts, 1, 0);
+    let follower = replica(&opts, 1, 1);
+    let mut trigger = crash_on(leader, crate::TriggerPoint::Send, "Txn(");
+    trigger.restart_after_ns = 6 * NS_PER_S;
+    opts.crash_triggers = vec![trigger];
+    opts.faults.push((200 * NS_PER_MS, Fault::Crash(follower)));
+    opts.faults.push((7 * NS_PER_S, Fault::Restart(follower)));
+    let report = run(&opts, micro_keys(3, 1_000, None)).unwrap();
+    assert_eq!(report.stats.triggered, 1);
+    assert!(chain_total(&report, "chain_inquiries_total") > 0, "{:?}", report.node_counters);
+    assert!(chain_total(&report, "chain_inquiry_aborts_total") > 0, "{:?}", report.node_counters);
+    assert_chain_settled(&report);
+}
+
 /// A transaction replica (a follower of a shard's log) fails: its shard commits on the
 /// other two and the replica catches up when it restarts.
 #[test]

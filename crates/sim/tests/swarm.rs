@@ -259,12 +259,8 @@ fn chain_swarm() {
 
 #[test]
 fn chain_replicated_swarm() {
-    for (workload, first_seed) in [
-        ("list-append", 380_000),
-        ("bank", 390_000),
-        ("rw-register", 400_000),
-        ("crossstitch-order-status", 410_000),
-    ] {
+    // Two workloads here (the Raft logs make each seed slower); the long swarms cover more.
+    for (workload, first_seed) in [("list-append", 380_000), ("bank", 390_000)] {
         swarm_with(ProtocolKind::Chain, workload, first_seed, WorkloadOptions::default(), "", 3);
     }
 }

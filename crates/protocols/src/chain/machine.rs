@@ -77,6 +77,21 @@ pub enum Command {
         /// The attempts.
         txns: Vec<TxnId>,
     },
+    /// Hop `hop - 2` of `txn` (0: its coordinator), node `from`, voted long ago and has no
+    /// decision: if hop `hop` (this shard's) has not voted, or the attempt never reached it,
+    /// it aborts here on that hop's behalf (the paper's query to hop `i + 2`).
+    Inquire {
+        /// The inquiring node.
+        from: NodeId,
+        /// The attempt.
+        txn: TxnId,
+        /// Its timestamp.
+        ts: Timestamp,
+        /// The shards of its hops, in chain order.
+        shards: Vec<ShardId>,
+        /// The hop asked about (this shard's).
+        hop: u32,
+    },
     /// Raise the garbage-collection watermark (kept below every undecided attempt).
     Collect {
         /// The watermark the leader's clock gives.
@@ -172,6 +187,8 @@ pub struct MachineCounts {
     pub aborts: u64,
     /// Of those, cascading aborts.
     pub cascading: u64,
+    /// Of those, aborts on an inquiring hop's behalf.
+    pub inquired: u64,
     /// Commands refused when applied (not genuine, or no room).
     pub refused: u64,
 }
@@ -403,6 +420,58 @@ impl ChainMachine {
         }
     }
 
+    /// An inquiry from hop `hop - 2` (see [`Command::Inquire`]); validated: `hop` is this
+    /// shard's hop of `shards`.
+    fn inquire(
+        &mut self,
+        from: NodeId,
+        (txn, ts, shards): (TxnId, Timestamp, Vec<ShardId>),
+        hop: u32,
+        answer: bool,
+    ) {
+        let topology = &self.context.topology;
+        let Some(asking) = hop.checked_sub(2) else { return };
+        let genuine = match asking {
+            0 => from == txn.origin,
+            asking => shards.get(asking as usize - 1).is_some_and(|&s| serves(topology, from, s)),
+        };
+        if !genuine {
+            self.counts.refused += 1;
+            return;
+        }
+        let why = Why::Conflict { cause: AbortCause::Timeout, seen: Timestamp::ZERO };
+        if let Some(record) = self.server.records.get(&txn) {
+            let same =
+                record.ts == ts && record.hops.iter().map(|h| h.shard).eq(shards.iter().copied());
+            if !same {
+                self.counts.refused += 1;
+                return;
+            }
+            if record.ran.get(&hop).is_some_and(|s| s.precommitted)
+                || record.ran.values().all(|s| s.precommitted)
+            {
+                return; // It progressed past this hop: the decision lies beyond.
+            }
+            if answer {
+                self.counts.inquired += 1;
+            }
+            return self.abort(txn, why, answer);
+        }
+        if self.server.ended(txn).is_some() || self.server.maybe_forgotten(txn, ts) || self.full() {
+            return; // Decided here (its decision reaches the inquirer), or no room to decide.
+        }
+        // It never arrived here: abort it (a copy still on its way is refused) and deliver.
+        self.server.abort(txn, ts);
+        let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
+        let client = decision.clone();
+        self.undelivered.insert(txn, Undelivered { decision, client, chain: 0 });
+        if answer {
+            self.counts.aborts += 1;
+            self.counts.inquired += 1;
+            self.events.push(Event::Decided { txn });
+        }
+    }
+
     fn decide(&mut self, from: NodeId, decision: Decision, answer: bool) {
         if !self.decided_by(from, &decision) {
             self.counts.refused += 1;
@@ -490,6 +559,13 @@ impl StateMachine for ChainMachine {
                 }
                 _ => Ok(()),
             },
+            Command::Inquire { shards, hop, .. } => {
+                let mine = hop.checked_sub(1).and_then(|h| shards.get(h as usize));
+                if *hop < 2 || shards.len() > PIECES_MAX || mine != Some(&self.server.shard) {
+                    return Err(format!("an inquiry about hop {hop} is not for this shard"));
+                }
+                Ok(())
+            }
             Command::Delivered { txns } if txns.len() > DELIVERED_BATCH_MAX => {
                 Err(format!("{} attempts delivered in one command", txns.len()))
             }
@@ -518,6 +594,9 @@ impl StateMachine for ChainMachine {
                 for txn in txns {
                     self.undelivered.remove(&txn);
                 }
+            }
+            Command::Inquire { from, txn, ts, shards, hop } => {
+                self.inquire(from, (txn, ts, shards), hop, answer)
             }
             Command::Collect { watermark } => self.server.collect_below(watermark),
         }

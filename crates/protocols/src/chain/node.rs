@@ -135,6 +135,18 @@ pub enum ChainMsg {
         /// The timestamp to exceed.
         floor: Timestamp,
     },
+    /// Hop `hop - 2` voted long ago and has no decision: hop `hop` aborts the attempt on its
+    /// behalf unless it voted (the paper's query to hop `i + 2`).
+    Inquire {
+        /// The attempt.
+        txn: TxnId,
+        /// Its timestamp.
+        ts: Timestamp,
+        /// The shards of its hops, in chain order.
+        shards: Vec<ShardId>,
+        /// The hop asked.
+        hop: u32,
+    },
     /// A replica of `shard` that does not lead it got a message for it: the leader it knows.
     Leader {
         /// The shard.
@@ -184,6 +196,9 @@ enum Purpose {
     Retry(RequestId),
     /// A hop that ran waits for what it needs to vote.
     HopTimeout(ShardId, TxnId, u32),
+    /// A hop of this shard (`None`: this coordinator's hop 0) that voted has no decision yet:
+    /// ask hop `hop + 2`.
+    Inquire(Option<ShardId>, TxnId, u32),
     /// Resend undelivered decisions, forget delivered ones, collect garbage.
     Pace,
     /// The logs' clock.
@@ -221,6 +236,7 @@ struct Counts {
     stale_total: u64,
     refused_total: u64,
     redirected_total: u64,
+    inquiries_total: u64,
 }
 
 /// The hops of `request`'s chain: its plan bound to shards (replicated-table pieces on
@@ -317,6 +333,68 @@ impl ChainNode {
     /// How long a hop that ran waits for what it needs to vote before it aborts.
     fn hop_timeout_ns(&self) -> u64 {
         2 * self.context.timing.rpc_timeout_ns
+    }
+
+    /// How long a hop that voted waits for the decision before it asks the hop two after it
+    /// (and again after as long, while none comes): longer than a hop waits to vote, so an
+    /// attempt that is merely slow is decided by its own hops first.
+    fn inquire_ns(&self) -> u64 {
+        2 * self.hop_timeout_ns()
+    }
+
+    /// Asks hop `hop + 2` of `txn` about it, for this node's hop `hop` (on `shard`; `None`:
+    /// the coordinator), which voted and has no decision; and asks again later.
+    fn on_inquire(
+        &mut self,
+        now: Time,
+        (shard, txn, hop): (Option<ShardId>, TxnId, u32),
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let (ts, shards) = match shard {
+            None => match self.attempts.get(&txn) {
+                Some(a) if a.precommitted => (a.ts, a.hops.iter().map(|h| h.shard).collect()),
+                _ => return,
+            },
+            Some(shard) => {
+                if !self.hosts.leads(shard) {
+                    return; // Its new leader asks.
+                }
+                let record = self.hosts.get(shard).and_then(|m| m.server.records.get(&txn));
+                match record {
+                    Some(r) if r.ran.get(&hop).is_some_and(|s| s.precommitted) => {
+                        (r.ts, r.hops.iter().map(|h| h.shard).collect::<Vec<_>>())
+                    }
+                    _ => return, // Decided.
+                }
+            }
+        };
+        let asked = hop + 2;
+        let Some(&target) = shards.get(asked as usize - 1) else {
+            return; // No hop two after: the last hop's log holds the decision.
+        };
+        self.counts.inquiries_total += 1;
+        let msg = ChainMsg::Inquire { txn, ts, shards, hop: asked };
+        self.send_to_shard(now, target, msg, 0, out);
+        self.timers.set(Purpose::Inquire(shard, txn, hop), self.inquire_ns(), out);
+    }
+
+    fn on_inquiry(
+        &mut self,
+        from: NodeId,
+        (txn, ts, shards): (TxnId, Timestamp, Vec<ShardId>),
+        hop: u32,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let Some(&shard) = hop.checked_sub(1).and_then(|h| shards.get(h as usize)) else {
+            return self.refuse();
+        };
+        if !self.here(shard, from, None, out) {
+            return; // The inquirer asks again, of the leader it was told.
+        }
+        let command = Command::Inquire { from, txn, ts, shards, hop };
+        if self.hosts.submit(shard, command, out).is_err() {
+            self.refuse();
+        }
     }
 
     // ----- coordinator -------------------------------------------------------------------
@@ -424,6 +502,7 @@ impl ChainNode {
         }
         attempt.precommitted = true;
         self.post(now, from, ChainMsg::Precommit { txn, hop: 0 }, 0, out);
+        self.timers.set(Purpose::Inquire(None, txn, 0), self.inquire_ns(), out);
     }
 
     fn on_ack_timeout(&mut self, now: Time, txn: TxnId, out: &mut Outbox<ChainMsg>) {
@@ -941,6 +1020,8 @@ impl ChainNode {
                     .map(|h| h.shard);
                 if let Some(next) = next {
                     self.send_to_shard(now, next, ChainMsg::Precommit { txn, hop }, chain, out);
+                    let wait = self.inquire_ns();
+                    self.timers.set(Purpose::Inquire(Some(shard), txn, hop), wait, out);
                 }
             }
             Event::Decided { txn } => {
@@ -967,18 +1048,21 @@ impl ChainNode {
             }
             Event::Leads => {
                 let Some(machine) = self.hosts.get(shard) else { return };
-                let waiting: Vec<(TxnId, u32)> = machine
+                let hops: Vec<(TxnId, u32, bool)> = machine
                     .server
                     .records
                     .iter()
-                    .flat_map(|(&txn, r)| {
-                        r.ran.iter().filter(|(_, s)| !s.precommitted).map(move |(&h, _)| (txn, h))
-                    })
+                    .flat_map(|(&txn, r)| r.ran.iter().map(move |(&h, s)| (txn, h, s.precommitted)))
                     .collect();
                 let undelivered: Vec<Undelivered> = machine.undelivered.values().cloned().collect();
-                let wait = self.hop_timeout_ns();
-                for (txn, hop) in waiting {
-                    self.timers.set(Purpose::HopTimeout(shard, txn, hop), wait, out);
+                // Hops that have not voted wait afresh; those that voted ask later.
+                for (txn, hop, voted) in hops {
+                    let purpose = match voted {
+                        false => Purpose::HopTimeout(shard, txn, hop),
+                        true => Purpose::Inquire(Some(shard), txn, hop),
+                    };
+                    let wait = if voted { self.inquire_ns() } else { self.hop_timeout_ns() };
+                    self.timers.set(purpose, wait, out);
                 }
                 for Undelivered { decision, client, chain } in undelivered {
                     self.deliver(now, Some(shard), decision, client, chain, out);
@@ -1024,6 +1108,9 @@ impl ChainNode {
             }
             ChainMsg::Applied { txn, shard } => self.on_applied(from, txn, shard),
             ChainMsg::Stale { txn, floor } => self.on_stale(now, from, txn, floor),
+            ChainMsg::Inquire { txn, ts, shards, hop } => {
+                self.on_inquiry(from, (txn, ts, shards), hop, out)
+            }
             ChainMsg::Leader { shard, leader } => {
                 if shard.0 < self.context.topology.shards
                     && serves(&self.context.topology, from, shard)
@@ -1041,6 +1128,7 @@ impl ChainNode {
             Purpose::AckTimeout(txn) => self.on_ack_timeout(now, txn, out),
             Purpose::Retry(id) => self.on_retry(now, id, out),
             Purpose::HopTimeout(shard, txn, hop) => self.on_hop_timeout((shard, txn, hop), out),
+            Purpose::Inquire(shard, txn, hop) => self.on_inquire(now, (shard, txn, hop), out),
             Purpose::Pace => {
                 self.pace(now, out);
                 self.timers.set(Purpose::Pace, self.pace_ns(), out);
@@ -1118,6 +1206,7 @@ impl Node for ChainNode {
             machines.commits += c.commits;
             machines.aborts += c.aborts;
             machines.cascading += c.cascading;
+            machines.inquired += c.inquired;
             machines.refused += c.refused;
             open += machine.server.open();
             undelivered += machine.undelivered.len();
@@ -1128,6 +1217,8 @@ impl Node for ChainNode {
             ("chain_aborts_decided_total", machines.aborts),
             ("chain_cascading_aborts_total", machines.cascading),
             ("chain_timeouts_total", self.counts.timeouts_total),
+            ("chain_inquiries_total", self.counts.inquiries_total),
+            ("chain_inquiry_aborts_total", machines.inquired),
             ("chain_decisions_resent_total", self.counts.resent_total),
             ("chain_stale_refusals_total", self.counts.stale_total),
             ("chain_refused_total", self.counts.refused_total + machines.refused),
@@ -1472,6 +1563,7 @@ mod tests {
             ChainMsg::Applied { txn, shard: None },
             ChainMsg::Stale { txn, floor: Timestamp(4) },
             ChainMsg::Leader { shard: ShardId(2), leader: NodeId(5) },
+            ChainMsg::Inquire { txn, ts: body.ts, shards: vec![ShardId(0), ShardId(2)], hop: 2 },
         ]
     }
 
