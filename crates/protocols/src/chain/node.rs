@@ -273,9 +273,15 @@ pub struct ChainNode {
     rng: Rng,
     /// Decisions being delivered, by attempt and deciding shard (`None`: this coordinator).
     deliveries: BTreeMap<(TxnId, Option<ShardId>), Delivery>,
-    /// Per shard this node leads, decisions applied everywhere, to forget in its log.
-    delivered: BTreeMap<ShardId, Vec<TxnId>>,
+    /// Per shard this node leads, decisions applied everywhere, to forget in its log: kept
+    /// (and proposed again at each pace) until the log has forgotten them, since a proposal
+    /// may be dropped (a leadership transfer in progress).
+    delivered: BTreeMap<ShardId, BTreeSet<TxnId>>,
     timers: Timers<Purpose>,
+    /// The hops of the shards this node leads with a timer armed: `(shard, attempt, hop,
+    /// voted)`, a `HopTimeout` before the vote, an `Inquire` after. At most one entry per
+    /// timer.
+    watched: BTreeSet<(ShardId, TxnId, u32, bool)>,
     counts: Counts,
 }
 
@@ -312,6 +318,7 @@ impl ChainNode {
             deliveries: BTreeMap::new(),
             delivered: BTreeMap::new(),
             timers: Timers::default(),
+            watched: BTreeSet::new(),
             counts: Counts::default(),
             context,
         })
@@ -375,7 +382,67 @@ impl ChainNode {
         self.counts.inquiries_total += 1;
         let msg = ChainMsg::Inquire { txn, ts, shards, hop: asked };
         self.send_to_shard(now, target, msg, 0, out);
-        self.timers.set(Purpose::Inquire(shard, txn, hop), self.inquire_ns(), out);
+        match shard {
+            Some(shard) => self.watch(shard, txn, hop, true, out),
+            None => self.timers.set(Purpose::Inquire(None, txn, 0), self.inquire_ns(), out),
+        }
+    }
+
+    /// Arms the timer hop `hop` of `txn` on `shard` (led here) needs, unless armed: before
+    /// its vote the timeout that aborts it, after it the inquiry to the hop two after (when
+    /// there is one).
+    fn watch(
+        &mut self,
+        shard: ShardId,
+        txn: TxnId,
+        hop: u32,
+        voted: bool,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        if !self.watched.insert((shard, txn, hop, voted)) {
+            return;
+        }
+        let (purpose, wait) = match voted {
+            false => (Purpose::HopTimeout(shard, txn, hop), self.hop_timeout_ns()),
+            true => (Purpose::Inquire(Some(shard), txn, hop), self.inquire_ns()),
+        };
+        self.timers.set(purpose, wait, out);
+    }
+
+    /// Makes sure the shards this node leads deliver every decision they made and watch
+    /// every hop they ran: a new leader may apply entries of earlier terms after it took
+    /// over, and a restarted one replays its own log without answering (no event starts
+    /// those).
+    fn reconcile(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
+        let mut hops = Vec::new();
+        let mut undelivered = Vec::new();
+        for (shard, machine) in self.hosts.iter() {
+            if !self.hosts.leads(shard) {
+                continue;
+            }
+            for (&txn, record) in &machine.server.records {
+                for (&hop, state) in &record.ran {
+                    let askable = record.hops.len() >= hop as usize + 2;
+                    if !state.precommitted || askable {
+                        hops.push((shard, txn, hop, state.precommitted));
+                    }
+                }
+            }
+            let forgetting = self.delivered.get(&shard);
+            for (&txn, u) in &machine.undelivered {
+                let busy = self.deliveries.contains_key(&(txn, Some(shard)))
+                    || forgetting.is_some_and(|f| f.contains(&txn));
+                if !busy {
+                    undelivered.push((shard, u.clone()));
+                }
+            }
+        }
+        for (shard, txn, hop, voted) in hops {
+            self.watch(shard, txn, hop, voted, out);
+        }
+        for (shard, Undelivered { decision, client, chain }) in undelivered {
+            self.deliver(now, Some(shard), decision, client, chain, out);
+        }
     }
 
     fn on_inquiry(
@@ -850,7 +917,7 @@ impl ChainNode {
     /// its log (batched, at the next pace).
     fn delivered_by(&mut self, by: Option<ShardId>, txn: TxnId) {
         if let Some(shard) = by {
-            self.delivered.entry(shard).or_default().push(txn);
+            self.delivered.entry(shard).or_default().insert(txn);
         }
     }
 
@@ -916,6 +983,8 @@ impl ChainNode {
         if waiting {
             self.counts.timeouts_total += 1;
             let _ = self.hosts.submit(shard, Command::Abort { txn, hop }, out);
+            // Again later, should the log have dropped the proposal.
+            self.watch(shard, txn, hop, false, out);
         }
     }
 
@@ -945,14 +1014,24 @@ impl ChainNode {
                 self.send_decision(now, key, target, 0, out);
             }
         }
-        for (shard, txns) in std::mem::take(&mut self.delivered) {
-            if !self.hosts.leads(shard) {
-                continue; // The new leader delivers them again, and forgets them.
-            }
-            for batch in txns.chunks(super::machine::DELIVERED_BATCH_MAX) {
-                let command = Command::Delivered { txns: batch.to_vec() };
-                let _ = self.hosts.submit(shard, command, out);
-            }
+        self.reconcile(now, out);
+        // The new leader of a shard this node no longer leads delivers them again, and
+        // forgets them.
+        let hosts = &self.hosts;
+        self.delivered.retain(|&shard, txns| {
+            let undelivered = hosts.get(shard).map(|m| &m.undelivered);
+            txns.retain(|txn| undelivered.is_some_and(|u| u.contains_key(txn)));
+            hosts.leads(shard) && !txns.is_empty()
+        });
+        let batches: Vec<(ShardId, Vec<TxnId>)> = self
+            .delivered
+            .iter()
+            .map(|(&shard, txns)| {
+                (shard, txns.iter().take(super::machine::DELIVERED_BATCH_MAX).copied().collect())
+            })
+            .collect();
+        for (shard, txns) in batches {
+            let _ = self.hosts.submit(shard, Command::Delivered { txns }, out);
         }
         let retention = self.context.timing.gc_retention_ns;
         let watermark = Timestamp(now.saturating_sub(retention));
@@ -1003,7 +1082,7 @@ impl ChainNode {
                     };
                     self.send_to_shard(now, next, ChainMsg::Txn(Box::new(shipped)), 0, out);
                 }
-                self.timers.set(Purpose::HopTimeout(shard, txn, hop), self.hop_timeout_ns(), out);
+                self.watch(shard, txn, hop, false, out);
                 self.try_vote(shard, txn, hop, out);
             }
             Event::Ack { to, txn, hop } => self.post(now, to, ChainMsg::Ack { txn, hop }, 0, out),
@@ -1020,8 +1099,7 @@ impl ChainNode {
                     .map(|h| h.shard);
                 if let Some(next) = next {
                     self.send_to_shard(now, next, ChainMsg::Precommit { txn, hop }, chain, out);
-                    let wait = self.inquire_ns();
-                    self.timers.set(Purpose::Inquire(Some(shard), txn, hop), wait, out);
+                    self.watch(shard, txn, hop, true, out);
                 }
             }
             Event::Decided { txn } => {
@@ -1046,28 +1124,9 @@ impl ChainNode {
                     self.try_vote(shard, txn, hop, out);
                 }
             }
-            Event::Leads => {
-                let Some(machine) = self.hosts.get(shard) else { return };
-                let hops: Vec<(TxnId, u32, bool)> = machine
-                    .server
-                    .records
-                    .iter()
-                    .flat_map(|(&txn, r)| r.ran.iter().map(move |(&h, s)| (txn, h, s.precommitted)))
-                    .collect();
-                let undelivered: Vec<Undelivered> = machine.undelivered.values().cloned().collect();
-                // Hops that have not voted wait afresh; those that voted ask later.
-                for (txn, hop, voted) in hops {
-                    let purpose = match voted {
-                        false => Purpose::HopTimeout(shard, txn, hop),
-                        true => Purpose::Inquire(Some(shard), txn, hop),
-                    };
-                    let wait = if voted { self.inquire_ns() } else { self.hop_timeout_ns() };
-                    self.timers.set(purpose, wait, out);
-                }
-                for Undelivered { decision, client, chain } in undelivered {
-                    self.deliver(now, Some(shard), decision, client, chain, out);
-                }
-            }
+            // Hops that have not voted wait afresh, those that voted ask later; undelivered
+            // decisions go out again.
+            Event::Leads => self.reconcile(now, out),
         }
     }
 
@@ -1127,8 +1186,16 @@ impl ChainNode {
         match purpose {
             Purpose::AckTimeout(txn) => self.on_ack_timeout(now, txn, out),
             Purpose::Retry(id) => self.on_retry(now, id, out),
-            Purpose::HopTimeout(shard, txn, hop) => self.on_hop_timeout((shard, txn, hop), out),
-            Purpose::Inquire(shard, txn, hop) => self.on_inquire(now, (shard, txn, hop), out),
+            Purpose::HopTimeout(shard, txn, hop) => {
+                self.watched.remove(&(shard, txn, hop, false));
+                self.on_hop_timeout((shard, txn, hop), out)
+            }
+            Purpose::Inquire(shard, txn, hop) => {
+                if let Some(shard) = shard {
+                    self.watched.remove(&(shard, txn, hop, true));
+                }
+                self.on_inquire(now, (shard, txn, hop), out)
+            }
             Purpose::Pace => {
                 self.pace(now, out);
                 self.timers.set(Purpose::Pace, self.pace_ns(), out);
