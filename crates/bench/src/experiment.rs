@@ -45,6 +45,8 @@ pub struct Experiment {
     pub load: meridian_workloads::clients::Load,
     /// Regions that host replicas (empty: every region of the network).
     pub server_regions: Vec<String>,
+    /// Where each shard's replicas go among the server regions.
+    pub replica_placement: meridian_core::topology::Placement,
     /// Regions whose coordinators take clients (empty: every region).
     pub client_regions: Vec<String>,
     /// Measured seconds.
@@ -148,7 +150,8 @@ impl Experiment {
         if servers.is_empty() {
             servers = (0..regions.len() as u32).map(RegionId).collect();
         }
-        Topology::placed(regions.clone(), &servers, self.shards, self.replicas)
+        let placement = self.replica_placement;
+        Topology::placed_with(regions.clone(), &servers, self.shards, self.replicas, placement)
     }
 
     /// The coordinators that take clients in `topology`.

@@ -591,6 +591,7 @@ fn output(
         "clients": experiment.clients,
         "outstanding": experiment.outstanding,
         "server_regions": experiment.server_regions,
+        "replica_placement": experiment.replica_placement.name(),
         "client_regions": experiment.client_regions,
         "rate_per_s": match experiment.load {
             Load::Open { rate_per_s } => serde_json::json!(rate_per_s),

@@ -13,6 +13,39 @@ pub const SHARDS_MAX: u32 = 256;
 /// Most replicas per shard.
 pub const REPLICAS_MAX: u32 = 9;
 
+/// Where a shard's replicas go among the server regions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Placement {
+    /// Replica `r` of shard `s` in server region `(s + r) mod n`: a shard survives the loss
+    /// of a region, and its log crosses the wide area.
+    #[default]
+    Spread,
+    /// Every replica of shard `s` in server region `s mod n`, beside its leader: its log
+    /// stays local (one datacenter per shard, as in CrossStitch's setting).
+    Local,
+}
+
+impl Placement {
+    /// Parses `spread` or `local`.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        match text {
+            "spread" => Ok(Self::Spread),
+            "local" => Ok(Self::Local),
+            other => Err(ConfigError::new(format!(
+                "--replica-placement: '{other}' is not spread or local"
+            ))),
+        }
+    }
+
+    /// Its name, as `parse` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Spread => "spread",
+            Self::Local => "local",
+        }
+    }
+}
+
 /// One replica of one shard hosted by a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ReplicaSlot {
@@ -151,6 +184,17 @@ impl Topology {
         shards: u32,
         replicas: u32,
     ) -> Result<Self, ConfigError> {
+        Self::placed_with(regions, server_regions, shards, replicas, Placement::Spread)
+    }
+
+    /// [`Topology::placed`] with the replicas of each shard placed by `placement`.
+    pub fn placed_with(
+        regions: Vec<String>,
+        server_regions: &[RegionId],
+        shards: u32,
+        replicas: u32,
+        placement: Placement,
+    ) -> Result<Self, ConfigError> {
         if regions.is_empty() {
             return Err(ConfigError::new("at least one region is needed"));
         }
@@ -164,7 +208,12 @@ impl Topology {
         for shard in 0..shards {
             for replica in 0..replicas {
                 nodes.push(NodeInfo {
-                    region: server_regions[((shard + replica) % server_count) as usize],
+                    region: match placement {
+                        Placement::Spread => {
+                            server_regions[((shard + replica) % server_count) as usize]
+                        }
+                        Placement::Local => server_regions[(shard % server_count) as usize],
+                    },
                     replicas: vec![ReplicaSlot { shard: ShardId(shard), replica }],
                     coordinator: false,
                 });
@@ -241,6 +290,20 @@ mod tests {
         assert_eq!(t.coordinators_in(&[]).len(), 4);
         assert!(Topology::placed(names(2), &[RegionId(2)], 1, 1).is_err());
         assert!(Topology::placed(names(2), &[], 1, 1).is_err());
+    }
+
+    #[test]
+    fn local_placement_keeps_a_shards_replicas_in_one_region() {
+        let servers = [RegionId(0), RegionId(1)];
+        let t = Topology::placed_with(names(3), &servers, 3, 3, Placement::Local).unwrap();
+        for shard in 0..3 {
+            let regions: Vec<RegionId> =
+                t.shard_nodes(ShardId(shard)).iter().map(|&n| t.region_of(n)).collect();
+            assert_eq!(regions, vec![RegionId(shard % 2); 3], "shard {shard}");
+        }
+        assert_eq!(Placement::parse("local").unwrap(), Placement::Local);
+        assert_eq!(Placement::parse(Placement::Spread.name()).unwrap(), Placement::Spread);
+        assert!(Placement::parse("near").is_err());
     }
 
     #[test]

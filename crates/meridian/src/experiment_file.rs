@@ -48,6 +48,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("outstanding", Kind::Value),
     ("server_regions", Kind::Value),
     ("client_regions", Kind::Value),
+    ("replica_placement", Kind::Value),
     ("keys_per_shard", Kind::Value),
     ("zipf", Kind::Value),
     ("ops_max", Kind::Value),

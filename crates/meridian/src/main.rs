@@ -11,6 +11,7 @@ use meridian_bench::Experiment;
 use meridian_bench::{report, study};
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
+use meridian_core::topology::Placement;
 use meridian_core::ConfigError;
 use meridian_protocols::ProtocolKind;
 use meridian_runtime::logstore::{DurabilityMode, LogStoreKind};
@@ -212,6 +213,11 @@ pub(crate) struct ClusterArgs {
     /// Regions whose coordinators take the clients, comma-separated (default: every region).
     #[arg(long, value_delimiter = ',')]
     client_regions: Vec<String>,
+    /// Where a shard's replicas go: `spread` (replica r of shard s in server region s + r,
+    /// the default) or `local` (every replica of shard s in server region s, beside its
+    /// leader).
+    #[arg(long)]
+    replica_placement: Option<String>,
     /// Master seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -385,6 +391,7 @@ pub(crate) struct Resolved {
     outstanding: u32,
     server_regions: Vec<String>,
     client_regions: Vec<String>,
+    replica_placement: Placement,
     seed: u64,
 }
 
@@ -493,6 +500,10 @@ impl ClusterArgs {
             outstanding: self.load()?.1,
             server_regions: self.server_regions.clone(),
             client_regions: self.client_regions.clone(),
+            replica_placement: match &self.replica_placement {
+                Some(text) => Placement::parse(text)?,
+                None => Placement::Spread,
+            },
             seed: self.seed.unwrap_or(1),
         })
     }
@@ -519,6 +530,7 @@ impl ClusterArgs {
             (self.tpcc_scale.is_some(), "--tpcc-scale"),
             (self.seed.is_some(), "--seed"),
             (!self.server_regions.is_empty(), "--server-regions"),
+            (self.replica_placement.is_some(), "--replica-placement"),
             (!self.protocol_option.is_empty(), "--protocol-option"),
         ]
         .into_iter()
@@ -561,6 +573,7 @@ fn embedded_experiment(
         load: r.load,
         server_regions: r.server_regions,
         client_regions: r.client_regions,
+        replica_placement: r.replica_placement,
         duration_s,
         warmup_s,
         seed: r.seed,
@@ -797,6 +810,7 @@ fn plan_run(args: &BenchArgs, default_clients: u32) -> Result<Planned, ConfigErr
                 load: args.cluster.load()?.0,
                 server_regions: Vec::new(),
                 client_regions: args.cluster.client_regions.clone(),
+                replica_placement: Placement::Spread,
                 duration_s: args.duration,
                 warmup_s: args.warmup,
                 seed: file.seed,

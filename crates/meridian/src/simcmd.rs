@@ -74,6 +74,9 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     if !c.client_regions.is_empty() {
         line += &format!(" --client-regions {}", c.client_regions.join(","));
     }
+    if let Some(placement) = &c.replica_placement {
+        line += &format!(" --replica-placement {placement}");
+    }
     if let Some(n) = c.regions {
         line += &format!(" --regions {n}");
     }
@@ -179,7 +182,13 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     if servers.is_empty() {
         servers = (0..regions.len() as u32).map(meridian_core::RegionId).collect();
     }
-    let topology = Topology::placed(regions.clone(), &servers, r.shards, r.replicas)?;
+    let topology = Topology::placed_with(
+        regions.clone(),
+        &servers,
+        r.shards,
+        r.replicas,
+        r.replica_placement,
+    )?;
     let client_regions = region_ids(regions, &r.client_regions, "--client-regions")?;
     if topology.coordinators_in(&client_regions).is_empty() {
         return Err(ConfigError::new("--client-regions: no coordinator runs there").into());
@@ -345,6 +354,7 @@ fn sim_output(
         "clock": r.clock.name,
         "load": r.load.describe(r.clients, r.outstanding),
         "server_regions": r.server_regions,
+        "replica_placement": r.replica_placement.name(),
         "client_regions": r.client_regions,
         "clients": r.clients,
         "txns": options.txns,

@@ -656,34 +656,57 @@ fn every_baseline_commits_in_its_designed_wide_area_round_trips() {
 /// run on down the chain (hop 1 to 2, 2 to 3; the acknowledgements they wait for came earlier)
 /// and the last hop's decision comes back. From a coordinator beside hop 1 (South Carolina)
 /// the first three legs stay local: 5 wide-area legs; beside the last hop (Brazil) the
-/// decision's does: 5; from Finland and Hong Kong every leg but none: 6.
+/// decision's does: 5; from Finland and Hong Kong every leg but none: 6. The same with 3
+/// replicas per shard placed beside their leaders (`Placement::Local`: each hop's log
+/// replicates within its region); spread over the regions, each hop's replication of its run
+/// and its vote crosses the wide area, adding legs at every hop.
 #[test]
 fn chain_commits_in_its_designed_wide_area_legs_from_each_coordinator_region() {
-    let o = tiga_wan(ProtocolKind::Chain, 1, 300);
-    let options = WorkloadOptions { shards: 3, ..WorkloadOptions::default() };
-    let workload = Arc::from(meridian_workloads::build("micro-tiga", &options).unwrap());
-    let report = run(&o, workload).unwrap();
-    assert_passed(&report);
-    for (region, legs) in [(0, 5), (1, 6), (2, 5), (3, 6)] {
-        let mut hops: Vec<u16> = report
-            .completions
-            .iter()
-            .filter(|(c, _)| o.topology.region_of(c.coordinator).0 == region)
-            .map(|(_, h)| *h)
-            .collect();
-        assert!(!hops.is_empty(), "region {region} coordinated");
-        hops.sort_unstable();
-        assert_eq!(hops[hops.len() / 2], legs, "region {region}: {hops:?}");
-    }
+    use meridian_core::topology::Placement;
+    let medians = |replicas, placement| {
+        let o = tiga_wan_placed(ProtocolKind::Chain, replicas, placement, 300);
+        let options = WorkloadOptions { shards: 3, ..WorkloadOptions::default() };
+        let workload = Arc::from(meridian_workloads::build("micro-tiga", &options).unwrap());
+        let report = run(&o, workload).unwrap();
+        assert_passed(&report);
+        (0..4)
+            .map(|region| {
+                let mut hops: Vec<u16> = report
+                    .completions
+                    .iter()
+                    .filter(|(c, _)| o.topology.region_of(c.coordinator).0 == region)
+                    .map(|(_, h)| *h)
+                    .collect();
+                assert!(!hops.is_empty(), "region {region} coordinated");
+                hops.sort_unstable();
+                hops[hops.len() / 2]
+            })
+            .collect::<Vec<u16>>()
+    };
+    assert_eq!(medians(1, Placement::Spread), vec![5, 6, 5, 6]);
+    assert_eq!(medians(3, Placement::Local), vec![5, 6, 5, 6], "local replication");
+    let spread = medians(3, Placement::Spread);
+    assert!(spread.iter().zip([5, 6, 5, 6]).all(|(&s, l)| s >= l + 4), "{spread:?}");
 }
 
 /// Tiga's evaluation setting: 3 shards × `replicas` on `tiga-wan` with the servers in the first
 /// three regions and coordinators in all four, perfect clocks, 12 clients, seed 1.
 fn tiga_wan(protocol: ProtocolKind, replicas: u32, txns: u64) -> SimRunOptions {
+    tiga_wan_placed(protocol, replicas, meridian_core::topology::Placement::Spread, txns)
+}
+
+/// [`tiga_wan`] with each shard's replicas placed by `placement`.
+fn tiga_wan_placed(
+    protocol: ProtocolKind,
+    replicas: u32,
+    placement: meridian_core::topology::Placement,
+    txns: u64,
+) -> SimRunOptions {
     use meridian_core::RegionId;
     let network = NetworkModel::preset("tiga-wan", 4).unwrap();
     let servers = [RegionId(0), RegionId(1), RegionId(2)];
-    let topology = Topology::placed(network.regions.clone(), &servers, 3, replicas).unwrap();
+    let regions = network.regions.clone();
+    let topology = Topology::placed_with(regions, &servers, 3, replicas, placement).unwrap();
     let mut o =
         SimRunOptions::new(protocol, topology, network, ClockModel::preset("perfect").unwrap(), 1);
     o.clients = 12;

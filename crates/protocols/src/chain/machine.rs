@@ -371,11 +371,18 @@ impl ChainMachine {
     /// Aborts `txn` (a hop here has not voted) and, looping, every attempt that read its
     /// pending versions here (cascading); each becomes a decision of this shard to deliver.
     fn abort(&mut self, txn: TxnId, why: Why, answer: bool) {
+        self.abort_for(txn, None, why, answer)
+    }
+
+    /// [`ChainMachine::abort`], by hop `unran` of `txn` (not run here yet: an inquiry) when
+    /// given, which may abort even if every hop that ran here voted.
+    fn abort_for(&mut self, txn: TxnId, unran: Option<u32>, why: Why, answer: bool) {
         let mut work = VecDeque::from([(txn, why)]);
         while let Some((txn, why)) = work.pop_front() {
             let Some(record) = self.server.records.get(&txn) else { continue };
             debug_assert!(
-                record.ran.values().any(|s| !s.precommitted),
+                record.ran.values().any(|s| !s.precommitted)
+                    || unran.is_some_and(|h| !record.ran.contains_key(&h)),
                 "only a hop that has not voted may abort"
             );
             let ts = record.ts;
@@ -430,6 +437,10 @@ impl ChainMachine {
         answer: bool,
     ) {
         let topology = &self.context.topology;
+        if !topology.nodes.get(txn.origin.0 as usize).is_some_and(|n| n.coordinator) {
+            self.counts.refused += 1; // Attempts come from coordinators.
+            return;
+        }
         let Some(asking) = hop.checked_sub(2) else { return };
         let genuine = match asking {
             0 => from == txn.origin,
@@ -447,15 +458,16 @@ impl ChainMachine {
                 self.counts.refused += 1;
                 return;
             }
-            if record.ran.get(&hop).is_some_and(|s| s.precommitted)
-                || record.ran.values().all(|s| s.precommitted)
-            {
+            if record.ran.get(&hop).is_some_and(|s| s.precommitted) {
                 return; // It progressed past this hop: the decision lies beyond.
             }
+            // Not voted, or never arrived here (though an earlier hop of the attempt did, and
+            // voted): the hop before it cannot have voted without this hop's acknowledgement,
+            // which would follow its run in this log. Aborted, a late copy is refused.
             if answer {
                 self.counts.inquired += 1;
             }
-            return self.abort(txn, why, answer);
+            return self.abort_for(txn, Some(hop), why, answer);
         }
         if self.server.ended(txn).is_some() || self.server.maybe_forgotten(txn, ts) || self.full() {
             return; // Decided here (its decision reaches the inquirer), or no room to decide.
@@ -550,8 +562,11 @@ impl StateMachine for ChainMachine {
             Command::Vote { hop, .. } | Command::Abort { hop, .. } if *hop == 0 => {
                 Err("hop 0 is the coordinator's".into())
             }
-            Command::Decide { decision, .. } if decision.shards.len() > PIECES_MAX => {
-                Err(format!("a decision for {} shards", decision.shards.len()))
+            Command::Decide { decision, .. }
+                if decision.shards.len() > PIECES_MAX
+                    || decision.shards.iter().any(|s| s.0 >= self.context.topology.shards) =>
+            {
+                Err(format!("a decision for shards {:?}", decision.shards))
             }
             Command::Decide { decision, .. } => match &decision.outcome {
                 Outcome::Committed { outputs } if !outputs.is_empty() => {
@@ -563,6 +578,9 @@ impl StateMachine for ChainMachine {
                 let mine = hop.checked_sub(1).and_then(|h| shards.get(h as usize));
                 if *hop < 2 || shards.len() > PIECES_MAX || mine != Some(&self.server.shard) {
                     return Err(format!("an inquiry about hop {hop} is not for this shard"));
+                }
+                if shards.iter().any(|s| s.0 >= self.context.topology.shards) {
+                    return Err(format!("an inquiry naming shards {shards:?}"));
                 }
                 Ok(())
             }

@@ -409,12 +409,15 @@ impl ChainNode {
         self.timers.set(purpose, wait, out);
     }
 
-    /// Makes sure the shards this node leads deliver every decision they made and watch
-    /// every hop they ran: a new leader may apply entries of earlier terms after it took
-    /// over, and a restarted one replays its own log without answering (no event starts
-    /// those).
-    fn reconcile(&mut self, now: Time, out: &mut Outbox<ChainMsg>) {
+    /// Makes sure the shards this node leads deliver every decision they made, watch every
+    /// hop they ran and propose the votes their hops can make: a new leader may apply entries
+    /// of earlier terms after it took over, a restarted one replays its own log without
+    /// answering (no event starts those), and a vote's proposal may have been dropped. A
+    /// leader that just took over (`took_over`) also sends again the precommits of the hops
+    /// that voted (its predecessor may have stepped down before sending them).
+    fn reconcile(&mut self, now: Time, took_over: bool, out: &mut Outbox<ChainMsg>) {
         let mut hops = Vec::new();
+        let mut precommits = Vec::new();
         let mut undelivered = Vec::new();
         for (shard, machine) in self.hosts.iter() {
             if !self.hosts.leads(shard) {
@@ -422,9 +425,14 @@ impl ChainNode {
             }
             for (&txn, record) in &machine.server.records {
                 for (&hop, state) in &record.ran {
+                    let voted = state.precommitted;
+                    let next = record.hops.get(hop as usize).map(|h| h.shard);
                     let askable = record.hops.len() >= hop as usize + 2;
-                    if !state.precommitted || askable {
-                        hops.push((shard, txn, hop, state.precommitted));
+                    if !voted || askable {
+                        hops.push((shard, txn, hop, voted));
+                    }
+                    if let Some(next) = next.filter(|_| voted && took_over) {
+                        precommits.push((next, txn, hop));
                     }
                 }
             }
@@ -439,6 +447,12 @@ impl ChainNode {
         }
         for (shard, txn, hop, voted) in hops {
             self.watch(shard, txn, hop, voted, out);
+            if !voted {
+                self.try_vote(shard, txn, hop, out);
+            }
+        }
+        for (next, txn, hop) in precommits {
+            self.send_to_shard(now, next, ChainMsg::Precommit { txn, hop }, 0, out);
         }
         for (shard, Undelivered { decision, client, chain }) in undelivered {
             self.deliver(now, Some(shard), decision, client, chain, out);
@@ -509,6 +523,9 @@ impl ChainNode {
         chain: u16,
         out: &mut Outbox<ChainMsg>,
     ) {
+        if shard.0 >= self.context.topology.shards {
+            return self.refuse(); // Checked where it came from: not reached.
+        }
         let leader = match self.hosts.route(shard) {
             Route::Here => self.context.id,
             Route::Forward(leader) => leader,
@@ -1007,14 +1024,14 @@ impl ChainNode {
         for (key, targets) in due {
             for target in targets {
                 self.counts.resent_total += 1;
-                if let Some(shard) = target {
+                if let Some(shard) = target.filter(|s| s.0 < self.context.topology.shards) {
                     // No answer from the leader believed: try another replica.
                     self.leaders.suspect(shard);
                 }
                 self.send_decision(now, key, target, 0, out);
             }
         }
-        self.reconcile(now, out);
+        self.reconcile(now, false, out);
         // The new leader of a shard this node no longer leads delivers them again, and
         // forgets them.
         let hosts = &self.hosts;
@@ -1126,7 +1143,7 @@ impl ChainNode {
             }
             // Hops that have not voted wait afresh, those that voted ask later; undelivered
             // decisions go out again.
-            Event::Leads => self.reconcile(now, out),
+            Event::Leads => self.reconcile(now, true, out),
         }
     }
 
@@ -1429,6 +1446,19 @@ mod tests {
             ChainMsg::Decision { to, decision: Box::new(decision) },
             &mut out,
         );
+        // Inquiries naming a shard that does not exist, or about an attempt of a node that
+        // coordinates nothing, or from a node that serves no hop before the one asked.
+        let here = ShardId(first.0);
+        let stranger = TxnId { origin: first, ..body.txn };
+        for (from, txn, shards) in [
+            (coordinator, body.txn, vec![ShardId(0), here, ShardId(9_999)]),
+            (first, stranger, vec![here, here]),
+            (wrong, body.txn, vec![ShardId(0), ShardId(1), here]),
+        ] {
+            let hop = shards.iter().rposition(|&s| s == here).unwrap() as u32 + 1;
+            let inquiry = ChainMsg::Inquire { txn, ts: body.ts, shards, hop };
+            server.on_message(10, from, inquiry, &mut out);
+        }
         let answers = sends(&mut out);
         assert!(
             answers.iter().all(|(_, m)| matches!(m, ChainMsg::Applied { .. })),
@@ -1439,6 +1469,7 @@ mod tests {
             before.iter().map(|i| i.1).collect::<Vec<_>>()
         );
         assert_eq!(server.hosts.iter().map(|(_, m)| m.server.open()).sum::<usize>(), 0);
+        assert!(server.hosts.iter().all(|(_, m)| m.undelivered.is_empty()), "nothing decided");
     }
 
     /// The genuine copy runs: the server acknowledges to the coordinator and ships the attempt
