@@ -58,6 +58,11 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
             "--shards contradicts --cluster",
         ),
         (&["bench", "--duration", "0", "--out", out], "--duration must be in"),
+        (
+            &["bench", "--replica-placement", "near", "--out", out],
+            "--replica-placement: 'near' is not spread or local",
+        ),
+        (&["sim", "--replica-placement", "nearby"], "'nearby' is not spread or local"),
         (&["sim", "--txns", "0"], "--txns must be at least 1"),
         (&["sim", "--seeds", "5..5"], "--seeds takes A..B"),
         (
