@@ -371,30 +371,27 @@ impl ChainMachine {
     /// Aborts `txn` (a hop here has not voted) and, looping, every attempt that read its
     /// pending versions here (cascading); each becomes a decision of this shard to deliver.
     fn abort(&mut self, txn: TxnId, why: Why, answer: bool) {
-        self.abort_for(txn, None, why, answer)
+        self.abort_all(VecDeque::from([(txn, why)]), None, answer)
     }
 
-    /// [`ChainMachine::abort`], by hop `unran` of `txn` (not run here yet: an inquiry) when
-    /// given, which may abort even if every hop that ran here voted.
-    fn abort_for(&mut self, txn: TxnId, unran: Option<u32>, why: Why, answer: bool) {
-        let mut work = VecDeque::from([(txn, why)]);
+    /// Aborts the attempts in `work`, and (looping) every attempt that read their pending
+    /// versions here; each becomes a decision of this shard to deliver. Hop `unran` of the
+    /// first (not run here yet: an inquiry), when given, may abort it even if every hop that
+    /// ran here voted.
+    fn abort_all(&mut self, mut work: VecDeque<(TxnId, Why)>, unran: Option<u32>, answer: bool) {
+        let first = work.front().map(|(txn, _)| *txn);
         while let Some((txn, why)) = work.pop_front() {
             let Some(record) = self.server.records.get(&txn) else { continue };
             debug_assert!(
                 record.ran.values().any(|s| !s.precommitted)
-                    || unran.is_some_and(|h| !record.ran.contains_key(&h)),
+                    || (Some(txn) == first && unran.is_some_and(|h| !record.ran.contains_key(&h))),
                 "only a hop that has not voted may abort"
             );
             let ts = record.ts;
             let shards = record.hops.iter().map(|h| h.shard).collect();
             let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
-            for reader in self.server.abort(txn, ts) {
-                let cause = AbortCause::Cascading;
-                work.push_back((reader, Why::Conflict { cause, seen: Timestamp::ZERO }));
-                if answer {
-                    self.counts.cascading += 1;
-                }
-            }
+            let readers = self.server.abort(txn, ts);
+            self.cascade(readers, &mut work, answer);
             let client = decision.clone();
             self.undelivered.insert(txn, Undelivered { decision, client, chain: 0 });
             if answer {
@@ -402,6 +399,14 @@ impl ChainMachine {
                 self.events.push(Event::Decided { txn });
             }
         }
+    }
+
+    /// Queues the `readers` of an aborted writer's pending versions to abort with it.
+    fn cascade(&mut self, readers: Vec<TxnId>, work: &mut VecDeque<(TxnId, Why)>, answer: bool) {
+        if answer {
+            self.counts.cascading += readers.len() as u64;
+        }
+        work.extend(readers.into_iter().map(|r| (r, Why::conflict(AbortCause::Cascading))));
     }
 
     /// True when `from` may have made `decision`: for an attempt this server ran, a server
@@ -450,7 +455,7 @@ impl ChainMachine {
             self.counts.refused += 1;
             return;
         }
-        let why = Why::Conflict { cause: AbortCause::Timeout, seen: Timestamp::ZERO };
+        let why = Why::conflict(AbortCause::Timeout);
         if let Some(record) = self.server.records.get(&txn) {
             let same =
                 record.ts == ts && record.hops.iter().map(|h| h.shard).eq(shards.iter().copied());
@@ -467,7 +472,7 @@ impl ChainMachine {
             if answer {
                 self.counts.inquired += 1;
             }
-            return self.abort_for(txn, Some(hop), why, answer);
+            return self.abort_all(VecDeque::from([(txn, why)]), Some(hop), answer);
         }
         if self.server.ended(txn).is_some() || self.server.maybe_forgotten(txn, ts) || self.full() {
             return; // Decided here (its decision reaches the inquirer), or no room to decide.
@@ -509,13 +514,9 @@ impl ChainMachine {
                 if known {
                     // Its readers here abort with it.
                     let readers = self.server.abort(txn, decision.ts);
-                    for reader in readers {
-                        let cause = AbortCause::Cascading;
-                        if answer {
-                            self.counts.cascading += 1;
-                        }
-                        self.abort(reader, Why::Conflict { cause, seen: Timestamp::ZERO }, answer);
-                    }
+                    let mut work = VecDeque::new();
+                    self.cascade(readers, &mut work, answer);
+                    self.abort_all(work, None, answer);
                 } else if decision.shards.contains(&shard) && self.server.ended(txn).is_none() {
                     // Never arrived here: remember it, so a late copy is refused.
                     self.server.abort(txn, decision.ts);
@@ -603,7 +604,7 @@ impl StateMachine for ChainMachine {
                     .and_then(|r| r.ran.get(&hop))
                     .is_some_and(|s| !s.precommitted);
                 if waiting {
-                    let why = Why::Conflict { cause: AbortCause::Timeout, seen: Timestamp::ZERO };
+                    let why = Why::conflict(AbortCause::Timeout);
                     self.abort(txn, why, answer);
                 }
             }

@@ -596,8 +596,7 @@ impl ChainNode {
         }
         self.counts.timeouts_total += 1;
         let (ts, shards) = (attempt.ts, attempt.hops.iter().map(|h| h.shard).collect());
-        let why =
-            Why::Conflict { cause: meridian_core::txn::AbortCause::Timeout, seen: Timestamp::ZERO };
+        let why = Why::conflict(meridian_core::txn::AbortCause::Timeout);
         let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
         self.deliver(now, None, decision.clone(), decision, 0, out);
     }

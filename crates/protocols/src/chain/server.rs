@@ -50,6 +50,13 @@ pub enum Why {
     Procedure(ProcError),
 }
 
+impl Why {
+    /// A conflict naming no timestamp a retry must exceed (a timeout, a cascading abort).
+    pub fn conflict(cause: AbortCause) -> Self {
+        Self::Conflict { cause, seen: Timestamp::ZERO }
+    }
+}
+
 /// One hop of a chain: consecutive pieces on one shard (adjacent states on one server are one
 /// logical state). Its messages go to the shard's leader.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +85,7 @@ pub struct HopState {
 }
 
 /// An attempt this server ran states of and has no decision for yet.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
     /// Its timestamp.
     pub ts: Timestamp,
@@ -484,7 +491,7 @@ impl Server {
             rows,
             watermark: self.store.gc_watermark(),
             stamps: self.stamps.image(),
-            records: self.records.iter().map(|(&t, r)| (t, r.clone_image())).collect(),
+            records: self.records.iter().map(|(&t, r)| (t, r.clone())).collect(),
             ended: self.ended_order.iter().map(|&(t, ts)| (t, ts, self.ended[&t])).collect(),
             forgotten_below: self.forgotten_below.iter().map(|(&n, &ts)| (n, ts)).collect(),
             origins: self.origins.iter().map(|(&n, &(i, ts))| (n, i, ts)).collect(),
@@ -520,20 +527,6 @@ impl Server {
         self.ended_order = image.ended.into_iter().map(|(t, ts, _)| (t, ts)).collect();
         self.forgotten_below = image.forgotten_below.into_iter().collect();
         self.origins = image.origins.into_iter().map(|(n, i, ts)| (n, (i, ts))).collect();
-    }
-}
-
-impl Record {
-    fn clone_image(&self) -> Record {
-        Record {
-            ts: self.ts,
-            client: self.client,
-            hops: self.hops.clone(),
-            ran: self.ran.clone(),
-            written: self.written.clone(),
-            waits_on: self.waits_on.clone(),
-            outputs: self.outputs.clone(),
-        }
     }
 }
 
