@@ -132,8 +132,8 @@ struct VerifyArgs {
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Protocol: occ, 2pl, 2pc-mvto, mako, tiga, chain (`docs/protocols.md` describes each);
-    /// `bench` also takes postgres (a PostgreSQL server runs the transactions;
+    /// Protocol: occ, 2pl, 2pc-mvto, mako, tiga, luigi, chain (`docs/protocols.md` describes
+    /// each); `bench` also takes postgres (a PostgreSQL server runs the transactions;
     /// `docs/postgres.md`).
     #[arg(long)]
     protocol: Option<String>,

@@ -181,12 +181,13 @@ fn an_open_loop_bench_reports_its_load_and_what_it_offered() {
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 
-/// `sim --out` writes tiga's median over its stated bound per coordinator region (Tiga's
-/// setting: 3 × 3 on `tiga-wan`, coordinators in the four regions) and prints it; a protocol
+/// `sim --out` writes tiga's and luigi's median over their stated bounds per coordinator
+/// region (Tiga's setting: 3 × 3 on `tiga-wan`, coordinators in the four regions) and prints
+/// it, with luigi's fast-path ratio (none: 0) and its two wide-area round trips; a protocol
 /// that states no bound writes `null`.
 #[test]
-fn sim_writes_tiga_median_over_its_latency_bound() {
-    for protocol in ["tiga", "occ"] {
+fn sim_writes_the_median_over_the_latency_bound_of_tiga_and_luigi() {
+    for protocol in ["tiga", "luigi", "occ"] {
         let out_dir = scratch(&format!("bound-{protocol}"));
         let output = run_words(
             "sim --workload micro-tiga --shards 3 --replicas 3 --network tiga-wan \
@@ -217,6 +218,10 @@ fn sim_writes_tiga_median_over_its_latency_bound() {
         let largest = by_region.values().map(|r| r.as_f64().unwrap()).fold(0.0, f64::max);
         assert_eq!(worst, largest, "{summary}");
         assert!((0.5..1.2).contains(&worst), "{summary}");
+        if protocol == "luigi" {
+            assert_eq!(summary["fast_path_ratio"].as_f64(), Some(0.0), "{summary}");
+            assert_eq!(summary["wrtt_p50"].as_f64(), Some(2.0), "{summary}");
+        }
         let _ = std::fs::remove_dir_all(&out_dir);
     }
 }
@@ -432,14 +437,22 @@ coordinator = true
     path
 }
 
-/// `tiga` runs as a server process (in memory: it has no durable log yet) driven over TCP,
-/// commits on its fast path, and a durable server is refused with the reason.
+/// `tiga` and `luigi` run as a server process (in memory: they have no durable log yet)
+/// driven over TCP, tiga commits on its fast path and luigi on its only (slow) path, and a
+/// durable server is refused with the reason.
 #[test]
-fn tiga_runs_as_a_server_process_and_a_durable_one_is_refused() {
-    let dir = scratch("tiga-tcp");
+fn tiga_and_luigi_run_as_a_server_process_and_a_durable_one_is_refused() {
+    for (protocol, path) in [("tiga", "fast path 100.0%"), ("luigi", "fast path 0.0%")] {
+        runs_as_a_server_process_and_a_durable_one_is_refused(protocol, path);
+    }
+}
+
+fn runs_as_a_server_process_and_a_durable_one_is_refused(protocol: &str, path: &str) {
+    let dir = scratch(&format!("{protocol}-tcp"));
     let (server_port, client_port) = (free_port(), free_port());
     let file = cluster_file(&dir, server_port, client_port);
-    let text = std::fs::read_to_string(&file).unwrap().replace("\"occ\"", "\"tiga\"");
+    let text =
+        std::fs::read_to_string(&file).unwrap().replace("\"occ\"", &format!("\"{protocol}\""));
     std::fs::write(&file, text).unwrap();
     let mut durable = meridian()
         .args(["server", "--config", file.to_str().unwrap(), "--node", "0", "--data-dir"])
@@ -456,7 +469,7 @@ fn tiga_runs_as_a_server_process_and_a_durable_one_is_refused() {
         }
         if waited_ms > 10_000 {
             let _ = durable.kill();
-            panic!("a durable tiga server started instead of refusing");
+            panic!("a durable {protocol} server started instead of refusing");
         }
         std::thread::sleep(Duration::from_millis(50));
         waited_ms += 50;
@@ -482,7 +495,7 @@ fn tiga_runs_as_a_server_process_and_a_durable_one_is_refused() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(committed_in(&stdout) > 100, "{stdout}");
-    assert!(stdout.contains("fast path 100.0%"), "one replica: every commit is fast: {stdout}");
+    assert!(stdout.contains(path), "{protocol}: {path} expected: {stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -11,6 +11,7 @@
 
 pub mod chain;
 pub mod kit;
+pub mod luigi;
 pub mod mako;
 pub mod mvto;
 pub mod occ;
@@ -179,6 +180,7 @@ protocols! {
     Mvto => mvto::Mvto,
     Mako => mako::Mako,
     Tiga => tiga::Tiga,
+    Luigi => luigi::Luigi,
     Chain => chain::Chain,
 }
 

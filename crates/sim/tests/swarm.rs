@@ -244,6 +244,22 @@ fn tiga_replicated_swarm() {
 }
 
 #[test]
+fn luigi_swarm() {
+    for (workload, first_seed) in [("list-append", 410_000), ("bank", 420_000)] {
+        swarm(ProtocolKind::Luigi, workload, first_seed);
+    }
+}
+
+#[test]
+fn luigi_replicated_swarm() {
+    for (workload, first_seed) in
+        [("list-append", 430_000), ("bank", 440_000), ("smallbank", 450_000)]
+    {
+        swarm_with(ProtocolKind::Luigi, workload, first_seed, WorkloadOptions::default(), "", 3);
+    }
+}
+
+#[test]
 fn chain_swarm() {
     for (workload, first_seed) in [
         ("list-append", 330_000),

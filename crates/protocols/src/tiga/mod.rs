@@ -97,21 +97,12 @@ impl Protocol for Tiga {
     const GUARANTEE: Guarantee = Guarantee::StrictWithSyncedClocks;
     type Node = node::TigaNode;
 
-    /// One replica per shard, or `2f + 1`.
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
-        if topology.replicas.is_multiple_of(2) {
-            return Err(ConfigError::new(format!(
-                "tiga needs 2f + 1 replicas per shard (got {})",
-                topology.replicas
-            )));
-        }
-        Ok(())
+        check_replicas("tiga", topology)
     }
 
-    /// Until view changes are built, leaders are fixed and replicas keep their logs in memory:
-    /// only nodes hosting no replica may crash.
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        topology.nodes[node.0 as usize].replicas.is_empty()
+        hosts_no_replica(topology, node)
     }
 
     /// Tiga runs one-shot transactions whose keys the arguments give: a sample of the
@@ -161,17 +152,46 @@ impl Protocol for Tiga {
     }
 
     fn restore(context: NodeContext, durable: &Durable) -> Result<node::TigaNode, String> {
-        if context.durable || !durable.is_empty() {
-            return Err("tiga keeps its log in memory only (durability is not built yet): run \
-                        it with --durability memory"
-                .into());
-        }
+        refuse_durable("tiga", &context, durable)?;
         node::TigaNode::new(context)
     }
 
     fn replay_committed(_node: &mut node::TigaNode) -> Replayed {
         Replayed::default() // Nothing durable to replay.
     }
+}
+
+/// Tiga and luigi run on one replica per shard, or `2f + 1`.
+pub(crate) fn check_replicas(protocol: &str, topology: &Topology) -> Result<(), ConfigError> {
+    if topology.replicas.is_multiple_of(2) {
+        return Err(ConfigError::new(format!(
+            "{protocol} needs 2f + 1 replicas per shard (got {})",
+            topology.replicas
+        )));
+    }
+    Ok(())
+}
+
+/// Until view changes are built, tiga's and luigi's leaders are fixed and replicas keep their
+/// logs in memory: only nodes hosting no replica may crash.
+pub(crate) fn hosts_no_replica(topology: &Topology, node: NodeId) -> bool {
+    topology.nodes[node.0 as usize].replicas.is_empty()
+}
+
+/// Tiga and luigi keep their logs in memory only: a durable driver, or a disk holding
+/// anything, is refused with what to do instead.
+pub(crate) fn refuse_durable(
+    protocol: &str,
+    context: &NodeContext,
+    durable: &Durable,
+) -> Result<(), String> {
+    if context.durable || !durable.is_empty() {
+        return Err(format!(
+            "{protocol} keeps its log in memory only (durability is not built yet): run it \
+             with --durability memory"
+        ));
+    }
+    Ok(())
 }
 
 /// When shard leaders agree on a multi-shard transaction's timestamp.

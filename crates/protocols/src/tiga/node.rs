@@ -49,6 +49,7 @@
 //! replica); read-only snapshot reads.
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
+use super::owd::OwdSettings;
 use super::replica::{Action, Incoming, Replica, ReplicaLimits};
 use super::view::{next_view, View};
 use super::waits::Waits;
@@ -56,6 +57,7 @@ use super::{check_one_shot, Mode, TigaSettings};
 use crate::kit::coord::{bind_plan, AttemptIds};
 use crate::kit::exec::{run_piece, AtTimestamp, Overlay, Placement};
 use crate::kit::timers::Timers;
+use crate::luigi::streams::Streams;
 use crate::{NodeContext, ProtocolNode};
 use meridian_core::key::Key;
 use meridian_core::node::{ClientRequest, Node, Outbox, PersistToken, TimerId};
@@ -213,6 +215,15 @@ pub enum TigaMsg {
         /// Multi-shard transactions decided, with what followers need to execute them.
         outcomes: Vec<SyncOutcome>,
     },
+    /// Leader → coordinator (`luigi` only): every transaction of the coordinator on `shard`
+    /// at or below `ts` is replicated to a majority, and every later one will be held above
+    /// it ([`crate::luigi::streams`]).
+    Watermark {
+        /// The shard.
+        shard: ShardId,
+        /// The coordinator's watermark there.
+        ts: Timestamp,
+    },
     /// Follower → leader: how far it got.
     SyncAck {
         /// The shard.
@@ -299,7 +310,8 @@ fn shape_of(
     home: ShardId,
 ) -> Result<Shape, ProcError> {
     let pieces = bind_plan(context, request, home)?;
-    check_one_shot(&pieces).map_err(|why| ProcError::Unsupported(format!("tiga: {why}")))?;
+    check_one_shot(&pieces)
+        .map_err(|why| ProcError::Unsupported(format!("tiga and luigi: {why}")))?;
     let procedure = context.registry.get(request.proc).expect("bind_plan found it");
     let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
     for (index, piece) in pieces.iter().enumerate() {
@@ -309,7 +321,7 @@ fn shape_of(
             Ok(keys) => keys,
             Err(error) if !piece.deps.is_empty() => {
                 return Err(ProcError::Unsupported(format!(
-                    "tiga needs one-shot transactions whose keys are known from the \
+                    "tiga and luigi need one-shot transactions whose keys are known from the \
                      arguments: the keys of piece {index} need the output of piece {} \
                      ({error}); choose another protocol",
                     piece.deps[0]
@@ -319,8 +331,8 @@ fn shape_of(
         };
         if !keys.scans.is_empty() {
             return Err(ProcError::Unsupported(format!(
-                "tiga orders transactions by the keys they touch and does not run range scans \
-                 (piece {index} scans); choose another protocol"
+                "tiga and luigi order transactions by the keys they touch and do not run \
+                 range scans (piece {index} scans); choose another protocol"
             )));
         }
         let part = parts.entry(piece.shard).or_insert_with(|| Part {
@@ -462,6 +474,11 @@ struct Hosted {
     leader: NodeId,
     /// The followers' nodes (leaders only).
     followers: Vec<NodeId>,
+    /// `luigi` leaders: the per-worker watermarks.
+    streams: Option<Streams>,
+    /// `luigi` leaders: log positions below this are replicated to a majority (and told to
+    /// the streams).
+    replicated: usize,
 }
 
 /// What a replica's actions answer: another leader's message naming `shards`; `answer` when
@@ -507,10 +524,27 @@ struct Counts {
     votes_waited_total: u64,
 }
 
-/// A tiga node.
+/// Which protocol a node runs: the two share everything but dispatch and the commit rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// Tiga: every replica gets the transaction; a super quorum of matching fast replies, or
+    /// the leader and `f` synced followers, commit it.
+    Tiga,
+    /// Luigi: the leaders only get it; followers learn it from the leader's log; the
+    /// coordinator commits once every leader's result is in and its watermark covers the
+    /// agreed timestamp ([`crate::luigi`]).
+    Luigi,
+}
+
+/// A tiga (or luigi) node.
 #[derive(Debug)]
 pub struct TigaNode {
     context: NodeContext,
+    variant: Variant,
+    /// `luigi` coordinators: per shard, this node's watermark there.
+    watermarks: BTreeMap<ShardId, Timestamp>,
+    /// `luigi` coordinators: transactions every leader answered, waiting for watermarks.
+    awaiting: BTreeMap<TxnId, Committed>,
     view: View,
     hosted: BTreeMap<ShardId, Hosted>,
     tracker: Tracker,
@@ -523,7 +557,7 @@ pub struct TigaNode {
 }
 
 impl TigaNode {
-    /// A node of `context` (in memory: a durable driver is refused by the caller).
+    /// A tiga node of `context` (in memory: a durable driver is refused by the caller).
     pub fn new(context: NodeContext) -> Result<Self, String> {
         let settings = TigaSettings::from_options(&context.options);
         if settings.mode == Mode::Detective {
@@ -531,6 +565,15 @@ impl TigaNode {
                         tiga-mode=preventive (or auto)"
                 .into());
         }
+        Self::build(context, Variant::Tiga, settings.owd)
+    }
+
+    /// A luigi node of `context`, stamping with `owd`.
+    pub fn luigi(context: NodeContext, owd: OwdSettings) -> Result<Self, String> {
+        Self::build(context, Variant::Luigi, owd)
+    }
+
+    fn build(context: NodeContext, variant: Variant, owd: OwdSettings) -> Result<Self, String> {
         let topology = &context.topology;
         let view = initial_view(topology)?;
         let limits = ReplicaLimits {
@@ -575,12 +618,18 @@ impl TigaNode {
                     outcomes: BTreeMap::new(),
                     leader,
                     followers,
+                    streams: (leads && variant == Variant::Luigi)
+                        .then(|| Streams::new(topology.nodes.len())),
+                    replicated: 0,
                 },
             );
         }
         let open_max = context.limits.requests_in_flight_max;
         Ok(Self {
-            tracker: Tracker::new(settings.owd, open_max),
+            variant,
+            watermarks: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            tracker: Tracker::new(owd, open_max),
             ids: AttemptIds::new(context.id, context.incarnation),
             view,
             hosted,
@@ -598,8 +647,18 @@ impl TigaNode {
         leader_node(&self.context, &self.view, shard)
     }
 
+    /// Where to send a transaction on `shards`: every replica (tiga), or the leader (luigi).
     fn placement(&self, shards: &[ShardId]) -> Vec<ShardPlacement> {
         let topology = &self.context.topology;
+        if self.variant == Variant::Luigi {
+            return shards
+                .iter()
+                .filter_map(|&shard| {
+                    let leader = self.leader_of(shard)?;
+                    Some(ShardPlacement { shard, replicas: vec![leader], leader_slot: 0 })
+                })
+                .collect();
+        }
         shards
             .iter()
             .map(|&shard| ShardPlacement {
@@ -670,6 +729,7 @@ impl TigaNode {
         if flight.resends >= self.context.timing.attempts_max {
             let why = format!("undecided after {} sends", flight.resends);
             self.tracker.abandon(txn);
+            self.awaiting.remove(&txn);
             self.by_txn.remove(&txn);
             let flight = self.requests.remove(&id).expect("just seen");
             return out.reply(flight.client.id, TxnOutcome::failed(TxnFailure::Indeterminate(why)));
@@ -724,8 +784,10 @@ impl TigaNode {
         if outcome.result == TxnResult::Committed {
             outcome.outputs = outputs.into_iter().map(Option::unwrap_or_default).collect();
             outcome.commit_ts = Some(committed.ts);
-            outcome.path = if committed.fast { CommitPath::Fast } else { CommitPath::Slow };
-            if committed.fast {
+            // Luigi has no fast path: it commits once the leaders' logs are replicated.
+            let fast = committed.fast && self.variant == Variant::Tiga;
+            outcome.path = if fast { CommitPath::Fast } else { CommitPath::Slow };
+            if fast {
                 self.counts.fast_total += 1;
             } else {
                 self.counts.slow_total += 1;
@@ -759,6 +821,57 @@ impl TigaNode {
             }
         }
         if let Some(decided) = self.tracker.on_fast(from, txn, shard, ts, hash) {
+            match self.variant {
+                Variant::Tiga => self.on_decided(decided, out),
+                Variant::Luigi => {
+                    // Every leader answered at the agreed timestamp: committed once each
+                    // participant's watermark covers it.
+                    self.awaiting.insert(txn, decided);
+                    self.commit_covered(out);
+                }
+            }
+        }
+    }
+
+    /// Luigi coordinator: `shard`'s leader says this node's watermark there is `ts`.
+    fn on_watermark(
+        &mut self,
+        from: NodeId,
+        shard: ShardId,
+        ts: Timestamp,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        if self.variant != Variant::Luigi || !self.is_leader_node(shard, from) {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let mark = self.watermarks.entry(shard).or_insert(Timestamp::ZERO);
+        if ts > *mark {
+            *mark = ts;
+            self.commit_covered(out);
+        }
+    }
+
+    /// Luigi coordinator: commits every answered transaction that every participant's
+    /// watermark covers. Bounded by the transactions in flight.
+    fn commit_covered(&mut self, out: &mut Outbox<TigaMsg>) {
+        let covered: Vec<Committed> =
+            self.awaiting
+                .values()
+                .filter(|decided| {
+                    let Some(flight) =
+                        self.by_txn.get(&decided.txn).and_then(|id| self.requests.get(id))
+                    else {
+                        return true; // Gone (answered otherwise): dropped below.
+                    };
+                    flight.results.keys().all(|shard| {
+                        self.watermarks.get(shard).is_some_and(|&mark| mark >= decided.ts)
+                    })
+                })
+                .copied()
+                .collect();
+        for decided in covered {
+            self.awaiting.remove(&decided.txn);
             self.on_decided(decided, out);
         }
     }
@@ -796,15 +909,25 @@ impl TigaNode {
                         },
                     );
                     let actions = host.replica.on_body(txn, &keys);
+                    let synced = actions.iter().any(|a| matches!(a, Action::SlowReply { .. }));
                     self.act(now, shard, actions, None, out);
+                    if synced && self.variant == Variant::Luigi {
+                        // A luigi leader counts replicas by their acknowledgements.
+                        let host = &self.hosted[&shard];
+                        out.send(host.leader, ack_msg(host, Vec::new()));
+                    }
                 }
                 let host = self.hosted.get_mut(&shard).expect("hosted");
                 if let Some(answer) = host.answers.get(&txn) {
                     out.send(coordinator, refresh_owd(answer.clone(), owd_ns));
                 }
+                if let Some(streams) = &host.streams {
+                    // The coordinator may have missed its watermark too.
+                    let ts = streams.watermark(coordinator);
+                    out.send(coordinator, TigaMsg::Watermark { shard, ts });
+                }
                 if host.replica.leads() {
-                    let incoming = incoming(txn, body.ts, &shards, &part);
-                    let actions = host.replica.arrive(incoming);
+                    let actions = leader_arrive(host, incoming(txn, body.ts, &shards, &part));
                     self.act(now, shard, actions, None, out);
                 }
                 continue;
@@ -813,11 +936,22 @@ impl TigaNode {
                 self.counts.dropped_total += 1;
                 continue;
             }
+            if self.variant == Variant::Luigi && !host.replica.leads() {
+                // A luigi follower executes what its leader's log lists, nothing else.
+                let known = Known { body: body.clone(), owd_ns, part, shards: shards.clone() };
+                host.bodies.insert(txn, known);
+                continue;
+            }
             host.bodies.insert(
                 txn,
                 Known { body: body.clone(), owd_ns, part: part.clone(), shards: shards.clone() },
             );
-            let actions = host.replica.arrive(incoming(txn, body.ts, &shards, &part));
+            let incoming = incoming(txn, body.ts, &shards, &part);
+            let actions = if host.replica.leads() {
+                leader_arrive(host, incoming)
+            } else {
+                host.replica.arrive(incoming)
+            };
             self.act(now, shard, actions, None, out);
         }
         self.release(now, out);
@@ -863,6 +997,9 @@ impl TigaNode {
                     let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: None };
                     answer(host, txn, msg.clone());
                     out.send(txn.origin, msg);
+                }
+                Action::SlowReply { .. } if self.variant == Variant::Luigi => {
+                    // Luigi followers answer their leader only (acknowledgements).
                 }
                 Action::SlowReply { txn, ts } => {
                     let msg = TigaMsg::Slow { txn, shard, ts };
@@ -1076,6 +1213,7 @@ impl TigaNode {
             self.act(now, shard, actions, None, out);
             if released {
                 self.sync_followers(shard, false, out);
+                self.advance_replicated(shard, out);
             }
         }
         let next = self.hosted.values().filter_map(|h| h.replica.next_due_after(now)).min();
@@ -1114,6 +1252,15 @@ impl TigaNode {
             let entries = host.replica.log_since(next).to_vec();
             if entries.is_empty() && outcomes.is_empty() {
                 continue;
+            }
+            if host.streams.is_some() && !again {
+                // Luigi: the coordinator sent the leader alone; the bodies go with the log
+                // (a lost one is fetched).
+                for (txn, _) in &entries {
+                    if let Some(known) = host.bodies.get(txn) {
+                        out.send(follower, TigaMsg::Txn(Box::new((*known.body).clone())));
+                    }
+                }
             }
             let sent_end = next + entries.len();
             host.sent_to.insert(follower, sent_end.max(host.sent_to[&follower]).min(log_len));
@@ -1269,13 +1416,41 @@ impl TigaNode {
             // Bodies asked for before and still missing are asked for again (the fetch or
             // its answer may have been lost).
             let host = self.hosted.get(&shard).expect("hosted");
-            let msg = TigaMsg::SyncAck {
-                shard,
-                synced: host.replica.sync_point() as u64,
-                executed: host.executed as u64,
-                fetch: host.replica.missing_bodies(FETCH_MAX),
-            };
-            out.send(from, msg);
+            out.send(from, ack_msg(host, host.replica.missing_bodies(FETCH_MAX)));
+        }
+    }
+
+    /// Luigi leader: tells the streams which log entries a majority of the shard's replicas
+    /// now holds (the leader's own log and its followers' acknowledged sync-points), and
+    /// sends each worker whose watermark rose its new watermark.
+    fn advance_replicated(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let me = self.context.id;
+        let replicas = self.context.topology.replicas;
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let Some(streams) = &mut host.streams else { return };
+        let mut points: Vec<usize> = host.acks.values().map(|&(synced, _)| synced).collect();
+        points.push(host.replica.log_len());
+        let point = super::log::commit_point(&points, replicas);
+        // Bounded by the log (a window of SYNC_ENTRIES_MAX entries per round).
+        while host.replicated < point {
+            let window = host.replica.log_since(host.replicated);
+            let take = window.len().min(point - host.replicated);
+            debug_assert!(take > 0, "the log holds the commit-point's entries");
+            if take == 0 {
+                break;
+            }
+            for &(txn, ts) in &window[..take] {
+                streams.replicated(txn, ts);
+            }
+            host.replicated += take;
+        }
+        let raised = streams.take_raised();
+        for (worker, ts) in raised {
+            if worker == me {
+                self.on_watermark(me, shard, ts, out);
+            } else {
+                out.send(worker, TigaMsg::Watermark { shard, ts });
+            }
         }
     }
 
@@ -1326,6 +1501,7 @@ impl TigaNode {
             }
             host.pruned = pruned_upto;
         }
+        self.advance_replicated(shard, out);
     }
 
     fn pace(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
@@ -1391,6 +1567,34 @@ fn incoming(txn: TxnId, ts: Timestamp, shards: &[ShardId], part: &Part) -> Incom
         shards: shards.to_vec(),
         reads: part.reads.clone(),
         writes: part.writes.clone(),
+    }
+}
+
+/// A transaction arrives at a leader. A luigi leader holds it above everything its worker's
+/// watermark here may have promised, and opens it in the worker's stream; a worker outside
+/// the cluster or with a full stream is not taken (its coordinator resends).
+fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
+    let txn = incoming.txn;
+    if let Some(streams) = &host.streams {
+        if host.replica.held_at(txn).is_none() && !host.replica.logged(txn) {
+            let Some(floor) = streams.floor(txn.origin) else { return Vec::new() };
+            incoming.ts = incoming.ts.max(floor);
+        }
+    }
+    let actions = host.replica.arrive(incoming);
+    if let (Some(streams), Some(held)) = (&mut host.streams, host.replica.held_at(txn)) {
+        streams.held(txn, held);
+    }
+    actions
+}
+
+/// A follower's acknowledgement: its sync-point and executed count, and bodies it lacks.
+fn ack_msg(host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
+    TigaMsg::SyncAck {
+        shard: host.shard,
+        synced: host.replica.sync_point() as u64,
+        executed: host.executed as u64,
+        fetch,
     }
 }
 
@@ -1678,6 +1882,7 @@ impl Node for TigaNode {
             TigaMsg::SyncAck { shard, synced, executed, fetch } => {
                 self.on_sync_ack(from, shard, synced, executed, fetch, out);
             }
+            TigaMsg::Watermark { shard, ts } => self.on_watermark(from, shard, ts, out),
             peer => self.on_peer(now, from, peer, out),
         }
     }
@@ -1714,6 +1919,28 @@ impl Node for TigaNode {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let held = self.hosted.values().map(|h| h.replica.held() as u64).sum();
         let dropped: u64 = self.hosted.values().map(|h| h.replica.dropped_total()).sum();
+        let unexecuted = self
+            .hosted
+            .values()
+            .filter(|h| !h.replica.leads())
+            .map(|h| (h.replica.log_len() - h.executed) as u64)
+            .sum();
+        let queued = self.hosted.values().map(|h| (h.queued.len() + h.pending.len()) as u64).sum();
+        if self.variant == Variant::Luigi {
+            let open = self.hosted.values().filter_map(|h| h.streams.as_ref()).map(|s| s.open());
+            return vec![
+                ("luigi_commits_total", self.counts.slow_total),
+                ("luigi_resends_total", self.counts.resends_total),
+                ("luigi_dropped_total", self.counts.dropped_total + dropped),
+                ("luigi_vote_waits_total", self.counts.votes_waited_total),
+                ("luigi_held", held),
+                ("luigi_unexecuted", unexecuted),
+                ("luigi_queued", queued),
+                ("luigi_in_flight", self.requests.len() as u64),
+                ("luigi_awaiting_watermark", self.awaiting.len() as u64),
+                ("luigi_unreplicated", open.sum::<usize>() as u64),
+            ];
+        }
         vec![
             ("tiga_fast_commits_total", self.counts.fast_total),
             ("tiga_slow_commits_total", self.counts.slow_total),
@@ -1721,18 +1948,8 @@ impl Node for TigaNode {
             ("tiga_dropped_total", self.counts.dropped_total + dropped),
             ("tiga_vote_waits_total", self.counts.votes_waited_total),
             ("tiga_held", held),
-            (
-                "tiga_unexecuted",
-                self.hosted
-                    .values()
-                    .filter(|h| !h.replica.leads())
-                    .map(|h| (h.replica.log_len() - h.executed) as u64)
-                    .sum(),
-            ),
-            (
-                "tiga_queued",
-                self.hosted.values().map(|h| (h.queued.len() + h.pending.len()) as u64).sum(),
-            ),
+            ("tiga_unexecuted", unexecuted),
+            ("tiga_queued", queued),
             ("tiga_in_flight", self.requests.len() as u64),
             ("tiga_fast_quorum_after_slow_total", self.tracker.fast_after_slow_total()),
         ]
@@ -1767,6 +1984,11 @@ mod tests {
     /// Node `id` of 3 shards × 3 replicas in 3 regions (nodes 0–8 replicas, 9–11
     /// coordinators), running bank.
     fn node(id: u32) -> TigaNode {
+        node_of(id, Variant::Tiga).0
+    }
+
+    /// Node `id` of a 3 × 3 cluster running bank, as `variant`, with its workload.
+    fn node_of(id: u32, variant: Variant) -> (TigaNode, Box<dyn meridian_workloads::Workload>) {
         let options = meridian_workloads::WorkloadOptions {
             shards: 3,
             keys_per_shard: 8,
@@ -1782,11 +2004,17 @@ mod tests {
             7,
             crate::Timing::for_network(meridian_core::time::NS_PER_MS),
         );
-        let mut node = TigaNode::new(context).unwrap();
+        let mut node = match variant {
+            Variant::Tiga => TigaNode::new(context).unwrap(),
+            Variant::Luigi => {
+                let owd = crate::luigi::owd_settings(&context.options);
+                TigaNode::luigi(context, owd).unwrap()
+            }
+        };
         for (shard, store) in node.stores_mut() {
             workload.load(shard, store);
         }
-        node
+        (node, workload)
     }
 
     /// Found by the `tiga_node` fuzz target: a reply naming a shard that does not exist, for
@@ -1881,6 +2109,7 @@ mod tests {
                 outcomes: vec![SyncOutcome { txn: txn(1), ok: false, inputs: Vec::new() }],
             },
             TigaMsg::SyncAck { shard: ShardId(0), synced: 1, executed: 1, fetch: vec![txn(1)] },
+            TigaMsg::Watermark { shard: ShardId(2), ts: Timestamp(9) },
         ]
     }
 
@@ -1982,5 +2211,61 @@ mod tests {
         assert!(host.bodies.is_empty() && host.early_votes.is_empty() && host.pending.is_empty());
         let sends = out.drain().filter(|e| matches!(e, meridian_core::node::Effect::Send { .. }));
         assert_eq!(sends.count(), 0, "nothing answered to a stranger");
+    }
+
+    /// A luigi coordinator takes a watermark only from the shard's leader (a stranger's is
+    /// dropped and counted), and a watermark only rises; a luigi leader takes no transaction
+    /// from a worker outside the cluster (its watermark vector has no slot for one) and
+    /// holds a worker's next transaction above what its watermark promised.
+    #[test]
+    fn luigi_watermarks_come_from_leaders_and_streams_cover_the_cluster_only() {
+        let (mut coordinator, _) = node_of(9, Variant::Luigi);
+        let mut out = Outbox::new();
+        let leader_of_1 = coordinator.leader_of(ShardId(1)).unwrap();
+        let mark = TigaMsg::Watermark { shard: ShardId(1), ts: Timestamp(50) };
+        coordinator.on_message(1, NodeId(10), mark.clone(), &mut out);
+        assert!(coordinator.watermarks.is_empty(), "a stranger's watermark");
+        assert_eq!(coordinator.counts.dropped_total, 1);
+        coordinator.on_message(2, leader_of_1, mark, &mut out);
+        let lower = TigaMsg::Watermark { shard: ShardId(1), ts: Timestamp(40) };
+        coordinator.on_message(3, leader_of_1, lower, &mut out);
+        assert_eq!(coordinator.watermarks.get(&ShardId(1)), Some(&Timestamp(50)));
+        // A tiga node takes no watermark at all.
+        let mut tiga = node(9);
+        let mark = TigaMsg::Watermark { shard: ShardId(1), ts: Timestamp(50) };
+        tiga.on_message(4, leader_of_1, mark, &mut out);
+        assert!(tiga.watermarks.is_empty());
+
+        let (mut leader, workload) = node_of(0, Variant::Luigi);
+        assert!(leader.hosted[&ShardId(0)].replica.leads());
+        let nodes = leader.context.topology.nodes.len();
+        assert_eq!(leader.hosted[&ShardId(0)].streams.as_ref().unwrap().workers(), nodes);
+        // A one-shard transfer on shard 0 (bank's accounts spread over the shards).
+        let mut generator = workload.generator(0, 0);
+        let single = (0..1_000)
+            .map(|i| generator.next(RequestId(i)))
+            .find(|r| {
+                let shape = shape_of(&leader.context, r, ShardId(0)).unwrap();
+                shape.shards() == [ShardId(0)]
+            })
+            .expect("a single-shard transfer");
+        let body = |origin: u32, seq: u64, ts: u64| TxnBody {
+            txn: TxnId { origin: NodeId(origin), incarnation: 1, seq },
+            ts: Timestamp(ts),
+            sent_at: 0,
+            request: single.clone(),
+            home: ShardId(0),
+        };
+        let outside = body(nodes as u32 + 5, 1, 1_000);
+        leader.on_message(10, NodeId(10), TigaMsg::Txn(Box::new(outside)), &mut out);
+        assert_eq!(leader.hosted[&ShardId(0)].replica.held(), 0, "a worker outside the cluster");
+        // Worker 10's first transaction is held at its stamp and released (one shard), its
+        // second, stamped lower, is held above the first's timestamp.
+        leader.on_message(11, NodeId(10), TigaMsg::Txn(Box::new(body(10, 1, 500))), &mut out);
+        leader.on_message(12, NodeId(10), TigaMsg::Txn(Box::new(body(10, 2, 300))), &mut out);
+        let host = &leader.hosted[&ShardId(0)];
+        let second = TxnId { origin: NodeId(10), incarnation: 1, seq: 2 };
+        assert_eq!(host.replica.held_at(second), Some(Timestamp(501)));
+        assert_eq!(host.streams.as_ref().unwrap().watermark(NodeId(10)), Timestamp(499));
     }
 }

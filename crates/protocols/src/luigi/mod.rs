@@ -1,0 +1,154 @@
+//! Luigi: the leaders-only variant of Tiga, from a course project's fork of Mako, built as
+//! its authors meant it and with the bugs they and we found fixed.
+//!
+//! A coordinator stamps each one-shot transaction with `send time + the largest one-way delay
+//! to a participant leader + Δ` and sends it to the **leaders only**. A leader holds it until
+//! its clock passes the timestamp (nanoseconds throughout: the published code compares a
+//! millisecond stamp against a microsecond clock and never waits), agrees on the timestamp
+//! with the other participant leaders before executing (Tiga's preventive mode, the three
+//! cases), executes at the agreed timestamp and answers the coordinator with the shard's
+//! result, then replicates its log to its followers, bodies included (followers execute the
+//! log in order, as tiga's do).
+//!
+//! **Commit gated on replication, with watermarks.** Each leader keeps a watermark per worker
+//! (per coordinator node: the vector is sized to the cluster's nodes, not to one worker as in
+//! the published server) and sends a coordinator its watermark whenever it rises
+//! ([`streams`]). The coordinator reports a transaction committed once every participant
+//! leader's result is in and every participant's watermark covers the **agreed** timestamp
+//! (the published code checks the proposed one, and its watermark path is never called).
+//! One ordered log per shard carries every worker's entries, and watermarks are derived from
+//! it per worker: followers must replay conflicting transactions in the leader's order, which
+//! one log gives; Luigi's per-worker replication threads exist for parallelism on its
+//! multi-threaded servers, which a sans-IO node does not have.
+//!
+//! Everything else is tiga's ([`crate::tiga::node`], [`crate::tiga::node::Variant::Luigi`]):
+//! the hold queue with per-key read and write stamps (the published code hashes keys to 32
+//! bits and does not tell reads from writes), the agreement, votes for cross-shard user
+//! aborts, resends with the same transaction id and at-most-once execution.
+//!
+//! **Not built yet:** leader failover (it waits for tiga's view change: leaders are fixed for
+//! a run, so nodes hosting replicas must not crash), durable logs.
+
+pub mod streams;
+
+use crate::tiga;
+use crate::tiga::node::{self, TigaNode};
+use crate::tiga::owd::OwdSettings;
+use crate::tiga::{OWD_CAP_NS, OWD_INITIAL_NS};
+use crate::{
+    Durable, Guarantee, NodeContext, OptionKind, OptionSpec, Protocol, ProtocolOptions, Replayed,
+};
+use meridian_core::time::NS_PER_MS;
+use meridian_core::topology::Topology;
+use meridian_core::{ConfigError, NodeId, ShardId};
+
+/// `luigi-headroom-ms`: Δ, added to every timestamp.
+pub const OPTION_HEADROOM_MS: &str = "luigi-headroom-ms";
+/// `luigi-owd-percentile`: the percentile of the delay samples taken as the estimate.
+pub const OPTION_OWD_PERCENTILE: &str = "luigi-owd-percentile";
+
+/// Luigi's options.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: OPTION_HEADROOM_MS,
+        help: "Δ in milliseconds, added to every timestamp (Luigi's default: 10)",
+        kind: OptionKind::Number { min: 0.0, max: 1_000.0, default: 10.0 },
+    },
+    OptionSpec {
+        name: OPTION_OWD_PERCENTILE,
+        help: "the percentile of each leader's recent one-way delays taken as its estimate",
+        kind: OptionKind::Number { min: 1.0, max: 100.0, default: 50.0 },
+    },
+];
+
+/// How a luigi coordinator stamps, from `options` (parsed against [`OPTIONS`], so in range).
+pub fn owd_settings(options: &ProtocolOptions) -> OwdSettings {
+    let headroom_ms = options.number(OPTION_HEADROOM_MS, OPTIONS);
+    let owd = OwdSettings {
+        percentile: options.number(OPTION_OWD_PERCENTILE, OPTIONS),
+        cap_ns: OWD_CAP_NS,
+        initial_ns: OWD_INITIAL_NS,
+        headroom_ns: (headroom_ms * NS_PER_MS as f64).round() as u64,
+    };
+    debug_assert!(owd.check().is_ok(), "the option ranges keep the settings valid");
+    owd
+}
+
+/// The `luigi` protocol.
+pub struct Luigi;
+
+impl Protocol for Luigi {
+    const NAME: &'static str = "luigi";
+    const SUMMARY: &'static str =
+        "Luigi: tiga's timestamp ordering through the shard leaders only, agreement before \
+         execution, commit once per-worker replication watermarks cover the agreed timestamp";
+    const OPTIONS: &'static [OptionSpec] = OPTIONS;
+    /// As tiga: serializable in (agreed timestamp, id) order whatever the clocks do, strict
+    /// while they are synchronized.
+    const GUARANTEE: Guarantee = Guarantee::StrictWithSyncedClocks;
+    type Node = TigaNode;
+
+    fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
+        tiga::check_replicas("luigi", topology)
+    }
+
+    /// Leaders are fixed until the view change is built: only nodes hosting no replica may
+    /// crash.
+    fn may_crash(topology: &Topology, node: NodeId) -> bool {
+        tiga::hosts_no_replica(topology, node)
+    }
+
+    /// The same one-shot transactions as tiga.
+    fn check_workload(
+        workload: &dyn meridian_workloads::Workload,
+        topology: &Topology,
+    ) -> Result<(), ConfigError> {
+        crate::check_sampled_requests("luigi", workload, topology, node::check_request)
+    }
+
+    /// Per participant shard: the round trip to its leader, plus Δ, plus the round trip from
+    /// the leader to the follower that completes a majority (the watermark waits for it);
+    /// the largest over the shards. The leaders' agreement overlaps the hold when the
+    /// leaders sit together (the view puts them together where the layout allows) and is
+    /// left out.
+    fn latency_bound_ns(
+        topology: &Topology,
+        network: &meridian_core::netmodel::NetworkModel,
+        options: &ProtocolOptions,
+        region: meridian_core::RegionId,
+    ) -> Option<u64> {
+        let view = node::initial_view(topology).ok()?;
+        let region_of = |node: NodeId| Some(topology.nodes.get(node.0 as usize)?.region.0 as usize);
+        let rtt = |from: usize, to: usize| {
+            network.link(from, to).median_ns() + network.link(to, from).median_ns()
+        };
+        let f = (topology.replicas as usize - 1) / 2;
+        let mut bound = 0;
+        for shard in 0..topology.shards {
+            let shard = ShardId(shard);
+            let leader =
+                topology.replica_node(shard, view.leader_slot(shard, topology.replicas))?;
+            let at = region_of(leader)?;
+            let mut followers: Vec<u64> = topology
+                .shard_nodes(shard)
+                .into_iter()
+                .filter(|&n| n != leader)
+                .map(|n| region_of(n).map(|r| rtt(at, r)))
+                .collect::<Option<_>>()?;
+            followers.sort_unstable();
+            let replication = if f == 0 { 0 } else { followers.get(f - 1).copied()? };
+            bound = bound.max(rtt(region.0 as usize, at) + replication);
+        }
+        Some(bound + owd_settings(options).headroom_ns)
+    }
+
+    fn restore(context: NodeContext, durable: &Durable) -> Result<TigaNode, String> {
+        tiga::refuse_durable("luigi", &context, durable)?;
+        let owd = owd_settings(&context.options);
+        TigaNode::luigi(context, owd)
+    }
+
+    fn replay_committed(_node: &mut TigaNode) -> Replayed {
+        Replayed::default() // Nothing durable to replay.
+    }
+}
