@@ -77,13 +77,15 @@ impl Streams {
     }
 
     /// The lowest timestamp a new transaction of `worker` may be held at here, `None` when
-    /// `worker` is not a node of the cluster or its stream is full.
+    /// `worker` is not a node of the cluster, its stream is full, or its frontier is at the
+    /// largest timestamp.
     pub fn floor(&self, worker: NodeId) -> Option<Timestamp> {
         let stream = self.workers.get(worker.0 as usize)?;
         if stream.open.len() >= OPEN_MAX {
             return None;
         }
-        Some(Timestamp(stream.frontier.0.saturating_add(1)))
+        // A frontier at the end of time (a coordinator stamping u64::MAX) takes nothing more.
+        stream.frontier.0.checked_add(1).map(Timestamp)
     }
 
     /// `txn` (of the worker `txn.origin`) is held here at `ts`, at or above its floor.
@@ -189,5 +191,7 @@ mod tests {
         streams.replicated(t(5, 1), Timestamp(9));
         assert_eq!(streams.watermark(NodeId(5)), Timestamp::ZERO);
         assert_eq!(streams.open(), 0);
+        streams.held(t(0, 1), Timestamp(u64::MAX));
+        assert_eq!(streams.floor(NodeId(0)), None, "nothing above the end of time");
     }
 }

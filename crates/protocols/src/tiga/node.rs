@@ -462,6 +462,9 @@ struct Hosted {
     acks: BTreeMap<NodeId, (usize, usize)>,
     /// Per follower node: the next log position to send.
     sent_to: BTreeMap<NodeId, usize>,
+    /// Luigi, per follower node: the log position from which bodies have not gone out yet
+    /// (each body goes once; a lost one is fetched).
+    bodies_to: BTreeMap<NodeId, usize>,
     /// Bodies below this log position were dropped (every follower executed them).
     pruned: usize,
     // Follower.
@@ -508,6 +511,8 @@ struct InFlight {
     client: ClientRequest,
     txn: TxnId,
     body: TxnBody,
+    /// The participant shards.
+    shards: Vec<ShardId>,
     to: Vec<NodeId>,
     results: BTreeMap<ShardId, ShardResult>,
     pieces_total: usize,
@@ -613,6 +618,7 @@ impl TigaNode {
                     fresh_outcomes: Vec::new(),
                     acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
                     sent_to: followers.iter().map(|&n| (n, 0)).collect(),
+                    bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
                     pruned: 0,
                     executed: 0,
                     outcomes: BTreeMap::new(),
@@ -712,6 +718,7 @@ impl TigaNode {
             client,
             txn,
             body,
+            shards: shape.shards(),
             to,
             results: BTreeMap::new(),
             pieces_total: shape.pieces_total,
@@ -856,30 +863,31 @@ impl TigaNode {
     /// watermark covers. Bounded by the transactions in flight.
     fn commit_covered(&mut self, out: &mut Outbox<TigaMsg>) {
         let covered: Vec<Committed> =
-            self.awaiting
-                .values()
-                .filter(|decided| {
-                    let Some(flight) =
-                        self.by_txn.get(&decided.txn).and_then(|id| self.requests.get(id))
-                    else {
-                        return true; // Gone (answered otherwise): dropped below.
-                    };
-                    flight.results.keys().all(|shard| {
-                        self.watermarks.get(shard).is_some_and(|&mark| mark >= decided.ts)
-                    })
-                })
-                .copied()
-                .collect();
+            self.awaiting.values().filter(|d| self.covered(d)).copied().collect();
         for decided in covered {
             self.awaiting.remove(&decided.txn);
             self.on_decided(decided, out);
         }
     }
 
+    /// True when every participant of `decided` answered and its watermark here covers the
+    /// agreed timestamp (or the transaction is gone: answered otherwise, dropped then).
+    fn covered(&self, decided: &Committed) -> bool {
+        let flight = self.by_txn.get(&decided.txn).and_then(|id| self.requests.get(id));
+        let Some(flight) = flight else { return true };
+        flight.shards.iter().all(|shard| {
+            let answered = flight.results.contains_key(shard);
+            answered && self.watermarks.get(shard).is_some_and(|&mark| mark >= decided.ts)
+        })
+    }
+
     // ----- replicas ----------------------------------------------------------------------
 
-    /// A body arrived (from a coordinator, a peer leader, or this shard's leader).
-    fn on_body(&mut self, now: Time, body: TxnBody, out: &mut Outbox<TigaMsg>) {
+    /// A body arrived from `from`: its coordinator (tiga: to every replica; luigi: to the
+    /// leaders), a peer leader answering a fetch, or this shard's leader (a follower's fetch;
+    /// luigi: with its log). A body from anyone else is dropped (and counted): it would
+    /// claim another coordinator's transaction, or plant a body under a real id.
+    fn on_body(&mut self, now: Time, from: NodeId, body: TxnBody, out: &mut Outbox<TigaMsg>) {
         let Ok(shape) = shape_of(&self.context, &body.request, body.home) else {
             self.counts.dropped_total += 1;
             return; // Malformed: its coordinator would not have sent it.
@@ -887,6 +895,7 @@ impl TigaNode {
         let shards = shape.shards();
         let body = Arc::new(body);
         let owd_ns = now.saturating_sub(body.sent_at);
+        let from_peer_leader = shards.iter().any(|&s| self.is_leader_node(s, from));
         let hosted_shards: Vec<ShardId> =
             shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
         for shard in hosted_shards {
@@ -894,10 +903,21 @@ impl TigaNode {
             let coordinator = body.txn.origin;
             let host = self.hosted.get_mut(&shard).expect("filtered");
             let txn = body.txn;
+            let trusted = if host.replica.leads() {
+                from == coordinator || from_peer_leader
+            } else {
+                from == host.leader || (self.variant == Variant::Tiga && from == coordinator)
+            };
+            if !trusted {
+                self.counts.dropped_total += 1;
+                continue;
+            }
             if host.replica.logged(txn) || host.bodies.contains_key(&txn) {
                 // A resend: say again what was said (if anything yet), and for a follower
-                // whose fetch this answers, take the body.
-                if !host.bodies.contains_key(&txn) && host.bodies.len() < BODIES_MAX {
+                // whose fetch this answers, take the body (only then: one that executed
+                // and dropped it must not keep a copy again).
+                let wanted = host.replica.wants_body(txn);
+                if wanted && !host.bodies.contains_key(&txn) && host.bodies.len() < BODIES_MAX {
                     let keys = part.keys();
                     host.bodies.insert(
                         txn,
@@ -932,7 +952,10 @@ impl TigaNode {
                 }
                 continue;
             }
-            if host.bodies.len() >= BODIES_MAX {
+            let no_stream = host.streams.as_ref().is_some_and(|s| s.floor(coordinator).is_none());
+            if host.bodies.len() >= BODIES_MAX || no_stream {
+                // No room, or (luigi) a worker outside the cluster or with a full stream: the
+                // body is not kept (the coordinator resends).
                 self.counts.dropped_total += 1;
                 continue;
             }
@@ -1015,14 +1038,11 @@ impl TigaNode {
                     };
                     out.send(host.leader, msg);
                 }
-                Action::Resend { from } => {
-                    let msg = TigaMsg::SyncAck {
-                        shard,
-                        synced: from as u64,
-                        executed: host.executed as u64,
-                        fetch: Vec::new(),
-                    };
-                    out.send(host.leader, msg);
+                Action::Resend { .. } => {
+                    // The sync-point, not the listed prefix: the leader counts acknowledged
+                    // positions as held here (luigi's watermarks), and entries past the
+                    // sync-point may lack their bodies. Resending from there is harmless.
+                    out.send(host.leader, ack_msg(host, Vec::new()));
                 }
             }
         }
@@ -1253,14 +1273,17 @@ impl TigaNode {
             if entries.is_empty() && outcomes.is_empty() {
                 continue;
             }
-            if host.streams.is_some() && !again {
-                // Luigi: the coordinator sent the leader alone; the bodies go with the log
-                // (a lost one is fetched).
-                for (txn, _) in &entries {
+            if host.streams.is_some() {
+                // Luigi: the coordinator sent the leader alone; the bodies go with the log,
+                // once each (a lost one is fetched).
+                let first = host.bodies_to[&follower];
+                let fresh = entries.iter().enumerate().filter(|(i, _)| next + i >= first);
+                for (_, (txn, _)) in fresh {
                     if let Some(known) = host.bodies.get(txn) {
                         out.send(follower, TigaMsg::Txn(Box::new((*known.body).clone())));
                     }
                 }
+                host.bodies_to.insert(follower, first.max(next + entries.len()));
             }
             let sent_end = next + entries.len();
             host.sent_to.insert(follower, sent_end.max(host.sent_to[&follower]).min(log_len));
@@ -1358,10 +1381,18 @@ impl TigaNode {
             let actions = match proposed {
                 Some(ts) => {
                     let unknown = !host.bodies.contains_key(&txn) && !logged;
-                    let actions = host.replica.on_proposal(peer, txn, shards, ts);
+                    let mut actions = host.replica.on_proposal(peer, txn, shards, ts);
                     if unknown {
                         let after = self.pace_ns();
                         self.timers.set(Purpose::FetchBody(shard, txn, from), after, out);
+                    } else if !logged && host.replica.held_at(txn).is_none() {
+                        // Its arrival was refused here (a full queue or stream, no room to
+                        // agree) while another leader holds it and keeps proposing: take it
+                        // now, or that leader (and, in luigi, its worker's watermark) waits
+                        // for good once the coordinator stops resending.
+                        let known = &host.bodies[&txn];
+                        let again = incoming(txn, known.body.ts, &known.shards, &known.part);
+                        actions.extend(leader_arrive(host, again));
                     }
                     actions
                 }
@@ -1867,7 +1898,7 @@ impl Node for TigaNode {
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
         match msg {
-            TigaMsg::Txn(body) => self.on_body(now, *body, out),
+            TigaMsg::Txn(body) => self.on_body(now, from, *body, out),
             TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result } => {
                 self.on_fast(from, (txn, shard, ts, hash), owd_ns, result, out);
             }
@@ -2267,5 +2298,22 @@ mod tests {
         let second = TxnId { origin: NodeId(10), incarnation: 1, seq: 2 };
         assert_eq!(host.replica.held_at(second), Some(Timestamp(501)));
         assert_eq!(host.streams.as_ref().unwrap().watermark(NodeId(10)), Timestamp(499));
+        // A body claiming worker 10's transaction from anyone but worker 10 (or a peer
+        // leader) is not taken: it could push the worker's frontier to the end of time.
+        let bodies = host.bodies.len();
+        let forged = body(10, 3, u64::MAX);
+        leader.on_message(13, NodeId(11), TigaMsg::Txn(Box::new(forged)), &mut out);
+        assert_eq!(leader.hosted[&ShardId(0)].bodies.len(), bodies, "a forged body");
+        // A luigi follower takes bodies from its leader only.
+        let follower_id = leader.context.topology.replica_node(ShardId(0), 1).unwrap();
+        let (mut follower, _) = node_of(follower_id.0, Variant::Luigi);
+        let host = &follower.hosted[&ShardId(0)];
+        assert!(!host.replica.leads());
+        let its_leader = host.leader;
+        follower.on_message(14, NodeId(10), TigaMsg::Txn(Box::new(body(10, 4, 600))), &mut out);
+        assert!(follower.hosted[&ShardId(0)].bodies.is_empty(), "a body from its coordinator");
+        follower.on_message(15, its_leader, TigaMsg::Txn(Box::new(body(10, 4, 600))), &mut out);
+        assert_eq!(follower.hosted[&ShardId(0)].bodies.len(), 1, "a body from its leader");
+        assert_eq!(follower.hosted[&ShardId(0)].replica.held(), 0, "kept, not held");
     }
 }

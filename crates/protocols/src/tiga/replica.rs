@@ -535,6 +535,14 @@ impl Replica {
         actions
     }
 
+    /// Follower: true when `txn` is listed by the leader and its body is awaited here.
+    pub fn wants_body(&self, txn: TxnId) -> bool {
+        match &self.role {
+            Role::Leader { .. } => false,
+            Role::Follower { fetching, .. } => fetching.contains_key(&txn),
+        }
+    }
+
     /// Follower: the body of a fetched transaction arrived, touching `keys` here.
     pub fn on_body(&mut self, txn: TxnId, keys: &[Key]) -> Vec<Action> {
         let Role::Follower { log, fetching, .. } = &mut self.role else { return Vec::new() };
