@@ -18,7 +18,8 @@
 //! ([`log`]), one replica's sequencing core ([`replica`]), a leader's execution order
 //! ([`waits`]), a coordinator's bookkeeping ([`coordinator`]), the view manager's decisions
 //! ([`view`]) and replicated state ([`manager`]), and the view change's log merge
-//! ([`recovery`]). **Not built yet:** the view change itself (leaders are fixed for a run,
+//! ([`recovery`]). `luigi` ([`crate::luigi`]) runs on the same node as a variant.
+//! **Not built yet:** the view change itself (leaders are fixed for a run,
 //! chosen co-located by the view manager's rule, so replica hosts must not crash), durable
 //! logs and checkpoints, detective mode, snapshot reads.
 

@@ -1,5 +1,8 @@
 //! The `tiga` protocol node: a coordinator for the transactions clients submit here, and the
-//! replicas of the shards this node hosts, each driven by [`super::replica::Replica`].
+//! replicas of the shards this node hosts, each driven by [`super::replica::Replica`]. The
+//! same node runs `luigi` ([`Variant::Luigi`], [`crate::luigi`]): coordinators send to the
+//! leaders only, followers learn transactions from the leader's log alone, and a commit waits
+//! for the leaders' per-worker replication watermarks instead of a quorum of replies.
 //!
 //! # One transaction
 //!
