@@ -404,7 +404,8 @@ async fn embedded<N: ProtocolNode>(
     let mut checker = workload.checker();
     // One process reads one clock; the clock model may skew the nodes' readings.
     let synced = experiment.clock.error_ns == 0 && experiment.clock.drift_ppm == 0.0;
-    checker.expect_strict(experiment.protocol.info().guarantee.strict(synced));
+    let guarantee = experiment.protocol.guarantee(&experiment.protocol_options);
+    checker.expect_strict(guarantee.strict(synced));
     let failures = cluster.failures();
     let bounds = crate::stats::latency_bounds(
         experiment.protocol,

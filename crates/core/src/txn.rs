@@ -664,6 +664,9 @@ pub enum CommitPath {
     /// Down a chain of hops, each voting as it passes the decision on (CrossStitch's
     /// pipelined commit).
     Chain,
+    /// A read-only transaction served from a timestamped snapshot (tiga's snapshot reads:
+    /// serializable, not strict).
+    Snapshot,
 }
 
 impl CommitPath {
@@ -678,6 +681,7 @@ impl CommitPath {
             Self::Fast => "fast",
             Self::Slow => "slow",
             Self::Chain => "chain",
+            Self::Snapshot => "snapshot",
         }
     }
 }

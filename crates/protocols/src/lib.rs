@@ -46,6 +46,11 @@ pub trait Protocol: 'static {
     const COMPARE: &'static [&'static [(&'static str, &'static str)]] = &[&[]];
     /// What its committed histories promise.
     const GUARANTEE: Guarantee = Guarantee::Strict;
+    /// What its committed histories promise when run with `options` (an option may weaken
+    /// it: tiga's snapshot reads). [`Protocol::GUARANTEE`] by default.
+    fn guarantee(_options: &ProtocolOptions) -> Guarantee {
+        Self::GUARANTEE
+    }
     /// Its node.
     type Node: ProtocolNode;
 
@@ -122,6 +127,9 @@ pub(crate) fn check_sampled_requests(
 pub enum Guarantee {
     /// Strictly serializable, whatever the clocks do.
     Strict,
+    /// Serializable only (tiga's snapshot reads return a consistent but possibly stale
+    /// state).
+    Serializable,
     /// Serializable; strictly serializable too while coordinator clocks are synchronized
     /// (timestamp orders taken from clocks).
     StrictWithSyncedClocks,
@@ -133,6 +141,7 @@ impl Guarantee {
     pub fn strict(self, synced: bool) -> bool {
         match self {
             Self::Strict => true,
+            Self::Serializable => false,
             Self::StrictWithSyncedClocks => synced,
         }
     }
@@ -195,8 +204,9 @@ pub struct ProtocolInfo {
     pub options: &'static [OptionSpec],
     /// The option settings a comparison runs it with.
     pub compare: &'static [&'static [(&'static str, &'static str)]],
-    /// What its histories promise.
+    /// What its histories promise with its default options.
     pub guarantee: Guarantee,
+    guarantee_with: fn(&ProtocolOptions) -> Guarantee,
     check_topology: fn(&Topology) -> Result<(), ConfigError>,
     check_workload: fn(&dyn meridian_workloads::Workload, &Topology) -> Result<(), ConfigError>,
     may_crash: fn(&Topology, NodeId) -> bool,
@@ -222,6 +232,7 @@ impl ProtocolVisitor for InfoOf {
             options: P::OPTIONS,
             compare: P::COMPARE,
             guarantee: P::GUARANTEE,
+            guarantee_with: P::guarantee,
             check_topology: P::check_topology,
             check_workload: P::check_workload,
             may_crash: P::may_crash,
@@ -248,6 +259,11 @@ impl ProtocolKind {
     /// The name.
     pub fn name(self) -> &'static str {
         self.info().name
+    }
+
+    /// What its committed histories promise when run with `options`.
+    pub fn guarantee(self, options: &ProtocolOptions) -> Guarantee {
+        (self.info().guarantee_with)(options)
     }
 
     /// Checks that this protocol can run on `topology`.

@@ -292,7 +292,7 @@ fn run_with<N: ProtocolNode>(
     let synced = options.clock.error_ns == 0
         && options.clock.drift_ppm == 0.0
         && options.restart_clock_step_back_ns == 0;
-    checker.expect_strict(options.protocol.info().guarantee.strict(synced));
+    checker.expect_strict(options.protocol.guarantee(&options.protocol_options).strict(synced));
     let mut report = SimRunReport {
         seed,
         trace_hash: 0,

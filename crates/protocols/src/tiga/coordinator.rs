@@ -155,6 +155,11 @@ impl Tracker {
         Ok((ts, to))
     }
 
+    /// The current one-way delay estimate to `node`.
+    pub fn estimate_ns(&mut self, node: NodeId) -> u64 {
+        self.owd.estimate_ns(node)
+    }
+
     /// A reply carried a one-way delay sample: how long a request of this coordinator took
     /// to reach `from`.
     pub fn observe(&mut self, from: NodeId, owd_ns: u64) {

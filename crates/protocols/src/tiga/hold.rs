@@ -125,6 +125,11 @@ impl<T> HoldQueue<T> {
         self.queue.keys().map(|&(ts, _)| ts).find(|ts| ts.0 > now)
     }
 
+    /// The earliest timestamp held, if any.
+    pub fn earliest(&self) -> Option<Timestamp> {
+        self.queue.keys().next().map(|&(ts, _)| ts)
+    }
+
     /// Where `txn` is held, if it is.
     pub fn timestamp_of(&self, txn: TxnId) -> Option<Timestamp> {
         self.at.get(&txn).copied()

@@ -52,6 +52,9 @@ pub const OPTION_HEADROOM_MS: &str = "tiga-headroom-ms";
 pub const OPTION_OWD_PERCENTILE: &str = "tiga-owd-percentile";
 /// `tiga-mode`: when shard leaders agree on a timestamp.
 pub const OPTION_MODE: &str = "tiga-mode";
+/// `tiga-snapshot-reads`: read-only transactions read a timestamped snapshot at one replica
+/// per shard.
+pub const OPTION_SNAPSHOT_READS: &str = "tiga-snapshot-reads";
 
 /// No one-way delay estimate exceeds this (Tiga's scripts cap theirs at 400 ms).
 pub const OWD_CAP_NS: u64 = 400 * NS_PER_MS;
@@ -80,6 +83,13 @@ pub const OPTIONS: &[OptionSpec] = &[
                moved) is not built yet and is refused",
         kind: OptionKind::Choice { values: &["auto", "preventive"], default: "auto" },
     },
+    OptionSpec {
+        name: OPTION_SNAPSHOT_READS,
+        help: "on: a read-only transaction reads a timestamped snapshot at the closest replica \
+               of each shard, without holding or agreeing (serializable, not strictly: the \
+               snapshot may be a little stale); off: it runs like any other",
+        kind: OptionKind::Choice { values: &["off", "on"], default: "off" },
+    },
 ];
 
 /// The `tiga` protocol.
@@ -97,6 +107,16 @@ impl Protocol for Tiga {
     /// replica releases it first unless they conflict directly.
     const GUARANTEE: Guarantee = Guarantee::StrictWithSyncedClocks;
     type Node = node::TigaNode;
+
+    /// Snapshot reads see a consistent cut at a timestamp that may trail real time: the
+    /// histories are serializable, not strictly.
+    fn guarantee(options: &ProtocolOptions) -> Guarantee {
+        if TigaSettings::from_options(options).snapshot_reads {
+            Guarantee::Serializable
+        } else {
+            Self::GUARANTEE
+        }
+    }
 
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
         check_replicas("tiga", topology)
@@ -213,6 +233,8 @@ pub struct TigaSettings {
     pub owd: OwdSettings,
     /// The agreement mode.
     pub mode: Mode,
+    /// Read-only transactions read a timestamped snapshot.
+    pub snapshot_reads: bool,
 }
 
 impl TigaSettings {
@@ -231,7 +253,8 @@ impl TigaSettings {
             "detective" => Mode::Detective,
             _ => Mode::Auto,
         };
-        Self { owd, mode }
+        let snapshot_reads = options.choice(OPTION_SNAPSHOT_READS, OPTIONS) == "on";
+        Self { owd, mode, snapshot_reads }
     }
 }
 

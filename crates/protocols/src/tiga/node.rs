@@ -101,6 +101,9 @@ pub const EARLY_VOTES_MAX: usize = 1 << 14;
 pub const OUTCOMES_KEPT_MAX: usize = 1 << 16;
 /// Multi-shard outcomes one sync message carries when the leader resends.
 pub const OUTCOMES_WINDOW_MAX: usize = 1 << 10;
+/// Snapshot reads a replica keeps waiting for their snapshot to close (more are dropped; the
+/// coordinator resends to the leader).
+pub const SNAPSHOTS_WAITING_MAX: usize = 1 << 12;
 const _: () = assert!(HELD_MAX <= BODIES_MAX && TAIL_MAX <= BODIES_MAX);
 
 /// A transaction as its coordinator sends it: everything a replica needs to order and run it.
@@ -226,6 +229,30 @@ pub enum TigaMsg {
         shard: ShardId,
         /// The coordinator's watermark there.
         ts: Timestamp,
+    },
+    /// Coordinator → one replica of each participant shard (`tiga-snapshot-reads=on`): a
+    /// read-only transaction, to read at the body's timestamp once the replica's snapshot
+    /// there is closed.
+    SnapRead(Box<TxnBody>),
+    /// Replica → coordinator: the shard's result of a snapshot read.
+    SnapReply {
+        /// The transaction.
+        txn: TxnId,
+        /// The replica's shard.
+        shard: ShardId,
+        /// What its pieces returned.
+        result: ShardResult,
+    },
+    /// Leader → follower (snapshot reads): every transaction of the shard at or below `ts`
+    /// is among the first `upto` entries of the log, and the leader takes no new one at or
+    /// below `ts`.
+    Closed {
+        /// The shard.
+        shard: ShardId,
+        /// The closed timestamp.
+        ts: Timestamp,
+        /// The log length when it closed.
+        upto: u64,
     },
     /// Follower → leader: how far it got.
     SyncAck {
@@ -485,6 +512,16 @@ struct Hosted {
     /// `luigi` leaders: log positions below this are replicated to a majority (and told to
     /// the streams).
     replicated: usize,
+    // Snapshot reads.
+    /// Leader: the closed timestamp promised (to a read or to the followers): arrivals at or
+    /// below it are held above it.
+    promised: Timestamp,
+    /// Leader: the closed timestamp last sent to the followers.
+    closed_sent: Timestamp,
+    /// Follower: the leader's latest closed timestamp and the log length it covers.
+    closed: (Timestamp, usize),
+    /// Snapshot reads waiting for their timestamp to close here, by (timestamp, id).
+    snapshots: BTreeMap<(Timestamp, TxnId), Known>,
 }
 
 /// What a replica's actions answer: another leader's message naming `shards`; `answer` when
@@ -514,6 +551,8 @@ struct InFlight {
     client: ClientRequest,
     txn: TxnId,
     body: TxnBody,
+    /// A snapshot read (sent to one replica per shard, decided when each answered).
+    snapshot: bool,
     /// The participant shards.
     shards: Vec<ShardId>,
     to: Vec<NodeId>,
@@ -530,6 +569,8 @@ struct Counts {
     resends_total: u64,
     dropped_total: u64,
     votes_waited_total: u64,
+    snapshot_reads_total: u64,
+    snapshot_served_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -549,6 +590,8 @@ pub enum Variant {
 pub struct TigaNode {
     context: NodeContext,
     variant: Variant,
+    /// `tiga-snapshot-reads=on`.
+    snapshot_reads: bool,
     /// `luigi` coordinators: per shard, this node's watermark there.
     watermarks: BTreeMap<ShardId, Timestamp>,
     /// `luigi` coordinators: transactions every leader answered, waiting for watermarks.
@@ -573,15 +616,20 @@ impl TigaNode {
                         tiga-mode=preventive (or auto)"
                 .into());
         }
-        Self::build(context, Variant::Tiga, settings.owd)
+        Self::build(context, Variant::Tiga, settings.owd, settings.snapshot_reads)
     }
 
     /// A luigi node of `context`, stamping with `owd`.
     pub fn luigi(context: NodeContext, owd: OwdSettings) -> Result<Self, String> {
-        Self::build(context, Variant::Luigi, owd)
+        Self::build(context, Variant::Luigi, owd, false)
     }
 
-    fn build(context: NodeContext, variant: Variant, owd: OwdSettings) -> Result<Self, String> {
+    fn build(
+        context: NodeContext,
+        variant: Variant,
+        owd: OwdSettings,
+        snapshot_reads: bool,
+    ) -> Result<Self, String> {
         let topology = &context.topology;
         let view = initial_view(topology)?;
         let limits = ReplicaLimits {
@@ -630,12 +678,17 @@ impl TigaNode {
                     streams: (leads && variant == Variant::Luigi)
                         .then(|| Streams::new(topology.nodes.len())),
                     replicated: 0,
+                    promised: Timestamp::ZERO,
+                    closed_sent: Timestamp::ZERO,
+                    closed: (Timestamp::ZERO, 0),
+                    snapshots: BTreeMap::new(),
                 },
             );
         }
         let open_max = context.limits.requests_in_flight_max;
         Ok(Self {
             variant,
+            snapshot_reads,
             watermarks: BTreeMap::new(),
             awaiting: BTreeMap::new(),
             tracker: Tracker::new(owd, open_max),
@@ -698,6 +751,10 @@ impl TigaNode {
                 return out.reply(id, TxnOutcome::failed(TxnFailure::Procedure(error)));
             }
         };
+        let read_only = shape.parts.values().all(|p| p.writes.is_empty() && p.inputs.is_empty());
+        if self.snapshot_reads && read_only {
+            return self.start_snapshot(now, client, &shape, home, out);
+        }
         let txn = self.ids.next_id();
         let placement = self.placement(&shape.shards());
         let (ts, to) = match self.tracker.start(now, txn, &placement) {
@@ -721,6 +778,7 @@ impl TigaNode {
             client,
             txn,
             body,
+            snapshot: false,
             shards: shape.shards(),
             to,
             results: BTreeMap::new(),
@@ -728,6 +786,88 @@ impl TigaNode {
             resends: 0,
         };
         self.requests.insert(id, flight);
+    }
+
+    /// Starts a snapshot read: a timestamp a little behind this coordinator's clock (two
+    /// paces, so that the followers' closed timestamps have usually passed it), sent to the
+    /// closest replica of each participant shard.
+    fn start_snapshot(
+        &mut self,
+        now: Time,
+        client: ClientRequest,
+        shape: &Shape,
+        home: ShardId,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let id = client.id;
+        if self.requests.len() >= self.context.limits.requests_in_flight_max {
+            let why = "as many transactions in flight as this coordinator runs";
+            return out.reply(id, TxnOutcome::failed(TxnFailure::Rejected(why.into())));
+        }
+        let txn = self.ids.next_id();
+        let shards = shape.shards();
+        let mut to = Vec::with_capacity(shards.len());
+        for &shard in &shards {
+            let replicas = self.context.topology.shard_nodes(shard);
+            let closest = replicas.into_iter().min_by_key(|&n| (self.tracker.estimate_ns(n), n.0));
+            to.extend(closest);
+        }
+        let ts = Timestamp(now.saturating_sub(2 * self.pace_ns()));
+        let body = TxnBody { txn, ts, sent_at: now, request: client.txn.clone(), home };
+        self.timers.set(Purpose::Resend(id, txn), self.context.timing.rpc_timeout_ns, out);
+        self.by_txn.insert(txn, id);
+        let flight = InFlight {
+            client,
+            txn,
+            body: body.clone(),
+            snapshot: true,
+            shards,
+            to: to.clone(),
+            results: BTreeMap::new(),
+            pieces_total: shape.pieces_total,
+            resends: 0,
+        };
+        self.requests.insert(id, flight);
+        for node in to {
+            self.send_snapshot_read(now, node, &body, out);
+        }
+    }
+
+    /// Sends a snapshot read to `node` (handled at once when it is this node).
+    fn send_snapshot_read(
+        &mut self,
+        now: Time,
+        node: NodeId,
+        body: &TxnBody,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        if node == self.context.id {
+            self.on_snapshot_read(now, node, body.clone(), out);
+        } else {
+            out.send(node, TigaMsg::SnapRead(Box::new(body.clone())));
+        }
+    }
+
+    /// A shard's answer to a snapshot read from one of its replicas.
+    fn on_snapshot_reply(
+        &mut self,
+        from: NodeId,
+        (txn, shard, result): (TxnId, ShardId, ShardResult),
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(&id) = self.by_txn.get(&txn) else { return };
+        let Some(flight) = self.requests.get_mut(&id) else { return };
+        let replica = shard.0 < self.context.topology.shards
+            && self.context.topology.shard_nodes(shard).contains(&from);
+        if !flight.snapshot || !flight.shards.contains(&shard) || !replica {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        flight.results.entry(shard).or_insert(result);
+        if flight.shards.iter().all(|s| flight.results.contains_key(s)) {
+            let ts = flight.body.ts;
+            self.on_decided(Committed { txn, ts, fast: false }, out);
+        }
     }
 
     fn resend(&mut self, now: Time, id: RequestId, txn: TxnId, out: &mut Outbox<TigaMsg>) {
@@ -746,6 +886,20 @@ impl TigaNode {
         }
         self.counts.resends_total += 1;
         flight.body.sent_at = now;
+        if flight.snapshot {
+            // To the leaders of the shards still silent: a leader closes its snapshot as
+            // soon as what it released below the timestamp has run.
+            let body = flight.body.clone();
+            let silent: Vec<ShardId> =
+                flight.shards.iter().copied().filter(|s| !flight.results.contains_key(s)).collect();
+            self.timers.set(Purpose::Resend(id, txn), self.context.timing.rpc_timeout_ns, out);
+            for shard in silent {
+                if let Some(leader) = self.leader_of(shard) {
+                    self.send_snapshot_read(now, leader, &body, out);
+                }
+            }
+            return;
+        }
         for &node in &flight.to {
             out.send(node, TigaMsg::Txn(Box::new(flight.body.clone())));
         }
@@ -796,8 +950,16 @@ impl TigaNode {
             outcome.commit_ts = Some(committed.ts);
             // Luigi has no fast path: it commits once the leaders' logs are replicated.
             let fast = committed.fast && self.variant == Variant::Tiga;
-            outcome.path = if fast { CommitPath::Fast } else { CommitPath::Slow };
-            if fast {
+            outcome.path = if flight.snapshot {
+                CommitPath::Snapshot
+            } else if fast {
+                CommitPath::Fast
+            } else {
+                CommitPath::Slow
+            };
+            if flight.snapshot {
+                self.counts.snapshot_reads_total += 1;
+            } else if fast {
                 self.counts.fast_total += 1;
             } else {
                 self.counts.slow_total += 1;
@@ -983,6 +1145,100 @@ impl TigaNode {
         self.release(now, out);
     }
 
+    /// A snapshot read from its coordinator: kept (bounded) until this replica's snapshot at
+    /// its timestamp is closed, then answered.
+    fn on_snapshot_read(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        body: TxnBody,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Ok(shape) = shape_of(&self.context, &body.request, body.home) else {
+            self.counts.dropped_total += 1;
+            return;
+        };
+        if !self.snapshot_reads || from != body.txn.origin {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let shards = shape.shards();
+        let body = Arc::new(body);
+        for (&shard, part) in &shape.parts {
+            let Some(host) = self.hosted.get_mut(&shard) else { continue };
+            let key = (body.ts, body.txn);
+            let read_only = part.writes.is_empty() && part.inputs.is_empty();
+            if !read_only || host.snapshots.len() >= SNAPSHOTS_WAITING_MAX {
+                self.counts.dropped_total += 1;
+                continue;
+            }
+            let known =
+                Known { body: body.clone(), owd_ns: 0, part: part.clone(), shards: shards.clone() };
+            host.snapshots.entry(key).or_insert(known);
+        }
+        self.serve_snapshots(now, out);
+    }
+
+    /// Answers the snapshot reads whose timestamp is closed here: at a leader, everything it
+    /// released at or below it has run and it takes nothing new there (it promises so); at a
+    /// follower, the leader said so and this replica executed the log that far.
+    fn serve_snapshots(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        let me = self.context.id;
+        let mut local = Vec::new();
+        for host in self.hosted.values_mut() {
+            if host.snapshots.is_empty() {
+                continue;
+            }
+            let closed = if host.replica.leads() {
+                leader_closed(host, now)
+            } else if host.executed >= host.closed.1 {
+                host.closed.0
+            } else {
+                continue;
+            };
+            // Bounded by the waiting reads (at most SNAPSHOTS_WAITING_MAX).
+            while let Some(entry) = host.snapshots.first_entry() {
+                let (ts, txn) = *entry.key();
+                if ts > closed {
+                    break;
+                }
+                let known = entry.remove();
+                if host.replica.leads() {
+                    host.promised = host.promised.max(ts);
+                }
+                let (_, result) = run_part(&self.context, host.shard, &host.store, &known, ts, &[]);
+                self.counts.snapshot_served_total += 1;
+                let reply = (txn, host.shard, result);
+                if txn.origin == me {
+                    local.push(reply);
+                } else {
+                    let (txn, shard, result) = reply;
+                    out.send(txn.origin, TigaMsg::SnapReply { txn, shard, result });
+                }
+            }
+        }
+        for reply in local {
+            self.on_snapshot_reply(me, reply, out);
+        }
+    }
+
+    /// Leader, snapshot reads: moves the promised closed timestamp up to what is closed now
+    /// and tells the followers, with the log length that covers it.
+    fn close_for_followers(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if !self.snapshot_reads || !host.replica.leads() || host.followers.is_empty() {
+            return;
+        }
+        host.promised = host.promised.max(leader_closed(host, now));
+        if host.promised > host.closed_sent {
+            host.closed_sent = host.promised;
+            let upto = host.replica.log_len() as u64;
+            for &follower in &host.followers {
+                out.send(follower, TigaMsg::Closed { shard, ts: host.promised, upto });
+            }
+        }
+    }
+
     /// Carries out a replica's actions. `peer`: set when they answer another leader's
     /// proposal or confirmation.
     fn act(
@@ -1098,7 +1354,7 @@ impl TigaNode {
 
     /// Executes what every hosted replica can: leaders their released transactions, followers
     /// their synced log; votes between shards led here pass in place.
-    fn execute_all(&mut self, _now: Time, out: &mut Outbox<TigaMsg>) {
+    fn execute_all(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
         let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
         // Each round executes or finishes at least one transaction, or stops.
         loop {
@@ -1109,6 +1365,9 @@ impl TigaNode {
             if !progressed {
                 break;
             }
+        }
+        if self.snapshot_reads {
+            self.serve_snapshots(now, out);
         }
     }
 
@@ -1570,6 +1829,7 @@ impl TigaNode {
             if lagging {
                 self.sync_followers(shard, true, out);
             }
+            self.close_for_followers(now, shard, out);
         }
         self.execute_all(now, out);
     }
@@ -1609,8 +1869,12 @@ fn incoming(txn: TxnId, ts: Timestamp, shards: &[ShardId], part: &Part) -> Incom
 /// the cluster or with a full stream is not taken (its coordinator resends).
 fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
     let txn = incoming.txn;
-    if let Some(streams) = &host.streams {
-        if host.replica.held_at(txn).is_none() && !host.replica.logged(txn) {
+    if host.replica.held_at(txn).is_none() && !host.replica.logged(txn) {
+        if host.promised > Timestamp::ZERO {
+            // Snapshot reads: nothing new at or below a closed timestamp.
+            incoming.ts = incoming.ts.max(Timestamp(host.promised.0.saturating_add(1)));
+        }
+        if let Some(streams) = &host.streams {
             let Some(floor) = streams.floor(txn.origin) else { return Vec::new() };
             incoming.ts = incoming.ts.max(floor);
         }
@@ -1630,6 +1894,23 @@ fn ack_msg(host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
         executed: host.executed as u64,
         fetch,
     }
+}
+
+/// A leader's closed timestamp: below the clock, below everything it holds, and below every
+/// released transaction that has not finished (run, and with its votes in); never below
+/// what it promised (everything past the promise was held above it).
+fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
+    let below = |ts: Timestamp| Timestamp(ts.0.saturating_sub(1));
+    let mut closed = Timestamp(now);
+    if let Some(held) = host.replica.earliest_held() {
+        closed = closed.min(below(held));
+    }
+    // Bounded by the released transactions not finished.
+    for ts in host.queued.values().map(|q| q.ts).chain(host.pending.values().map(|p| p.ts)) {
+        closed = closed.min(below(ts));
+    }
+    debug_assert!(closed >= host.promised || Timestamp(now) < host.promised, "closed fell");
+    closed.max(host.promised)
 }
 
 /// A remembered fast reply sent again carries the delay of the copy it answers.
@@ -1917,6 +2198,22 @@ impl Node for TigaNode {
                 self.on_sync_ack(from, shard, synced, executed, fetch, out);
             }
             TigaMsg::Watermark { shard, ts } => self.on_watermark(from, shard, ts, out),
+            TigaMsg::SnapRead(body) => self.on_snapshot_read(now, from, *body, out),
+            TigaMsg::SnapReply { txn, shard, result } => {
+                self.on_snapshot_reply(from, (txn, shard, result), out);
+            }
+            TigaMsg::Closed { shard, ts, upto } => {
+                let Some(host) = self.hosted.get_mut(&shard) else { return };
+                if host.replica.leads() || host.leader != from {
+                    self.counts.dropped_total += 1;
+                    return;
+                }
+                let Ok(upto) = usize::try_from(upto) else { return };
+                if ts > host.closed.0 {
+                    host.closed = (ts, upto);
+                }
+                self.serve_snapshots(now, out);
+            }
             peer => self.on_peer(now, from, peer, out),
         }
     }
@@ -1986,6 +2283,8 @@ impl Node for TigaNode {
             ("tiga_queued", queued),
             ("tiga_in_flight", self.requests.len() as u64),
             ("tiga_fast_quorum_after_slow_total", self.tracker.fast_after_slow_total()),
+            ("tiga_snapshot_reads_total", self.counts.snapshot_reads_total),
+            ("tiga_snapshots_served_total", self.counts.snapshot_served_total),
         ]
     }
 }
@@ -2144,6 +2443,12 @@ mod tests {
             },
             TigaMsg::SyncAck { shard: ShardId(0), synced: 1, executed: 1, fetch: vec![txn(1)] },
             TigaMsg::Watermark { shard: ShardId(2), ts: Timestamp(9) },
+            TigaMsg::SnapReply {
+                txn: txn(1),
+                shard: ShardId(1),
+                result: ShardResult::Ran(vec![(0, vec![Datum::Uint(3)])]),
+            },
+            TigaMsg::Closed { shard: ShardId(0), ts: Timestamp(8), upto: 4 },
         ]
     }
 
@@ -2245,6 +2550,38 @@ mod tests {
         assert!(host.bodies.is_empty() && host.early_votes.is_empty() && host.pending.is_empty());
         let sends = out.drain().filter(|e| matches!(e, meridian_core::node::Effect::Send { .. }));
         assert_eq!(sends.count(), 0, "nothing answered to a stranger");
+    }
+
+    /// Snapshot reads: a leader's closed timestamp stays below the clock, below what it
+    /// holds and below every released transaction not finished, and never falls below what
+    /// it promised; an arrival at or below the promise is held above it.
+    #[test]
+    fn a_leader_closes_below_what_it_holds_and_what_has_not_finished() {
+        let (mut leader, workload) = node_of(0, Variant::Tiga);
+        let host = leader.hosted.get_mut(&ShardId(0)).unwrap();
+        assert_eq!(leader_closed(host, 1_000), Timestamp(1_000));
+        host.queued.insert(txn(1), Queued { ts: Timestamp(400), hash: 0 });
+        assert_eq!(leader_closed(host, 1_000), Timestamp(399), "a released one not run yet");
+        host.queued.clear();
+        host.promised = Timestamp(700);
+        assert_eq!(leader_closed(host, 650), Timestamp(700), "never below the promise");
+        let mut generator = workload.generator(0, 0);
+        let single = (0..1_000)
+            .map(|i| generator.next(RequestId(i)))
+            .find(|r| shape_of(&leader.context, r, ShardId(0)).unwrap().shards() == [ShardId(0)])
+            .expect("a single-shard transfer");
+        let late = TxnBody {
+            txn: TxnId { origin: NodeId(10), incarnation: 1, seq: 1 },
+            ts: Timestamp(500),
+            sent_at: 0,
+            request: single,
+            home: ShardId(0),
+        };
+        let mut out = Outbox::new();
+        leader.on_message(600, NodeId(10), TigaMsg::Txn(Box::new(late.clone())), &mut out);
+        let host = &leader.hosted[&ShardId(0)];
+        assert_eq!(host.replica.held_at(late.txn), Some(Timestamp(701)), "held above the promise");
+        assert_eq!(leader_closed(host, 1_000), Timestamp(700), "and below it again");
     }
 
     /// A luigi coordinator takes a watermark only from the shard's leader (a stranger's is

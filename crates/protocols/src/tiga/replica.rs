@@ -199,6 +199,11 @@ impl Replica {
         self.hold.timestamp_of(txn)
     }
 
+    /// The earliest timestamp held here, if any.
+    pub fn earliest_held(&self) -> Option<Timestamp> {
+        self.hold.earliest()
+    }
+
     /// Transactions held.
     pub fn held(&self) -> usize {
         self.hold.len()
