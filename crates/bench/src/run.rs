@@ -732,7 +732,7 @@ async fn remote<N: ProtocolNode>(
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
     let mut checker = workload.checker();
     // The servers may run on other machines, whose clocks are never exactly in step.
-    checker.expect_strict(file.protocol.info().guarantee.strict(false));
+    checker.expect_strict(file.protocol.guarantee(&file.protocol_options).strict(false));
     let failures = cluster.failures();
     // The links' delays are the machines' own here: no configured bound to compare with.
     let bounds = BTreeMap::new();

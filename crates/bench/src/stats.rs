@@ -169,7 +169,8 @@ pub struct Summary {
     pub indeterminate: u64,
     /// Committed requests by commit path (`one-round`, `one-phase`, `two-phase`, `fast`, ...).
     pub commit_paths: BTreeMap<String, u64>,
-    /// Commits on a fast path per commit, for protocols that have one (`null` otherwise).
+    /// Commits on a fast path per commit on the fast or the slow path (snapshot reads take
+    /// neither), for protocols that have one (`null` otherwise).
     pub fast_path_ratio: Option<f64>,
     /// Wide-area round trips on the critical path of the median commit (half the wide-area
     /// one-way legs it waited for, in turn), where the driver counts them (the simulator).
@@ -406,7 +407,8 @@ impl RunStats {
             },
             indeterminate: self.indeterminate,
             commit_paths: self.paths.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            fast_path_ratio: (fast + slow > 0).then(|| fast as f64 / self.committed as f64),
+            // Of the commits that went through ordering: snapshot reads take neither path.
+            fast_path_ratio: (fast + slow > 0).then(|| fast as f64 / (fast + slow) as f64),
             wrtt_p50: hops_p50.map(|h| f64::from(h) / 2.0),
             wrtt_mean: (counted > 0).then(|| hops_sum / counted as f64 / 2.0),
             speculative_latency_ms_p50: speculative(0.5),

@@ -275,11 +275,11 @@ fn all_protocols_run_into_one_folder_whose_report_regenerates_and_compares() {
     let postgres = !stdout.contains("postgres left out");
     assert_eq!(
         runs,
-        7 + usize::from(postgres),
-        "occ, both 2pl policies, 2pc-mvto, mako, tiga, chain (and postgres): {stdout}"
+        8 + usize::from(postgres),
+        "occ, both 2pl policies, 2pc-mvto, mako, tiga, luigi, chain (and postgres): {stdout}"
     );
     let report = std::fs::read_to_string(folder.join("report.md")).unwrap();
-    assert_eq!(report.contains("| 8 | postgres |"), postgres, "{report}");
+    assert_eq!(report.contains("| 9 | postgres |"), postgres, "{report}");
     for label in [
         "| 1 | occ |",
         "| 2 | 2pl-no-wait |",
@@ -287,7 +287,8 @@ fn all_protocols_run_into_one_folder_whose_report_regenerates_and_compares() {
         "| 4 | 2pc-mvto |",
         "| 5 | mako |",
         "| 6 | tiga |",
-        "| 7 | chain |",
+        "| 7 | luigi |",
+        "| 8 | chain |",
     ] {
         assert!(report.contains(label), "{label} in {report}");
         let name = label.rsplit(" | ").next().unwrap().trim_end_matches(" |");

@@ -49,7 +49,7 @@
 //! replica must not crash; durability (the log is in memory; `restore` refuses a durable
 //! driver); detective mode; checkpoints (the logs, the answers and the leaders' outcome
 //! records grow with the run, up to [`ANSWERS_MAX`] answers and [`BODIES_MAX`] bodies per
-//! replica); read-only snapshot reads.
+//! replica).
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::owd::OwdSettings;
@@ -101,9 +101,11 @@ pub const EARLY_VOTES_MAX: usize = 1 << 14;
 pub const OUTCOMES_KEPT_MAX: usize = 1 << 16;
 /// Multi-shard outcomes one sync message carries when the leader resends.
 pub const OUTCOMES_WINDOW_MAX: usize = 1 << 10;
-/// Snapshot reads a replica keeps waiting for their snapshot to close (more are dropped; the
-/// coordinator resends to the leader).
+/// Snapshot reads a replica keeps waiting, per hosted shard, for their snapshot to close
+/// (more are dropped; the coordinator resends to the leader).
 pub const SNAPSHOTS_WAITING_MAX: usize = 1 << 12;
+/// Closed timestamps a follower keeps from its leader (the oldest go first).
+pub const CLOSED_KEPT_MAX: usize = 64;
 const _: () = assert!(HELD_MAX <= BODIES_MAX && TAIL_MAX <= BODIES_MAX);
 
 /// A transaction as its coordinator sends it: everything a replica needs to order and run it.
@@ -242,6 +244,9 @@ pub enum TigaMsg {
         shard: ShardId,
         /// What its pieces returned.
         result: ShardResult,
+        /// How long the read took to arrive (the replica's clock minus the send time): the
+        /// coordinator's delay sample for choosing replicas.
+        owd_ns: u64,
     },
     /// Leader → follower (snapshot reads): every transaction of the shard at or below `ts`
     /// is among the first `upto` entries of the log, and the leader takes no new one at or
@@ -518,8 +523,10 @@ struct Hosted {
     promised: Timestamp,
     /// Leader: the closed timestamp last sent to the followers.
     closed_sent: Timestamp,
-    /// Follower: the leader's latest closed timestamp and the log length it covers.
-    closed: (Timestamp, usize),
+    /// Follower: the leader's closed timestamps with the log length each covers, oldest
+    /// first (at most [`CLOSED_KEPT_MAX`]): a follower serves at the latest one whose log it
+    /// executed, which may trail the latest heard while outcomes are awaited.
+    closed: VecDeque<(Timestamp, usize)>,
     /// Snapshot reads waiting for their timestamp to close here, by (timestamp, id).
     snapshots: BTreeMap<(Timestamp, TxnId), Known>,
 }
@@ -680,7 +687,7 @@ impl TigaNode {
                     replicated: 0,
                     promised: Timestamp::ZERO,
                     closed_sent: Timestamp::ZERO,
-                    closed: (Timestamp::ZERO, 0),
+                    closed: VecDeque::new(),
                     snapshots: BTreeMap::new(),
                 },
             );
@@ -807,12 +814,19 @@ impl TigaNode {
         let txn = self.ids.next_id();
         let shards = shape.shards();
         let mut to = Vec::with_capacity(shards.len());
+        let topology = self.context.topology.clone();
+        let here = topology.region_of(self.context.id);
         for &shard in &shards {
-            let replicas = self.context.topology.shard_nodes(shard);
-            let closest = replicas.into_iter().min_by_key(|&n| (self.tracker.estimate_ns(n), n.0));
+            // By delay estimate (replies carry samples); before any, a replica in this
+            // region first.
+            let closest = topology
+                .shard_nodes(shard)
+                .into_iter()
+                .min_by_key(|&n| (self.tracker.estimate_ns(n), topology.region_of(n) != here, n.0));
             to.extend(closest);
         }
-        let ts = Timestamp(now.saturating_sub(2 * self.pace_ns()));
+        // Never 0: the initial load sits there, and nothing is ever closed below it.
+        let ts = Timestamp(now.saturating_sub(2 * self.pace_ns()).max(1));
         let body = TxnBody { txn, ts, sent_at: now, request: client.txn.clone(), home };
         self.timers.set(Purpose::Resend(id, txn), self.context.timing.rpc_timeout_ns, out);
         self.by_txn.insert(txn, id);
@@ -1158,11 +1172,15 @@ impl TigaNode {
             self.counts.dropped_total += 1;
             return;
         };
-        if !self.snapshot_reads || from != body.txn.origin {
+        // A timestamp past the clock by more than an RPC timeout would wait here for long
+        // (skewed clocks, or a hostile sender): refused; the coordinator resends.
+        let far = body.ts.0 > now.saturating_add(self.context.timing.rpc_timeout_ns);
+        if !self.snapshot_reads || from != body.txn.origin || far {
             self.counts.dropped_total += 1;
             return;
         }
         let shards = shape.shards();
+        let owd_ns = now.saturating_sub(body.sent_at);
         let body = Arc::new(body);
         for (&shard, part) in &shape.parts {
             let Some(host) = self.hosted.get_mut(&shard) else { continue };
@@ -1173,7 +1191,7 @@ impl TigaNode {
                 continue;
             }
             let known =
-                Known { body: body.clone(), owd_ns: 0, part: part.clone(), shards: shards.clone() };
+                Known { body: body.clone(), owd_ns, part: part.clone(), shards: shards.clone() };
             host.snapshots.entry(key).or_insert(known);
         }
         self.serve_snapshots(now, out);
@@ -1191,10 +1209,17 @@ impl TigaNode {
             }
             let closed = if host.replica.leads() {
                 leader_closed(host, now)
-            } else if host.executed >= host.closed.1 {
-                host.closed.0
             } else {
-                continue;
+                // The latest closed timestamp whose log this follower has executed; older
+                // ones it supersedes go (the pairs come in order, log lengths growing).
+                let executed = host.executed;
+                while host.closed.get(1).is_some_and(|&(_, upto)| upto <= executed) {
+                    host.closed.pop_front();
+                }
+                match host.closed.front() {
+                    Some(&(ts, upto)) if upto <= executed => ts,
+                    _ => continue,
+                }
             };
             // Bounded by the waiting reads (at most SNAPSHOTS_WAITING_MAX).
             while let Some(entry) = host.snapshots.first_entry() {
@@ -1213,7 +1238,8 @@ impl TigaNode {
                     local.push(reply);
                 } else {
                     let (txn, shard, result) = reply;
-                    out.send(txn.origin, TigaMsg::SnapReply { txn, shard, result });
+                    let owd_ns = known.owd_ns;
+                    out.send(txn.origin, TigaMsg::SnapReply { txn, shard, result, owd_ns });
                 }
             }
         }
@@ -1225,11 +1251,13 @@ impl TigaNode {
     /// Leader, snapshot reads: moves the promised closed timestamp up to what is closed now
     /// and tells the followers, with the log length that covers it.
     fn close_for_followers(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        // Reads ask for two paces back: promising more would bump late arrivals for nothing.
+        let cap = Timestamp(now.saturating_sub(self.pace_ns()));
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         if !self.snapshot_reads || !host.replica.leads() || host.followers.is_empty() {
             return;
         }
-        host.promised = host.promised.max(leader_closed(host, now));
+        host.promised = host.promised.max(leader_closed(host, now).min(cap));
         if host.promised > host.closed_sent {
             host.closed_sent = host.promised;
             let upto = host.replica.log_len() as u64;
@@ -2199,7 +2227,8 @@ impl Node for TigaNode {
             }
             TigaMsg::Watermark { shard, ts } => self.on_watermark(from, shard, ts, out),
             TigaMsg::SnapRead(body) => self.on_snapshot_read(now, from, *body, out),
-            TigaMsg::SnapReply { txn, shard, result } => {
+            TigaMsg::SnapReply { txn, shard, result, owd_ns } => {
+                self.tracker.observe(from, owd_ns);
                 self.on_snapshot_reply(from, (txn, shard, result), out);
             }
             TigaMsg::Closed { shard, ts, upto } => {
@@ -2209,8 +2238,12 @@ impl Node for TigaNode {
                     return;
                 }
                 let Ok(upto) = usize::try_from(upto) else { return };
-                if ts > host.closed.0 {
-                    host.closed = (ts, upto);
+                let last = host.closed.back().copied().unwrap_or((Timestamp::ZERO, 0));
+                if ts > last.0 && upto >= last.1 {
+                    host.closed.push_back((ts, upto));
+                    if host.closed.len() > CLOSED_KEPT_MAX {
+                        host.closed.pop_front();
+                    }
                 }
                 self.serve_snapshots(now, out);
             }
@@ -2447,6 +2480,7 @@ mod tests {
                 txn: txn(1),
                 shard: ShardId(1),
                 result: ShardResult::Ran(vec![(0, vec![Datum::Uint(3)])]),
+                owd_ns: 4,
             },
             TigaMsg::Closed { shard: ShardId(0), ts: Timestamp(8), upto: 4 },
         ]
