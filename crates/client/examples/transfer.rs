@@ -6,8 +6,9 @@
 //! ```
 //!
 //! Reads both balances in one round, writes both, commits; a conflict aborts the transaction
-//! with nothing applied, and it simply runs again. An overdraft is refused by the program
-//! itself (it aborts the transaction).
+//! with nothing applied, and it runs again after a pause that grows with the aborts (two
+//! clients retrying in lockstep could keep refusing each other under 2PL no-wait). An
+//! overdraft is refused by the program itself (it aborts the transaction).
 
 use meridian_client::{Client, Error, Key};
 
@@ -27,7 +28,10 @@ async fn transfer(client: &Client, from: u64, to: u64, amount: i64) -> Result<()
         let mut txn = client.begin().await.map_err(|e| e.to_string())?;
         let balances = match txn.get_many(&[account(from), account(to)]).await {
             Ok(balances) => balances,
-            Err(e) if e.is_retryable() => continue,
+            Err(e) if e.is_retryable() => {
+                backoff(attempt).await;
+                continue;
+            }
             Err(e) => return Err(e.to_string()),
         };
         let mut balances = balances.into_iter();
@@ -50,12 +54,23 @@ async fn transfer(client: &Client, from: u64, to: u64, amount: i64) -> Result<()
                 return Ok(());
             }
             Err(Error::Aborted(cause)) => {
-                eprintln!("attempt {attempt} aborted ({}), again", cause.name())
+                eprintln!("attempt {attempt} aborted ({}), again", cause.name());
+                backoff(attempt).await;
             }
             Err(e) => return Err(e.to_string()),
         }
     }
     unreachable!("the loop returns")
+}
+
+/// Waits before the next attempt: 1 ms after the first abort, doubling up to 64 ms, plus a
+/// part drawn from the clock so that two clients do not retry in step.
+async fn backoff(attempt: u32) {
+    let base_us = 1_000u64 << attempt.saturating_sub(1).min(6);
+    let jitter_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_micros()) % base_us);
+    tokio::time::sleep(std::time::Duration::from_micros(base_us + jitter_us)).await;
 }
 
 #[tokio::main(flavor = "current_thread")]
