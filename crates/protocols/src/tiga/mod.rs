@@ -18,10 +18,11 @@
 //! ([`log`]), one replica's sequencing core ([`replica`]), a leader's execution order
 //! ([`waits`]), a coordinator's bookkeeping ([`coordinator`]), the view manager's decisions
 //! ([`view`]) and replicated state ([`manager`]), and the view change's log merge
-//! ([`recovery`]). `luigi` ([`crate::luigi`]) runs on the same node as a variant.
-//! **Not built yet:** the view change itself (leaders are fixed for a run,
-//! chosen co-located by the view manager's rule, so replica hosts must not crash), durable
-//! logs and checkpoints, detective mode, snapshot reads.
+//! ([`recovery`]). `luigi` ([`crate::luigi`]) runs on the same node as a variant. Read-only
+//! transactions may read a closed snapshot at one replica per shard
+//! ([`OPTION_SNAPSHOT_READS`]). **Not built yet:** the view change itself (leaders are fixed
+//! for a run, chosen co-located by the view manager's rule, so replica hosts must not
+//! crash), durable logs and checkpoints, detective mode.
 
 pub mod agree;
 pub mod coordinator;
