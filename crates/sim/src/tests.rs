@@ -1029,10 +1029,17 @@ fn tiga_passes_piece_outputs_between_shards() {
 /// replicas (the histories serializable, strictly where clocks are synchronized).
 #[test]
 fn tiga_passes_faulty_swarm_seeds() {
+    passes_faulty_swarm_seeds(ProtocolKind::Tiga, &[("list-append", 16), ("bank", 4)]);
+}
+
+/// The faulty swarm's seeds 1 to 6 of `workloads` (name, keys per shard) on 3 shards of
+/// `protocol` (tiga's options otherwise), with 1 and 3 replicas, all pass.
+fn passes_faulty_swarm_seeds(protocol: ProtocolKind, workloads: &[(&str, u64)]) {
     for seed in 1..=6 {
         for replicas in [1, 3] {
-            for (name, keys) in [("list-append", 16), ("bank", 4)] {
-                let base = tiga(seed, 3, replicas, "metro");
+            for &(name, keys) in workloads {
+                let mut base = tiga(seed, 3, replicas, "metro");
+                base.protocol = protocol;
                 let (opts, _) = crate::swarm::seed_options(&base, seed, true);
                 let report = run(&opts, workload(name, 3, keys)).unwrap();
                 assert_passed(&report);
@@ -1225,16 +1232,8 @@ fn tiga_and_luigi_stay_serializable_under_bad_clocks() {
 /// reordered messages, crashed and isolated coordinators, clocks stepped back.
 #[test]
 fn luigi_passes_faulty_swarm_seeds() {
-    for seed in 1..=6 {
-        for replicas in [1, 3] {
-            for (name, keys) in [("list-append", 16), ("bank", 4), ("smallbank", 8)] {
-                let base = luigi(seed, 3, replicas, "metro");
-                let (opts, _) = crate::swarm::seed_options(&base, seed, true);
-                let report = run(&opts, workload(name, 3, keys)).unwrap();
-                assert_passed(&report);
-            }
-        }
-    }
+    let workloads = [("list-append", 16), ("bank", 4), ("smallbank", 8)];
+    passes_faulty_swarm_seeds(ProtocolKind::Luigi, &workloads);
 }
 
 /// Luigi runs what tiga runs and refuses the rest before the run starts, naming why.

@@ -34,11 +34,9 @@ pub mod streams;
 use crate::tiga;
 use crate::tiga::node::{self, TigaNode};
 use crate::tiga::owd::OwdSettings;
-use crate::tiga::{OWD_CAP_NS, OWD_INITIAL_NS};
 use crate::{
     Durable, Guarantee, NodeContext, OptionKind, OptionSpec, Protocol, ProtocolOptions, Replayed,
 };
-use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId, ShardId};
 
@@ -63,15 +61,10 @@ pub const OPTIONS: &[OptionSpec] = &[
 
 /// How a luigi coordinator stamps, from `options` (parsed against [`OPTIONS`], so in range).
 pub fn owd_settings(options: &ProtocolOptions) -> OwdSettings {
-    let headroom_ms = options.number(OPTION_HEADROOM_MS, OPTIONS);
-    let owd = OwdSettings {
-        percentile: options.number(OPTION_OWD_PERCENTILE, OPTIONS),
-        cap_ns: OWD_CAP_NS,
-        initial_ns: OWD_INITIAL_NS,
-        headroom_ns: (headroom_ms * NS_PER_MS as f64).round() as u64,
-    };
-    debug_assert!(owd.check().is_ok(), "the option ranges keep the settings valid");
-    owd
+    tiga::owd_settings(
+        options.number(OPTION_HEADROOM_MS, OPTIONS),
+        options.number(OPTION_OWD_PERCENTILE, OPTIONS),
+    )
 }
 
 /// The `luigi` protocol.

@@ -241,14 +241,10 @@ pub struct TigaSettings {
 impl TigaSettings {
     /// The settings `options` (parsed against [`OPTIONS`], so in range) give.
     pub fn from_options(options: &ProtocolOptions) -> Self {
-        let headroom_ms = options.number(OPTION_HEADROOM_MS, OPTIONS);
-        let owd = OwdSettings {
-            percentile: options.number(OPTION_OWD_PERCENTILE, OPTIONS),
-            cap_ns: OWD_CAP_NS,
-            initial_ns: OWD_INITIAL_NS,
-            headroom_ns: (headroom_ms * NS_PER_MS as f64).round() as u64,
-        };
-        debug_assert!(owd.check().is_ok(), "the option ranges keep the settings valid");
+        let owd = owd_settings(
+            options.number(OPTION_HEADROOM_MS, OPTIONS),
+            options.number(OPTION_OWD_PERCENTILE, OPTIONS),
+        );
         let mode = match options.choice(OPTION_MODE, OPTIONS) {
             "preventive" => Mode::Preventive,
             "detective" => Mode::Detective,
@@ -257,6 +253,19 @@ impl TigaSettings {
         let snapshot_reads = options.choice(OPTION_SNAPSHOT_READS, OPTIONS) == "on";
         Self { owd, mode, snapshot_reads }
     }
+}
+
+/// How a tiga or luigi coordinator stamps, given Δ in milliseconds and the percentile of its
+/// delay samples (both from options whose ranges keep the settings valid).
+pub(crate) fn owd_settings(headroom_ms: f64, percentile: f64) -> OwdSettings {
+    let owd = OwdSettings {
+        percentile,
+        cap_ns: OWD_CAP_NS,
+        initial_ns: OWD_INITIAL_NS,
+        headroom_ns: (headroom_ms * NS_PER_MS as f64).round() as u64,
+    };
+    debug_assert!(owd.check().is_ok(), "the option ranges keep the settings valid");
+    owd
 }
 
 /// Tiga (and Luigi) run one-shot transactions: every shard's pieces run in one step on each

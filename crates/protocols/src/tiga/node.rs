@@ -758,8 +758,8 @@ impl TigaNode {
                 return out.reply(id, TxnOutcome::failed(TxnFailure::Procedure(error)));
             }
         };
-        let read_only = shape.parts.values().all(|p| p.writes.is_empty() && p.inputs.is_empty());
-        if self.snapshot_reads && read_only {
+        let read_only = || shape.parts.values().all(|p| p.writes.is_empty() && p.inputs.is_empty());
+        if self.snapshot_reads && read_only() {
             return self.start_snapshot(now, client, &shape, home, out);
         }
         let txn = self.ids.next_id();
@@ -1182,9 +1182,9 @@ impl TigaNode {
         let shards = shape.shards();
         let owd_ns = now.saturating_sub(body.sent_at);
         let body = Arc::new(body);
+        let key = (body.ts, body.txn);
         for (&shard, part) in &shape.parts {
             let Some(host) = self.hosted.get_mut(&shard) else { continue };
-            let key = (body.ts, body.txn);
             let read_only = part.writes.is_empty() && part.inputs.is_empty();
             if !read_only || host.snapshots.len() >= SNAPSHOTS_WAITING_MAX {
                 self.counts.dropped_total += 1;
@@ -1233,11 +1233,10 @@ impl TigaNode {
                 }
                 let (_, result) = run_part(&self.context, host.shard, &host.store, &known, ts, &[]);
                 self.counts.snapshot_served_total += 1;
-                let reply = (txn, host.shard, result);
+                let shard = host.shard;
                 if txn.origin == me {
-                    local.push(reply);
+                    local.push((txn, shard, result));
                 } else {
-                    let (txn, shard, result) = reply;
                     let owd_ns = known.owd_ns;
                     out.send(txn.origin, TigaMsg::SnapReply { txn, shard, result, owd_ns });
                 }
