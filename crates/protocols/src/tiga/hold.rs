@@ -204,9 +204,46 @@ impl<T> HoldQueue<T> {
         self.queue.remove(&(at, txn)).map(|held| held.payload)
     }
 
-    /// Releases, in timestamp order, every ready entry with a timestamp at or below `now`
-    /// that no earlier held entry conflicts with, at most `max` of them.
-    pub fn release(&mut self, now: Time, max: usize) -> Vec<Released<T>> {
+    /// What `txn` is held with, if it is.
+    pub fn payload(&self, txn: TxnId) -> Option<&T> {
+        let at = self.at.get(&txn)?;
+        self.queue.get(&(*at, txn)).map(|held| &held.payload)
+    }
+
+    /// Detective mode: the entries that would be released now if they were ready (due, not
+    /// ready, no earlier held entry conflicting), in timestamp order, at most `max` of them and
+    /// none `done` says was taken already. They stay held (and keep holding conflicting later
+    /// entries back), but their keys are stamped as if released: a conflicting transaction
+    /// arriving later is found late (bumped at a leader), so what runs at the entry's
+    /// timestamp now is what will run there if the timestamp holds.
+    pub fn speculate(
+        &mut self,
+        now: Time,
+        max: usize,
+        done: impl Fn(TxnId) -> bool,
+    ) -> Vec<(TxnId, Timestamp)> {
+        let due = self.pick_due(now, max, true, |txn, held| !held.ready && !done(txn));
+        for &(ts, txn) in &due {
+            let held = self.queue.remove(&(ts, txn)).expect("just seen");
+            self.stamp(ts, &held.reads, &held.writes);
+            self.queue.insert((ts, txn), held);
+        }
+        if self.last_read.len() + self.last_write.len() > self.keys_max {
+            self.forget_oldest_stamps();
+        }
+        due.into_iter().map(|(ts, txn)| (txn, ts)).collect()
+    }
+
+    /// The due entries (timestamp at or below `now`), in timestamp order, that `take` accepts
+    /// and no earlier held entry conflicts with, at most `max` of them. Entries not taken hold
+    /// their keys against later ones, and so do taken ones that `stay` held.
+    fn pick_due(
+        &self,
+        now: Time,
+        max: usize,
+        stay: bool,
+        take: impl Fn(TxnId, &Held<T>) -> bool,
+    ) -> Vec<(Timestamp, TxnId)> {
         let mut blocked_reads: BTreeSet<&Key> = BTreeSet::new();
         let mut blocked_writes: BTreeSet<&Key> = BTreeSet::new();
         let mut due = Vec::new();
@@ -217,13 +254,34 @@ impl<T> HoldQueue<T> {
             }
             let crosses = held.writes.iter().any(|k| blocked_reads.contains(k))
                 || held.reads.iter().chain(&held.writes).any(|k| blocked_writes.contains(k));
-            if held.ready && !crosses {
+            let taken = !crosses && take(*txn, held);
+            if taken {
                 due.push((*ts, *txn));
-            } else {
+            }
+            if !taken || stay {
                 blocked_reads.extend(&held.reads);
                 blocked_writes.extend(&held.writes);
             }
         }
+        due
+    }
+
+    /// Records a release at `ts` of a transaction reading `reads` and writing `writes`.
+    fn stamp(&mut self, ts: Timestamp, reads: &[Key], writes: &[Key]) {
+        for key in reads {
+            let stamp = self.last_read.entry(key.clone()).or_insert(ts);
+            *stamp = (*stamp).max(ts);
+        }
+        for key in writes {
+            let stamp = self.last_write.entry(key.clone()).or_insert(ts);
+            *stamp = (*stamp).max(ts);
+        }
+    }
+
+    /// Releases, in timestamp order, every ready entry with a timestamp at or below `now`
+    /// that no earlier held entry conflicts with, at most `max` of them.
+    pub fn release(&mut self, now: Time, max: usize) -> Vec<Released<T>> {
+        let due = self.pick_due(now, max, false, |_, held| held.ready);
         let released: Vec<Released<T>> = due
             .into_iter()
             .map(|(ts, txn)| {
@@ -234,14 +292,7 @@ impl<T> HoldQueue<T> {
                     ts >= self.remembered_conflict(&held.reads, &held.writes),
                     "{txn} released at {ts:?} after a conflicting later release"
                 );
-                for key in &held.reads {
-                    let stamp = self.last_read.entry(key.clone()).or_insert(ts);
-                    *stamp = (*stamp).max(ts);
-                }
-                for key in &held.writes {
-                    let stamp = self.last_write.entry(key.clone()).or_insert(ts);
-                    *stamp = (*stamp).max(ts);
-                }
+                self.stamp(ts, &held.reads, &held.writes);
                 Released { txn, ts, payload: held.payload }
             })
             .collect();
@@ -455,5 +506,35 @@ mod tests {
         // at 15 is late even though only 10 was released there.
         assert!(q.floor >= Timestamp(20));
         assert!(matches!(q.arrive(a(9, 15, vec![], vec![key(1)]), false, true), Arrival::Late(_)));
+    }
+
+    #[test]
+    fn speculation_takes_due_unready_entries_once_and_stamps_their_keys() {
+        let mut q = HoldQueue::new(16, 64);
+        // 1 (not ready) writes key 1 at 10; 2 (not ready) reads key 1 at 20, behind it;
+        // 3 (not ready) on key 2 at 30; 4 (ready) on key 3 at 15.
+        q.arrive(a(1, 10, vec![], vec![key(1)]), true, false);
+        q.arrive(a(2, 20, vec![key(1)], vec![]), true, false);
+        q.arrive(a(3, 30, vec![], vec![key(2)]), true, false);
+        q.arrive(a(4, 15, vec![], vec![key(3)]), true, true);
+        assert_eq!(ids(&q.release(25, 8)), vec![4]);
+        let taken = q.speculate(25, 8, |_| false);
+        assert_eq!(taken, vec![(txn(1), Timestamp(10))], "2 waits behind 1; 3 is not due");
+        assert_eq!(q.len(), 3, "speculated entries stay held");
+        assert_eq!(q.payload(txn(1)), Some(&1));
+        // A conflicting late arrival below the speculated timestamp is bumped past it.
+        assert_eq!(
+            q.arrive(a(5, 5, vec![key(1)], vec![]), true, true),
+            Arrival::Bumped(Timestamp(11))
+        );
+        // Taken once: `done` skips it; the entry behind it still waits.
+        assert!(q.speculate(25, 8, |t| t == txn(1)).is_empty());
+        assert!(q.release(25, 8).is_empty(), "nothing ready is free to go");
+        // 1 becomes ready and leaves at its timestamp, and 5 (a reader, as 2 is) after it; 2
+        // then speculates.
+        q.set_ready(txn(1), true);
+        assert_eq!(ids(&q.release(25, 8)), vec![1, 5]);
+        assert_eq!(q.speculate(25, 8, |_| false), vec![(txn(2), Timestamp(20))]);
+        assert_eq!(q.speculate(40, 1, |t| t == txn(2)), vec![(txn(3), Timestamp(30))]);
     }
 }

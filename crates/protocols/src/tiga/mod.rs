@@ -7,8 +7,9 @@
 //!
 //! **Status: runnable, without failover.** `--protocol tiga` runs in the simulator, the
 //! embedded benchmark and server processes ([`node`]): stamping from measured delays, hold and
-//! release in timestamp order, the leaders' agreement (preventive mode) before execution,
-//! execution at the agreed timestamp, the fast path and the slow path (log synchronisation,
+//! release in timestamp order, the leaders' agreement before execution (preventive mode) or
+//! beside a speculative execution revoked if the timestamp moves (detective mode), execution
+//! at the agreed timestamp, the fast path and the slow path (log synchronisation,
 //! followers executing the leader's log), cross-shard user aborts (leaders exchange their
 //! pieces' votes, and the outputs other shards' pieces take, before applying writes), resends
 //! with the same transaction id and at-most-once execution. The parts stand on their own
@@ -21,8 +22,8 @@
 //! ([`recovery`]). `luigi` ([`crate::luigi`]) runs on the same node as a variant. Read-only
 //! transactions may read a closed snapshot at one replica per shard
 //! ([`OPTION_SNAPSHOT_READS`]). **Not built yet:** the view change itself (leaders are fixed
-//! for a run, chosen co-located by the view manager's rule, so replica hosts must not
-//! crash), durable logs and checkpoints, detective mode.
+//! for a run: co-located by the view manager's rule, or spread with `tiga-leaders=spread`,
+//! so replica hosts must not crash), durable logs and checkpoints.
 
 pub mod agree;
 pub mod coordinator;
@@ -56,6 +57,8 @@ pub const OPTION_MODE: &str = "tiga-mode";
 /// `tiga-snapshot-reads`: read-only transactions read a timestamped snapshot at one replica
 /// per shard.
 pub const OPTION_SNAPSHOT_READS: &str = "tiga-snapshot-reads";
+/// `tiga-leaders`: where the shards' leaders sit at the start.
+pub const OPTION_LEADERS: &str = "tiga-leaders";
 
 /// No one-way delay estimate exceeds this (Tiga's scripts cap theirs at 400 ms).
 pub const OWD_CAP_NS: u64 = 400 * NS_PER_MS;
@@ -78,11 +81,20 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: OPTION_MODE,
-        help: "preventive: leaders agree on a timestamp before executing (co-located \
-               leaders); auto: chosen from the measured delay between leaders (preventive \
-               until view changes measure them); detective (execute, agree, roll back if it \
-               moved) is not built yet and is refused",
-        kind: OptionKind::Choice { values: &["auto", "preventive"], default: "auto" },
+        help: "preventive: leaders agree on a timestamp before executing (cheap when they sit \
+               together); detective: a leader executes a multi-shard transaction when it comes \
+               due and answers at once, agreeing meanwhile, and runs it again if the agreed \
+               timestamp moved (one wide-area round trip when leaders sit apart); auto: \
+               preventive when every shard's leader is in one region, detective otherwise",
+        kind: OptionKind::Choice { values: &["auto", "preventive", "detective"], default: "auto" },
+    },
+    OptionSpec {
+        name: OPTION_LEADERS,
+        help: "together: the shards' leaders sit in one region where the layout allows (the \
+               view manager's choice); spread: replica 0 of every shard leads (the standard \
+               layout puts replica 0 of shard s in region s: Tiga's setting with its leaders \
+               apart)",
+        kind: OptionKind::Choice { values: &["together", "spread"], default: "together" },
     },
     OptionSpec {
         name: OPTION_SNAPSHOT_READS,
@@ -147,7 +159,7 @@ impl Protocol for Tiga {
         options: &ProtocolOptions,
         region: meridian_core::RegionId,
     ) -> Option<u64> {
-        let view = node::initial_view(topology).ok()?;
+        let view = node::starting_view(topology, &TigaSettings::from_options(options)).ok()?;
         let quorum = quorum::super_quorum(topology.replicas);
         let rtt = |node: NodeId| {
             let there = topology.nodes.get(node.0 as usize)?.region.0 as usize;
@@ -236,6 +248,8 @@ pub struct TigaSettings {
     pub mode: Mode,
     /// Read-only transactions read a timestamped snapshot.
     pub snapshot_reads: bool,
+    /// `tiga-leaders=spread`: replica 0 of every shard leads.
+    pub spread_leaders: bool,
 }
 
 impl TigaSettings {
@@ -251,7 +265,8 @@ impl TigaSettings {
             _ => Mode::Auto,
         };
         let snapshot_reads = options.choice(OPTION_SNAPSHOT_READS, OPTIONS) == "on";
-        Self { owd, mode, snapshot_reads }
+        let spread_leaders = options.choice(OPTION_LEADERS, OPTIONS) == "spread";
+        Self { owd, mode, snapshot_reads, spread_leaders }
     }
 }
 
@@ -448,6 +463,41 @@ mod tests {
         let settings = TigaSettings::from_options(&set);
         assert_eq!(settings.owd.headroom_ns, 2_500_000);
         assert_eq!(settings.mode, Mode::Preventive);
+        assert!(!settings.spread_leaders);
+    }
+
+    /// `auto` agrees before executing when the leaders sit together and detects afterwards
+    /// when they sit apart; a mode set by hand is kept.
+    #[test]
+    fn auto_mode_follows_where_the_leaders_sit() {
+        let topology = meridian_core::topology::Topology::standard(
+            vec!["a".into(), "b".into(), "c".into()],
+            3,
+            3,
+        )
+        .unwrap();
+        let view = |given: &[(&str, &str)]| {
+            node::starting_view(&topology, &TigaSettings::from_options(&parse(given).unwrap()))
+                .unwrap()
+        };
+        let leader_regions = |v: &view::View| -> BTreeSet<u32> {
+            (0..3)
+                .map(|s| {
+                    let shard = ShardId(s);
+                    let n = topology.replica_node(shard, v.leader_slot(shard, 3)).unwrap();
+                    topology.region_of(n).0
+                })
+                .collect()
+        };
+        let together = view(&[]);
+        assert_eq!(together.mode, Mode::Preventive);
+        assert_eq!(leader_regions(&together).len(), 1);
+        let spread = view(&[(OPTION_LEADERS, "spread")]);
+        assert_eq!(spread.mode, Mode::Detective);
+        assert_eq!(leader_regions(&spread).len(), 3);
+        let forced = view(&[(OPTION_LEADERS, "spread"), (OPTION_MODE, "preventive")]);
+        assert_eq!(forced.mode, Mode::Preventive);
+        assert_eq!(view(&[(OPTION_MODE, "detective")]).mode, Mode::Detective);
     }
 
     #[test]
@@ -458,7 +508,7 @@ mod tests {
             (OPTION_OWD_PERCENTILE, "0"),
             (OPTION_OWD_PERCENTILE, "101"),
             (OPTION_MODE, "eager"),
-            (OPTION_MODE, "detective"), // Not built yet: refused before anything starts.
+            (OPTION_LEADERS, "apart"),
         ] {
             let error = parse(&[(name, value)]).unwrap_err().to_string();
             assert!(error.contains(name), "{name}={value}: {error}");

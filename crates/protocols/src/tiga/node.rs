@@ -14,7 +14,11 @@
 //!    message is trusted beyond the arguments), holds the transaction and releases it in
 //!    timestamp order; leaders of multi-shard transactions agree on the timestamp first
 //!    (preventive mode). A follower replies fast at release; a leader executes the shard's
-//!    pieces on its store at the timestamp and replies fast with the shard's result.
+//!    pieces on its store at the timestamp and replies fast with the shard's result. A
+//!    detective leader runs a multi-shard transaction once it is due and only the agreement
+//!    holds it, replies with that result and keeps it aside (a speculation): it stands if
+//!    the transaction is released there, and is dropped ([`Action::Revoke`]) if the agreed
+//!    timestamp is later, where the transaction runs again.
 //! 3. Followers learn the leader's log (position, transaction, timestamp) and reply slow for
 //!    every entry they synced; the coordinator commits on a super quorum of matching fast
 //!    replies per shard, or the leader's fast reply plus `f` slow replies.
@@ -47,7 +51,7 @@
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a node hosting a
 //! replica must not crash; durability (the log is in memory; `restore` refuses a durable
-//! driver); detective mode; checkpoints (the logs, the answers and the leaders' outcome
+//! driver); checkpoints (the logs, the answers and the leaders' outcome
 //! records grow with the run, up to [`ANSWERS_MAX`] answers and [`BODIES_MAX`] bodies per
 //! replica).
 
@@ -433,6 +437,19 @@ struct Queued {
     ts: Timestamp,
     /// The fast reply's hash (known at release).
     hash: u64,
+    /// Detective mode: not released, only due, to run speculatively at `ts`.
+    speculative: bool,
+}
+
+/// What a detective leader ran speculatively for a held transaction: kept aside until the
+/// transaction is released where it ran (it stands) or its timestamp moves (it goes).
+#[derive(Debug)]
+struct Speculation {
+    ts: Timestamp,
+    /// The fast reply's hash it went out with.
+    hash: u64,
+    writes: Overlay,
+    result: ShardResult,
 }
 
 /// A multi-shard transaction a leader executed, waiting for the other leaders' votes.
@@ -481,8 +498,11 @@ struct Hosted {
     answers: BTreeMap<TxnId, TigaMsg>,
     answer_order: VecDeque<TxnId>,
     // Leader.
-    /// Released transactions not executed yet.
+    /// Released transactions not executed yet (and, in detective mode, due ones to run
+    /// speculatively).
     queued: BTreeMap<TxnId, Queued>,
+    /// Detective mode: what ran speculatively, by transaction.
+    speculations: BTreeMap<TxnId, Speculation>,
     /// Which of them may execute now.
     waits: Waits,
     /// Pending transactions whose votes are all in.
@@ -578,6 +598,10 @@ struct Counts {
     votes_waited_total: u64,
     snapshot_reads_total: u64,
     snapshot_served_total: u64,
+    /// Detective mode: speculative runs, those that stood, and those revoked.
+    speculated_total: u64,
+    speculations_kept_total: u64,
+    revoked_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -618,27 +642,26 @@ impl TigaNode {
     /// A tiga node of `context` (in memory: a durable driver is refused by the caller).
     pub fn new(context: NodeContext) -> Result<Self, String> {
         let settings = TigaSettings::from_options(&context.options);
-        if settings.mode == Mode::Detective {
-            return Err("tiga's detective mode is not built yet: run --protocol-option \
-                        tiga-mode=preventive (or auto)"
-                .into());
-        }
-        Self::build(context, Variant::Tiga, settings.owd, settings.snapshot_reads)
+        let view = starting_view(&context.topology, &settings)?;
+        Self::build(context, Variant::Tiga, view, settings.owd, settings.snapshot_reads)
     }
 
     /// A luigi node of `context`, stamping with `owd`.
     pub fn luigi(context: NodeContext, owd: OwdSettings) -> Result<Self, String> {
-        Self::build(context, Variant::Luigi, owd, false)
+        let view = initial_view(&context.topology)?;
+        Self::build(context, Variant::Luigi, view, owd, false)
     }
 
     fn build(
         context: NodeContext,
         variant: Variant,
+        view: View,
         owd: OwdSettings,
         snapshot_reads: bool,
     ) -> Result<Self, String> {
         let topology = &context.topology;
-        let view = initial_view(topology)?;
+        let detective = view.mode == Mode::Detective;
+        debug_assert!(!detective || variant == Variant::Tiga, "luigi agrees before executing");
         let limits = ReplicaLimits {
             held_max: HELD_MAX,
             keys_max: STAMPED_KEYS_MAX,
@@ -662,12 +685,13 @@ impl TigaNode {
                 shard,
                 Hosted {
                     shard,
-                    replica: Replica::new(shard, leads, limits),
+                    replica: Replica::new(shard, leads, limits).with_detective(detective),
                     store: MvccStore::new(),
                     bodies: BTreeMap::new(),
                     answers: BTreeMap::new(),
                     answer_order: VecDeque::new(),
                     queued: BTreeMap::new(),
+                    speculations: BTreeMap::new(),
                     waits: Waits::default(),
                     complete: BTreeSet::new(),
                     pending: BTreeMap::new(),
@@ -1291,7 +1315,32 @@ impl TigaNode {
                         continue;
                     };
                     host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
-                    host.queued.insert(txn, Queued { ts, hash: 0 });
+                    host.queued.insert(txn, Queued { ts, hash: 0, speculative: false });
+                }
+                Action::Speculate { txn, ts, hash } => {
+                    let Some(known) = host.bodies.get(&txn) else {
+                        debug_assert!(false, "{txn} held without its body");
+                        continue;
+                    };
+                    if !known.part.inputs.is_empty() {
+                        // It takes other shards' outputs, which come with their votes, after
+                        // the agreement: it runs once released.
+                        continue;
+                    }
+                    host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                    host.queued.insert(txn, Queued { ts, hash, speculative: true });
+                }
+                Action::Revoke { txn, ts } => {
+                    let ran = host.speculations.remove(&txn).is_some();
+                    let waiting = host.queued.get(&txn).is_some_and(|q| q.speculative);
+                    if waiting {
+                        host.queued.remove(&txn);
+                    }
+                    if let (true, Some(known)) = (ran || waiting, host.bodies.get(&txn)) {
+                        let part = &known.part;
+                        host.waits.withdraw((ts, txn), &part.reads, &part.writes);
+                        self.counts.revoked_total += 1;
+                    }
                 }
                 Action::FastReply { txn, ts, hash } => {
                     if host.replica.leads() {
@@ -1423,6 +1472,23 @@ impl TigaNode {
             if host.waits.blocked(at, &part.reads, &part.writes) {
                 continue; // What it waits for wakes it.
             }
+            if queued.speculative {
+                // Detective mode: run it where it is held and answer with the result; the
+                // writes wait aside, and it keeps its keys (as a writer) until released.
+                let hash = queued.hash;
+                host.queued.remove(&txn);
+                progressed = true;
+                let (writes, result) = run_part(&self.context, shard, &host.store, known, ts, &[]);
+                host.waits.ran(at, &part.reads);
+                let owd_ns = known.owd_ns;
+                let msg =
+                    TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result.clone()) };
+                answer(host, txn, msg.clone());
+                out.send(txn.origin, msg);
+                host.speculations.insert(txn, Speculation { ts, hash, writes, result });
+                self.counts.speculated_total += 1;
+                continue;
+            }
             let early = host.early_votes.get(&txn);
             // A participant voted no: the transaction aborts, and pieces here are not run
             // (they may lack the outputs they take). Votes of other shards count for nothing.
@@ -1437,7 +1503,17 @@ impl TigaNode {
             let hash = queued.hash;
             host.queued.remove(&txn);
             progressed = true;
-            let (writes, result) = if refused {
+            // Released where it ran speculatively: what ran stands (a speculation at another
+            // timestamp was revoked before the release).
+            let kept = host.speculations.remove(&txn);
+            debug_assert!(kept.as_ref().is_none_or(|k| k.ts == ts), "{txn} kept off its place");
+            let kept = kept.filter(|k| k.ts == ts);
+            // Its fast reply went out when it ran; again only if the log's hash changed since.
+            let answered = kept.as_ref().is_some_and(|k| k.hash == hash);
+            let (writes, result) = if let Some(kept) = kept {
+                self.counts.speculations_kept_total += 1;
+                (kept.writes, kept.result)
+            } else if refused {
                 (Overlay::new(), ShardResult::Skipped)
             } else if oversized {
                 let why = format!("inputs from other shards over {SYNC_INPUT_BYTES_MAX} bytes");
@@ -1459,9 +1535,11 @@ impl TigaNode {
                 host.waits.finished(at, &part.writes);
                 Vec::new()
             };
-            let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result) };
-            answer(host, txn, msg.clone());
-            out.send(txn.origin, msg);
+            if !answered {
+                let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result) };
+                answer(host, txn, msg.clone());
+                out.send(txn.origin, msg);
+            }
             if others.is_empty() {
                 if own_ok {
                     apply(&mut host.store, txn, ts, &writes);
@@ -1863,12 +1941,38 @@ impl TigaNode {
 }
 
 /// The view a run starts in (fixed for the run until view changes are built): leaders sit
-/// together where the topology allows, as the view manager chooses with every node alive.
+/// together where the topology allows, as the view manager chooses with every node alive,
+/// and agree before executing (luigi's, and tiga's by default).
 pub fn initial_view(topology: &Topology) -> Result<View, String> {
     let everyone: BTreeSet<NodeId> = topology.node_ids().collect();
     let first = View::initial(topology.shards, Mode::Preventive);
     next_view(&first, topology, &everyone, Mode::Preventive, |_, _| 0)
         .ok_or_else(|| "a shard has no replica".into())
+}
+
+/// Tiga's starting view under `settings`: leaders together ([`initial_view`]) or replica 0
+/// of every shard leading (`tiga-leaders=spread`); the mode as set, or for `auto`
+/// preventive when every leader is in one region and detective otherwise (leaders in
+/// different regions would wait a wide-area delay for each other before executing).
+pub fn starting_view(topology: &Topology, settings: &TigaSettings) -> Result<View, String> {
+    let mut view = if settings.spread_leaders {
+        View::initial(topology.shards, Mode::Preventive)
+    } else {
+        initial_view(topology)?
+    };
+    let mut regions = BTreeSet::new();
+    for shard in 0..topology.shards {
+        let shard = ShardId(shard);
+        let slot = view.leader_slot(shard, topology.replicas);
+        let leader = topology.replica_node(shard, slot).ok_or("a shard has no replica")?;
+        regions.insert(topology.region_of(leader));
+    }
+    view.mode = match settings.mode {
+        Mode::Auto if regions.len() > 1 => Mode::Detective,
+        Mode::Auto => Mode::Preventive,
+        mode => mode,
+    };
+    Ok(view)
 }
 
 /// The node leading `shard` in `view`.
@@ -2317,6 +2421,10 @@ impl Node for TigaNode {
             ("tiga_fast_quorum_after_slow_total", self.tracker.fast_after_slow_total()),
             ("tiga_snapshot_reads_total", self.counts.snapshot_reads_total),
             ("tiga_snapshots_served_total", self.counts.snapshot_served_total),
+            ("tiga_speculated_total", self.counts.speculated_total),
+            ("tiga_speculations_kept_total", self.counts.speculations_kept_total),
+            ("tiga_revoked_total", self.counts.revoked_total),
+            ("tiga_speculations", self.hosted.values().map(|h| h.speculations.len() as u64).sum()),
         ]
     }
 }
@@ -2593,7 +2701,7 @@ mod tests {
         let (mut leader, workload) = node_of(0, Variant::Tiga);
         let host = leader.hosted.get_mut(&ShardId(0)).unwrap();
         assert_eq!(leader_closed(host, 1_000), Timestamp(1_000));
-        host.queued.insert(txn(1), Queued { ts: Timestamp(400), hash: 0 });
+        host.queued.insert(txn(1), Queued { ts: Timestamp(400), hash: 0, speculative: false });
         assert_eq!(leader_closed(host, 1_000), Timestamp(399), "a released one not run yet");
         host.queued.clear();
         host.promised = Timestamp(700);

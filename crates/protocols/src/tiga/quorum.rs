@@ -62,11 +62,17 @@ impl ShardTally {
     }
 
     /// Records a fast reply (a later one from the same replica replaces it). Replies from
-    /// slots outside the shard are ignored.
+    /// slots outside the shard are ignored, and so is a leader's reply below one it sent
+    /// before: a leader only moves a transaction later (a detective leader answers where it
+    /// ran speculatively, then where the leaders agreed), so a lower one is a stale copy.
     pub fn on_fast(&mut self, slot: u32, ts: Timestamp, hash: u64) {
-        if slot < self.replicas {
-            self.fast.insert(slot, (ts, hash));
+        if slot >= self.replicas {
+            return;
         }
+        if slot == self.leader && self.fast.get(&slot).is_some_and(|&(had, _)| had > ts) {
+            return;
+        }
+        self.fast.insert(slot, (ts, hash));
     }
 
     /// Records a follower's slow reply for the transaction at `ts`.
@@ -172,6 +178,15 @@ mod tests {
         assert_eq!(tally.outcome(), None, "the leader's hash differs from the others'");
         tally.on_fast(0, t, 7);
         assert_eq!(tally.outcome(), Some((ShardPath::Fast, t)));
+
+        // A leader's reply below its earlier one is a stale copy (it only moves later).
+        let mut moved = ShardTally::new(3, 0);
+        moved.on_fast(0, Timestamp(120), 7);
+        moved.on_fast(0, t, 7);
+        moved.on_fast(1, t, 7);
+        moved.on_fast(2, t, 7);
+        assert_eq!(moved.outcome(), None, "the leader is at 120");
+        assert_eq!(moved.leader_ts(), Some(Timestamp(120)));
 
         let mut split = ShardTally::new(5, 0);
         split.on_fast(0, t, 7);

@@ -32,7 +32,13 @@
 //! never held or released again; a retry of it arrives to nothing (the node answers from what
 //! it recorded).
 //!
-//! Not here yet: detective mode, checkpoints (the logs, the set of logged transactions and
+//! **Detective mode** ([`Replica::with_detective`], leaders): a multi-shard transaction that
+//! is due and held only by its agreement is run speculatively once ([`Action::Speculate`]);
+//! it stays held, its keys stamped as if released (a conflicting arrival below it is bumped
+//! past it). If the agreement moves it, [`Action::Revoke`] comes before the confirmation;
+//! otherwise it is released where it ran and what ran stands.
+//!
+//! Not here yet: checkpoints (the logs, the set of logged transactions and
 //! the key hashes grow with the log; a checkpoint truncates them), views (a replica is built
 //! leader or follower).
 
@@ -84,6 +90,26 @@ pub enum Action {
         /// The transaction.
         txn: TxnId,
         /// Its timestamp on this shard (the agreed one).
+        ts: Timestamp,
+    },
+    /// Leader, detective mode: `txn` is due at `ts` and only its agreement holds it: run its
+    /// pieces there now and reply fast with the result, keeping the writes aside. It stays
+    /// held; if the agreed timestamp is `ts`, it is released there ([`Action::Execute`]) and
+    /// what ran stands, otherwise [`Action::Revoke`] comes first.
+    Speculate {
+        /// The transaction.
+        txn: TxnId,
+        /// Where it is held (this leader's proposal).
+        ts: Timestamp,
+        /// The hash this replica's log will have over its keys once it is released there.
+        hash: u64,
+    },
+    /// Leader, detective mode: the leaders agreed on a later timestamp than `ts`, where `txn`
+    /// ran speculatively: drop what ran; it runs again when released at the agreed one.
+    Revoke {
+        /// The transaction.
+        txn: TxnId,
+        /// Where it ran.
         ts: Timestamp,
     },
     /// Reply fast to `txn`'s coordinator: released at `ts`, with this log hash over its keys.
@@ -143,6 +169,8 @@ enum Role {
         in_log: BTreeMap<TxnId, Timestamp>,
         /// Multi-shard transactions whose timestamp the leaders have not settled.
         agreements: BTreeMap<TxnId, Agreement>,
+        /// Detective mode: held transactions run speculatively, and where.
+        speculated: BTreeMap<TxnId, Timestamp>,
     },
     Follower {
         log: FollowerLog,
@@ -164,6 +192,8 @@ pub struct Replica {
     role: Role,
     /// Proposals and confirmations refused for want of room.
     dropped_total: u64,
+    /// Detective mode (leaders): multi-shard transactions run before their agreement settles.
+    detective: bool,
 }
 
 impl Replica {
@@ -171,7 +201,12 @@ impl Replica {
     pub fn new(shard: ShardId, leader: bool, limits: ReplicaLimits) -> Self {
         assert!(limits.release_max >= 1 && limits.agreements_max >= 1, "a replica needs room");
         let role = if leader {
-            Role::Leader { log: Vec::new(), in_log: BTreeMap::new(), agreements: BTreeMap::new() }
+            Role::Leader {
+                log: Vec::new(),
+                in_log: BTreeMap::new(),
+                agreements: BTreeMap::new(),
+                speculated: BTreeMap::new(),
+            }
         } else {
             Role::Follower {
                 log: FollowerLog::new(limits.tail_max),
@@ -186,6 +221,22 @@ impl Replica {
             hashes: KeyHashes::default(),
             role,
             dropped_total: 0,
+            detective: false,
+        }
+    }
+
+    /// The same replica in detective mode (`on`): a leader runs a multi-shard transaction as
+    /// soon as it is due and only its agreement holds it ([`Action::Speculate`]).
+    pub fn with_detective(mut self, on: bool) -> Self {
+        self.detective = on;
+        self
+    }
+
+    /// Held transactions a detective leader ran speculatively.
+    pub fn speculated(&self) -> usize {
+        match &self.role {
+            Role::Leader { speculated, .. } => speculated.len(),
+            Role::Follower { .. } => 0,
         }
     }
 
@@ -419,18 +470,21 @@ impl Replica {
 
     /// Acts on the agreement's verdict for a transaction held here.
     fn settle(&mut self, txn: TxnId, actions: &mut Vec<Action>) {
-        let Role::Leader { agreements, .. } = &mut self.role else { return };
-        let Some(agreement) = agreements.get_mut(&txn) else { return };
         if self.hold.timestamp_of(txn).is_none() {
             return; // Not here yet: the proposals wait for it.
         }
+        let me = self.shard;
+        let Role::Leader { agreements, speculated, .. } = &mut self.role else { return };
+        let Some(agreement) = agreements.get_mut(&txn) else { return };
         match agreement.verdict() {
             Verdict::Waiting | Verdict::AwaitConfirms(_) => {}
             Verdict::Reposition(agreed) => {
+                if let Some(ts) = speculated.remove(&txn) {
+                    actions.push(Action::Revoke { txn, ts });
+                }
                 let moved = self.hold.reposition(txn, agreed);
                 debug_assert!(moved, "{txn} held below the agreed {agreed:?}");
                 agreement.repositioned();
-                let me = self.shard;
                 let to = agreement_shards(agreement, me);
                 actions.push(Action::Confirm { txn, to });
                 let released = agreement.verdict();
@@ -467,8 +521,11 @@ impl Replica {
         for released in self.hold.release(now, self.limits.release_max) {
             let (txn, ts, keys) = (released.txn, released.ts, released.payload);
             match &mut self.role {
-                Role::Leader { log, in_log, agreements } => {
+                Role::Leader { log, in_log, agreements, speculated } => {
                     agreements.remove(&txn);
+                    let ran = speculated.remove(&txn);
+                    // A revocation took it out when its timestamp moved.
+                    assert!(ran.is_none_or(|at| at == ts), "{txn} released off its speculation");
                     let first = in_log.insert(txn, ts).is_none();
                     assert!(first, "{txn} released twice");
                     log.push((txn, ts));
@@ -486,7 +543,28 @@ impl Replica {
             self.hashes.toggle(txn, ts, &keys);
             actions.push(Action::FastReply { txn, ts, hash: self.hashes.reply_hash(&keys) });
         }
+        if self.detective {
+            self.speculate(now, &mut actions);
+        }
         actions
+    }
+
+    /// Detective leaders: runs what only its agreement holds, once per transaction.
+    fn speculate(&mut self, now: Time, actions: &mut Vec<Action>) {
+        let Role::Leader { speculated, .. } = &self.role else { return };
+        let due =
+            self.hold.speculate(now, self.limits.release_max, |t| speculated.contains_key(&t));
+        for (txn, ts) in due {
+            let keys = self.hold.payload(txn).expect("held").clone();
+            // The hash once released there: the entry in, then out again (XOR).
+            self.hashes.toggle(txn, ts, &keys);
+            let hash = self.hashes.reply_hash(&keys);
+            self.hashes.toggle(txn, ts, &keys);
+            if let Role::Leader { speculated, .. } = &mut self.role {
+                speculated.insert(txn, ts);
+            }
+            actions.push(Action::Speculate { txn, ts, hash });
+        }
     }
 
     /// Follower: the leader's log from position `from`. `keys_of`: the keys of a transaction

@@ -116,6 +116,14 @@ impl Waits {
         }
     }
 
+    /// `at` leaves without its writes (a detective leader revoked what it ran there): as
+    /// [`Waits::ran`] and [`Waits::finished`], and it is no candidate any more.
+    pub fn withdraw(&mut self, at: At, reads: &[Key], writes: &[Key]) {
+        self.ran(at, reads);
+        self.finished(at, writes);
+        self.candidates.remove(&at);
+    }
+
     /// Keys with a waiting writer or reader (for the counters).
     pub fn keys_waited_on(&self) -> usize {
         self.writers.len() + self.readers.len()

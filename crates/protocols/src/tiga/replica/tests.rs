@@ -330,3 +330,76 @@ fn lost_agreement_messages_are_repeated_on_a_retry_and_answered_after_a_release(
     assert!(a.on_confirm(B, txn(1), &[A, B]).is_empty());
     assert_eq!(executed(&a.tick(151)), [(txn(1), Timestamp(151))]);
 }
+
+fn speculated(actions: &[Action]) -> Vec<(TxnId, Timestamp, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Speculate { txn, ts, hash } => Some((*txn, *ts, *hash)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn detective_leaders_run_what_is_due_before_agreeing_and_revoke_it_when_it_moves() {
+    let mut a = Replica::new(A, true, limits()).with_detective(true);
+    let mut b = Replica::new(B, true, limits()).with_detective(true);
+    // A released key 1 at 150: transaction 1, stamped 100, is bumped there to 151.
+    a.arrive(rmw(9, 150, &[A], &[1]));
+    a.tick(150);
+    a.arrive(rmw(1, 100, &[A, B], &[1]));
+    b.arrive(rmw(1, 100, &[A, B], &[2]));
+    assert!(b.tick(99).is_empty(), "nothing runs before its time");
+    // At B it comes due before A's proposal: it runs speculatively at 100 and stays held.
+    let at_b = b.tick(100);
+    assert_eq!(speculated(&at_b).len(), 1);
+    assert_eq!(speculated(&at_b)[0].1, Timestamp(100));
+    assert!(executed(&at_b).is_empty() && fast(&at_b).is_empty(), "not released");
+    assert_eq!((b.held(), b.speculated()), (1, 1));
+    assert!(b.tick(120).is_empty(), "it runs once");
+    // A conflicting transaction stamped below it is bumped past it (what ran at 100 stays
+    // what runs there), and waits behind it.
+    assert!(b.arrive(rmw(3, 90, &[B], &[2])).is_empty());
+    assert_eq!(b.held_at(txn(3)), Some(Timestamp(101)));
+    assert!(b.tick(120).is_empty(), "held behind the unagreed transaction");
+    // A's proposal moves it to 151: what ran is revoked, before the confirmation.
+    let moved = b.on_proposal(A, txn(1), &[A, B], Timestamp(151));
+    assert_eq!(
+        moved,
+        [
+            Action::Revoke { txn: txn(1), ts: Timestamp(100) },
+            Action::Confirm { txn: txn(1), to: vec![A] }
+        ]
+    );
+    assert_eq!(b.speculated(), 0);
+    // Transaction 3 goes first now; 1 is released at 151 and runs there like any other.
+    let later = b.tick(151);
+    assert_eq!(executed(&later), [(txn(3), Timestamp(101)), (txn(1), Timestamp(151))]);
+    assert!(speculated(&later).is_empty());
+    // At A its own proposal is the largest: it runs at 151 while B's confirmation is due,
+    // and what ran stands (no revocation); the release's hash is the one it answered with.
+    let at_a = a.tick(151);
+    assert_eq!(speculated(&at_a).len(), 1);
+    assert!(a.on_proposal(B, txn(1), &[A, B], Timestamp(100)).is_empty());
+    assert!(a.tick(151).is_empty(), "case 2: waits for the confirmation");
+    assert!(a.on_confirm(B, txn(1), &[A, B]).is_empty());
+    let released = a.tick(151);
+    assert_eq!(executed(&released), [(txn(1), Timestamp(151))]);
+    assert!(!released.iter().any(|x| matches!(x, Action::Revoke { .. })));
+    assert_eq!(fast(&released)[0].2, speculated(&at_a)[0].2);
+    assert_eq!(a.speculated(), 0);
+}
+
+#[test]
+fn followers_and_preventive_leaders_never_speculate() {
+    let mut preventive = Replica::new(A, true, limits());
+    let mut follower = Replica::new(A, false, limits()).with_detective(true);
+    for r in [&mut preventive, &mut follower] {
+        r.arrive(rmw(1, 100, &[A, B], &[1]));
+        let actions = r.tick(1_000);
+        assert!(speculated(&actions).is_empty(), "{actions:?}");
+    }
+    assert_eq!(preventive.held(), 1, "held for its agreement");
+    assert_eq!(follower.held(), 0, "a follower releases at its time");
+}
