@@ -1159,6 +1159,15 @@ fn tiga_detective_leaders_revoke_what_moved_and_stay_strictly_serializable() {
             }
         }
     }
+    // Swarm seed 5294 (8 clients, 200 transactions, reordered messages): a copy of a
+    // leader's speculative reply, revoked since, reached the coordinator after the reply
+    // for the agreed timestamp and its result was reported (a G2 cycle). A coordinator now
+    // keeps the result of the leader's latest timestamp.
+    let mut base = tiga(5294, 3, 3, "metro");
+    base.protocol_options = detective;
+    (base.clients, base.txns) = (8, 200);
+    let (opts, _) = crate::swarm::seed_options(&base, 5294, true);
+    assert_passed(&run(&opts, workload("list-append", 3, 16)).unwrap());
 }
 
 /// Tiga runs one-shot transactions whose keys the arguments give; anything else is refused

@@ -112,6 +112,12 @@ impl Agreement {
         self.moved = true;
     }
 
+    /// True when another leader proposed a later timestamp than this one's own: the
+    /// transaction will move (a detective leader does not run it where it is).
+    pub fn outbid(&self) -> bool {
+        self.own().is_some_and(|own| self.proposals.values().any(|&ts| ts > own))
+    }
+
     /// The agreed timestamp, once every proposal is in.
     pub fn agreed(&self) -> Option<Timestamp> {
         if self.proposals.len() < self.participants.len() {

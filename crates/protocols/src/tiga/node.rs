@@ -584,6 +584,10 @@ struct InFlight {
     shards: Vec<ShardId>,
     to: Vec<NodeId>,
     results: BTreeMap<ShardId, ShardResult>,
+    /// Per shard, the timestamp its leader's result was for: a detective leader answers
+    /// where it ran speculatively and, if the timestamp moved, again where it agreed; a
+    /// result for an earlier timestamp than one in hand is a stale copy.
+    result_ts: BTreeMap<ShardId, Timestamp>,
     pieces_total: usize,
     resends: u32,
 }
@@ -813,6 +817,7 @@ impl TigaNode {
             shards: shape.shards(),
             to,
             results: BTreeMap::new(),
+            result_ts: BTreeMap::new(),
             pieces_total: shape.pieces_total,
             resends: 0,
         };
@@ -862,6 +867,7 @@ impl TigaNode {
             shards,
             to: to.clone(),
             results: BTreeMap::new(),
+            result_ts: BTreeMap::new(),
             pieces_total: shape.pieces_total,
             resends: 0,
         };
@@ -947,6 +953,15 @@ impl TigaNode {
     fn on_decided(&mut self, committed: Committed, out: &mut Outbox<TigaMsg>) {
         let Some(id) = self.by_txn.remove(&committed.txn) else { return };
         let Some(flight) = self.requests.remove(&id) else { return };
+        // Every shard committed at the leader's latest timestamp, whose result is the one
+        // kept.
+        debug_assert!(
+            flight.snapshot || flight.result_ts.values().all(|&ts| ts == committed.ts),
+            "{} decided at {:?} with results of {:?}",
+            committed.txn,
+            committed.ts,
+            flight.result_ts
+        );
         let mut outcome = TxnOutcome {
             result: TxnResult::Committed,
             outputs: Vec::new(),
@@ -1022,12 +1037,19 @@ impl TigaNode {
             return;
         };
         self.tracker.observe(from, owd_ns);
+        let from_leader = self.leader_of(shard) == Some(from);
+        if from_leader && result.is_none() {
+            return; // A leader's fast reply carries its shard's result: malformed.
+        }
         if let Some(result) = result {
-            if self.leader_of(shard) != Some(from) {
+            if !from_leader {
                 return; // Results come from the shard's leader only.
             }
             if let Some(flight) = self.requests.get_mut(&id) {
-                flight.results.insert(shard, result);
+                if flight.result_ts.get(&shard).is_none_or(|&had| had <= ts) {
+                    flight.result_ts.insert(shard, ts);
+                    flight.results.insert(shard, result);
+                }
             }
         }
         if let Some(decided) = self.tracker.on_fast(from, txn, shard, ts, hash) {
@@ -1339,6 +1361,8 @@ impl TigaNode {
                     if let (true, Some(known)) = (ran || waiting, host.bodies.get(&txn)) {
                         let part = &known.part;
                         host.waits.withdraw((ts, txn), &part.reads, &part.writes);
+                    }
+                    if ran {
                         self.counts.revoked_total += 1;
                     }
                 }
@@ -1504,10 +1528,11 @@ impl TigaNode {
             host.queued.remove(&txn);
             progressed = true;
             // Released where it ran speculatively: what ran stands (a speculation at another
-            // timestamp was revoked before the release).
+            // timestamp was revoked before the release), unless a participant voted no
+            // meanwhile: then, as in preventive mode, the shard skips.
             let kept = host.speculations.remove(&txn);
             debug_assert!(kept.as_ref().is_none_or(|k| k.ts == ts), "{txn} kept off its place");
-            let kept = kept.filter(|k| k.ts == ts);
+            let kept = kept.filter(|k| k.ts == ts && !refused);
             // Its fast reply went out when it ran; again only if the log's hash changed since.
             let answered = kept.as_ref().is_some_and(|k| k.hash == hash);
             let (writes, result) = if let Some(kept) = kept {
@@ -2524,6 +2549,68 @@ mod tests {
             coordinator.on_message(2_000, NodeId(1), slow, &mut out);
         }
         assert_eq!(coordinator.requests.len(), 1, "still in flight, nothing decided");
+    }
+
+    /// A detective leader answers where it ran speculatively and, when the timestamp moved,
+    /// again where the leaders agreed; a reordered copy of the earlier answer must not
+    /// replace the later one at the coordinator, neither in the tally nor as the result.
+    #[test]
+    fn a_stale_leader_reply_never_replaces_its_latest() {
+        use meridian_core::node::Effect;
+        let mut coordinator = node(9);
+        let mut out = Outbox::new();
+        let (_, bank) = node_of(0, Variant::Tiga);
+        let mut requests = bank.generator(0, 1);
+        let topology = coordinator.context.topology.clone();
+        // A transfer across shards.
+        let (txn, shards) = (1..100)
+            .find_map(|seq| {
+                let request =
+                    ClientRequest { id: RequestId(seq), txn: requests.next(RequestId(seq)) };
+                coordinator.submit(1_000, request, &mut out);
+                let to: BTreeSet<NodeId> = out
+                    .drain()
+                    .filter_map(|e| match e {
+                        Effect::Send { to, msg: TigaMsg::Txn(_) } => Some(to),
+                        _ => None,
+                    })
+                    .collect();
+                let shards: Vec<ShardId> = (0..3)
+                    .map(ShardId)
+                    .filter(|&s| topology.shard_nodes(s).iter().any(|n| to.contains(n)))
+                    .collect();
+                let txn = coordinator.requests.get(&RequestId(seq)).map(|f| f.txn)?;
+                (shards.len() > 1).then_some((txn, shards))
+            })
+            .expect("a cross-shard transfer");
+        let fast = |ts: u64, result: Option<ShardResult>, shard| TigaMsg::Fast {
+            txn,
+            shard,
+            ts: Timestamp(ts),
+            hash: 0,
+            owd_ns: 1,
+            result,
+        };
+        for &shard in &shards {
+            let leader = coordinator.leader_of(shard).unwrap();
+            let ran = Some(ShardResult::Ran(Vec::new()));
+            coordinator.on_message(2_000, leader, fast(200, ran, shard), &mut out);
+            let stale = Some(ShardResult::UserAbort("ran at 100".into()));
+            coordinator.on_message(2_000, leader, fast(100, stale, shard), &mut out);
+            // A leader's reply without its result is malformed: ignored.
+            coordinator.on_message(2_000, leader, fast(300, None, shard), &mut out);
+            for follower in topology.shard_nodes(shard).into_iter().filter(|&n| n != leader) {
+                coordinator.on_message(2_000, follower, fast(200, None, shard), &mut out);
+            }
+        }
+        let outcome = out.drain().find_map(|e| match e {
+            Effect::Reply { outcome, .. } => Some(outcome),
+            _ => None,
+        });
+        let outcome = outcome.expect("decided");
+        assert_eq!(outcome.result, TxnResult::Committed);
+        assert_eq!(outcome.commit_ts, Some(Timestamp(200)));
+        assert_eq!(outcome.path, CommitPath::Fast);
     }
 
     /// End-of-run checks read the store of the node that says it leads a shard: exactly one

@@ -551,9 +551,11 @@ impl Replica {
 
     /// Detective leaders: runs what only its agreement holds, once per transaction.
     fn speculate(&mut self, now: Time, actions: &mut Vec<Action>) {
-        let Role::Leader { speculated, .. } = &self.role else { return };
-        let due =
-            self.hold.speculate(now, self.limits.release_max, |t| speculated.contains_key(&t));
+        let Role::Leader { speculated, agreements, .. } = &self.role else { return };
+        // One outbid already will move: running it where it is would only be revoked.
+        let done =
+            |t| speculated.contains_key(&t) || agreements.get(&t).is_some_and(|a| a.outbid());
+        let due = self.hold.speculate(now, self.limits.release_max, done);
         for (txn, ts) in due {
             let keys = self.hold.payload(txn).expect("held").clone();
             // The hash once released there: the entry in, then out again (XOR).

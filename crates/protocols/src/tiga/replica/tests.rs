@@ -403,3 +403,17 @@ fn followers_and_preventive_leaders_never_speculate() {
     assert_eq!(preventive.held(), 1, "held for its agreement");
     assert_eq!(follower.held(), 0, "a follower releases at its time");
 }
+
+#[test]
+fn a_detective_leader_outbid_before_its_time_does_not_run_early() {
+    let c = ShardId(2);
+    let mut b = Replica::new(B, true, limits()).with_detective(true);
+    b.arrive(rmw(1, 100, &[A, B, c], &[2]));
+    // A proposes later; C has not spoken, so nothing is agreed, but B's place will move.
+    assert!(b.on_proposal(A, txn(1), &[A, B, c], Timestamp(151)).is_empty());
+    assert!(speculated(&b.tick(120)).is_empty(), "outbid: it would only be revoked");
+    assert_eq!(b.speculated(), 0);
+    let moved = b.on_proposal(c, txn(1), &[A, B, c], Timestamp(90));
+    assert_eq!(moved, [Action::Confirm { txn: txn(1), to: vec![A, c] }], "nothing to revoke");
+    assert_eq!(executed(&b.tick(151)), [(txn(1), Timestamp(151))]);
+}
