@@ -50,8 +50,20 @@ pub enum Arrival {
 struct Held<T> {
     reads: Vec<Key>,
     writes: Vec<Key>,
+    /// Digests of `reads` and `writes`: the release walk compares these (a collision only
+    /// holds an entry back a little longer, never lets one pass).
+    read_digests: Vec<u64>,
+    write_digests: Vec<u64>,
     ready: bool,
     payload: T,
+}
+
+/// A key's digest for the release walk (a fixed hasher: the same on every run).
+fn digest(key: &Key) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = meridian_core::hash::FnvHasher::default();
+    key.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A transaction arriving at the queue.
@@ -173,7 +185,10 @@ impl<T> HoldQueue<T> {
             return Arrival::Late(conflict);
         };
         self.at.insert(txn, at);
-        self.queue.insert((at, txn), Held { reads, writes, ready, payload });
+        let read_digests = reads.iter().map(digest).collect();
+        let write_digests = writes.iter().map(digest).collect();
+        let held = Held { reads, writes, read_digests, write_digests, ready, payload };
+        self.queue.insert((at, txn), held);
         arrival
     }
 
@@ -210,20 +225,22 @@ impl<T> HoldQueue<T> {
         self.queue.get(&(*at, txn)).map(|held| &held.payload)
     }
 
-    /// Detective mode: the entries that would be released now if they were ready (due, not
-    /// ready, no earlier held entry conflicting), in timestamp order, at most `max` of them and
-    /// none `done` says was taken already. They stay held (and keep holding conflicting later
-    /// entries back), but their keys are stamped as if released: a conflicting transaction
-    /// arriving later is found late (bumped at a leader), so what runs at the entry's
-    /// timestamp now is what will run there if the timestamp holds.
-    pub fn speculate(
+    /// Detective mode: [`HoldQueue::release`], and also the entries that would be released
+    /// now if they were ready (due, not ready, no earlier held entry conflicting), in
+    /// timestamp order, none that `done` says was taken already; at most `max` of both
+    /// together. Those stay held (and keep holding conflicting later entries back), but
+    /// their keys are stamped as if released: a conflicting transaction arriving later is
+    /// found late (bumped at a leader), so what runs at the entry's timestamp now is what
+    /// will run there if the timestamp holds.
+    pub fn release_speculating(
         &mut self,
         now: Time,
         max: usize,
         done: impl Fn(TxnId) -> bool,
-    ) -> Vec<(TxnId, Timestamp)> {
-        let due = self.pick_due(now, max, true, |txn, held| !held.ready && !done(txn));
-        for &(ts, txn) in &due {
+    ) -> (Vec<Released<T>>, Vec<(TxnId, Timestamp)>) {
+        let (due, speculate) = self.pick_due(now, max, Some(&done));
+        let released = self.take_released(due);
+        for &(ts, txn) in &speculate {
             let held = self.queue.remove(&(ts, txn)).expect("just seen");
             self.stamp(ts, &held.reads, &held.writes);
             self.queue.insert((ts, txn), held);
@@ -231,39 +248,41 @@ impl<T> HoldQueue<T> {
         if self.last_read.len() + self.last_write.len() > self.keys_max {
             self.forget_oldest_stamps();
         }
-        due.into_iter().map(|(ts, txn)| (txn, ts)).collect()
+        (released, speculate.into_iter().map(|(ts, txn)| (txn, ts)).collect())
     }
 
-    /// The due entries (timestamp at or below `now`), in timestamp order, that `take` accepts
-    /// and no earlier held entry conflicts with, at most `max` of them. Entries not taken hold
-    /// their keys against later ones, and so do taken ones that `stay` held.
+    /// The due entries (timestamp at or below `now`) that no earlier held entry conflicts
+    /// with, in timestamp order, at most `max` of them: the ready ones to release, and with
+    /// `speculate`, the others it does not say are done (they stay held). Bounded by the queue
+    /// (at most `held_max` entries). One walk serves both, since it runs on every event.
+    #[allow(clippy::type_complexity)]
     fn pick_due(
         &self,
         now: Time,
         max: usize,
-        stay: bool,
-        take: impl Fn(TxnId, &Held<T>) -> bool,
-    ) -> Vec<(Timestamp, TxnId)> {
-        let mut blocked_reads: BTreeSet<&Key> = BTreeSet::new();
-        let mut blocked_writes: BTreeSet<&Key> = BTreeSet::new();
-        let mut due = Vec::new();
-        // Bounded by the queue (at most `held_max` entries).
+        speculate: Option<&dyn Fn(TxnId) -> bool>,
+    ) -> (Vec<(Timestamp, TxnId)>, Vec<(Timestamp, TxnId)>) {
+        let mut blocked_reads: BTreeSet<u64> = BTreeSet::new();
+        let mut blocked_writes: BTreeSet<u64> = BTreeSet::new();
+        let (mut due, mut speculative) = (Vec::new(), Vec::new());
         for ((ts, txn), held) in self.queue.iter().take_while(|((ts, _), _)| ts.0 <= now) {
-            if due.len() >= max {
+            if due.len() + speculative.len() >= max {
                 break;
             }
-            let crosses = held.writes.iter().any(|k| blocked_reads.contains(k))
-                || held.reads.iter().chain(&held.writes).any(|k| blocked_writes.contains(k));
-            let taken = !crosses && take(*txn, held);
-            if taken {
+            let crosses = held.write_digests.iter().any(|k| blocked_reads.contains(k))
+                || (held.read_digests.iter().chain(&held.write_digests))
+                    .any(|k| blocked_writes.contains(k));
+            if held.ready && !crosses {
                 due.push((*ts, *txn));
+                continue;
             }
-            if !taken || stay {
-                blocked_reads.extend(&held.reads);
-                blocked_writes.extend(&held.writes);
+            if !held.ready && !crosses && speculate.is_some_and(|done| !done(*txn)) {
+                speculative.push((*ts, *txn));
             }
+            blocked_reads.extend(&held.read_digests);
+            blocked_writes.extend(&held.write_digests);
         }
-        due
+        (due, speculative)
     }
 
     /// Records a release at `ts` of a transaction reading `reads` and writing `writes`.
@@ -281,7 +300,12 @@ impl<T> HoldQueue<T> {
     /// Releases, in timestamp order, every ready entry with a timestamp at or below `now`
     /// that no earlier held entry conflicts with, at most `max` of them.
     pub fn release(&mut self, now: Time, max: usize) -> Vec<Released<T>> {
-        let due = self.pick_due(now, max, false, |_, held| held.ready);
+        let (due, _) = self.pick_due(now, max, None);
+        self.take_released(due)
+    }
+
+    /// Takes `due` out of the queue, stamping their keys.
+    fn take_released(&mut self, due: Vec<(Timestamp, TxnId)>) -> Vec<Released<T>> {
         let released: Vec<Released<T>> = due
             .into_iter()
             .map(|(ts, txn)| {
@@ -518,7 +542,8 @@ mod tests {
         q.arrive(a(3, 30, vec![], vec![key(2)]), true, false);
         q.arrive(a(4, 15, vec![], vec![key(3)]), true, true);
         assert_eq!(ids(&q.release(25, 8)), vec![4]);
-        let taken = q.speculate(25, 8, |_| false);
+        let (released, taken) = q.release_speculating(25, 8, |_| false);
+        assert!(released.is_empty());
         assert_eq!(taken, vec![(txn(1), Timestamp(10))], "2 waits behind 1; 3 is not due");
         assert_eq!(q.len(), 3, "speculated entries stay held");
         assert_eq!(q.payload(txn(1)), Some(&1));
@@ -528,13 +553,22 @@ mod tests {
             Arrival::Bumped(Timestamp(11))
         );
         // Taken once: `done` skips it; the entry behind it still waits.
-        assert!(q.speculate(25, 8, |t| t == txn(1)).is_empty());
-        assert!(q.release(25, 8).is_empty(), "nothing ready is free to go");
+        assert_eq!(q.release_speculating(25, 8, |t| t == txn(1)), (Vec::new(), Vec::new()));
         // 1 becomes ready and leaves at its timestamp, and 5 (a reader, as 2 is) after it; 2
         // then speculates.
         q.set_ready(txn(1), true);
         assert_eq!(ids(&q.release(25, 8)), vec![1, 5]);
-        assert_eq!(q.speculate(25, 8, |_| false), vec![(txn(2), Timestamp(20))]);
-        assert_eq!(q.speculate(40, 1, |t| t == txn(2)), vec![(txn(3), Timestamp(30))]);
+        let (released, taken) = q.release_speculating(25, 8, |_| false);
+        assert!(released.is_empty());
+        assert_eq!(taken, vec![(txn(2), Timestamp(20))]);
+        let (_, taken) = q.release_speculating(40, 1, |t| t == txn(2));
+        assert_eq!(taken, vec![(txn(3), Timestamp(30))]);
+        // One walk releases what is ready and takes what is not: 6 (ready, another key) and
+        // 7 (not ready) at 50.
+        q.arrive(a(6, 50, vec![], vec![key(6)]), true, true);
+        q.arrive(a(7, 50, vec![], vec![key(7)]), true, false);
+        let (released, taken) = q.release_speculating(50, 8, |t| t != txn(7));
+        assert_eq!(ids(&released), vec![6]);
+        assert_eq!(taken, vec![(txn(7), Timestamp(50))]);
     }
 }

@@ -518,7 +518,19 @@ impl Replica {
     /// The clock reads `now`: releases what is due, in timestamp order.
     pub fn tick(&mut self, now: Time) -> Vec<Action> {
         let mut actions = Vec::new();
-        for released in self.hold.release(now, self.limits.release_max) {
+        let max = self.limits.release_max;
+        let (released, speculate) = match &self.role {
+            Role::Leader { speculated, agreements, .. } if self.detective => {
+                // Run each once; one outbid already will move (running it where it is would
+                // only be revoked).
+                let done = |t| {
+                    speculated.contains_key(&t) || agreements.get(&t).is_some_and(|a| a.outbid())
+                };
+                self.hold.release_speculating(now, max, done)
+            }
+            _ => (self.hold.release(now, max), Vec::new()),
+        };
+        for released in released {
             let (txn, ts, keys) = (released.txn, released.ts, released.payload);
             match &mut self.role {
                 Role::Leader { log, in_log, agreements, speculated } => {
@@ -543,20 +555,8 @@ impl Replica {
             self.hashes.toggle(txn, ts, &keys);
             actions.push(Action::FastReply { txn, ts, hash: self.hashes.reply_hash(&keys) });
         }
-        if self.detective {
-            self.speculate(now, &mut actions);
-        }
-        actions
-    }
-
-    /// Detective leaders: runs what only its agreement holds, once per transaction.
-    fn speculate(&mut self, now: Time, actions: &mut Vec<Action>) {
-        let Role::Leader { speculated, agreements, .. } = &self.role else { return };
-        // One outbid already will move: running it where it is would only be revoked.
-        let done =
-            |t| speculated.contains_key(&t) || agreements.get(&t).is_some_and(|a| a.outbid());
-        let due = self.hold.speculate(now, self.limits.release_max, done);
-        for (txn, ts) in due {
+        // Detective leaders: what only its agreement holds runs now.
+        for (txn, ts) in speculate {
             let keys = self.hold.payload(txn).expect("held").clone();
             // The hash once released there: the entry in, then out again (XOR).
             self.hashes.toggle(txn, ts, &keys);
@@ -567,6 +567,7 @@ impl Replica {
             }
             actions.push(Action::Speculate { txn, ts, hash });
         }
+        actions
     }
 
     /// Follower: the leader's log from position `from`. `keys_of`: the keys of a transaction
