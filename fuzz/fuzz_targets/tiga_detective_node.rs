@@ -1,0 +1,21 @@
+//! The `tiga_node` cluster in detective mode with its leaders apart (`tiga-leaders=spread`):
+//! leaders run transactions before their agreement settles and revoke what moved, while
+//! arbitrary decoded `TigaMsg`s arrive at its nodes from any sender.
+#![no_main]
+
+#[path = "common/script.rs"]
+mod script;
+
+use libfuzzer_sys::fuzz_target;
+use meridian_protocols::tiga::node::TigaNode;
+use meridian_protocols::ProtocolKind;
+
+fuzz_target!(|data: &[u8]| {
+    let (nodes, workload) = script::cluster(3, |mut context| {
+        let given = [("tiga-leaders", "spread"), ("tiga-mode", "detective")]
+            .map(|(k, v)| (k.to_string(), v.to_string()));
+        context.options = ProtocolKind::Tiga.options(&given).expect("tiga's options");
+        TigaNode::new(context).expect("a node")
+    });
+    script::run_script(data, nodes, workload.as_ref());
+});
