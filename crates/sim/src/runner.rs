@@ -361,8 +361,12 @@ fn run_with<N: ProtocolNode>(
         if sim.clients_mut().finished() {
             report.live = true;
             // Clients hear a commit as soon as it is decided; let the decisions reach every
-            // participant before the stores are checked.
-            let drain_until = sim.elapsed_ns() + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns;
+            // participant before the stores are checked, counting from the last planned fault
+            // (the heal) if that is still to come: a replica cut off until then catches up
+            // only once it is healed.
+            let healed_at = options.faults.iter().map(|&(at, _)| at).max().unwrap_or(0);
+            let drain_from = sim.elapsed_ns().max(healed_at);
+            let drain_until = drain_from + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns;
             let left = events_max.saturating_sub(sim.stats().events);
             sim.run_until_or(drain_until, left);
             report.over_budget = sim.stats().events >= events_max;
