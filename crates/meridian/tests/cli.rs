@@ -438,23 +438,28 @@ coordinator = true
     path
 }
 
-/// `tiga` and `luigi` run as a server process (in memory: they have no durable log yet)
-/// driven over TCP, tiga commits on its fast path and luigi on its only (slow) path, and a
-/// durable server is refused with the reason.
+/// `tiga` (in either mode, set in the cluster file) and `luigi` run as a server process (in
+/// memory: they have no durable log yet) driven over TCP, tiga commits on its fast path and
+/// luigi on its only (slow) path, and a durable server is refused with the reason.
 #[test]
 fn tiga_and_luigi_run_as_a_server_process_and_a_durable_one_is_refused() {
-    for (protocol, path) in [("tiga", "fast path 100.0%"), ("luigi", "fast path 0.0%")] {
-        runs_as_a_server_process_and_a_durable_one_is_refused(protocol, path);
+    let detective = "\n[protocol_options]\ntiga-mode = \"detective\"\n";
+    for (protocol, path, extra) in [
+        ("tiga", "fast path 100.0%", ""),
+        ("tiga", "fast path 100.0%", detective),
+        ("luigi", "fast path 0.0%", ""),
+    ] {
+        runs_as_a_server_process_and_a_durable_one_is_refused(protocol, path, extra);
     }
 }
 
-fn runs_as_a_server_process_and_a_durable_one_is_refused(protocol: &str, path: &str) {
-    let dir = scratch(&format!("{protocol}-tcp"));
+fn runs_as_a_server_process_and_a_durable_one_is_refused(protocol: &str, path: &str, extra: &str) {
+    let dir = scratch(&format!("{protocol}-{}-tcp", extra.len()));
     let (server_port, client_port) = (free_port(), free_port());
     let file = cluster_file(&dir, server_port, client_port);
     let text =
         std::fs::read_to_string(&file).unwrap().replace("\"occ\"", &format!("\"{protocol}\""));
-    std::fs::write(&file, text).unwrap();
+    std::fs::write(&file, text + extra).unwrap();
     let mut durable = meridian()
         .args(["server", "--config", file.to_str().unwrap(), "--node", "0", "--data-dir"])
         .arg(dir.join("data"))
