@@ -361,11 +361,18 @@ fn run_with<N: ProtocolNode>(
         if sim.clients_mut().finished() {
             report.live = true;
             // Clients hear a commit as soon as it is decided; let the decisions reach every
-            // participant before the stores are checked, counting from the last planned fault
-            // (the heal) if that is still to come: a replica cut off until then catches up
-            // only once it is healed.
-            let healed_at = options.faults.iter().map(|&(at, _)| at).max().unwrap_or(0);
-            let drain_from = sim.elapsed_ns().max(healed_at);
+            // participant before the stores are checked, counting from the last planned heal
+            // or restart if that is still to come: a replica cut off or down until then
+            // catches up only after it. (Virtual time, and so a faulty run's throughput,
+            // includes that wait.)
+            let last_recovery = options
+                .faults
+                .iter()
+                .filter(|(_, fault)| matches!(fault, Fault::Heal | Fault::Restart(_)))
+                .map(|&(at, _)| at)
+                .max()
+                .unwrap_or(0);
+            let drain_from = sim.elapsed_ns().max(last_recovery);
             let drain_until = drain_from + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns;
             let left = events_max.saturating_sub(sim.stats().events);
             sim.run_until_or(drain_until, left);
