@@ -1629,6 +1629,10 @@ impl TigaNode {
             }
         }
         let next = self.hosted.values().filter_map(|h| h.replica.next_due_after(now)).min();
+        // A replica that stopped at its bound per call may have more due already: come back
+        // at once rather than wait for the next message (there may be none).
+        let capped = self.hosted.values().any(|h| h.replica.capped());
+        let next = if capped { Some(Timestamp(now + 1)) } else { next };
         if let Some(due) = next {
             if self.release_at.is_none_or(|at| at <= now || due.0 < at) {
                 self.release_at = Some(due.0);

@@ -194,6 +194,8 @@ pub struct Replica {
     dropped_total: u64,
     /// Detective mode (leaders): multi-shard transactions run before their agreement settles.
     detective: bool,
+    /// The last tick stopped at `release_max`: more may be due now.
+    capped: bool,
 }
 
 impl Replica {
@@ -222,6 +224,7 @@ impl Replica {
             role,
             dropped_total: 0,
             detective: false,
+            capped: false,
         }
     }
 
@@ -258,6 +261,12 @@ impl Replica {
     /// Transactions held.
     pub fn held(&self) -> usize {
         self.hold.len()
+    }
+
+    /// True when the last [`Replica::tick`] stopped at its bound (`release_max`): call it
+    /// again soon, since what is left may already be due and no later timestamp says so.
+    pub fn capped(&self) -> bool {
+        self.capped
     }
 
     /// Proposals and confirmations dropped for want of room.
@@ -530,6 +539,7 @@ impl Replica {
             }
             _ => (self.hold.release(now, max), Vec::new()),
         };
+        self.capped = released.len() + speculate.len() >= max;
         for released in released {
             let (txn, ts, keys) = (released.txn, released.ts, released.payload);
             match &mut self.role {

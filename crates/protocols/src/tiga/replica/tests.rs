@@ -417,3 +417,18 @@ fn a_detective_leader_outbid_before_its_time_does_not_run_early() {
     assert_eq!(moved, [Action::Confirm { txn: txn(1), to: vec![A, c] }], "nothing to revoke");
     assert_eq!(executed(&b.tick(151)), [(txn(1), Timestamp(151))]);
 }
+
+#[test]
+fn a_tick_that_stops_at_its_bound_says_so() {
+    let mut few = limits();
+    few.release_max = 2;
+    let mut r = Replica::new(A, true, few);
+    for seq in 1..=3 {
+        r.arrive(rmw(seq, 10 * seq, &[A], &[seq]));
+    }
+    assert_eq!(executed(&r.tick(100)).len(), 2);
+    assert!(r.capped(), "a third is due");
+    assert_eq!(r.next_due_after(100), None, "no later timestamp would wake it");
+    assert_eq!(executed(&r.tick(100)), [(txn(3), Timestamp(30))]);
+    assert!(!r.capped());
+}
