@@ -58,6 +58,9 @@ struct Held<T> {
     payload: T,
 }
 
+/// Entries the release walk picked, by (timestamp, transaction).
+type Picked = Vec<(Timestamp, TxnId)>;
+
 /// A key's digest for the release walk (a fixed hasher: the same on every run).
 fn digest(key: &Key) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -255,13 +258,12 @@ impl<T> HoldQueue<T> {
     /// with, in timestamp order, at most `max` of them: the ready ones to release, and with
     /// `speculate`, the others it does not say are done (they stay held). Bounded by the queue
     /// (at most `held_max` entries). One walk serves both, since it runs on every event.
-    #[allow(clippy::type_complexity)]
     fn pick_due(
         &self,
         now: Time,
         max: usize,
         speculate: Option<&dyn Fn(TxnId) -> bool>,
-    ) -> (Vec<(Timestamp, TxnId)>, Vec<(Timestamp, TxnId)>) {
+    ) -> (Picked, Picked) {
         let mut blocked_reads: BTreeSet<u64> = BTreeSet::new();
         let mut blocked_writes: BTreeSet<u64> = BTreeSet::new();
         let (mut due, mut speculative) = (Vec::new(), Vec::new());
@@ -305,7 +307,7 @@ impl<T> HoldQueue<T> {
     }
 
     /// Takes `due` out of the queue, stamping their keys.
-    fn take_released(&mut self, due: Vec<(Timestamp, TxnId)>) -> Vec<Released<T>> {
+    fn take_released(&mut self, due: Picked) -> Vec<Released<T>> {
         let released: Vec<Released<T>> = due
             .into_iter()
             .map(|(ts, txn)| {
