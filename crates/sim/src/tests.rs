@@ -1271,10 +1271,7 @@ fn tiga_and_luigi_ride_out_a_crashed_and_a_partitioned_follower() {
         };
         let (crashed, cut) = (followers(&o, 0)[0], followers(&o, 1)[1]);
         o.faults.push((300 * NS_PER_MS, Fault::Crash(crashed)));
-        for node in (0..o.topology.nodes.len() as u32).map(NodeId).filter(|&n| n != cut) {
-            o.faults.push((500 * NS_PER_MS, Fault::Block(cut, node)));
-            o.faults.push((500 * NS_PER_MS, Fault::Block(node, cut)));
-        }
+        isolate(&mut o, cut, 500 * NS_PER_MS);
         o.faults.push((1_500 * NS_PER_MS, Fault::Heal));
         let report = run(&o, workload("list-append", 2, 16)).unwrap();
         assert_passed(&report);
@@ -1284,6 +1281,14 @@ fn tiga_and_luigi_ride_out_a_crashed_and_a_partitioned_follower() {
             let slow = report.paths.get(&meridian_core::txn::CommitPath::Slow).copied();
             assert!(slow.unwrap_or(0) > 1_000, "{:?}", report.paths);
         }
+    }
+}
+
+/// Cuts `node` off from every other node from `at` on (until a heal).
+fn isolate(o: &mut SimRunOptions, node: NodeId, at: meridian_core::Time) {
+    for other in (0..o.topology.nodes.len() as u32).map(NodeId).filter(|&n| n != node) {
+        o.faults.push((at, Fault::Block(node, other)));
+        o.faults.push((at, Fault::Block(other, node)));
     }
 }
 
@@ -1298,10 +1303,7 @@ fn the_drain_waits_for_the_last_heal_before_replicas_are_compared() {
     o.txns = 200;
     let leader = tiga_leader(&o, 0);
     let follower = (0..3).map(|slot| replica(&o, 0, slot)).find(|&n| n != leader).unwrap();
-    for node in (0..o.topology.nodes.len() as u32).map(NodeId).filter(|&n| n != follower) {
-        o.faults.push((100 * NS_PER_MS, Fault::Block(follower, node)));
-        o.faults.push((100 * NS_PER_MS, Fault::Block(node, follower)));
-    }
+    isolate(&mut o, follower, 100 * NS_PER_MS);
     o.faults.push((30 * NS_PER_S, Fault::Heal));
     let report = run(&o, workload("list-append", 1, 16)).unwrap();
     assert_passed(&report);

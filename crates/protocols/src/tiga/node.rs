@@ -583,11 +583,11 @@ struct InFlight {
     /// The participant shards.
     shards: Vec<ShardId>,
     to: Vec<NodeId>,
-    results: BTreeMap<ShardId, ShardResult>,
-    /// Per shard, the timestamp its leader's result was for: a detective leader answers
-    /// where it ran speculatively and, if the timestamp moved, again where it agreed; a
-    /// result for an earlier timestamp than one in hand is a stale copy.
-    result_ts: BTreeMap<ShardId, Timestamp>,
+    /// Per shard, its leader's result and the timestamp it was for (a snapshot read's: the
+    /// read's). A detective leader answers where it ran speculatively and, if the timestamp
+    /// moved, again where it agreed; a result for an earlier timestamp than one in hand is a
+    /// stale copy.
+    results: BTreeMap<ShardId, (Timestamp, ShardResult)>,
     pieces_total: usize,
     resends: u32,
 }
@@ -817,7 +817,6 @@ impl TigaNode {
             shards: shape.shards(),
             to,
             results: BTreeMap::new(),
-            result_ts: BTreeMap::new(),
             pieces_total: shape.pieces_total,
             resends: 0,
         };
@@ -867,7 +866,6 @@ impl TigaNode {
             shards,
             to: to.clone(),
             results: BTreeMap::new(),
-            result_ts: BTreeMap::new(),
             pieces_total: shape.pieces_total,
             resends: 0,
         };
@@ -907,7 +905,7 @@ impl TigaNode {
             self.counts.dropped_total += 1;
             return;
         }
-        flight.results.entry(shard).or_insert(result);
+        flight.results.entry(shard).or_insert((flight.body.ts, result));
         if flight.shards.iter().all(|s| flight.results.contains_key(s)) {
             let ts = flight.body.ts;
             self.on_decided(Committed { txn, ts, fast: false }, out);
@@ -956,11 +954,10 @@ impl TigaNode {
         // Every shard committed at the leader's latest timestamp, whose result is the one
         // kept.
         debug_assert!(
-            flight.snapshot || flight.result_ts.values().all(|&ts| ts == committed.ts),
-            "{} decided at {:?} with results of {:?}",
+            flight.results.values().all(|&(ts, _)| ts == committed.ts),
+            "{} decided at {:?} with results of other timestamps",
             committed.txn,
             committed.ts,
-            flight.result_ts
         );
         let mut outcome = TxnOutcome {
             result: TxnResult::Committed,
@@ -973,7 +970,7 @@ impl TigaNode {
             speculative_ns: None,
         };
         let mut outputs: Vec<Option<PieceOutput>> = vec![None; flight.pieces_total];
-        for result in flight.results.values() {
+        for (_, result) in flight.results.values() {
             match result {
                 ShardResult::Failed(error) => {
                     outcome.result = TxnResult::Failed(TxnFailure::Procedure(error.clone()));
@@ -991,7 +988,7 @@ impl TigaNode {
                 }
             }
         }
-        let skipped = flight.results.values().any(|r| matches!(r, ShardResult::Skipped));
+        let skipped = flight.results.values().any(|(_, r)| matches!(r, ShardResult::Skipped));
         if skipped && outcome.result == TxnResult::Committed {
             // A shard skips only when another aborted, and that one's reason is the better
             // one; a leader that says it skipped when none aborted is wrong, and the commit
@@ -1046,9 +1043,8 @@ impl TigaNode {
                 return; // Results come from the shard's leader only.
             }
             if let Some(flight) = self.requests.get_mut(&id) {
-                if flight.result_ts.get(&shard).is_none_or(|&had| had <= ts) {
-                    flight.result_ts.insert(shard, ts);
-                    flight.results.insert(shard, result);
+                if flight.results.get(&shard).is_none_or(|&(had, _)| had <= ts) {
+                    flight.results.insert(shard, (ts, result));
                 }
             }
         }
@@ -1377,16 +1373,14 @@ impl TigaNode {
                     let Some(known) = host.bodies.get(&txn) else { continue };
                     let owd_ns = known.owd_ns;
                     let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: None };
-                    answer(host, txn, msg.clone());
-                    out.send(txn.origin, msg);
+                    reply(host, txn, msg, out);
                 }
                 Action::SlowReply { .. } if self.variant == Variant::Luigi => {
                     // Luigi followers answer their leader only (acknowledgements).
                 }
                 Action::SlowReply { txn, ts } => {
                     let msg = TigaMsg::Slow { txn, shard, ts };
-                    answer(host, txn, msg.clone());
-                    out.send(txn.origin, msg);
+                    reply(host, txn, msg, out);
                 }
                 Action::Fetch { txns } => {
                     let msg = TigaMsg::SyncAck {
@@ -1507,8 +1501,7 @@ impl TigaNode {
                 let owd_ns = known.owd_ns;
                 let msg =
                     TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result.clone()) };
-                answer(host, txn, msg.clone());
-                out.send(txn.origin, msg);
+                reply(host, txn, msg, out);
                 host.speculations.insert(txn, Speculation { ts, hash, writes, result });
                 self.counts.speculated_total += 1;
                 continue;
@@ -1562,8 +1555,7 @@ impl TigaNode {
             };
             if !answered {
                 let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result) };
-                answer(host, txn, msg.clone());
-                out.send(txn.origin, msg);
+                reply(host, txn, msg, out);
             }
             if others.is_empty() {
                 if own_ok {
@@ -2083,8 +2075,10 @@ fn refresh_owd(msg: TigaMsg, owd: u64) -> TigaMsg {
     }
 }
 
-/// Remembers the reply for `txn` (the last one sent), forgetting the oldest beyond the bound.
-fn answer(host: &mut Hosted, txn: TxnId, msg: TigaMsg) {
+/// Sends `msg` to `txn`'s coordinator and remembers it (the last one sent) to repeat on a
+/// resend, forgetting the oldest beyond the bound.
+fn reply(host: &mut Hosted, txn: TxnId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
+    out.send(txn.origin, msg.clone());
     if host.answers.insert(txn, msg).is_none() {
         host.answer_order.push_back(txn);
         if host.answer_order.len() > ANSWERS_MAX {
