@@ -1048,6 +1048,44 @@ fn passes_faulty_swarm_seeds(protocol: ProtocolKind, workloads: &[(&str, u64)]) 
     }
 }
 
+/// Without snapshot reads a tiga or luigi replica keeps about one version per key: a key's
+/// older versions go once no queued transaction can read them (at the end of a run, none),
+/// so a long run does not grow its stores. With snapshot reads on, every version stays.
+/// Either way, replicas keep replies for resends only of transactions their coordinators
+/// have not decided (and those decided since each coordinator's last body to the replica).
+#[test]
+fn tiga_and_luigi_stores_keep_only_the_versions_reads_can_see() {
+    let counter = |report: &crate::runner::SimRunReport, name: &str| -> u64 {
+        let values = report.node_counters.values().flatten();
+        values.filter(|(n, _)| n.ends_with(name)).map(|(_, v)| v).sum()
+    };
+    let given = [(meridian_protocols::tiga::OPTION_SNAPSHOT_READS.to_string(), "on".to_string())];
+    for (protocol, snapshot_reads) in
+        [(ProtocolKind::Tiga, false), (ProtocolKind::Luigi, false), (ProtocolKind::Tiga, true)]
+    {
+        let mut o = tiga(3, 3, 3, "metro");
+        o.protocol = protocol;
+        if snapshot_reads {
+            o.protocol_options = protocol.options(&given).unwrap();
+        }
+        o.txns = 2_000;
+        let report = run(&o, workload("bank", 3, 8)).unwrap();
+        assert_passed(&report);
+        let (versions, keys) =
+            (counter(&report, "_store_versions"), counter(&report, "_store_keys"));
+        let label = format!("{protocol:?}, snapshot reads {snapshot_reads}");
+        let answers = counter(&report, "_answers_kept");
+        eprintln!("{label}: {versions} versions, {keys} keys, {answers} answers kept");
+        assert!(answers < o.txns / 10, "{label}: {answers} replies kept after {} txns", o.txns);
+        assert!(keys > 0, "{label}");
+        if snapshot_reads {
+            assert!(versions > 10 * keys, "{label}: {versions} versions of {keys} keys");
+        } else {
+            assert!(versions * 10 <= keys * 11, "{label}: {versions} versions of {keys} keys");
+        }
+    }
+}
+
 /// `tiga-snapshot-reads=on`: a read-only transaction reads a closed snapshot at the closest
 /// replica of each shard (a leader closes a timestamp once everything it released at or
 /// below it has run, and holds later arrivals above it; a follower serves once its leader

@@ -292,6 +292,17 @@ impl MvccStore {
         removed
     }
 
+    /// Drops `key`'s committed versions older than its newest committed version at or below
+    /// `watermark`, for a caller that never reads `key` below `watermark` again (a protocol
+    /// whose reads of a key always come after its newest write: tiga). Unlike the store's
+    /// watermark it refuses no later write. Returns versions removed.
+    pub fn prune_key(&mut self, key: &Key, watermark: Timestamp) -> u64 {
+        let Some(chain) = self.map.get_mut(key) else { return 0 };
+        let removed = Self::prune_chain(chain, watermark);
+        self.versions -= removed;
+        removed
+    }
+
     /// Drops committed versions older than the newest committed one at or below `watermark`.
     fn prune_chain(chain: &mut Vec<Version>, watermark: Timestamp) -> u64 {
         let Some(keep_from) =
@@ -637,6 +648,34 @@ mod tests {
             store.write(key(1), Timestamp(50), None, txn(70), VersionState::Committed),
             Err(StoreError::BelowWatermark { .. })
         ));
+    }
+
+    /// Pruning one key keeps every read of it at or above the mark, touches no other key,
+    /// keeps pending versions, and refuses no later write (unlike the store's watermark).
+    #[test]
+    fn pruning_one_key_keeps_its_reads_at_or_above_the_mark_and_refuses_nothing() {
+        let mut store = MvccStore::new();
+        store.load(key(1), b"load".to_vec());
+        for ts in 1..=5 {
+            put(&mut store, 1, ts * 10, &format!("v{ts}"), ts);
+            put(&mut store, 2, ts * 10, &format!("w{ts}"), 10 + ts);
+        }
+        store
+            .write(key(1), Timestamp(25), Some(b"p".to_vec()), txn(30), VersionState::Pending)
+            .unwrap();
+        let before: Vec<_> =
+            (40..=60).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
+        assert_eq!(store.prune_key(&key(1), Timestamp(45)), 4, "the load and v1..v3");
+        let after: Vec<_> =
+            (40..=60).map(|ts| store.get_at(&key(1), Timestamp(ts)).cloned()).collect();
+        assert_eq!(before, after);
+        let kept: Vec<u64> = store.versions(&key(1)).iter().map(|v| v.ts.0).collect();
+        assert_eq!(kept, [25, 40, 50], "the pending version stays");
+        assert_eq!(store.versions(&key(2)).len(), 5, "other keys untouched");
+        assert_eq!(store.version_count(), 3 + 5);
+        assert_eq!(store.prune_key(&key(9), Timestamp(45)), 0, "an unknown key");
+        put(&mut store, 1, 30, "late", 40);
+        assert_eq!(store.get_at(&key(1), Timestamp(30)), Some(&b"late".to_vec()));
     }
 
     #[test]

@@ -32,6 +32,11 @@ impl AttemptIds {
         Self { origin, incarnation, next: 0 }
     }
 
+    /// The sequence number the next id will have.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+
     /// A fresh id.
     pub fn next_id(&mut self) -> TxnId {
         let id = TxnId { origin: self.origin, incarnation: self.incarnation, seq: self.next };

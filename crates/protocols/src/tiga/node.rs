@@ -125,6 +125,10 @@ pub struct TxnBody {
     pub request: TxnRequest,
     /// Where pieces of replicated tables run when no other piece places them.
     pub home: ShardId,
+    /// Every transaction of the coordinator's incarnation with a lower sequence number is
+    /// decided there, so none is sent again: replicas forget the replies they kept to answer
+    /// those resends (at most the body's own sequence number counts).
+    pub decided_below: u64,
 }
 
 /// One shard's result, from its leader.
@@ -549,6 +553,8 @@ struct Hosted {
     closed: VecDeque<(Timestamp, usize)>,
     /// Snapshot reads waiting for their timestamp to close here, by (timestamp, id).
     snapshots: BTreeMap<(Timestamp, TxnId), Known>,
+    /// Snapshot reads are on: the store keeps every version (see [`apply`]).
+    keep_history: bool,
 }
 
 /// What a replica's actions answer: another leader's message naming `shards`; `answer` when
@@ -717,6 +723,7 @@ impl TigaNode {
                     closed_sent: Timestamp::ZERO,
                     closed: VecDeque::new(),
                     snapshots: BTreeMap::new(),
+                    keep_history: snapshot_reads,
                 },
             );
         }
@@ -803,7 +810,9 @@ impl TigaNode {
                 return out.reply(id, TxnOutcome::failed(TxnFailure::Rejected(why)));
             }
         };
-        let body = TxnBody { txn, ts, sent_at: now, request: client.txn.clone(), home };
+        let decided_below = self.decided_below();
+        let body =
+            TxnBody { txn, ts, sent_at: now, request: client.txn.clone(), home, decided_below };
         for &node in &to {
             out.send(node, TigaMsg::Txn(Box::new(body.clone())));
         }
@@ -855,7 +864,9 @@ impl TigaNode {
         }
         // Never 0: the initial load sits there, and nothing is ever closed below it.
         let ts = Timestamp(now.saturating_sub(2 * self.pace_ns()).max(1));
-        let body = TxnBody { txn, ts, sent_at: now, request: client.txn.clone(), home };
+        let decided_below = self.decided_below();
+        let body =
+            TxnBody { txn, ts, sent_at: now, request: client.txn.clone(), home, decided_below };
         self.timers.set(Purpose::Resend(id, txn), self.context.timing.rpc_timeout_ns, out);
         self.by_txn.insert(txn, id);
         let flight = InFlight {
@@ -912,7 +923,19 @@ impl TigaNode {
         }
     }
 
+    /// The lowest sequence number of this coordinator's transactions still undecided (the
+    /// next one's when none is): every lower one is decided and never sent again.
+    fn decided_below(&self) -> u64 {
+        let first =
+            TxnId { origin: self.context.id, incarnation: self.context.incarnation, seq: 0 };
+        let mine =
+            |txn: &&TxnId| txn.origin == first.origin && txn.incarnation == first.incarnation;
+        let undecided = self.by_txn.range(first..).next().map(|(txn, _)| txn).filter(mine);
+        undecided.map_or(self.ids.next_seq(), |txn| txn.seq)
+    }
+
     fn resend(&mut self, now: Time, id: RequestId, txn: TxnId, out: &mut Outbox<TigaMsg>) {
+        let decided_below = self.decided_below();
         let Some(flight) = self.requests.get_mut(&id) else { return };
         if flight.txn != txn {
             return;
@@ -928,6 +951,7 @@ impl TigaNode {
         }
         self.counts.resends_total += 1;
         flight.body.sent_at = now;
+        flight.body.decided_below = decided_below;
         if flight.snapshot {
             // To the leaders of the shards still silent: a leader closes its snapshot as
             // soon as what it released below the timestamp has run.
@@ -1114,6 +1138,11 @@ impl TigaNode {
             return; // Malformed: its coordinator would not have sent it.
         };
         let shards = shape.shards();
+        if from == body.txn.origin {
+            for host in self.hosted.values_mut() {
+                forget_decided_answers(host, body.txn, body.decided_below);
+            }
+        }
         let body = Arc::new(body);
         let owd_ns = now.saturating_sub(body.sent_at);
         let from_peer_leader = shards.iter().any(|&s| self.is_leader_node(s, from));
@@ -1559,7 +1588,7 @@ impl TigaNode {
             }
             if others.is_empty() {
                 if own_ok {
-                    apply(&mut host.store, txn, ts, &writes);
+                    apply(host, txn, ts, &writes);
                 }
                 if host.followers.is_empty() {
                     host.bodies.remove(&txn);
@@ -2089,6 +2118,21 @@ fn reply(host: &mut Hosted, txn: TxnId, msg: TigaMsg, out: &mut Outbox<TigaMsg>)
     }
 }
 
+/// Forgets the replies kept for transactions of `txn`'s coordinator incarnation below
+/// `decided_below` (its coordinator decided them and sends them no more), at most up to
+/// `txn` itself. Bounded by the replies forgotten.
+fn forget_decided_answers(host: &mut Hosted, txn: TxnId, decided_below: u64) {
+    let below = TxnId { seq: decided_below.min(txn.seq), ..txn };
+    let decided: Vec<TxnId> =
+        host.answers.range(TxnId { seq: 0, ..txn }..below).map(|(&id, _)| id).collect();
+    for id in decided {
+        host.answers.remove(&id);
+    }
+    while host.answer_order.front().is_some_and(|id| !host.answers.contains_key(id)) {
+        host.answer_order.pop_front();
+    }
+}
+
 /// Follower: executes the synced log in order at the leader's timestamps, as far as bodies
 /// and the outcomes of multi-shard transactions allow. True when it executed any.
 fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
@@ -2108,6 +2152,7 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
             &none
         };
         if *ok {
+            debug_assert_newest(&host.store, &known.part, ts, txn);
             let (writes, result) = run_part(context, host.shard, &host.store, known, ts, inputs);
             // A multi-shard transaction that committed ran here too: the leader ran the same
             // pieces over the same state and inputs (a single-shard one may abort here).
@@ -2116,7 +2161,7 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
                 "{txn}: {result:?}"
             );
             if matches!(result, ShardResult::Ran(_)) {
-                apply(&mut host.store, txn, ts, &writes);
+                apply(host, txn, ts, &writes);
             }
         }
         host.outcomes.remove(&txn);
@@ -2124,6 +2169,20 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
         host.executed += 1;
     }
     host.executed > start
+}
+
+/// Debug builds: no key `part` declares has a version above `ts`: a follower runs its log in
+/// order, so it reads the newest version of every key (what [`apply`]'s pruning relies on).
+fn debug_assert_newest(store: &MvccStore, part: &Part, ts: Timestamp, txn: TxnId) {
+    if cfg!(debug_assertions) {
+        for key in part.reads.iter().chain(&part.writes) {
+            let newest = store.versions(key).last().map(|v| v.ts);
+            debug_assert!(
+                newest.is_none_or(|newest| newest <= ts),
+                "{txn} runs at {ts:?}, below {key:?}'s newest version at {newest:?}"
+            );
+        }
+    }
 }
 
 /// Runs the shard's pieces of `known` at `ts` on `store`, with `remote` the outputs of other
@@ -2263,7 +2322,14 @@ fn outputs_bytes(outputs: &[(u32, PieceOutput)]) -> usize {
 }
 
 /// Applies `writes` of `txn` at `ts`.
-fn apply(store: &mut MvccStore, txn: TxnId, ts: Timestamp, writes: &Overlay) {
+/// Applies `txn`'s writes at `ts`, then drops the versions of the written keys that no read
+/// can see any more (unless the replica keeps history for snapshot reads, which read below
+/// the newest version). A transaction released later reads a key above its newest version (a
+/// late one is bumped past it, a conflicting one waits its turn), and a follower runs its log
+/// in order, so only a leader's queued readers read below it: each written key keeps its
+/// newest version at or below the first queued reader's timestamp, and everything newer.
+fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overlay) {
+    let store = &mut host.store;
     for (key, value) in writes {
         match store.write(key.clone(), ts, value.clone(), txn, VersionState::Committed) {
             Ok(()) => {}
@@ -2274,6 +2340,11 @@ fn apply(store: &mut MvccStore, txn: TxnId, ts: Timestamp, writes: &Overlay) {
                 assert!(replaced, "{txn}: the version of {key:?} at {ts:?} is committed");
             }
             Err(error) => panic!("{txn} writes {key:?} at {ts:?}: {error}"),
+        }
+        if !host.keep_history {
+            let leads = host.replica.leads();
+            let first_reader = host.waits.first_reader(key).filter(|_| leads);
+            store.prune_key(key, first_reader.map_or(Timestamp::MAX, |(ts, _)| ts));
         }
     }
 }
@@ -2297,7 +2368,7 @@ fn finish_ready(host: &mut Hosted) -> bool {
         let Some(pending) = host.pending.remove(&txn) else { continue };
         let all = pending.own_ok && pending.votes.values().all(|&ok| ok);
         if all {
-            apply(&mut host.store, txn, pending.ts, &pending.writes);
+            apply(host, txn, pending.ts, &pending.writes);
         }
         host.waits.finished((pending.ts, txn), &pending.write_keys);
         let inputs = if all { pending.inputs } else { Vec::new() };
@@ -2416,6 +2487,9 @@ impl Node for TigaNode {
             .map(|h| (h.replica.log_len() - h.executed) as u64)
             .sum();
         let queued = self.hosted.values().map(|h| (h.queued.len() + h.pending.len()) as u64).sum();
+        let versions = self.hosted.values().map(|h| h.store.version_count()).sum();
+        let keys = self.hosted.values().map(|h| h.store.key_count() as u64).sum();
+        let answers = self.hosted.values().map(|h| h.answers.len() as u64).sum();
         if self.variant == Variant::Luigi {
             let open = self.hosted.values().filter_map(|h| h.streams.as_ref()).map(|s| s.open());
             return vec![
@@ -2429,6 +2503,9 @@ impl Node for TigaNode {
                 ("luigi_in_flight", self.requests.len() as u64),
                 ("luigi_awaiting_watermark", self.awaiting.len() as u64),
                 ("luigi_unreplicated", open.sum::<usize>() as u64),
+                ("luigi_store_versions", versions),
+                ("luigi_store_keys", keys),
+                ("luigi_answers_kept", answers),
             ];
         }
         vec![
@@ -2448,6 +2525,9 @@ impl Node for TigaNode {
             ("tiga_speculations_kept_total", self.counts.speculations_kept_total),
             ("tiga_revoked_total", self.counts.revoked_total),
             ("tiga_speculations", self.hosted.values().map(|h| h.speculations.len() as u64).sum()),
+            ("tiga_store_versions", versions),
+            ("tiga_store_keys", keys),
+            ("tiga_answers_kept", answers),
         ]
     }
 }
@@ -2634,6 +2714,7 @@ mod tests {
                 args: vec![Datum::Uint(1), Datum::Int(-2)],
             },
             home: ShardId(0),
+            decided_below: 0,
         };
         vec![
             TigaMsg::Txn(Box::new(body)),
@@ -2721,6 +2802,7 @@ mod tests {
                 args: vec![Datum::Uint(9); 9],
             },
             home: ShardId(0),
+            decided_below: 0,
         };
         let garbage = TxnBody {
             request: TxnRequest {
@@ -2802,12 +2884,56 @@ mod tests {
             sent_at: 0,
             request: single,
             home: ShardId(0),
+            decided_below: 0,
         };
         let mut out = Outbox::new();
         leader.on_message(600, NodeId(10), TigaMsg::Txn(Box::new(late.clone())), &mut out);
         let host = &leader.hosted[&ShardId(0)];
         assert_eq!(host.replica.held_at(late.txn), Some(Timestamp(701)), "held above the promise");
         assert_eq!(leader_closed(host, 1_000), Timestamp(700), "and below it again");
+    }
+
+    /// A replica forgets the replies it kept for a coordinator's decided transactions (those
+    /// below the floor its bodies carry), never one at or above the body's own sequence
+    /// number, nor another incarnation's, nor on a floor sent by anyone but the coordinator.
+    #[test]
+    fn replies_kept_for_resends_go_once_their_coordinator_decided() {
+        let (mut replica, workload) = node_of(0, Variant::Tiga);
+        let id = |incarnation: u64, seq: u64| TxnId { origin: NodeId(10), incarnation, seq };
+        let kept = [id(1, 0), id(1, 1), id(1, 2), id(1, 6), id(1, 7), id(1, 9), id(2, 0)];
+        let host = replica.hosted.get_mut(&ShardId(0)).unwrap();
+        for &txn in &kept {
+            let slow = TigaMsg::Slow { txn, shard: ShardId(0), ts: Timestamp(1) };
+            reply(host, txn, slow, &mut Outbox::new());
+        }
+        let mut generator = workload.generator(0, 0);
+        let single = (0..1_000)
+            .map(|i| generator.next(RequestId(i)))
+            .find(|r| shape_of(&replica.context, r, ShardId(0)).unwrap().shards() == [ShardId(0)])
+            .expect("a single-shard transfer");
+        let body = |seq: u64, decided_below: u64| TxnBody {
+            txn: id(1, seq),
+            ts: Timestamp(5_000), // Held: no reply of its own.
+            sent_at: 0,
+            request: single.clone(),
+            home: ShardId(0),
+            decided_below,
+        };
+        let answered = |replica: &TigaNode| -> Vec<TxnId> {
+            replica.hosted[&ShardId(0)].answers.keys().copied().collect()
+        };
+        let mut out = Outbox::new();
+        let from_peer = TigaMsg::Txn(Box::new(body(8, 8)));
+        replica.on_message(600, NodeId(11), from_peer, &mut out);
+        assert_eq!(answered(&replica), kept, "a floor from another node counts for nothing");
+        replica.on_message(600, NodeId(10), TigaMsg::Txn(Box::new(body(8, 2))), &mut out);
+        assert_eq!(answered(&replica), [id(1, 2), id(1, 6), id(1, 7), id(1, 9), id(2, 0)]);
+        replica.on_message(600, NodeId(10), TigaMsg::Txn(Box::new(body(7, 1_000))), &mut out);
+        let left = answered(&replica);
+        assert!(left.contains(&id(1, 7)), "not the body's own: {left:?}");
+        assert!(!left.contains(&id(1, 6)) && left.contains(&id(1, 9)) && left.contains(&id(2, 0)));
+        let order = &replica.hosted[&ShardId(0)].answer_order;
+        assert!(order.front().is_some_and(|txn| left.contains(txn)), "{order:?}");
     }
 
     /// A luigi coordinator takes a watermark only from the shard's leader (a stranger's is
@@ -2852,6 +2978,7 @@ mod tests {
             sent_at: 0,
             request: single.clone(),
             home: ShardId(0),
+            decided_below: 0,
         };
         let outside = body(nodes as u32 + 5, 1, 1_000);
         leader.on_message(10, NodeId(10), TigaMsg::Txn(Box::new(outside)), &mut out);

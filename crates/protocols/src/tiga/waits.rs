@@ -53,6 +53,11 @@ impl Waits {
         self.candidates.pop_first()
     }
 
+    /// The earliest queued transaction that reads `key` (it reads below newer versions).
+    pub fn first_reader(&self, key: &Key) -> Option<At> {
+        self.readers.get(key).and_then(|set| set.first().copied())
+    }
+
     /// True while candidates remain.
     pub fn has_candidates(&self) -> bool {
         !self.candidates.is_empty()
