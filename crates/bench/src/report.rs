@@ -141,8 +141,11 @@ pub fn table(output: &RunOutput) -> String {
         let _ = writeln!(text, "{line}");
     }
     if let Some(us) = s.cpu_us_per_txn {
-        let _ =
-            writeln!(text, "CPU {us:.1} us per committed transaction (this process, every thread)");
+        let rss = s.peak_rss_mib.map_or(String::new(), |m| format!("; peak RSS {m:.0} MiB"));
+        let _ = writeln!(
+            text,
+            "CPU {us:.1} us per committed transaction (this process, every thread){rss}"
+        );
     }
     if output.messages_dropped > 0 {
         let _ = writeln!(
@@ -152,7 +155,8 @@ pub fn table(output: &RunOutput) -> String {
         );
     }
     if let Some(load) = &output.load {
-        let rss = load.peak_rss_mib.map_or(String::new(), |m| format!(", peak RSS {m:.0} MiB"));
+        let rss =
+            load.peak_rss_mib.map_or(String::new(), |m| format!(", peak RSS {m:.0} MiB after it"));
         let _ = writeln!(text, "load {:.2} s{rss}", load.seconds);
     }
     if let Some(failure) = &output.first_failure {

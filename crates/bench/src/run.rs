@@ -514,6 +514,9 @@ async fn drive(
     if let (Some(Some(start)), Some(end)) = (cpu_at_window_start, process_cpu_ns()) {
         stats.set_cpu_ns(end.saturating_sub(start));
     }
+    if let Some(mib) = peak_rss_mib() {
+        stats.set_peak_rss_mib(mib);
+    }
     for (_, pool) in pools {
         pool.lock().expect("client lock").stop();
     }

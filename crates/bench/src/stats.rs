@@ -56,6 +56,7 @@ pub struct RunStats {
     type_names: Vec<&'static str>,
     /// CPU time the process spent in the window, when the driver measured it.
     cpu_ns: Option<u64>,
+    peak_rss_mib: Option<f64>,
     /// The protocol's latency bound per coordinator node: its region's name and the bound
     /// (ns), when the driver set them ([`RunStats::set_latency_bounds`]).
     bounds: BTreeMap<NodeId, (String, u64)>,
@@ -216,6 +217,10 @@ pub struct Summary {
     /// and coordinators' only; `null` where not measured (simulated and PostgreSQL runs).
     #[serde(default)]
     pub cpu_us_per_txn: Option<f64>,
+    /// The process's peak resident memory at the end of the window (MiB, Linux `VmHWM`): in
+    /// an embedded run the whole cluster's and the harness's; `null` where not measured.
+    #[serde(default)]
+    pub peak_rss_mib: Option<f64>,
 }
 
 impl RunStats {
@@ -241,6 +246,7 @@ impl RunStats {
             by_type: BTreeMap::new(),
             type_names: Vec::new(),
             cpu_ns: None,
+            peak_rss_mib: None,
             bounds: BTreeMap::new(),
             bound_shards: 0,
             bounded_us: BTreeMap::new(),
@@ -259,6 +265,11 @@ impl RunStats {
         self.type_names = (0..registry.len() as u32)
             .filter_map(|i| registry.get(meridian_core::txn::ProcId(i)).map(|p| p.name()))
             .collect();
+    }
+
+    /// Records the process's peak resident memory at the end of the window.
+    pub fn set_peak_rss_mib(&mut self, mib: f64) {
+        self.peak_rss_mib = Some(mib);
     }
 
     /// Records the CPU time the process spent in the window.
@@ -468,6 +479,7 @@ impl RunStats {
                 .cpu_ns
                 .filter(|_| self.committed > 0)
                 .map(|ns| ns as f64 / 1e3 / self.committed as f64),
+            peak_rss_mib: self.peak_rss_mib,
             series: self
                 .series
                 .iter()

@@ -51,9 +51,16 @@
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a node hosting a
 //! replica must not crash; durability (the log is in memory; `restore` refuses a durable
-//! driver); checkpoints (the logs, the answers and the leaders' outcome
-//! records grow with the run, up to [`ANSWERS_MAX`] answers and [`BODIES_MAX`] bodies per
-//! replica).
+//! driver); checkpoints (the logs, the sets of logged transactions and the leaders' outcome
+//! records grow with the run).
+//!
+//! # Memory a run does not grow
+//!
+//! Stores keep only the versions a read can still see ([`apply`]; every version with
+//! snapshot reads on). Replies kept to answer resends go once their coordinator has decided
+//! the transaction: each body carries the coordinator's `decided_below`, and a replica that
+//! gets a coordinator's own copy forgets its replies below it (at most [`ANSWERS_MAX`] stay
+//! in any case). Bodies go once every replica executed them (at most [`BODIES_MAX`]).
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::owd::OwdSettings;
