@@ -293,9 +293,10 @@ impl MvccStore {
     }
 
     /// Drops `key`'s committed versions older than its newest committed version at or below
-    /// `watermark`, for a caller that never reads `key` below `watermark` again (a protocol
-    /// whose reads of a key always come after its newest write: tiga). Unlike the store's
-    /// watermark it refuses no later write. Returns versions removed.
+    /// `watermark`, for a caller that never again reads `key` below that version (tiga: a
+    /// read comes after the key's newest write, or is one of the queued reads the watermark
+    /// covers). Unlike the store's watermark it refuses no later write. Returns versions
+    /// removed.
     pub fn prune_key(&mut self, key: &Key, watermark: Timestamp) -> u64 {
         let Some(chain) = self.map.get_mut(key) else { return 0 };
         let removed = Self::prune_chain(chain, watermark);

@@ -2116,6 +2116,7 @@ fn refresh_owd(msg: TigaMsg, owd: u64) -> TigaMsg {
 fn reply(host: &mut Hosted, txn: TxnId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
     out.send(txn.origin, msg.clone());
     if host.answers.insert(txn, msg).is_none() {
+        compact_answer_order(host);
         host.answer_order.push_back(txn);
         if host.answer_order.len() > ANSWERS_MAX {
             if let Some(old) = host.answer_order.pop_front() {
@@ -2135,9 +2136,27 @@ fn forget_decided_answers(host: &mut Hosted, txn: TxnId, decided_below: u64) {
     for id in decided {
         host.answers.remove(&id);
     }
-    while host.answer_order.front().is_some_and(|id| !host.answers.contains_key(id)) {
-        host.answer_order.pop_front();
+    compact_answer_order(host);
+}
+
+/// Drops from the eviction order the ids whose replies are gone (forgotten as decided), and
+/// all but the last of an id pushed again, once it holds twice as many ids as replies plus
+/// a margin: so it stays within a constant factor of the replies kept. Amortized constant
+/// per reply.
+fn compact_answer_order(host: &mut Hosted) {
+    const MARGIN: usize = 1 << 10;
+    if host.answer_order.len() <= 2 * host.answers.len() + MARGIN {
+        return;
     }
+    let mut seen = BTreeSet::new();
+    let mut kept: Vec<TxnId> = Vec::with_capacity(host.answers.len());
+    // Bounded by the order's length.
+    for &id in host.answer_order.iter().rev() {
+        if host.answers.contains_key(&id) && seen.insert(id) {
+            kept.push(id);
+        }
+    }
+    host.answer_order = kept.into_iter().rev().collect();
 }
 
 /// Follower: executes the synced log in order at the leader's timestamps, as far as bodies
@@ -2328,7 +2347,6 @@ fn outputs_bytes(outputs: &[(u32, PieceOutput)]) -> usize {
     outputs.iter().map(|(_, output)| 5 + output.iter().map(datum_bytes).sum::<usize>()).sum()
 }
 
-/// Applies `writes` of `txn` at `ts`.
 /// Applies `txn`'s writes at `ts`, then drops the versions of the written keys that no read
 /// can see any more (unless the replica keeps history for snapshot reads, which read below
 /// the newest version). A transaction released later reads a key above its newest version (a
@@ -2939,8 +2957,20 @@ mod tests {
         let left = answered(&replica);
         assert!(left.contains(&id(1, 7)), "not the body's own: {left:?}");
         assert!(!left.contains(&id(1, 6)) && left.contains(&id(1, 9)) && left.contains(&id(2, 0)));
-        let order = &replica.hosted[&ShardId(0)].answer_order;
-        assert!(order.front().is_some_and(|txn| left.contains(txn)), "{order:?}");
+        // The eviction order keeps up: thousands of replies forgotten as decided leave it
+        // within a constant factor of what is kept.
+        let host = replica.hosted.get_mut(&ShardId(0)).unwrap();
+        for seq in 100..5_100 {
+            let txn = id(1, seq);
+            let slow = TigaMsg::Slow { txn, shard: ShardId(0), ts: Timestamp(1) };
+            reply(host, txn, slow, &mut Outbox::new());
+            forget_decided_answers(host, id(1, seq + 1), seq + 1);
+        }
+        let kept: Vec<TxnId> = host.answers.keys().copied().collect();
+        assert_eq!(kept, [id(2, 0)], "every one of incarnation 1 decided");
+        assert!(host.answer_order.len() <= 2 * host.answers.len() + 1_025);
+        let ordered: BTreeSet<TxnId> = host.answer_order.iter().copied().collect();
+        assert!(host.answers.keys().all(|txn| ordered.contains(txn)), "every reply evictable");
     }
 
     /// A luigi coordinator takes a watermark only from the shard's leader (a stranger's is
