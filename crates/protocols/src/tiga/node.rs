@@ -2118,10 +2118,11 @@ fn reply(host: &mut Hosted, txn: TxnId, msg: TigaMsg, out: &mut Outbox<TigaMsg>)
     if host.answers.insert(txn, msg).is_none() {
         compact_answer_order(host);
         host.answer_order.push_back(txn);
-        if host.answer_order.len() > ANSWERS_MAX {
-            if let Some(old) = host.answer_order.pop_front() {
-                host.answers.remove(&old);
-            }
+        // The oldest reply goes, past the stale ids before it (bounded by the order's
+        // length, which compaction keeps within twice the replies plus a margin).
+        while host.answers.len() > ANSWERS_MAX {
+            let Some(old) = host.answer_order.pop_front() else { break };
+            host.answers.remove(&old);
         }
     }
 }
