@@ -69,6 +69,23 @@ fn digest(key: &Key) -> u64 {
     hasher.finish()
 }
 
+/// Records a release at `ts` of a transaction reading `reads` and writing `writes` in the
+/// queue's per-key stamps (a function of the two maps, so a caller may hold a queue entry).
+fn stamp(
+    last_read: &mut BTreeMap<Key, Timestamp>,
+    last_write: &mut BTreeMap<Key, Timestamp>,
+    ts: Timestamp,
+    reads: &[Key],
+    writes: &[Key],
+) {
+    for (stamps, keys) in [(last_read, reads), (last_write, writes)] {
+        for key in keys {
+            let stamp = stamps.entry(key.clone()).or_insert(ts);
+            *stamp = (*stamp).max(ts);
+        }
+    }
+}
+
 /// A transaction arriving at the queue.
 #[derive(Clone, Debug)]
 pub struct Arriving<T> {
@@ -243,10 +260,9 @@ impl<T> HoldQueue<T> {
     ) -> (Vec<Released<T>>, Vec<(TxnId, Timestamp)>) {
         let (due, speculate) = self.pick_due(now, max, Some(&done));
         let released = self.take_released(due);
-        for &(ts, txn) in &speculate {
-            let held = self.queue.remove(&(ts, txn)).expect("just seen");
-            self.stamp(ts, &held.reads, &held.writes);
-            self.queue.insert((ts, txn), held);
+        for at in &speculate {
+            let held = &self.queue[at];
+            stamp(&mut self.last_read, &mut self.last_write, at.0, &held.reads, &held.writes);
         }
         if self.last_read.len() + self.last_write.len() > self.keys_max {
             self.forget_oldest_stamps();
@@ -287,18 +303,6 @@ impl<T> HoldQueue<T> {
         (due, speculative)
     }
 
-    /// Records a release at `ts` of a transaction reading `reads` and writing `writes`.
-    fn stamp(&mut self, ts: Timestamp, reads: &[Key], writes: &[Key]) {
-        for key in reads {
-            let stamp = self.last_read.entry(key.clone()).or_insert(ts);
-            *stamp = (*stamp).max(ts);
-        }
-        for key in writes {
-            let stamp = self.last_write.entry(key.clone()).or_insert(ts);
-            *stamp = (*stamp).max(ts);
-        }
-    }
-
     /// Releases, in timestamp order, every ready entry with a timestamp at or below `now`
     /// that no earlier held entry conflicts with, at most `max` of them.
     pub fn release(&mut self, now: Time, max: usize) -> Vec<Released<T>> {
@@ -318,7 +322,7 @@ impl<T> HoldQueue<T> {
                     ts >= self.remembered_conflict(&held.reads, &held.writes),
                     "{txn} released at {ts:?} after a conflicting later release"
                 );
-                self.stamp(ts, &held.reads, &held.writes);
+                stamp(&mut self.last_read, &mut self.last_write, ts, &held.reads, &held.writes);
                 Released { txn, ts, payload: held.payload }
             })
             .collect();

@@ -933,12 +933,8 @@ impl TigaNode {
     /// The lowest sequence number of this coordinator's transactions still undecided (the
     /// next one's when none is): every lower one is decided and never sent again.
     fn decided_below(&self) -> u64 {
-        let first =
-            TxnId { origin: self.context.id, incarnation: self.context.incarnation, seq: 0 };
-        let mine =
-            |txn: &&TxnId| txn.origin == first.origin && txn.incarnation == first.incarnation;
-        let undecided = self.by_txn.range(first..).next().map(|(txn, _)| txn).filter(mine);
-        undecided.map_or(self.ids.next_seq(), |txn| txn.seq)
+        // Every id in flight here is this incarnation's (`self.ids`), so the first is the lowest.
+        self.by_txn.keys().next().map_or(self.ids.next_seq(), |txn| txn.seq)
     }
 
     fn resend(&mut self, now: Time, id: RequestId, txn: TxnId, out: &mut Outbox<TigaMsg>) {
@@ -2356,6 +2352,7 @@ fn outputs_bytes(outputs: &[(u32, PieceOutput)]) -> usize {
 /// newest version at or below the first queued reader's timestamp, and everything newer.
 fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overlay) {
     let store = &mut host.store;
+    let leads = host.replica.leads();
     for (key, value) in writes {
         match store.write(key.clone(), ts, value.clone(), txn, VersionState::Committed) {
             Ok(()) => {}
@@ -2368,7 +2365,6 @@ fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overlay) {
             Err(error) => panic!("{txn} writes {key:?} at {ts:?}: {error}"),
         }
         if !host.keep_history {
-            let leads = host.replica.leads();
             let first_reader = host.waits.first_reader(key).filter(|_| leads);
             store.prune_key(key, first_reader.map_or(Timestamp::MAX, |(ts, _)| ts));
         }
