@@ -241,7 +241,22 @@ fn tiga_replicated_swarm() {
     ] {
         swarm_with(ProtocolKind::Tiga, workload, first_seed, WorkloadOptions::default(), "", 3);
     }
+    swarm_with(ProtocolKind::Tiga, "tpcc", 470_000, paper_compat(), PAPER_COMPAT_FLAGS, 3);
 }
+
+/// TPC-C's NewOrder only (its order rows keyed by the number the district row hands out,
+/// guarded by that row), at the small scale.
+fn paper_compat() -> WorkloadOptions {
+    let tpcc = meridian_workloads::tpcc::TpccOptions {
+        mode: meridian_workloads::tpcc::Mode::PaperCompat,
+        scale: meridian_workloads::tpcc::load::SMALL,
+        ..Default::default()
+    };
+    WorkloadOptions { tpcc, ..WorkloadOptions::default() }
+}
+
+/// The `meridian sim` flags of [`paper_compat`].
+const PAPER_COMPAT_FLAGS: &str = " --tpcc-mode paper-compat --tpcc-scale small";
 
 #[test]
 fn luigi_swarm() {
@@ -257,6 +272,7 @@ fn luigi_replicated_swarm() {
     {
         swarm_with(ProtocolKind::Luigi, workload, first_seed, WorkloadOptions::default(), "", 3);
     }
+    swarm_with(ProtocolKind::Luigi, "tpcc", 480_000, paper_compat(), PAPER_COMPAT_FLAGS, 3);
 }
 
 #[test]

@@ -77,8 +77,8 @@ use meridian_core::key::Key;
 use meridian_core::node::{ClientRequest, Node, Outbox, PersistToken, TimerId};
 use meridian_core::topology::Topology;
 use meridian_core::txn::{
-    AbortCounts, CommitPath, Datum, PieceOutput, ProcError, TxnFailure, TxnOutcome, TxnRequest,
-    TxnResult, PIECES_MAX,
+    AbortCounts, CommitPath, Datum, KeySet, PieceOutput, ProcError, ShardTarget, TxnFailure,
+    TxnOutcome, TxnRequest, TxnResult, PIECES_MAX,
 };
 use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
 use meridian_storage::{MvccStore, StoreError, VersionState};
@@ -314,8 +314,12 @@ struct Part {
     deps: Vec<Vec<u32>>,
     /// Sorted.
     reads: Vec<Key>,
-    /// Sorted.
+    /// Sorted. Holds the guards of `guarded` pieces.
     writes: Vec<Key>,
+    /// Pieces whose keys need their inputs, ordered by the keys their procedure names as
+    /// guards ([`meridian_core::txn::Procedure::guard`]) instead: they may touch keys not
+    /// declared here. Sorted.
+    guarded: Vec<u32>,
     /// Pieces of other shards whose outputs these pieces take, with the shard each runs on:
     /// that shard's leader's vote carries it, and the part runs once all are in. Sorted.
     inputs: Vec<(u32, ShardId)>,
@@ -365,17 +369,32 @@ fn shape_of(
     let procedure = context.registry.get(request.proc).expect("bind_plan found it");
     let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
     for (index, piece) in pieces.iter().enumerate() {
-        // Keys from the arguments alone: a piece whose keys need its inputs cannot say
-        // them (the execution checks that the keys it uses are these).
+        // Keys from the arguments alone (the execution checks that the keys it uses are
+        // these). A piece whose keys need its inputs cannot say them: it runs only where its
+        // procedure names guard keys, which stand for them here.
+        let mut guarded = false;
         let keys = match procedure.keys(index as u32, &request.args, &[]) {
             Ok(keys) => keys,
             Err(error) if !piece.deps.is_empty() => {
-                return Err(ProcError::Unsupported(format!(
-                    "tiga and luigi need one-shot transactions whose keys are known from the \
-                     arguments: the keys of piece {index} need the output of piece {} \
-                     ({error}); choose another protocol",
-                    piece.deps[0]
-                )));
+                let Some(guard) = procedure.guard(index as u32, &request.args) else {
+                    return Err(ProcError::Unsupported(format!(
+                        "tiga and luigi need one-shot transactions whose keys are known from \
+                         the arguments: the keys of piece {index} need the output of piece {} \
+                         ({error}) and its procedure names no keys guarding them; choose \
+                         another protocol",
+                        piece.deps[0]
+                    )));
+                };
+                let target = ShardTarget::Shard(piece.shard);
+                let stray = guard.iter().find(|k| context.partitioner.target_of(k) != target);
+                if guard.is_empty() || stray.is_some() {
+                    return Err(ProcError::Contract(format!(
+                        "the guard of piece {index} must be keys on its shard {}: {guard:?}",
+                        piece.shard.0
+                    )));
+                }
+                guarded = true;
+                KeySet { reads: Vec::new(), writes: guard, scans: Vec::new() }
             }
             Err(error) => return Err(error),
         };
@@ -390,9 +409,13 @@ fn shape_of(
             deps: Vec::new(),
             reads: Vec::new(),
             writes: Vec::new(),
+            guarded: Vec::new(),
             inputs: Vec::new(),
             feeds: BTreeMap::new(),
         });
+        if guarded {
+            part.guarded.push(index as u32);
+        }
         part.pieces.push(index as u32);
         part.deps.push(piece.deps.clone());
         part.reads.extend(keys.reads);
@@ -2211,7 +2234,7 @@ fn debug_assert_newest(store: &MvccStore, part: &Part, ts: Timestamp, txn: TxnId
 /// Runs the shard's pieces of `known` at `ts` on `store`, with `remote` the outputs of other
 /// shards' pieces they take: its writes and the shard's result. A piece that reads or writes
 /// a key the part did not declare from the arguments breaks the one-shot contract (the hold
-/// queue ordered the transaction by the declared keys) and fails.
+/// queue ordered the transaction by the declared keys) and fails, unless it is guarded.
 fn run_part(
     context: &NodeContext,
     shard: ShardId,
@@ -2244,7 +2267,11 @@ fn run_part(
         match run_piece(procedure.as_ref(), placement, call, &source, &overlay) {
             Err(error) => return (Overlay::new(), ShardResult::Failed(error)),
             Ok(run) => {
-                let undeclared = run.reads.iter().map(|(key, _)| key).find(|k| !part.declares(k));
+                // A guarded piece's keys came from its inputs (`run_piece` checked that it
+                // wrote only those, on this shard); the guard ordered it.
+                let guarded = part.guarded.binary_search(&piece).is_ok();
+                let undeclared =
+                    run.reads.iter().map(|(key, _)| key).find(|k| !guarded && !part.declares(k));
                 if let Some(key) = undeclared {
                     return contract(format!(
                         "piece {piece} read {key:?}, a key its arguments did not name"
@@ -2257,7 +2284,7 @@ fn run_part(
                     Err(abort) => return (Overlay::new(), ShardResult::UserAbort(abort.0)),
                     Ok(effects) => {
                         for write in effects.writes {
-                            if part.writes.binary_search(&write.key).is_err() {
+                            if !guarded && part.writes.binary_search(&write.key).is_err() {
                                 return contract(format!(
                                     "piece {piece} wrote {:?}, a key its arguments did not name",
                                     write.key
@@ -2353,6 +2380,9 @@ fn outputs_bytes(outputs: &[(u32, PieceOutput)]) -> usize {
 fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overlay) {
     let store = &mut host.store;
     let leads = host.replica.leads();
+    // The part is known until the transaction is done here (its body goes after this).
+    let part = host.bodies.get(&txn).map(|known| &known.part);
+    debug_assert!(part.is_some(), "{txn} applied without its body");
     for (key, value) in writes {
         match store.write(key.clone(), ts, value.clone(), txn, VersionState::Committed) {
             Ok(()) => {}
@@ -2364,7 +2394,11 @@ fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overlay) {
             }
             Err(error) => panic!("{txn} writes {key:?} at {ts:?}: {error}"),
         }
-        if !host.keep_history {
+        // A leader keeps every version of a key a guarded piece wrote: a reader ordered by
+        // the guard waits on the guard, not on the key, so the key names no first reader.
+        let guarded = leads
+            && part.is_none_or(|p| !p.guarded.is_empty() && p.writes.binary_search(key).is_err());
+        if !host.keep_history && !guarded {
             let first_reader = host.waits.first_reader(key).filter(|_| leads);
             store.prune_key(key, first_reader.map_or(Timestamp::MAX, |(ts, _)| ts));
         }
@@ -2802,6 +2836,104 @@ mod tests {
                 (s, store.latest_values().map(|(k, v)| (k.clone(), v.value.clone())).collect())
             })
             .collect()
+    }
+
+    /// Piece 0 takes a number from a counter row on shard 0; piece 1 writes the row keyed by
+    /// it, so its keys need its input. `args[0]` picks the guard piece 1's procedure names:
+    /// 0 none, 1 the counter, 2 a key on shard 1, 3 no keys.
+    #[derive(Debug)]
+    struct Numbered;
+
+    /// Ids below 100 live on shard 0, the rest on shard 1.
+    fn numbered_key(id: u64) -> Key {
+        Key::table(1).u64(id).build()
+    }
+
+    impl meridian_core::txn::Procedure for Numbered {
+        fn name(&self) -> &'static str {
+            "numbered"
+        }
+        fn plan(
+            &self,
+            _: &meridian_core::txn::Args,
+            _: meridian_core::txn::PlanContext<'_>,
+        ) -> Result<meridian_core::txn::Plan, ProcError> {
+            let on0 = ShardTarget::Shard(ShardId(0));
+            Ok(vec![
+                meridian_core::txn::PieceSpec { target: on0, deps: vec![] },
+                meridian_core::txn::PieceSpec { target: on0, deps: vec![0] },
+            ])
+        }
+        fn keys(
+            &self,
+            piece: u32,
+            _: &meridian_core::txn::Args,
+            inputs: &[&PieceOutput],
+        ) -> Result<KeySet, ProcError> {
+            let counter = numbered_key(0);
+            match (piece, inputs.first()) {
+                (0, _) => Ok(KeySet {
+                    reads: vec![counter.clone()],
+                    writes: vec![counter],
+                    scans: vec![],
+                }),
+                (1, Some(output)) => {
+                    let n = output.first().and_then(Datum::as_uint).unwrap_or(0);
+                    Ok(KeySet { reads: vec![], writes: vec![numbered_key(1 + n)], scans: vec![] })
+                }
+                _ => Err(ProcError::BadArgs("piece 1 needs piece 0's number".into())),
+            }
+        }
+        fn execute(
+            &self,
+            _: u32,
+            _: &meridian_core::txn::Args,
+            _: &[&PieceOutput],
+            _: &meridian_core::txn::Reads,
+        ) -> Result<meridian_core::txn::PieceEffects, meridian_core::txn::UserAbort> {
+            Ok(meridian_core::txn::PieceEffects::default())
+        }
+        fn guard(&self, piece: u32, args: &meridian_core::txn::Args) -> Option<Vec<Key>> {
+            let choice = args.first().and_then(Datum::as_uint).unwrap_or(0);
+            match (piece, choice) {
+                (1, 1) => Some(vec![numbered_key(0)]),
+                (1, 2) => Some(vec![numbered_key(150)]),
+                (1, 3) => Some(vec![]),
+                _ => None,
+            }
+        }
+    }
+
+    /// A piece whose keys need its input runs only where its procedure names keys on its
+    /// shard guarding them; the transaction is then ordered as writing those keys.
+    #[test]
+    fn a_piece_keyed_by_its_input_runs_only_behind_a_guard_on_its_shard() {
+        use meridian_core::txn::{PartitionRule, Partitioner, Registry, TxnRequest};
+        let mut registry = Registry::default();
+        let proc = registry.register(Arc::new(Numbered));
+        let rule = PartitionRule::LeadingInt { base: 0, per_shard: 100 };
+        let topology = Topology::standard(vec!["a".into()], 2, 1).unwrap();
+        let context = NodeContext::new(
+            NodeId(0),
+            Arc::new(topology),
+            Arc::new(registry),
+            Arc::new(Partitioner::new(2, rule).unwrap()),
+            7,
+            crate::Timing::for_network(meridian_core::time::NS_PER_MS),
+        );
+        let request = |guard: u64| TxnRequest { proc, args: vec![Datum::Uint(guard)] };
+        let refused = check_request(&context, &request(0)).unwrap_err();
+        assert!(matches!(refused, ProcError::Unsupported(_)), "{refused}");
+        assert!(refused.to_string().contains("names no keys guarding them"), "{refused}");
+        for stray in [2, 3] {
+            let broken = check_request(&context, &request(stray)).unwrap_err();
+            assert!(broken.to_string().contains("keys on its shard 0"), "{broken}");
+        }
+        let shape = shape_of(&context, &request(1), ShardId(0)).unwrap();
+        let part = &shape.parts[&ShardId(0)];
+        assert_eq!(part.guarded, [1]);
+        assert_eq!(part.writes, [numbered_key(0)], "the guard stands for the piece's keys");
+        assert!(!part.declares(&numbered_key(1)));
     }
 
     /// Messages from the wrong senders, bodies that do not decode into a transaction, and

@@ -361,6 +361,16 @@ impl Procedure for NewOrder {
         }
     }
 
+    /// The last piece's rows are keyed by the order number piece 0 takes from the district
+    /// row. The district row guards them: every NewOrder of the district writes it, and the
+    /// other procedures touching a district's orders (OrderStatus, Delivery, StockLevel)
+    /// scan, so no protocol ordering by keys runs them.
+    fn guard(&self, piece: u32, args: &Args) -> Option<Vec<Key>> {
+        let order = NewOrderArgs::parse(&self.layout, args).ok()?;
+        let remote = order.remote_shards(&self.layout).len() as u32;
+        (piece == remote + 1).then(|| vec![district_key(order.w, order.d)])
+    }
+
     fn execute(
         &self,
         piece: u32,
