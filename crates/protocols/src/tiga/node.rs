@@ -48,6 +48,9 @@
 //! that hears a proposal for a transaction it never received fetches the body from the
 //! proposer; followers acknowledge their sync-point and the leader resends what they lack.
 //!
+//! Every replica's message carries the global view it was sent in ([`TigaMsg::view`]); a
+//! node drops and counts any of another view before looking at it.
+//!
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a node hosting a
 //! replica must not crash; durability (the log is in memory; `restore` refuses a durable
@@ -159,6 +162,8 @@ pub enum TigaMsg {
     Txn(Box<TxnBody>),
     /// Replica → coordinator: released at `ts` with this log hash over its keys.
     Fast {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The transaction.
         txn: TxnId,
         /// The replying replica's shard.
@@ -174,6 +179,8 @@ pub enum TigaMsg {
     },
     /// Follower → coordinator: its log matches the leader's up to `txn` at `ts`.
     Slow {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The transaction.
         txn: TxnId,
         /// The follower's shard.
@@ -183,6 +190,8 @@ pub enum TigaMsg {
     },
     /// Leader → participant leader: where `from` holds `txn`.
     Propose {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The transaction.
         txn: TxnId,
         /// Every participant shard.
@@ -197,6 +206,8 @@ pub enum TigaMsg {
     },
     /// Leader → participant leader: `from` moved `txn` to the agreed timestamp.
     Confirm {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The transaction.
         txn: TxnId,
         /// Every participant shard.
@@ -208,6 +219,8 @@ pub enum TigaMsg {
     },
     /// Leader → participant leader: whether `from`'s pieces of `txn` ran without an abort.
     Vote {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The transaction.
         txn: TxnId,
         /// The voting shard.
@@ -223,12 +236,16 @@ pub enum TigaMsg {
     },
     /// Leader → peer leader: send me `txn`'s body (I heard a proposal for it only).
     GetBody {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The transaction.
         txn: TxnId,
     },
     /// Leader → follower: the leader's log from position `from`, and final outcomes of
     /// multi-shard transactions.
     Sync {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The shard.
         shard: ShardId,
         /// The position of the first entry.
@@ -242,6 +259,8 @@ pub enum TigaMsg {
     /// at or below `ts` is replicated to a majority, and every later one will be held above
     /// it ([`crate::luigi::streams`]).
     Watermark {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The shard.
         shard: ShardId,
         /// The coordinator's watermark there.
@@ -253,6 +272,8 @@ pub enum TigaMsg {
     SnapRead(Box<TxnBody>),
     /// Replica → coordinator: the shard's result of a snapshot read.
     SnapReply {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The transaction.
         txn: TxnId,
         /// The replica's shard.
@@ -267,6 +288,8 @@ pub enum TigaMsg {
     /// is among the first `upto` entries of the log, and the leader takes no new one at or
     /// below `ts`.
     Closed {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The shard.
         shard: ShardId,
         /// The closed timestamp.
@@ -276,6 +299,8 @@ pub enum TigaMsg {
     },
     /// Follower → leader: how far it got.
     SyncAck {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
         /// The shard.
         shard: ShardId,
         /// Its sync-point.
@@ -285,6 +310,28 @@ pub enum TigaMsg {
         /// Bodies it lacks.
         fetch: Vec<TxnId>,
     },
+}
+
+impl TigaMsg {
+    /// The global view number a replica sent this message in; `None` for a coordinator's
+    /// message, which holds in any view. A node drops (and counts) a message of another view
+    /// than its own: leaders, logs and agreements of one view mean nothing in the next.
+    pub fn view(&self) -> Option<u64> {
+        match self {
+            Self::Txn(_) | Self::SnapRead(_) => None,
+            Self::Fast { view, .. }
+            | Self::Slow { view, .. }
+            | Self::Propose { view, .. }
+            | Self::Confirm { view, .. }
+            | Self::Vote { view, .. }
+            | Self::GetBody { view, .. }
+            | Self::Sync { view, .. }
+            | Self::Watermark { view, .. }
+            | Self::SnapReply { view, .. }
+            | Self::Closed { view, .. }
+            | Self::SyncAck { view, .. } => Some(*view),
+        }
+    }
 }
 
 /// A multi-shard transaction's final outcome, as a leader tells its followers.
@@ -642,6 +689,8 @@ struct Counts {
     speculated_total: u64,
     speculations_kept_total: u64,
     revoked_total: u64,
+    /// Messages of another view than this node's, dropped.
+    stale_view_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -1210,7 +1259,7 @@ impl TigaNode {
                     if synced && self.variant == Variant::Luigi {
                         // A luigi leader counts replicas by their acknowledgements.
                         let host = &self.hosted[&shard];
-                        out.send(host.leader, ack_msg(host, Vec::new()));
+                        out.send(host.leader, ack_msg(self.view.global, host, Vec::new()));
                     }
                 }
                 let host = self.hosted.get_mut(&shard).expect("hosted");
@@ -1220,7 +1269,7 @@ impl TigaNode {
                 if let Some(streams) = &host.streams {
                     // The coordinator may have missed its watermark too.
                     let ts = streams.watermark(coordinator);
-                    out.send(coordinator, TigaMsg::Watermark { shard, ts });
+                    out.send(coordinator, TigaMsg::Watermark { view: self.view.global, shard, ts });
                 }
                 if host.replica.leads() {
                     let actions = leader_arrive(host, incoming(txn, body.ts, &shards, &part));
@@ -1335,7 +1384,10 @@ impl TigaNode {
                     local.push((txn, shard, result));
                 } else {
                     let owd_ns = known.owd_ns;
-                    out.send(txn.origin, TigaMsg::SnapReply { txn, shard, result, owd_ns });
+                    out.send(
+                        txn.origin,
+                        TigaMsg::SnapReply { view: self.view.global, txn, shard, result, owd_ns },
+                    );
                 }
             }
         }
@@ -1358,7 +1410,10 @@ impl TigaNode {
             host.closed_sent = host.promised;
             let upto = host.replica.log_len() as u64;
             for &follower in &host.followers {
-                out.send(follower, TigaMsg::Closed { shard, ts: host.promised, upto });
+                out.send(
+                    follower,
+                    TigaMsg::Closed { view: self.view.global, shard, ts: host.promised, upto },
+                );
             }
         }
     }
@@ -1427,18 +1482,27 @@ impl TigaNode {
                     }
                     let Some(known) = host.bodies.get(&txn) else { continue };
                     let owd_ns = known.owd_ns;
-                    let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: None };
+                    let msg = TigaMsg::Fast {
+                        view: self.view.global,
+                        txn,
+                        shard,
+                        ts,
+                        hash,
+                        owd_ns,
+                        result: None,
+                    };
                     reply(host, txn, msg, out);
                 }
                 Action::SlowReply { .. } if self.variant == Variant::Luigi => {
                     // Luigi followers answer their leader only (acknowledgements).
                 }
                 Action::SlowReply { txn, ts } => {
-                    let msg = TigaMsg::Slow { txn, shard, ts };
+                    let msg = TigaMsg::Slow { view: self.view.global, txn, shard, ts };
                     reply(host, txn, msg, out);
                 }
                 Action::Fetch { txns } => {
                     let msg = TigaMsg::SyncAck {
+                        view: self.view.global,
                         shard,
                         synced: host.replica.sync_point() as u64,
                         executed: host.executed as u64,
@@ -1450,7 +1514,7 @@ impl TigaNode {
                     // The sync-point, not the listed prefix: the leader counts acknowledged
                     // positions as held here (luigi's watermarks), and entries past the
                     // sync-point may lack their bodies. Resending from there is harmless.
-                    out.send(host.leader, ack_msg(host, Vec::new()));
+                    out.send(host.leader, ack_msg(self.view.global, host, Vec::new()));
                 }
             }
         }
@@ -1477,8 +1541,17 @@ impl TigaNode {
         for leader in to {
             let shards = shards.clone();
             let msg = match proposed {
-                Some(ts) => TigaMsg::Propose { txn, shards, from: shard, ts, answer },
-                None => TigaMsg::Confirm { txn, shards, from: shard, answer },
+                Some(ts) => TigaMsg::Propose {
+                    view: self.view.global,
+                    txn,
+                    shards,
+                    from: shard,
+                    ts,
+                    answer,
+                },
+                None => {
+                    TigaMsg::Confirm { view: self.view.global, txn, shards, from: shard, answer }
+                }
             };
             self.send_to_leader(now, leader, msg, out);
         }
@@ -1554,8 +1627,15 @@ impl TigaNode {
                 let (writes, result) = run_part(&self.context, shard, &host.store, known, ts, &[]);
                 host.waits.ran(at, &part.reads);
                 let owd_ns = known.owd_ns;
-                let msg =
-                    TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result.clone()) };
+                let msg = TigaMsg::Fast {
+                    view: self.view.global,
+                    txn,
+                    shard,
+                    ts,
+                    hash,
+                    owd_ns,
+                    result: Some(result.clone()),
+                };
                 reply(host, txn, msg, out);
                 host.speculations.insert(txn, Speculation { ts, hash, writes, result });
                 self.counts.speculated_total += 1;
@@ -1609,7 +1689,15 @@ impl TigaNode {
                 Vec::new()
             };
             if !answered {
-                let msg = TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result: Some(result) };
+                let msg = TigaMsg::Fast {
+                    view: self.view.global,
+                    txn,
+                    shard,
+                    ts,
+                    hash,
+                    owd_ns,
+                    result: Some(result),
+                };
                 reply(host, txn, msg, out);
             }
             if others.is_empty() {
@@ -1640,7 +1728,15 @@ impl TigaNode {
                     let to = peer;
                     out.send(
                         node,
-                        TigaMsg::Vote { txn, from: shard, to, ok: own_ok, outputs, want_reply },
+                        TigaMsg::Vote {
+                            view: self.view.global,
+                            txn,
+                            from: shard,
+                            to,
+                            ok: own_ok,
+                            outputs,
+                            want_reply,
+                        },
                     );
                 }
             }
@@ -1730,20 +1826,26 @@ impl TigaNode {
             }
             let sent_end = next + entries.len();
             host.sent_to.insert(follower, sent_end.max(host.sent_to[&follower]).min(log_len));
-            let msg = TigaMsg::Sync { shard, from: next as u64, entries, outcomes };
+            let msg = TigaMsg::Sync {
+                view: self.view.global,
+                shard,
+                from: next as u64,
+                entries,
+                outcomes,
+            };
             out.send(follower, msg);
         }
     }
 
     fn on_peer(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
         match msg {
-            TigaMsg::Propose { txn, shards, from: peer, ts, answer } => {
+            TigaMsg::Propose { txn, shards, from: peer, ts, answer, .. } => {
                 self.on_agreement(now, from, (txn, peer, Some(ts)), &shards, answer, out);
             }
-            TigaMsg::Confirm { txn, shards, from: peer, answer } => {
+            TigaMsg::Confirm { txn, shards, from: peer, answer, .. } => {
                 self.on_agreement(now, from, (txn, peer, None), &shards, answer, out);
             }
-            TigaMsg::Vote { txn, from: peer, to, ok, outputs, want_reply } => {
+            TigaMsg::Vote { txn, from: peer, to, ok, outputs, want_reply, .. } => {
                 if !self.is_leader_node(peer, from) || outputs.len() > PIECES_MAX {
                     return;
                 }
@@ -1756,6 +1858,7 @@ impl TigaNode {
                         // The asker ran its pieces, so it had every output it takes from here.
                         let (ok, outputs) = (decided.own, Vec::new());
                         let reply = TigaMsg::Vote {
+                            view: self.view.global,
                             txn,
                             from: to,
                             to: peer,
@@ -1770,7 +1873,7 @@ impl TigaNode {
                 if let Some(pending) = host.pending.get(&txn) {
                     if want_reply {
                         // The sender lacks this shard's vote (the first copy was lost).
-                        let reply = vote_msg(txn, to, peer, pending, false);
+                        let reply = vote_msg(self.view.global, txn, to, peer, pending, false);
                         out.send(from, reply);
                     }
                     record_vote(host, txn, peer, ok);
@@ -1784,7 +1887,7 @@ impl TigaNode {
                 }
                 self.execute_all(now, out);
             }
-            TigaMsg::GetBody { txn } => {
+            TigaMsg::GetBody { txn, .. } => {
                 let body =
                     self.hosted.values().find_map(|h| h.bodies.get(&txn)).map(|k| k.body.clone());
                 if let Some(body) = body {
@@ -1890,7 +1993,7 @@ impl TigaNode {
             // Bodies asked for before and still missing are asked for again (the fetch or
             // its answer may have been lost).
             let host = self.hosted.get(&shard).expect("hosted");
-            out.send(from, ack_msg(host, host.replica.missing_bodies(FETCH_MAX)));
+            out.send(from, ack_msg(self.view.global, host, host.replica.missing_bodies(FETCH_MAX)));
         }
     }
 
@@ -1923,7 +2026,7 @@ impl TigaNode {
             if worker == me {
                 self.on_watermark(me, shard, ts, out);
             } else {
-                out.send(worker, TigaMsg::Watermark { shard, ts });
+                out.send(worker, TigaMsg::Watermark { view: self.view.global, shard, ts });
             }
         }
     }
@@ -1989,7 +2092,7 @@ impl TigaNode {
             let mut votes = Vec::new();
             for (&txn, pending) in &host.pending {
                 for &peer in pending.others.iter().filter(|p| !pending.votes.contains_key(p)) {
-                    votes.push((peer, vote_msg(txn, shard, peer, pending, true)));
+                    votes.push((peer, vote_msg(self.view.global, txn, shard, peer, pending, true)));
                 }
             }
             for (peer, msg) in votes {
@@ -2094,8 +2197,9 @@ fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
 }
 
 /// A follower's acknowledgement: its sync-point and executed count, and bodies it lacks.
-fn ack_msg(host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
+fn ack_msg(view: u64, host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
     TigaMsg::SyncAck {
+        view,
         shard: host.shard,
         synced: host.replica.sync_point() as u64,
         executed: host.executed as u64,
@@ -2123,8 +2227,8 @@ fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
 /// A remembered fast reply sent again carries the delay of the copy it answers.
 fn refresh_owd(msg: TigaMsg, owd: u64) -> TigaMsg {
     match msg {
-        TigaMsg::Fast { txn, shard, ts, hash, result, .. } => {
-            TigaMsg::Fast { txn, shard, ts, hash, owd_ns: owd, result }
+        TigaMsg::Fast { view, txn, shard, ts, hash, result, .. } => {
+            TigaMsg::Fast { view, txn, shard, ts, hash, owd_ns: owd, result }
         }
         other => other,
     }
@@ -2334,6 +2438,7 @@ fn feed_outputs(part: &Part, result: &ShardResult) -> BTreeMap<ShardId, Vec<(u32
 
 /// This shard's vote on a pending transaction, for the leader of `peer`.
 fn vote_msg(
+    view: u64,
     txn: TxnId,
     shard: ShardId,
     peer: ShardId,
@@ -2341,7 +2446,7 @@ fn vote_msg(
     want_reply: bool,
 ) -> TigaMsg {
     let outputs = pending.feeds.get(&peer).cloned().unwrap_or_default();
-    TigaMsg::Vote { txn, from: shard, to: peer, ok: pending.own_ok, outputs, want_reply }
+    TigaMsg::Vote { view, txn, from: shard, to: peer, ok: pending.own_ok, outputs, want_reply }
 }
 
 /// Takes another leader's vote: recorded on a pending transaction, kept (with the outputs it
@@ -2462,29 +2567,33 @@ impl Node for TigaNode {
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
+        if msg.view().is_some_and(|view| view != self.view.global) {
+            self.counts.stale_view_total += 1;
+            return;
+        }
         match msg {
             TigaMsg::Txn(body) => self.on_body(now, from, *body, out),
-            TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result } => {
+            TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result, .. } => {
                 self.on_fast(from, (txn, shard, ts, hash), owd_ns, result, out);
             }
-            TigaMsg::Slow { txn, shard, ts } => {
+            TigaMsg::Slow { txn, shard, ts, .. } => {
                 if let Some(decided) = self.tracker.on_slow(from, txn, shard, ts) {
                     self.on_decided(decided, out);
                 }
             }
-            TigaMsg::Sync { shard, from: start, entries, outcomes } => {
+            TigaMsg::Sync { shard, from: start, entries, outcomes, .. } => {
                 self.on_sync(now, from, shard, (start, entries, outcomes), out);
             }
-            TigaMsg::SyncAck { shard, synced, executed, fetch } => {
+            TigaMsg::SyncAck { shard, synced, executed, fetch, .. } => {
                 self.on_sync_ack(from, shard, synced, executed, fetch, out);
             }
-            TigaMsg::Watermark { shard, ts } => self.on_watermark(from, shard, ts, out),
+            TigaMsg::Watermark { shard, ts, .. } => self.on_watermark(from, shard, ts, out),
             TigaMsg::SnapRead(body) => self.on_snapshot_read(now, from, *body, out),
-            TigaMsg::SnapReply { txn, shard, result, owd_ns } => {
+            TigaMsg::SnapReply { txn, shard, result, owd_ns, .. } => {
                 self.tracker.observe(from, owd_ns);
                 self.on_snapshot_reply(from, (txn, shard, result), out);
             }
-            TigaMsg::Closed { shard, ts, upto } => {
+            TigaMsg::Closed { shard, ts, upto, .. } => {
                 let Some(host) = self.hosted.get_mut(&shard) else { return };
                 if host.replica.leads() || host.leader != from {
                     self.counts.dropped_total += 1;
@@ -2521,7 +2630,7 @@ impl Node for TigaNode {
             Purpose::FetchBody(shard, txn, proposer) => {
                 let Some(host) = self.hosted.get(&shard) else { return };
                 if !host.bodies.contains_key(&txn) && !host.replica.logged(txn) {
-                    out.send(proposer, TigaMsg::GetBody { txn });
+                    out.send(proposer, TigaMsg::GetBody { view: self.view.global, txn });
                 }
             }
         }
@@ -2562,6 +2671,7 @@ impl Node for TigaNode {
                 ("luigi_store_versions", versions),
                 ("luigi_store_keys", keys),
                 ("luigi_answers_kept", answers),
+                ("luigi_stale_view_total", self.counts.stale_view_total),
             ];
         }
         vec![
@@ -2584,6 +2694,7 @@ impl Node for TigaNode {
             ("tiga_store_versions", versions),
             ("tiga_store_keys", keys),
             ("tiga_answers_kept", answers),
+            ("tiga_stale_view_total", self.counts.stale_view_total),
         ]
     }
 }
@@ -2612,6 +2723,10 @@ mod tests {
     fn txn(seq: u64) -> TxnId {
         TxnId { origin: NodeId(9), incarnation: 1, seq }
     }
+
+    /// The global view number a run starts in ([`initial_view`] moves one past
+    /// [`View::initial`]).
+    const VIEW: u64 = 1;
 
     /// Node `id` of 3 shards × 3 replicas in 3 regions (nodes 0–8 replicas, 9–11
     /// coordinators), running bank.
@@ -2671,6 +2786,7 @@ mod tests {
         let txn = sent.expect("the body went out");
         for shard in [ShardId(3), ShardId(10_777), ShardId(u32::MAX)] {
             let reply = TigaMsg::Fast {
+                view: VIEW,
                 txn,
                 shard,
                 ts: Timestamp(5),
@@ -2679,7 +2795,7 @@ mod tests {
                 result: Some(ShardResult::Ran(Vec::new())),
             };
             coordinator.on_message(2_000, NodeId(1), reply, &mut out);
-            let slow = TigaMsg::Slow { txn, shard, ts: Timestamp(5) };
+            let slow = TigaMsg::Slow { view: VIEW, txn, shard, ts: Timestamp(5) };
             coordinator.on_message(2_000, NodeId(1), slow, &mut out);
         }
         assert_eq!(coordinator.requests.len(), 1, "still in flight, nothing decided");
@@ -2718,6 +2834,7 @@ mod tests {
             })
             .expect("a cross-shard transfer");
         let fast = |ts: u64, result: Option<ShardResult>, shard| TigaMsg::Fast {
+            view: VIEW,
             txn,
             shard,
             ts: Timestamp(ts),
@@ -2775,6 +2892,7 @@ mod tests {
         vec![
             TigaMsg::Txn(Box::new(body)),
             TigaMsg::Fast {
+                view: VIEW,
                 txn: txn(1),
                 shard: ShardId(0),
                 ts: Timestamp(5),
@@ -2783,6 +2901,7 @@ mod tests {
                 result: Some(ShardResult::UserAbort("no".into())),
             },
             TigaMsg::Propose {
+                view: VIEW,
                 txn: txn(1),
                 shards: vec![ShardId(0), ShardId(1)],
                 from: ShardId(1),
@@ -2790,6 +2909,7 @@ mod tests {
                 answer: false,
             },
             TigaMsg::Vote {
+                view: VIEW,
                 txn: txn(1),
                 from: ShardId(1),
                 to: ShardId(0),
@@ -2798,20 +2918,28 @@ mod tests {
                 want_reply: true,
             },
             TigaMsg::Sync {
+                view: VIEW,
                 shard: ShardId(0),
                 from: 0,
                 entries: vec![(txn(1), Timestamp(5))],
                 outcomes: vec![SyncOutcome { txn: txn(1), ok: false, inputs: Vec::new() }],
             },
-            TigaMsg::SyncAck { shard: ShardId(0), synced: 1, executed: 1, fetch: vec![txn(1)] },
-            TigaMsg::Watermark { shard: ShardId(2), ts: Timestamp(9) },
+            TigaMsg::SyncAck {
+                view: VIEW,
+                shard: ShardId(0),
+                synced: 1,
+                executed: 1,
+                fetch: vec![txn(1)],
+            },
+            TigaMsg::Watermark { view: VIEW, shard: ShardId(2), ts: Timestamp(9) },
             TigaMsg::SnapReply {
+                view: VIEW,
                 txn: txn(1),
                 shard: ShardId(1),
                 result: ShardResult::Ran(vec![(0, vec![Datum::Uint(3)])]),
                 owd_ns: 4,
             },
-            TigaMsg::Closed { shard: ShardId(0), ts: Timestamp(8), upto: 4 },
+            TigaMsg::Closed { view: VIEW, shard: ShardId(0), ts: Timestamp(8), upto: 4 },
         ]
     }
 
@@ -2969,6 +3097,7 @@ mod tests {
             TigaMsg::Txn(Box::new(bad_body)),
             TigaMsg::Txn(Box::new(garbage)),
             TigaMsg::Propose {
+                view: VIEW,
                 txn: txn(3),
                 shards: vec![ShardId(0), ShardId(200)],
                 from: ShardId(200),
@@ -2976,6 +3105,7 @@ mod tests {
                 answer: false,
             },
             TigaMsg::Vote {
+                view: VIEW,
                 txn: txn(3),
                 from: ShardId(1),
                 to: ShardId(0),
@@ -2984,6 +3114,7 @@ mod tests {
                 want_reply: true,
             },
             TigaMsg::Sync {
+                view: VIEW,
                 shard: ShardId(0),
                 from: 0,
                 entries: vec![(txn(4), Timestamp(1))],
@@ -2994,13 +3125,14 @@ mod tests {
                 }],
             },
             TigaMsg::SyncAck {
+                view: VIEW,
                 shard: ShardId(0),
                 synced: u64::MAX,
                 executed: u64::MAX,
                 fetch: vec![txn(4)],
             },
-            TigaMsg::GetBody { txn: txn(5) },
-            TigaMsg::Slow { txn: txn(6), shard: ShardId(2), ts: Timestamp(1) },
+            TigaMsg::GetBody { view: VIEW, txn: txn(5) },
+            TigaMsg::Slow { view: VIEW, txn: txn(6), shard: ShardId(2), ts: Timestamp(1) },
         ];
         for (i, msg) in hostile.into_iter().enumerate() {
             leader.on_message(1_000 + i as u64, stranger, msg, &mut out);
@@ -3012,6 +3144,40 @@ mod tests {
         assert!(host.bodies.is_empty() && host.early_votes.is_empty() && host.pending.is_empty());
         let sends = out.drain().filter(|e| matches!(e, meridian_core::node::Effect::Send { .. }));
         assert_eq!(sends.count(), 0, "nothing answered to a stranger");
+    }
+
+    /// Every replica's message carries its sender's view; a node drops and counts one of
+    /// another view, earlier or later, before looking at it. A coordinator's body holds in
+    /// any view.
+    #[test]
+    fn messages_of_another_view_are_dropped_and_counted() {
+        let shard = ShardId(0);
+        let leader = node(0).leader_of(shard).unwrap();
+        let replicas = node(0).context.topology.shard_nodes(shard);
+        let follower_id = replicas.into_iter().find(|&n| n != leader).unwrap();
+        let mut follower = node(follower_id.0);
+        assert_eq!(follower.view.global, VIEW);
+        let sync = |view| TigaMsg::Sync {
+            view,
+            shard,
+            from: 0,
+            entries: vec![(txn(1), Timestamp(5))],
+            outcomes: Vec::new(),
+        };
+        let mut out = Outbox::new();
+        for view in [VIEW - 1, VIEW + 1, u64::MAX] {
+            follower.on_message(10, leader, sync(view), &mut out);
+        }
+        assert_eq!(follower.counts.stale_view_total, 3);
+        assert!(follower.counters().contains(&("tiga_stale_view_total", 3)));
+        assert_eq!(follower.hosted[&shard].replica.log_len(), 0, "no stale entry logged");
+        assert!(out.is_empty(), "nothing answered");
+        follower.on_message(10, leader, sync(VIEW), &mut out);
+        assert_eq!(follower.hosted[&shard].replica.log_len(), 1, "the view's own sync is taken");
+        assert_eq!(follower.counts.stale_view_total, 3);
+        assert!(samples()
+            .iter()
+            .all(|m| m.view().is_none() == matches!(m, TigaMsg::Txn(_) | TigaMsg::SnapRead(_))));
     }
 
     /// Snapshot reads: a leader's closed timestamp stays below the clock, below what it
@@ -3057,7 +3223,7 @@ mod tests {
         let kept = [id(1, 0), id(1, 1), id(1, 2), id(1, 6), id(1, 7), id(1, 9), id(2, 0)];
         let host = replica.hosted.get_mut(&ShardId(0)).unwrap();
         for &txn in &kept {
-            let slow = TigaMsg::Slow { txn, shard: ShardId(0), ts: Timestamp(1) };
+            let slow = TigaMsg::Slow { view: VIEW, txn, shard: ShardId(0), ts: Timestamp(1) };
             reply(host, txn, slow, &mut Outbox::new());
         }
         let mut generator = workload.generator(0, 0);
@@ -3091,7 +3257,7 @@ mod tests {
         let host = replica.hosted.get_mut(&ShardId(0)).unwrap();
         for seq in 100..5_100 {
             let txn = id(1, seq);
-            let slow = TigaMsg::Slow { txn, shard: ShardId(0), ts: Timestamp(1) };
+            let slow = TigaMsg::Slow { view: VIEW, txn, shard: ShardId(0), ts: Timestamp(1) };
             reply(host, txn, slow, &mut Outbox::new());
             forget_decided_answers(host, id(1, seq + 1), seq + 1);
         }
@@ -3111,17 +3277,17 @@ mod tests {
         let (mut coordinator, _) = node_of(9, Variant::Luigi);
         let mut out = Outbox::new();
         let leader_of_1 = coordinator.leader_of(ShardId(1)).unwrap();
-        let mark = TigaMsg::Watermark { shard: ShardId(1), ts: Timestamp(50) };
+        let mark = TigaMsg::Watermark { view: VIEW, shard: ShardId(1), ts: Timestamp(50) };
         coordinator.on_message(1, NodeId(10), mark.clone(), &mut out);
         assert!(coordinator.watermarks.is_empty(), "a stranger's watermark");
         assert_eq!(coordinator.counts.dropped_total, 1);
         coordinator.on_message(2, leader_of_1, mark, &mut out);
-        let lower = TigaMsg::Watermark { shard: ShardId(1), ts: Timestamp(40) };
+        let lower = TigaMsg::Watermark { view: VIEW, shard: ShardId(1), ts: Timestamp(40) };
         coordinator.on_message(3, leader_of_1, lower, &mut out);
         assert_eq!(coordinator.watermarks.get(&ShardId(1)), Some(&Timestamp(50)));
         // A tiga node takes no watermark at all.
         let mut tiga = node(9);
-        let mark = TigaMsg::Watermark { shard: ShardId(1), ts: Timestamp(50) };
+        let mark = TigaMsg::Watermark { view: VIEW, shard: ShardId(1), ts: Timestamp(50) };
         tiga.on_message(4, leader_of_1, mark, &mut out);
         assert!(tiga.watermarks.is_empty());
 
