@@ -38,7 +38,9 @@
 //! as values (each input is taken only from the vote of the shard that runs its piece).
 //! Followers execute their synced log in order at the leader's timestamps, taking each
 //! multi-shard transaction's final outcome, and the inputs its pieces took, from the leader
-//! (sent with the log), so every replica reaches the leader's state.
+//! (sent with the log), so every replica reaches the leader's state. They execute only below
+//! the commit-point (what `f + 1` replicas synced, which a view change keeps): with `f` = 1
+//! that is their own sync-point; otherwise the leader sends it with its log.
 //!
 //! # Failures handled, and not yet
 //!
@@ -254,6 +256,9 @@ pub enum TigaMsg {
         entries: Vec<(TxnId, Timestamp)>,
         /// Multi-shard transactions decided, with what followers need to execute them.
         outcomes: Vec<SyncOutcome>,
+        /// The leader's commit-point: log positions below it are synced by `f + 1` replicas
+        /// and survive any view change, so followers may execute them.
+        commit: u64,
     },
     /// Leader → coordinator (`luigi` only): every transaction of the coordinator on `shard`
     /// at or below `ts` is replicated to a majority, and every later one will be held above
@@ -345,8 +350,8 @@ pub struct SyncOutcome {
     pub inputs: Vec<(u32, PieceOutput)>,
 }
 
-/// A sync message's position, entries and outcomes.
-type SyncParts = (u64, Vec<(TxnId, Timestamp)>, Vec<SyncOutcome>);
+/// A sync message's position, entries, outcomes and commit-point.
+type SyncParts = (u64, Vec<(TxnId, Timestamp)>, Vec<SyncOutcome>, u64);
 
 /// Piece outputs carried by one sync message's outcomes, about (more wait for the next).
 pub const SYNC_INPUT_BYTES_MAX: usize = 4 << 20;
@@ -603,6 +608,8 @@ struct Hosted {
     bodies_to: BTreeMap<NodeId, usize>,
     /// Bodies below this log position were dropped (every follower executed them).
     pruned: usize,
+    /// Leader: the commit-point last sent to the followers. Follower: the highest heard.
+    commit: usize,
     // Follower.
     /// Synced entries executed here.
     executed: usize,
@@ -791,6 +798,7 @@ impl TigaNode {
                     sent_to: followers.iter().map(|&n| (n, 0)).collect(),
                     bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
                     pruned: 0,
+                    commit: 0,
                     executed: 0,
                     outcomes: BTreeMap::new(),
                     leader,
@@ -1793,8 +1801,14 @@ impl TigaNode {
         }
         let log_len = host.replica.log_len();
         let fresh = std::mem::take(&mut host.fresh_outcomes);
+        // With `f` above 1 a follower's own sync-point does not make an entry survive a view
+        // change: it executes up to the commit-point, which the leader tells it.
+        let f = faults_tolerated(&self.context.topology);
+        let commit = commit_point(host, f);
+        let news = f > 1 && commit > host.commit;
         for &follower in &host.followers {
             let (synced, executed) = host.acks[&follower];
+            let behind = f > 1 && again && executed < commit.min(synced);
             let next = if again { synced } else { host.sent_to[&follower] };
             let mut outcomes = if again { window_outcomes(host, executed) } else { fresh.clone() };
             outcomes.truncate(OUTCOMES_WINDOW_MAX);
@@ -1809,7 +1823,7 @@ impl TigaNode {
                 .count();
             outcomes.truncate(fit.max(1));
             let entries = host.replica.log_since(next).to_vec();
-            if entries.is_empty() && outcomes.is_empty() {
+            if entries.is_empty() && outcomes.is_empty() && !news && !behind {
                 continue;
             }
             if host.streams.is_some() {
@@ -1832,9 +1846,11 @@ impl TigaNode {
                 from: next as u64,
                 entries,
                 outcomes,
+                commit: commit as u64,
             };
             out.send(follower, msg);
         }
+        host.commit = commit;
     }
 
     fn on_peer(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
@@ -1963,11 +1979,13 @@ impl TigaNode {
         sync: SyncParts,
         out: &mut Outbox<TigaMsg>,
     ) {
-        let (start, entries, outcomes) = sync;
+        let (start, entries, outcomes, commit) = sync;
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         if host.replica.leads() || host.leader != from {
             return;
         }
+        // Messages may come out of order: the commit-point only rises.
+        host.commit = host.commit.max(usize::try_from(commit).unwrap_or(usize::MAX));
         if entries.len() > super::log::SYNC_ENTRIES_MAX || outcomes.len() > OUTCOMES_WINDOW_MAX {
             return; // No honest leader sends more.
         }
@@ -2196,6 +2214,21 @@ fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
     actions
 }
 
+/// `f`: the replicas of a shard that may fail (`2f + 1` replicas).
+fn faults_tolerated(topology: &Topology) -> usize {
+    (topology.replicas.max(1) as usize - 1) / 2
+}
+
+/// A leader's commit-point: the largest log position that `f + 1` of the shard's replicas
+/// have synced (the leader at its log's length, each follower at its acknowledged
+/// sync-point), never below what it said before.
+fn commit_point(host: &Hosted, f: usize) -> usize {
+    let mut synced: Vec<usize> = host.acks.values().map(|&(s, _)| s).collect();
+    synced.push(host.replica.log_len());
+    synced.sort_unstable_by(|a, b| b.cmp(a));
+    synced.get(f).copied().unwrap_or(0).max(host.commit)
+}
+
 /// A follower's acknowledgement: its sync-point and executed count, and bodies it lacks.
 fn ack_msg(view: u64, host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
     TigaMsg::SyncAck {
@@ -2288,8 +2321,15 @@ fn compact_answer_order(host: &mut Hosted) {
 fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     let start = host.executed;
     let synced_len = host.replica.synced().len();
+    // An entry this follower and its leader synced survives a view change when `f + 1` is
+    // two; otherwise only below the leader's commit-point.
+    let upto = if faults_tolerated(&context.topology) > 1 {
+        synced_len.min(host.commit)
+    } else {
+        synced_len
+    };
     // Bounded by the synced prefix.
-    while host.executed < synced_len {
+    while host.executed < upto {
         let (txn, ts) = host.replica.synced()[host.executed];
         let Some(known) = host.bodies.get(&txn) else { break };
         let none = (true, Vec::new());
@@ -2581,8 +2621,8 @@ impl Node for TigaNode {
                     self.on_decided(decided, out);
                 }
             }
-            TigaMsg::Sync { shard, from: start, entries, outcomes, .. } => {
-                self.on_sync(now, from, shard, (start, entries, outcomes), out);
+            TigaMsg::Sync { shard, from: start, entries, outcomes, commit, .. } => {
+                self.on_sync(now, from, shard, (start, entries, outcomes, commit), out);
             }
             TigaMsg::SyncAck { shard, synced, executed, fetch, .. } => {
                 self.on_sync_ack(from, shard, synced, executed, fetch, out);
@@ -2736,13 +2776,23 @@ mod tests {
 
     /// Node `id` of a 3 × 3 cluster running bank, as `variant`, with its workload.
     fn node_of(id: u32, variant: Variant) -> (TigaNode, Box<dyn meridian_workloads::Workload>) {
+        node_in(id, variant, 3)
+    }
+
+    /// Node `id` of 3 shards × `replicas` in 3 regions running bank, as `variant`.
+    fn node_in(
+        id: u32,
+        variant: Variant,
+        replicas: u32,
+    ) -> (TigaNode, Box<dyn meridian_workloads::Workload>) {
         let options = meridian_workloads::WorkloadOptions {
             shards: 3,
             keys_per_shard: 8,
             ..meridian_workloads::WorkloadOptions::default()
         };
         let workload = meridian_workloads::build("bank", &options).unwrap();
-        let topology = Topology::standard(vec!["a".into(), "b".into(), "c".into()], 3, 3).unwrap();
+        let regions = vec!["a".into(), "b".into(), "c".into()];
+        let topology = Topology::standard(regions, 3, replicas).unwrap();
         let context = NodeContext::new(
             NodeId(id),
             Arc::new(topology),
@@ -2922,6 +2972,7 @@ mod tests {
                 shard: ShardId(0),
                 from: 0,
                 entries: vec![(txn(1), Timestamp(5))],
+                commit: 0,
                 outcomes: vec![SyncOutcome { txn: txn(1), ok: false, inputs: Vec::new() }],
             },
             TigaMsg::SyncAck {
@@ -3118,6 +3169,7 @@ mod tests {
                 shard: ShardId(0),
                 from: 0,
                 entries: vec![(txn(4), Timestamp(1))],
+                commit: 0,
                 outcomes: vec![SyncOutcome {
                     txn: txn(4),
                     ok: true,
@@ -3146,6 +3198,77 @@ mod tests {
         assert_eq!(sends.count(), 0, "nothing answered to a stranger");
     }
 
+    /// With five replicas (`f` = 2) an entry a follower and its leader synced may still be
+    /// lost in a view change, so a follower executes its synced log only below the commit-point
+    /// its leader tells it; with three, its own sync-point is enough.
+    #[test]
+    fn followers_execute_below_the_commit_point() {
+        use meridian_core::node::Effect;
+        let shard = ShardId(0);
+        for replicas in [5, 3] {
+            let (probe, bank) = node_in(0, Variant::Tiga, replicas);
+            let leader = probe.leader_of(shard).unwrap();
+            let topology = probe.context.topology.clone();
+            let follower_id = topology.shard_nodes(shard).into_iter().find(|&n| n != leader);
+            let (mut follower, _) = node_in(follower_id.unwrap().0, Variant::Tiga, replicas);
+            let coordinator_id = topology.nodes.len() as u32 - 1;
+            let (mut coordinator, _) = node_in(coordinator_id, Variant::Tiga, replicas);
+            // Two transfers within shard 0, sent to the follower by their coordinator.
+            let mut requests = bank.generator(0, 1);
+            let mut out = Outbox::new();
+            let mut bodies = Vec::new();
+            for seq in 1..200 {
+                let request =
+                    ClientRequest { id: RequestId(seq), txn: requests.next(RequestId(seq)) };
+                coordinator.submit(1_000, request, &mut out);
+                let sent: Vec<(NodeId, TxnBody)> = out
+                    .drain()
+                    .filter_map(|e| match e {
+                        Effect::Send { to, msg: TigaMsg::Txn(body) } => Some((to, *body)),
+                        _ => None,
+                    })
+                    .collect();
+                let only_shard_0 = sent.iter().all(|(to, _)| {
+                    topology.nodes[to.0 as usize].replicas.iter().any(|r| r.shard == shard)
+                });
+                if only_shard_0 && bodies.len() < 2 {
+                    bodies.push(sent[0].1.clone());
+                }
+            }
+            assert_eq!(bodies.len(), 2, "two single-shard transfers");
+            let coordinator_node = NodeId(coordinator_id);
+            for body in &bodies {
+                follower.on_message(
+                    1_000,
+                    coordinator_node,
+                    TigaMsg::Txn(Box::new(body.clone())),
+                    &mut out,
+                );
+            }
+            let entries: Vec<(TxnId, Timestamp)> = bodies.iter().map(|b| (b.txn, b.ts)).collect();
+            let sync = |commit| TigaMsg::Sync {
+                view: VIEW,
+                shard,
+                from: 0,
+                entries: entries.clone(),
+                commit,
+                outcomes: Vec::new(),
+            };
+            follower.on_message(1_001, leader, sync(0), &mut out);
+            let host = &follower.hosted[&shard];
+            assert_eq!(host.replica.synced().len(), 2, "{replicas} replicas: both synced");
+            let expected = if replicas == 5 { 0 } else { 2 };
+            assert_eq!(host.executed, expected, "{replicas} replicas, commit-point 0");
+            follower.on_message(1_002, leader, sync(1), &mut out);
+            let expected = if replicas == 5 { 1 } else { 2 };
+            assert_eq!(follower.hosted[&shard].executed, expected, "{replicas}: commit-point 1");
+            follower.on_message(1_003, leader, sync(0), &mut out);
+            assert_eq!(follower.hosted[&shard].executed, expected, "the commit-point only rises");
+            follower.on_message(1_004, leader, sync(2), &mut out);
+            assert_eq!(follower.hosted[&shard].executed, 2);
+        }
+    }
+
     /// Every replica's message carries its sender's view; a node drops and counts one of
     /// another view, earlier or later, before looking at it. A coordinator's body holds in
     /// any view.
@@ -3162,6 +3285,7 @@ mod tests {
             shard,
             from: 0,
             entries: vec![(txn(1), Timestamp(5))],
+            commit: 0,
             outcomes: Vec::new(),
         };
         let mut out = Outbox::new();
