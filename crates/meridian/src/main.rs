@@ -278,7 +278,8 @@ struct BenchArgs {
     #[arg(long, conflicts_with = "preset")]
     experiment: Option<PathBuf>,
     /// Run a built-in experiment reproducing a reference study: luigi-micro, luigi-tpcc,
-    /// luigi-cross-shard, tiga-micro, tiga-tpcc, single-node (the files under experiments/).
+    /// luigi-cross-shard, tiga-micro, tiga-tpcc, tpcc-new-order, single-node,
+    /// crossstitch-latency, crossstitch-3dc (the files under experiments/).
     #[arg(long)]
     preset: Option<String>,
     /// With --experiment or --preset: the file's short version (its [quick] table).

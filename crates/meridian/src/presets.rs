@@ -8,6 +8,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("luigi-cross-shard", include_str!("../../../experiments/luigi-cross-shard.toml")),
     ("tiga-micro", include_str!("../../../experiments/tiga-micro.toml")),
     ("tiga-tpcc", include_str!("../../../experiments/tiga-tpcc.toml")),
+    ("tpcc-new-order", include_str!("../../../experiments/tpcc-new-order.toml")),
     ("single-node", include_str!("../../../experiments/single-node.toml")),
     ("crossstitch-latency", include_str!("../../../experiments/crossstitch-latency.toml")),
     ("crossstitch-3dc", include_str!("../../../experiments/crossstitch-3dc.toml")),
@@ -44,6 +45,11 @@ mod tests {
                 workloads.extend(points.iter().filter_map(|p| p.get("workload")?.as_str()));
             }
             assert!(!workloads.is_empty(), "preset {name} names a workload");
+            let mut tpcc = meridian_workloads::tpcc::TpccOptions::default();
+            if let Some(mode) = table.get("tpcc_mode").and_then(|m| m.as_str()) {
+                tpcc.mode =
+                    meridian_workloads::tpcc::TpccOptions::parse_mode(mode).expect("a mode");
+            }
             let replicas: Vec<u32> = match table.get("replicas") {
                 Some(toml::Value::Integer(r)) => vec![*r as u32],
                 Some(toml::Value::Array(list)) => {
@@ -67,6 +73,7 @@ mod tests {
                         let options = meridian_workloads::WorkloadOptions {
                             shards: 2,
                             keys_per_shard: 1_000,
+                            tpcc: tpcc.clone(),
                             ..meridian_workloads::WorkloadOptions::default()
                         };
                         let built = meridian_workloads::build(workload, &options).expect("builds");
