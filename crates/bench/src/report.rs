@@ -205,6 +205,9 @@ pub fn paths_line(s: &crate::stats::Summary) -> String {
     );
     if let Some(ratio) = s.fast_path_ratio {
         line += &format!("; fast path {:.1}%", ratio * 100.0);
+        if let Some(quorum) = s.fast_quorum_ratio {
+            line += &format!(" (super quorums matched for {:.1}% of the run)", quorum * 100.0);
+        }
     }
     if let (Some(p50), Some(mean)) = (s.wrtt_p50, s.wrtt_mean) {
         line += &format!("; wide-area round trips per commit p50 {p50} (mean {mean:.2})");

@@ -133,6 +133,15 @@ impl From<&LinkDelays> for LinkReport {
     }
 }
 
+impl RunOutput {
+    /// Records the nodes' protocol counters, summed, and the summary's figures drawn from
+    /// them.
+    pub fn set_counters(&mut self, counters: BTreeMap<String, u64>) {
+        self.summary.fast_quorum_ratio = crate::stats::fast_quorum_ratio(&counters);
+        self.protocol_counters = counters;
+    }
+}
+
 /// Everything a run produced.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunOutput {
@@ -422,7 +431,7 @@ async fn embedded<N: ProtocolNode>(
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
     note_offered(&mut out, &pools);
-    out.protocol_counters = counters_total(results.iter().map(|r| r.node.counters()));
+    out.set_counters(counters_total(results.iter().map(|r| r.node.counters())));
     out.load = Some(load);
     out.messages_dropped = dropped;
     out.node_panics = panics_of(&failures);
@@ -754,7 +763,7 @@ async fn remote<N: ProtocolNode>(
     };
     let mut out = output(experiment, "tcp", &workload, &stats, checks, note, links);
     note_offered(&mut out, &pools);
-    out.protocol_counters = counters_total(results.iter().map(|r| r.node.counters()));
+    out.set_counters(counters_total(results.iter().map(|r| r.node.counters())));
     out.messages_dropped = dropped;
     out.node_panics = panics_of(&failures);
     out.history_json = checker.history_json();

@@ -173,6 +173,12 @@ pub struct Summary {
     /// Commits on a fast path per commit on the fast or the slow path (snapshot reads take
     /// neither), for protocols that have one (`null` otherwise).
     pub fast_path_ratio: Option<f64>,
+    /// Commits whose every participant shard's super quorum of fast replies matched, per
+    /// commit on the fast or the slow path: those the fast path decided, and those it would
+    /// have decided had the slow path not been first (tiga's
+    /// `tiga_fast_quorum_after_slow_total`), over the whole run, warm-up included. `null`
+    /// where the protocol does not count them.
+    pub fast_quorum_ratio: Option<f64>,
     /// Wide-area round trips on the critical path of the median commit (half the wide-area
     /// one-way legs it waited for, in turn), where the driver counts them (the simulator).
     pub wrtt_p50: Option<f64>,
@@ -420,6 +426,7 @@ impl RunStats {
             commit_paths: self.paths.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             // Of the commits that went through ordering: snapshot reads take neither path.
             fast_path_ratio: (fast + slow > 0).then(|| fast as f64 / (fast + slow) as f64),
+            fast_quorum_ratio: None, // From the protocol counters: `fast_quorum_ratio`.
             wrtt_p50: hops_p50.map(|h| f64::from(h) / 2.0),
             wrtt_mean: (counted > 0).then(|| hops_sum / counted as f64 / 2.0),
             speculative_latency_ms_p50: speculative(0.5),
@@ -495,11 +502,43 @@ impl RunStats {
     }
 }
 
+/// [`Summary::fast_quorum_ratio`] from the run's protocol counters summed over the nodes
+/// (`None` unless a protocol counts `*_fast_quorum_after_slow_total`). The counters cover the
+/// whole run, warm-up included, so the commits it divides by are the counters' too.
+pub fn fast_quorum_ratio(counters: &BTreeMap<String, u64>) -> Option<f64> {
+    let sum = |suffix: &str| -> Option<u64> {
+        let mut found = counters.iter().filter(|(name, _)| name.ends_with(suffix)).peekable();
+        found.peek()?;
+        Some(found.map(|(_, v)| *v).sum())
+    };
+    let after_slow = sum("_fast_quorum_after_slow_total")?;
+    let (fast, slow) = (sum("_fast_commits_total")?, sum("_slow_commits_total")?);
+    (fast + slow > 0).then(|| (fast + after_slow.min(slow)) as f64 / (fast + slow) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use meridian_core::txn::{ProcId, TxnOutcome, TxnRequest};
     use meridian_core::{NodeId, RequestId};
+
+    /// The super-quorum figure counts fast commits and slow ones whose super quorums matched
+    /// later, over every commit on either path; without tiga's counter there is none.
+    #[test]
+    fn super_quorums_matched_count_fast_commits_and_slow_ones_matched_later() {
+        let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+        counters.insert("luigi_commits_total".into(), 10);
+        assert_eq!(fast_quorum_ratio(&counters), None, "no protocol counts it");
+        counters.insert("tiga_fast_commits_total".into(), 30);
+        counters.insert("tiga_slow_commits_total".into(), 70);
+        counters.insert("tiga_fast_quorum_after_slow_total".into(), 60);
+        assert_eq!(fast_quorum_ratio(&counters), Some(0.9));
+        counters.insert("tiga_fast_quorum_after_slow_total".into(), 500);
+        assert_eq!(fast_quorum_ratio(&counters), Some(1.0), "never above every commit");
+        counters.insert("tiga_fast_commits_total".into(), 0);
+        counters.insert("tiga_slow_commits_total".into(), 0);
+        assert_eq!(fast_quorum_ratio(&counters), None, "no commit");
+    }
 
     fn completion(submitted_at: Time, completed_at: Time, shards: u32, retries: u32) -> Completion {
         Completion {

@@ -466,11 +466,13 @@ pub trait Procedure: Send + Sync + fmt::Debug {
     /// For a piece whose keys need its inputs (an order row keyed by the order number the
     /// district row handed out): keys known from the arguments, on the piece's shard, that a
     /// protocol ordering transactions by their keys before running them (tiga, luigi) treats
-    /// the transaction as writing, in place of the piece's own keys. The promise: any
-    /// transaction such a protocol can run (no scans; every key known from the arguments or
-    /// guarded) that reads or writes a key this piece may touch, with any inputs, also reads
-    /// or writes one of these keys, so ordering by them orders every conflict on the piece's
-    /// keys. `None` (the default): no such keys, and those protocols refuse the piece.
+    /// the transaction as writing, in place of the piece's own keys. The promise, over the
+    /// transactions such a protocol can run (no scans; every key known from the arguments or
+    /// guarded): one that writes a key this piece may touch, with any inputs, also writes one
+    /// of these keys, and one that reads such a key reads or writes one of them. A writer
+    /// there then waits for every earlier transaction touching the guard, and a reader for
+    /// every earlier writer, so the guard orders every conflict on the piece's keys. `None`
+    /// (the default): no such keys, and those protocols refuse the piece.
     fn guard(&self, _piece: u32, _args: &Args) -> Option<Vec<Key>> {
         None
     }

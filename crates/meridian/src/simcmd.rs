@@ -364,7 +364,7 @@ fn sim_output(
         "meridian_version": env!("CARGO_PKG_VERSION"),
         "provenance": meridian_bench::report::provenance(),
     });
-    meridian_bench::run::RunOutput {
+    let mut output = meridian_bench::run::RunOutput {
         parameters,
         summary: stats.summary(),
         first_failure: stats.first_failure.clone(),
@@ -374,11 +374,12 @@ fn sim_output(
         links: Vec::new(),
         messages_dropped: 0,
         node_panics: Vec::new(),
-        protocol_counters: meridian_bench::run::counters_total(
-            report.node_counters.values().cloned(),
-        ),
+        protocol_counters: std::collections::BTreeMap::new(),
         history_json: report.history_json.clone(),
-    }
+    };
+    output
+        .set_counters(meridian_bench::run::counters_total(report.node_counters.values().cloned()));
+    output
 }
 
 /// Runs seeds in this process and prints one line per failure and a summary line.

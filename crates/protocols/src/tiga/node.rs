@@ -7,8 +7,8 @@
 //! # One transaction
 //!
 //! 1. The coordinator binds the procedure's plan to shards and checks that it is one-shot in
-//!    the strong sense a replica's arrival check needs (no piece needs another's output, no
-//!    scans), stamps it ([`super::coordinator::Tracker`]) and sends the body (procedure,
+//!    the strong sense a replica's arrival check needs (every piece's keys known from the
+//!    arguments, or standing behind guard keys its procedure names; no scans), stamps it ([`super::coordinator::Tracker`]) and sends the body (procedure,
 //!    arguments, timestamp, send time) to every replica of every participant shard.
 //! 2. Each replica derives the shard's pieces and keys from the body itself (nothing in the
 //!    message is trusted beyond the arguments), holds the transaction and releases it in
@@ -50,8 +50,9 @@
 //! that hears a proposal for a transaction it never received fetches the body from the
 //! proposer; followers acknowledge their sync-point and the leader resends what they lack.
 //!
-//! Every replica's message carries the global view it was sent in ([`TigaMsg::view`]); a
-//! node drops and counts any of another view before looking at it.
+//! Every replica's message but a transaction's body carries the global view it was sent in
+//! ([`TigaMsg::view`]); a node drops and counts any of another view before looking at it. A
+//! body (from its coordinator, or a replica passing it on) holds in any view.
 //!
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a node hosting a
@@ -408,8 +409,10 @@ impl Shape {
 }
 
 /// Binds `request`'s plan and checks that tiga can run it: every piece's keys known from the
-/// arguments alone (a piece may take other pieces' outputs as values), no scans, and no
-/// shards whose pieces wait for each other's outputs in a cycle.
+/// arguments alone (a piece may take other pieces' outputs as values), or, for a piece whose
+/// keys need its inputs, guard keys on its shard that stand for them
+/// ([`meridian_core::txn::Procedure::guard`]); no scans, and no shards whose pieces wait for
+/// each other's outputs in a cycle.
 fn shape_of(
     context: &NodeContext,
     request: &TxnRequest,
@@ -1804,7 +1807,7 @@ impl TigaNode {
         // With `f` above 1 a follower's own sync-point does not make an entry survive a view
         // change: it executes up to the commit-point, which the leader tells it.
         let f = faults_tolerated(&self.context.topology);
-        let commit = commit_point(host, f);
+        let commit = commit_point(host, self.context.topology.replicas);
         let news = f > 1 && commit > host.commit;
         for &follower in &host.followers {
             let (synced, executed) = host.acks[&follower];
@@ -2219,14 +2222,12 @@ fn faults_tolerated(topology: &Topology) -> usize {
     (topology.replicas.max(1) as usize - 1) / 2
 }
 
-/// A leader's commit-point: the largest log position that `f + 1` of the shard's replicas
-/// have synced (the leader at its log's length, each follower at its acknowledged
-/// sync-point), never below what it said before.
-fn commit_point(host: &Hosted, f: usize) -> usize {
+/// A leader's commit-point ([`super::log::commit_point`]: the leader at its log's length,
+/// each follower at its acknowledged sync-point), never below what it said before.
+fn commit_point(host: &Hosted, replicas: u32) -> usize {
     let mut synced: Vec<usize> = host.acks.values().map(|&(s, _)| s).collect();
     synced.push(host.replica.log_len());
-    synced.sort_unstable_by(|a, b| b.cmp(a));
-    synced.get(f).copied().unwrap_or(0).max(host.commit)
+    super::log::commit_point(&synced, replicas).max(host.commit)
 }
 
 /// A follower's acknowledgement: its sync-point and executed count, and bodies it lacks.
@@ -2525,9 +2526,6 @@ fn outputs_bytes(outputs: &[(u32, PieceOutput)]) -> usize {
 fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overlay) {
     let store = &mut host.store;
     let leads = host.replica.leads();
-    // The part is known until the transaction is done here (its body goes after this).
-    let part = host.bodies.get(&txn).map(|known| &known.part);
-    debug_assert!(part.is_some(), "{txn} applied without its body");
     for (key, value) in writes {
         match store.write(key.clone(), ts, value.clone(), txn, VersionState::Committed) {
             Ok(()) => {}
@@ -2539,11 +2537,10 @@ fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overlay) {
             }
             Err(error) => panic!("{txn} writes {key:?} at {ts:?}: {error}"),
         }
-        // A leader keeps every version of a key a guarded piece wrote: a reader ordered by
-        // the guard waits on the guard, not on the key, so the key names no first reader.
-        let guarded = leads
-            && part.is_none_or(|p| !p.guarded.is_empty() && p.writes.binary_search(key).is_err());
-        if !host.keep_history && !guarded {
+        // A key written behind a guard is pruned like any other: a guarded reader of it is a
+        // writer of the guard, which any later writer of the key also writes and so waits
+        // for (`Procedure::guard`'s promise).
+        if !host.keep_history {
             let first_reader = host.waits.first_reader(key).filter(|_| leads);
             store.prune_key(key, first_reader.map_or(Timestamp::MAX, |(ts, _)| ts));
         }
