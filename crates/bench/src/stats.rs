@@ -503,16 +503,16 @@ impl RunStats {
 }
 
 /// [`Summary::fast_quorum_ratio`] from the run's protocol counters summed over the nodes
-/// (`None` unless a protocol counts `*_fast_quorum_after_slow_total`). The counters cover the
-/// whole run, warm-up included, so the commits it divides by are the counters' too.
+/// (`None` unless a protocol counts commits per path as `*_fast_commits_total` and
+/// `*_slow_commits_total`, with `*_fast_quorum_after_slow_total` beside them; a counter at
+/// zero is left out of the totals). The counters cover the whole run, warm-up included, so
+/// the commits it divides by are the counters' too.
 pub fn fast_quorum_ratio(counters: &BTreeMap<String, u64>) -> Option<f64> {
-    let sum = |suffix: &str| -> Option<u64> {
-        let mut found = counters.iter().filter(|(name, _)| name.ends_with(suffix)).peekable();
-        found.peek()?;
-        Some(found.map(|(_, v)| *v).sum())
+    let sum = |suffix: &str| -> u64 {
+        counters.iter().filter(|(name, _)| name.ends_with(suffix)).map(|(_, v)| *v).sum()
     };
-    let after_slow = sum("_fast_quorum_after_slow_total")?;
-    let (fast, slow) = (sum("_fast_commits_total")?, sum("_slow_commits_total")?);
+    let (fast, slow) = (sum("_fast_commits_total"), sum("_slow_commits_total"));
+    let after_slow = sum("_fast_quorum_after_slow_total");
     (fast + slow > 0).then(|| (fast + after_slow.min(slow)) as f64 / (fast + slow) as f64)
 }
 
@@ -523,13 +523,14 @@ mod tests {
     use meridian_core::{NodeId, RequestId};
 
     /// The super-quorum figure counts fast commits and slow ones whose super quorums matched
-    /// later, over every commit on either path; without tiga's counter there is none.
+    /// later, over every commit on either path; without tiga's counters there is none.
     #[test]
     fn super_quorums_matched_count_fast_commits_and_slow_ones_matched_later() {
         let mut counters: BTreeMap<String, u64> = BTreeMap::new();
         counters.insert("luigi_commits_total".into(), 10);
         assert_eq!(fast_quorum_ratio(&counters), None, "no protocol counts it");
         counters.insert("tiga_fast_commits_total".into(), 30);
+        assert_eq!(fast_quorum_ratio(&counters), Some(1.0), "counters at zero are left out");
         counters.insert("tiga_slow_commits_total".into(), 70);
         counters.insert("tiga_fast_quorum_after_slow_total".into(), 60);
         assert_eq!(fast_quorum_ratio(&counters), Some(0.9));
