@@ -469,10 +469,10 @@ pub trait Procedure: Send + Sync + fmt::Debug {
     /// the transaction as writing, in place of the piece's own keys. The promise, over the
     /// transactions such a protocol can run (no scans; every key known from the arguments or
     /// guarded): one that writes a key this piece may touch, with any inputs, also writes one
-    /// of these keys, and one that reads such a key reads or writes one of them. A writer
-    /// there then waits for every earlier transaction touching the guard, and a reader for
-    /// every earlier writer, so the guard orders every conflict on the piece's keys. `None`
-    /// (the default): no such keys, and those protocols refuse the piece.
+    /// of these keys, and one that reads such a key reads or writes one of them. Writers of
+    /// the piece's keys are then ordered among themselves through the guard, and each reader
+    /// after every earlier writer, as they would be on the keys themselves. `None` (the
+    /// default): no such keys, and those protocols refuse the piece.
     fn guard(&self, _piece: u32, _args: &Args) -> Option<Vec<Key>> {
         None
     }

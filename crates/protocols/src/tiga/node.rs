@@ -8,8 +8,9 @@
 //!
 //! 1. The coordinator binds the procedure's plan to shards and checks that it is one-shot in
 //!    the strong sense a replica's arrival check needs (every piece's keys known from the
-//!    arguments, or standing behind guard keys its procedure names; no scans), stamps it ([`super::coordinator::Tracker`]) and sends the body (procedure,
-//!    arguments, timestamp, send time) to every replica of every participant shard.
+//!    arguments, or standing behind guard keys its procedure names; no scans), stamps it
+//!    ([`super::coordinator::Tracker`]) and sends the body (procedure, arguments, timestamp,
+//!    send time) to every replica of every participant shard.
 //! 2. Each replica derives the shard's pieces and keys from the body itself (nothing in the
 //!    message is trusted beyond the arguments), holds the transaction and releases it in
 //!    timestamp order; leaders of multi-shard transactions agree on the timestamp first
@@ -62,7 +63,7 @@
 //!
 //! # Memory a run does not grow
 //!
-//! Stores keep only the versions a read can still see ([`apply`]; every version with
+//! Stores keep only the versions a read can still see (`apply`; every version with
 //! snapshot reads on). Replies kept to answer resends go once their coordinator has decided
 //! the transaction: each body carries the coordinator's `decided_below`, and a replica that
 //! gets a coordinator's own copy forgets its replies below it (at most [`ANSWERS_MAX`] stay
@@ -319,9 +320,10 @@ pub enum TigaMsg {
 }
 
 impl TigaMsg {
-    /// The global view number a replica sent this message in; `None` for a coordinator's
-    /// message, which holds in any view. A node drops (and counts) a message of another view
-    /// than its own: leaders, logs and agreements of one view mean nothing in the next.
+    /// The global view number a replica sent this message in; `None` for a transaction's
+    /// body or snapshot read (from its coordinator, or passed on by a replica), which holds in
+    /// any view. A node drops (and counts) a message of another view than its own: leaders,
+    /// logs and agreements of one view mean nothing in the next.
     pub fn view(&self) -> Option<u64> {
         match self {
             Self::Txn(_) | Self::SnapRead(_) => None,
