@@ -340,6 +340,25 @@ impl TigaMsg {
             | Self::SyncAck { view, .. } => Some(*view),
         }
     }
+
+    /// Sets the view a replica's message carries (none for a body or a snapshot read): for
+    /// fuzzing and tests that forge messages of a node's own view.
+    pub fn set_view(&mut self, to: u64) {
+        match self {
+            Self::Txn(_) | Self::SnapRead(_) => {}
+            Self::Fast { view, .. }
+            | Self::Slow { view, .. }
+            | Self::Propose { view, .. }
+            | Self::Confirm { view, .. }
+            | Self::Vote { view, .. }
+            | Self::GetBody { view, .. }
+            | Self::Sync { view, .. }
+            | Self::Watermark { view, .. }
+            | Self::SnapReply { view, .. }
+            | Self::Closed { view, .. }
+            | Self::SyncAck { view, .. } => *view = to,
+        }
+    }
 }
 
 /// A multi-shard transaction's final outcome, as a leader tells its followers.
@@ -703,6 +722,8 @@ struct Counts {
     revoked_total: u64,
     /// Messages of another view than this node's, dropped.
     stale_view_total: u64,
+    /// Decisions whose leaders' results were of another timestamp (reported unknown).
+    contradicted_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -745,6 +766,11 @@ impl TigaNode {
         let settings = TigaSettings::from_options(&context.options);
         let view = starting_view(&context.topology, &settings)?;
         Self::build(context, Variant::Tiga, view, settings.owd, settings.snapshot_reads)
+    }
+
+    /// The global view number this node is in.
+    pub fn view_number(&self) -> u64 {
+        self.view.global
     }
 
     /// A luigi node of `context`, stamping with `owd`.
@@ -1063,14 +1089,16 @@ impl TigaNode {
     fn on_decided(&mut self, committed: Committed, out: &mut Outbox<TigaMsg>) {
         let Some(id) = self.by_txn.remove(&committed.txn) else { return };
         let Some(flight) = self.requests.remove(&id) else { return };
-        // Every shard committed at the leader's latest timestamp, whose result is the one
-        // kept.
-        debug_assert!(
-            flight.results.values().all(|&(ts, _)| ts == committed.ts),
-            "{} decided at {:?} with results of other timestamps",
-            committed.txn,
-            committed.ts,
-        );
+        // Every shard committed at its leader's latest timestamp, whose result is the one
+        // kept. A leader whose replies contradict each other (found by fuzzing with forged
+        // replies; honest leaders never do) leaves no result to report: the outcome is
+        // unknown, never another timestamp's result.
+        if flight.results.values().any(|&(ts, _)| ts != committed.ts) {
+            self.counts.contradicted_total += 1;
+            let why = format!("{}: a leader's replies contradict the decision", committed.txn);
+            let failure = TxnFailure::Indeterminate(why);
+            return out.reply(flight.client.id, TxnOutcome::failed(failure));
+        }
         let mut outcome = TxnOutcome {
             result: TxnResult::Committed,
             outputs: Vec::new(),
@@ -1155,6 +1183,9 @@ impl TigaNode {
                 return; // Results come from the shard's leader only.
             }
             if let Some(flight) = self.requests.get_mut(&id) {
+                if !flight.shards.contains(&shard) {
+                    return; // Not a participant (found by fuzzing): no honest leader says so.
+                }
                 if flight.results.get(&shard).is_none_or(|&(had, _)| had <= ts) {
                     flight.results.insert(shard, (ts, result));
                 }
@@ -2711,6 +2742,7 @@ impl Node for TigaNode {
                 ("luigi_store_keys", keys),
                 ("luigi_answers_kept", answers),
                 ("luigi_stale_view_total", self.counts.stale_view_total),
+                ("luigi_contradicted_total", self.counts.contradicted_total),
             ];
         }
         vec![
@@ -2734,6 +2766,7 @@ impl Node for TigaNode {
             ("tiga_store_keys", keys),
             ("tiga_answers_kept", answers),
             ("tiga_stale_view_total", self.counts.stale_view_total),
+            ("tiga_contradicted_total", self.counts.contradicted_total),
         ]
     }
 }
@@ -2891,6 +2924,14 @@ mod tests {
             owd_ns: 1,
             result,
         };
+        // A result for a shard the transaction does not touch is no participant's: ignored
+        // (fuzzing found it kept, and the decision then reported with it).
+        let outsider = (0..3).map(ShardId).find(|s| !shards.contains(s));
+        if let Some(outsider) = outsider {
+            let leader = coordinator.leader_of(outsider).unwrap();
+            let stray = Some(ShardResult::UserAbort("not a participant".into()));
+            coordinator.on_message(2_000, leader, fast(100, stray, outsider), &mut out);
+        }
         for &shard in &shards {
             let leader = coordinator.leader_of(shard).unwrap();
             let ran = Some(ShardResult::Ran(Vec::new()));
@@ -2911,6 +2952,7 @@ mod tests {
         assert_eq!(outcome.result, TxnResult::Committed);
         assert_eq!(outcome.commit_ts, Some(Timestamp(200)));
         assert_eq!(outcome.path, CommitPath::Fast);
+        assert!(outsider.is_some(), "a transfer touches two of the three shards");
     }
 
     /// End-of-run checks read the store of the node that says it leads a shard: exactly one
