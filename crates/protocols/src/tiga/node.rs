@@ -2132,6 +2132,14 @@ impl TigaNode {
             }
             host.pruned = pruned_upto;
         }
+        // With `f` above 1 followers execute only below the commit-point: tell them as soon
+        // as an acknowledgement moves it, not at the next release or pace.
+        let replicas = self.context.topology.replicas;
+        if faults_tolerated(&self.context.topology) > 1
+            && commit_point(host, replicas) > host.commit
+        {
+            self.sync_followers(shard, false, out);
+        }
         self.advance_replicated(shard, out);
     }
 
