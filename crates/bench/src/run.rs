@@ -133,15 +133,6 @@ impl From<&LinkDelays> for LinkReport {
     }
 }
 
-impl RunOutput {
-    /// Records the nodes' protocol counters, summed, and the summary's figures drawn from
-    /// them.
-    pub fn set_counters(&mut self, counters: BTreeMap<String, u64>) {
-        self.summary.fast_quorum_ratio = crate::stats::fast_quorum_ratio(&counters);
-        self.protocol_counters = counters;
-    }
-}
-
 /// Everything a run produced.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunOutput {
@@ -173,6 +164,15 @@ pub struct RunOutput {
     /// `stats.json` as `history.json`.
     #[serde(skip)]
     pub history_json: Option<String>,
+}
+
+impl RunOutput {
+    /// Records the nodes' protocol counters, summed, and the summary's figures drawn from
+    /// them.
+    pub fn set_counters(&mut self, counters: BTreeMap<String, u64>) {
+        self.summary.fast_quorum_ratio = crate::stats::fast_quorum_ratio(&counters);
+        self.protocol_counters = counters;
+    }
 }
 
 /// How long the bulk load took and how much memory it left in use.

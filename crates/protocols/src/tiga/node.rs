@@ -71,6 +71,7 @@
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::owd::OwdSettings;
+use super::quorum::slow_followers;
 use super::replica::{Action, Incoming, Replica, ReplicaLimits};
 use super::view::{next_view, View};
 use super::waits::Waits;
@@ -1839,7 +1840,7 @@ impl TigaNode {
         let fresh = std::mem::take(&mut host.fresh_outcomes);
         // With `f` above 1 a follower's own sync-point does not make an entry survive a view
         // change: it executes up to the commit-point, which the leader tells it.
-        let f = faults_tolerated(&self.context.topology);
+        let f = slow_followers(self.context.topology.replicas);
         let commit = commit_point(host, self.context.topology.replicas);
         let news = f > 1 && commit > host.commit;
         for &follower in &host.followers {
@@ -2135,7 +2136,7 @@ impl TigaNode {
         // With `f` above 1 followers execute only below the commit-point: tell them as soon
         // as an acknowledgement moves it, not at the next release or pace.
         let replicas = self.context.topology.replicas;
-        if faults_tolerated(&self.context.topology) > 1
+        if slow_followers(self.context.topology.replicas) > 1
             && commit_point(host, replicas) > host.commit
         {
             self.sync_followers(shard, false, out);
@@ -2258,11 +2259,6 @@ fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
     actions
 }
 
-/// `f`: the replicas of a shard that may fail (`2f + 1` replicas).
-fn faults_tolerated(topology: &Topology) -> usize {
-    (topology.replicas.max(1) as usize - 1) / 2
-}
-
 /// A leader's commit-point ([`super::log::commit_point`]: the leader at its log's length,
 /// each follower at its acknowledged sync-point), never below what it said before.
 fn commit_point(host: &Hosted, replicas: u32) -> usize {
@@ -2365,7 +2361,7 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     let synced_len = host.replica.synced().len();
     // An entry this follower and its leader synced survives a view change when `f + 1` is
     // two; otherwise only below the leader's commit-point.
-    let upto = if faults_tolerated(&context.topology) > 1 {
+    let upto = if slow_followers(context.topology.replicas) > 1 {
         synced_len.min(host.commit)
     } else {
         synced_len
