@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{committed_in, free_port, meridian, wait_for_port};
+use common::{committed_in, free_port, http_get, meridian, wait_for_port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -646,15 +646,6 @@ fn bench_drives_a_server_process_over_tcp() {
             "after the restart only {replayed} of {committed} commits"
         );
     }
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("metrics listen");
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
 }
 
 #[test]

@@ -34,6 +34,16 @@ pub fn wait_for_port(port: u16) {
     }
 }
 
+/// The raw response to `GET path` from the HTTP listener at `addr` (a node's metrics).
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("metrics listen");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
 /// The committed count on a benchmark's `window` line.
 pub fn committed_in(stdout: &str) -> u64 {
     stdout

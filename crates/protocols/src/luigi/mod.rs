@@ -27,7 +27,8 @@
 //! aborts, resends with the same transaction id and at-most-once execution.
 //!
 //! **Not built yet:** leader failover (it waits for tiga's view change: leaders are fixed for
-//! a run, so nodes hosting replicas must not crash), durable logs.
+//! a run, so nodes hosting leaders must not crash; a follower rejoins by tiga's state
+//! transfer), durable logs.
 
 pub mod streams;
 
@@ -85,10 +86,10 @@ impl Protocol for Luigi {
         tiga::check_replicas("luigi", topology)
     }
 
-    /// Leaders are fixed until the view change is built: only nodes hosting no replica may
-    /// crash.
+    /// Leaders are fixed until the view change is built: only nodes leading no shard may
+    /// crash (a follower rejoins by a state transfer).
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        tiga::hosts_no_replica(topology, node)
+        tiga::leads_no_shard(topology, node)
     }
 
     /// The same one-shot transactions as tiga.

@@ -184,6 +184,12 @@ impl<T> HoldQueue<T> {
         after_writes.chain(after_reads).max().unwrap_or(Timestamp::ZERO)
     }
 
+    /// Counts every key as released up to `ts` at least: a replica that rejoined by a state
+    /// transfer forgot the stamps of what it did not run itself.
+    pub fn raise_floor(&mut self, ts: Timestamp) {
+        self.floor = self.floor.max(ts);
+    }
+
     /// A transaction arrives. `bump`: this replica leads and moves a late transaction past the
     /// conflicts instead of refusing it. `ready`: it may be released once its time comes
     /// (otherwise [`HoldQueue::set_ready`] later).

@@ -1,10 +1,12 @@
 //! A Tiga replica's log and its synchronisation with the leader's (Tiga §3.7, App. E).
 //!
-//! The leader appends transactions in the order it releases them (timestamp order, at the
-//! agreed timestamps) and sends followers its entries: position, transaction, timestamp. A
-//! follower's log is the **synced prefix**, which equals the leader's log entry for entry, and
-//! an **unsynced tail** of transactions it released on its own and the leader has not yet
-//! listed. Synchronisation extends the prefix with the leader's entries: an entry the
+//! The leader appends transactions in the order it releases them, at the agreed timestamps:
+//! in timestamp order among conflicting ones, but not overall (a transaction from a
+//! coordinator whose clock is behind, touching keys nothing released above it, is released
+//! at its own timestamp after later ones), and sends followers its entries: position,
+//! transaction, timestamp. A follower's log is the **synced prefix**, which equals the
+//! leader's log entry for entry, and an **unsynced tail** of transactions it released on its
+//! own and the leader has not yet listed. Synchronisation extends the prefix with the leader's entries: an entry the
 //! follower released at another timestamp takes the leader's (*retimed*), one it never
 //! received is fetched (the follower needs the body to execute it later), and the tail keeps
 //! only what the leader has not listed yet (it may still come, or be dropped by a later view
@@ -61,6 +63,25 @@ impl FollowerLog {
             sync_point: 0,
             tail_max,
         }
+    }
+
+    /// A log whose synced prefix is `prefix`, with no body missing and an empty tail: a
+    /// follower that rejoined by a state transfer, which brought the state those entries
+    /// produced. `None` when the prefix lists a transaction twice.
+    pub fn with_prefix(prefix: Vec<(TxnId, Timestamp)>, tail_max: usize) -> Option<Self> {
+        let in_prefix: BTreeSet<TxnId> = prefix.iter().map(|&(txn, _)| txn).collect();
+        if in_prefix.len() != prefix.len() {
+            return None;
+        }
+        let sync_point = prefix.len();
+        Some(Self {
+            prefix,
+            in_prefix,
+            tail: BTreeMap::new(),
+            missing: BTreeSet::new(),
+            sync_point,
+            tail_max,
+        })
     }
 
     /// The synced prefix's length with every body here.

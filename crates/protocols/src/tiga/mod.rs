@@ -23,7 +23,8 @@
 //! transactions may read a closed snapshot at one replica per shard
 //! ([`OPTION_SNAPSHOT_READS`]). **Not built yet:** the view change itself (leaders are fixed
 //! for a run: co-located by the view manager's rule, or spread with `tiga-leaders=spread`,
-//! so replica hosts must not crash), durable logs and checkpoints.
+//! so the hosts of leaders must not crash; a follower that restarts rejoins by a state
+//! transfer from its leader), durable logs and checkpoints.
 
 pub mod agree;
 pub mod coordinator;
@@ -136,7 +137,7 @@ impl Protocol for Tiga {
     }
 
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        hosts_no_replica(topology, node)
+        leads_no_shard(topology, node)
     }
 
     /// Tiga runs one-shot transactions whose keys the arguments give: a sample of the
@@ -206,10 +207,18 @@ pub(crate) fn check_replicas(protocol: &str, topology: &Topology) -> Result<(), 
     Ok(())
 }
 
-/// Until view changes are built, tiga's and luigi's leaders are fixed and replicas keep their
-/// logs in memory: only nodes hosting no replica may crash.
-pub(crate) fn hosts_no_replica(topology: &Topology, node: NodeId) -> bool {
-    topology.nodes[node.0 as usize].replicas.is_empty()
+/// Until view changes are built, tiga's and luigi's leaders are fixed for the run: a node
+/// hosting a shard's leader (in either starting layout, together or spread) must not crash.
+/// Any other may: a follower restarts empty and rejoins by a state transfer from its leader.
+pub(crate) fn leads_no_shard(topology: &Topology, node: NodeId) -> bool {
+    let Some(info) = topology.nodes.get(node.0 as usize) else { return false };
+    let Ok(together) = node::initial_view(topology) else { return false };
+    let spread = view::View::initial(topology.shards, Mode::Preventive);
+    info.replicas.iter().all(|slot| {
+        [&together, &spread]
+            .iter()
+            .all(|view| view.leader_slot(slot.shard, topology.replicas) != slot.replica)
+    })
 }
 
 /// Tiga and luigi keep their logs in memory only: a durable driver, or a disk holding

@@ -55,9 +55,14 @@
 //! ([`TigaMsg::view`]); a node drops and counts any of another view before looking at it. A
 //! body (from its coordinator, or a replica passing it on) holds in any view.
 //!
+//! A follower that starts again (incarnation above zero) lost its log and store: it takes no
+//! part in its shard until its leader's state transfer is in ([`StatePart`]: the leader's
+//! finished log prefix, its key hashes over it, its store, and what it executed past the
+//! prefix), then catches up on the log past it like any follower.
+//!
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a node hosting a
-//! replica must not crash; durability (the log is in memory; `restore` refuses a durable
+//! shard's leader must not crash; durability (the log is in memory; `restore` refuses a durable
 //! driver); checkpoints (the logs, the sets of logged transactions and the leaders' outcome
 //! records grow with the run).
 //!
@@ -89,7 +94,7 @@ use meridian_core::txn::{
     TxnOutcome, TxnRequest, TxnResult, PIECES_MAX,
 };
 use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
-use meridian_storage::{MvccStore, StoreError, VersionState};
+use meridian_storage::{MvccStore, StoreError, Version, VersionState};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -126,6 +131,18 @@ pub const SNAPSHOTS_WAITING_MAX: usize = 1 << 12;
 /// Closed timestamps a follower keeps from its leader (the oldest go first).
 pub const CLOSED_KEPT_MAX: usize = 64;
 const _: () = assert!(HELD_MAX <= BODIES_MAX && TAIL_MAX <= BODIES_MAX);
+/// Key and value bytes one part of a state transfer carries in its rows, about (at least one
+/// row goes in each part).
+pub const STATE_ROW_BYTES_MAX: usize = 1 << 20;
+/// Key hashes one part of a state transfer carries.
+pub const STATE_HASHES_MAX: usize = 1 << 12;
+/// Parts one state transfer may have: a follower refuses a larger one.
+pub const STATE_PARTS_MAX: u32 = 1 << 20;
+/// Parts a leader sends per request of a rejoining follower (it asks for the next ones when
+/// these are in).
+pub const STATE_WINDOW: u32 = 8;
+const _: () = assert!(STATE_ROW_BYTES_MAX < meridian_core::wire::FRAME_BYTES_MAX / 4);
+const _: () = assert!(STATE_WINDOW >= 1 && STATE_WINDOW < STATE_PARTS_MAX);
 
 /// A transaction as its coordinator sends it: everything a replica needs to order and run it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -305,6 +322,39 @@ pub enum TigaMsg {
         /// The log length when it closed.
         upto: u64,
     },
+    /// Follower → leader: this replica started without the shard's state (a restart; a
+    /// process cannot tell a first start): send it, transfer `transfer` from part `next` on
+    /// (transfer 0: a new one).
+    Join {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The shard.
+        shard: ShardId,
+        /// The follower's incarnation: a transfer is for one start of it only (a late part
+        /// cut for an earlier start may lack what the leader has since dropped).
+        incarnation: u64,
+        /// The transfer under way, or 0.
+        transfer: u64,
+        /// The first part wanted.
+        next: u32,
+    },
+    /// Leader → rejoining follower: part `index` of the `total` of state transfer `transfer`.
+    State {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The shard.
+        shard: ShardId,
+        /// The follower incarnation it is for.
+        incarnation: u64,
+        /// The transfer.
+        transfer: u64,
+        /// This part's place.
+        index: u32,
+        /// How many parts the transfer has.
+        total: u32,
+        /// What it carries.
+        part: StatePart,
+    },
     /// Follower → leader: how far it got.
     SyncAck {
         /// The sender's view ([`TigaMsg::view`]).
@@ -338,7 +388,9 @@ impl TigaMsg {
             | Self::Watermark { view, .. }
             | Self::SnapReply { view, .. }
             | Self::Closed { view, .. }
-            | Self::SyncAck { view, .. } => Some(*view),
+            | Self::SyncAck { view, .. }
+            | Self::Join { view, .. }
+            | Self::State { view, .. } => Some(*view),
         }
     }
 
@@ -357,7 +409,9 @@ impl TigaMsg {
             | Self::Watermark { view, .. }
             | Self::SnapReply { view, .. }
             | Self::Closed { view, .. }
-            | Self::SyncAck { view, .. } => *view = to,
+            | Self::SyncAck { view, .. }
+            | Self::Join { view, .. }
+            | Self::State { view, .. } => *view = to,
         }
     }
 }
@@ -371,6 +425,45 @@ pub struct SyncOutcome {
     pub ok: bool,
     /// With a yes: the outputs of other shards' pieces that this shard's pieces took.
     pub inputs: Vec<(u32, PieceOutput)>,
+}
+
+/// One part of a state transfer: the leader's finished log prefix (every entry executed and
+/// decided), the key hashes over it, its store as it is, and what it executed past the prefix.
+/// Part 0 is the head; entries, hashes, rows and the entries ahead follow in that order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StatePart {
+    /// How many log entries the transfer lists, and the leader's log length.
+    Head {
+        /// The length of the finished prefix.
+        upto: u64,
+        /// The leader's log length (the entries past the prefix come with its log).
+        end: u64,
+    },
+    /// The next log entries, in log order (at most [`super::log::SYNC_ENTRIES_MAX`]).
+    Entries(Vec<(TxnId, Timestamp)>),
+    /// Key hashes over the prefix (at most [`STATE_HASHES_MAX`]).
+    Hashes(Vec<(Key, u64)>),
+    /// Keys written since the load with their committed versions, oldest first, as the
+    /// leader's store holds them.
+    Rows(Vec<(Key, Vec<StateVersion>)>),
+    /// Entries past the prefix the leader executed: applied (`None`), or waiting for other
+    /// shards' votes with these writes (at most [`super::log::SYNC_ENTRIES_MAX`] entries).
+    Ahead(Vec<AheadEntry>),
+}
+
+/// An entry past a transfer's prefix that the leader executed: applied (`None`), or waiting
+/// for other shards' votes with these writes.
+pub type AheadEntry = (TxnId, Option<Vec<(Key, Option<Vec<u8>>)>>);
+
+/// A committed version, as a state transfer carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateVersion {
+    /// Its timestamp.
+    pub ts: Timestamp,
+    /// Its writer.
+    pub writer: TxnId,
+    /// The value (`None`: deleted).
+    pub value: Option<Vec<u8>>,
 }
 
 /// A sync message's position, entries, outcomes and commit-point.
@@ -598,6 +691,27 @@ struct Decided {
     inputs: Vec<(u32, PieceOutput)>,
 }
 
+/// A follower's state transfer under way: the parts in so far, in order.
+#[derive(Debug, Default)]
+struct Joining {
+    /// The transfer (0 until its first part arrives).
+    transfer: u64,
+    /// Its part count (0 until the first part arrives).
+    total: u32,
+    parts: Vec<StatePart>,
+    /// A timer to ask again is set (one at a time).
+    timer_set: bool,
+}
+
+/// A leader's state transfer to one follower: the image, cut once, sent part by part.
+#[derive(Debug)]
+struct Transfer {
+    id: u64,
+    /// The follower's incarnation that asked for it.
+    incarnation: u64,
+    parts: Vec<StatePart>,
+}
+
 /// One hosted replica and what the node keeps for it.
 #[derive(Debug)]
 struct Hosted {
@@ -664,6 +778,23 @@ struct Hosted {
     snapshots: BTreeMap<(Timestamp, TxnId), Known>,
     /// Snapshot reads are on: the store keeps every version (see [`apply`]).
     keep_history: bool,
+    // State transfers.
+    /// Follower: it started without the shard's state and takes no part until the leader's
+    /// transfer is in.
+    joining: Option<Joining>,
+    /// Leader: log positions below this are executed and decided (applied or dropped).
+    finished: usize,
+    /// Rejoined follower: entries past the transferred prefix that the leader had executed
+    /// when it cut the image: applied (`None`: their writes came with it, skip them), or
+    /// waiting for other shards' votes (their writes, to apply if the outcome is a yes).
+    ahead: BTreeMap<TxnId, Option<Overlay>>,
+    /// Rejoined follower: the leader's log length when it cut the image; below it the store
+    /// may hold versions above an entry still to execute (see [`debug_assert_newest`]).
+    rejoin_end: usize,
+    /// Leader: state transfers under way, per follower node.
+    transfers: BTreeMap<NodeId, Transfer>,
+    /// Leader: the last transfer id given.
+    transfer_seq: u64,
 }
 
 /// What a replica's actions answer: another leader's message naming `shards`; `answer` when
@@ -685,6 +816,8 @@ enum Purpose {
     Pace,
     /// A proposal came for a transaction not received here: fetch it if still missing.
     FetchBody(ShardId, TxnId, NodeId),
+    /// A rejoining follower asks for the rest of its state transfer.
+    Join(ShardId),
 }
 
 /// A request in flight at this coordinator.
@@ -725,6 +858,10 @@ struct Counts {
     stale_view_total: u64,
     /// Decisions whose leaders' results were of another timestamp (reported unknown).
     contradicted_total: u64,
+    /// Leaders: state transfers cut for rejoining followers.
+    transfers_total: u64,
+    /// Followers: state transfers installed.
+    rejoined_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -790,14 +927,7 @@ impl TigaNode {
         let topology = &context.topology;
         let detective = view.mode == Mode::Detective;
         debug_assert!(!detective || variant == Variant::Tiga, "luigi agrees before executing");
-        let limits = ReplicaLimits {
-            held_max: HELD_MAX,
-            keys_max: STAMPED_KEYS_MAX,
-            tail_max: TAIL_MAX,
-            agreements_max: AGREEMENTS_MAX,
-            release_max: RELEASE_MAX,
-            shards_total: topology.shards,
-        };
+        let limits = replica_limits(topology.shards);
         let mut hosted = BTreeMap::new();
         for slot in &topology.nodes[context.id.0 as usize].replicas {
             let shard = slot.shard;
@@ -843,6 +973,14 @@ impl TigaNode {
                     closed: VecDeque::new(),
                     snapshots: BTreeMap::new(),
                     keep_history: snapshot_reads,
+                    // A follower of a node started before may have vouched for entries it no
+                    // longer holds: it takes the leader's state before anything else.
+                    joining: (!leads && context.incarnation > 0).then(Joining::default),
+                    finished: 0,
+                    ahead: BTreeMap::new(),
+                    rejoin_end: 0,
+                    transfers: BTreeMap::new(),
+                    transfer_seq: 0,
                 },
             );
         }
@@ -1272,6 +1410,9 @@ impl TigaNode {
             let part = shape.parts[&shard].clone();
             let coordinator = body.txn.origin;
             let host = self.hosted.get_mut(&shard).expect("filtered");
+            if host.joining.is_some() {
+                continue; // Nothing is taken before the shard's state (the coordinator resends).
+            }
             let txn = body.txn;
             let trusted = if host.replica.leads() {
                 from == coordinator || from_peer_leader
@@ -1794,6 +1935,7 @@ impl TigaNode {
             self.counts.votes_waited_total += 1;
             progressed |= finish_ready(host);
         }
+        advance_finished(host);
         // Votes for shards this node leads too pass in place (they wake what they unblock).
         for (to, txn, from, vote) in local {
             if let Some(host) = self.hosted.get_mut(&to) {
@@ -2018,7 +2160,7 @@ impl TigaNode {
     ) {
         let (start, entries, outcomes, commit) = sync;
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        if host.replica.leads() || host.leader != from {
+        if host.replica.leads() || host.leader != from || host.joining.is_some() {
             return;
         }
         // Messages may come out of order: the commit-point only rises.
@@ -2097,6 +2239,8 @@ impl TigaNode {
     ) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         let Some(ack) = host.acks.get_mut(&from) else { return };
+        // A follower acknowledges once it holds the shard's state: its transfer is done.
+        host.transfers.remove(&from);
         let log_len = host.replica.log_len();
         let (synced, executed) =
             (synced.min(log_len as u64) as usize, executed.min(log_len as u64) as usize);
@@ -2142,6 +2286,143 @@ impl TigaNode {
             self.sync_followers(shard, false, out);
         }
         self.advance_replicated(shard, out);
+    }
+
+    /// Rejoining follower: asks the leader for its state transfer (from the next part it
+    /// lacks), and asks again later if nothing comes.
+    fn ask_state(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let Some(host) = self.hosted.get(&shard) else { return };
+        let Some(joining) = &host.joining else { return };
+        let next = joining.parts.len() as u32;
+        let msg = TigaMsg::Join {
+            view: self.view.global,
+            shard,
+            incarnation: self.context.incarnation,
+            transfer: joining.transfer,
+            next,
+        };
+        out.send(host.leader, msg);
+        if !joining.timer_set {
+            self.timers.set(Purpose::Join(shard), self.pace_ns(), out);
+            if let Some(joining) = self.hosted.get_mut(&shard).and_then(|h| h.joining.as_mut()) {
+                joining.timer_set = true;
+            }
+        }
+    }
+
+    /// Leader: a follower asks for the shard's state. A new request (transfer 0, or one this
+    /// leader no longer has) cuts a new image; the parts from `next` on go out, a window at a
+    /// time. Once the follower holds the image it acknowledges the prefix, and the log past
+    /// it (bodies and outcomes) goes to it again.
+    fn on_join(
+        &mut self,
+        from: NodeId,
+        (shard, incarnation): (ShardId, u64),
+        transfer: u64,
+        next: u32,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if !host.replica.leads() || !host.followers.contains(&from) {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let current = host
+            .transfers
+            .get(&from)
+            .is_some_and(|t| t.id == transfer && t.incarnation == incarnation);
+        let next = if current {
+            next
+        } else {
+            // Not cut while a body past the finished prefix is missing here (the hashes need
+            // its keys): the follower asks again.
+            let Some(parts) = state_image(host) else { return };
+            host.transfer_seq += 1;
+            let id = host.transfer_seq;
+            let upto = host.finished;
+            host.transfers.insert(from, Transfer { id, incarnation, parts });
+            // A joining follower holds no log: it counts for nothing in the commit-point or
+            // luigi's replication watermarks until it acknowledges the image. Its executed
+            // count stays (a late copy of an old request cuts an image it never takes): that
+            // count, at most the finished prefix, keeps the bodies past the prefix here.
+            // Luigi: the bodies past the prefix go again with the log.
+            if let Some(ack) = host.acks.get_mut(&from) {
+                ack.0 = 0;
+            }
+            let bodies_to = host.bodies_to.get(&from).copied().unwrap_or(upto);
+            host.bodies_to.insert(from, bodies_to.min(upto));
+            self.counts.transfers_total += 1;
+            0
+        };
+        let transfer = &host.transfers[&from];
+        let total = transfer.parts.len() as u32;
+        for index in next..next.saturating_add(STATE_WINDOW).min(total) {
+            let msg = TigaMsg::State {
+                view: self.view.global,
+                shard,
+                incarnation,
+                transfer: transfer.id,
+                index,
+                total,
+                part: transfer.parts[index as usize].clone(),
+            };
+            out.send(from, msg);
+        }
+    }
+
+    /// Rejoining follower: a part of the leader's state transfer. Parts are taken in order
+    /// (others wait for a later request); once all are in, the state is checked and installed,
+    /// or dropped whole if it does not hold together (a new transfer is asked for).
+    fn on_state(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        shard: ShardId,
+        (transfer, index, total): (u64, u32, u32),
+        part: StatePart,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let Some(joining) = &mut host.joining else { return };
+        if from != host.leader || total == 0 || total > STATE_PARTS_MAX || index >= total {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        if index == 0 && (joining.parts.is_empty() || transfer > joining.transfer) {
+            // The first part picks the transfer; a newer one replaces it (the leader cut a new
+            // image when it no longer had the one asked for).
+            joining.transfer = transfer;
+            joining.total = total;
+            joining.parts.clear();
+        }
+        if transfer != joining.transfer || total != joining.total {
+            return;
+        }
+        if index as usize != joining.parts.len() {
+            return; // Out of order or repeated: asked for again.
+        }
+        joining.parts.push(part);
+        if joining.parts.len() < total as usize {
+            if joining.parts.len() % STATE_WINDOW as usize == 0 {
+                self.ask_state(shard, out);
+            }
+            return;
+        }
+        let parts = std::mem::take(&mut joining.parts);
+        match install(&self.context, host, parts) {
+            Ok(()) => {
+                self.counts.rejoined_total += 1;
+                // The acknowledgement tells the leader where to resume the log.
+                out.send(host.leader, ack_msg(self.view.global, host, Vec::new()));
+                self.execute_all(now, out);
+            }
+            Err(_) => {
+                self.counts.dropped_total += 1;
+                // Asked for anew (the timer set for this transfer stays).
+                host.joining = Some(Joining { timer_set: true, ..Joining::default() });
+                self.ask_state(shard, out);
+            }
+        }
     }
 
     fn pace(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
@@ -2369,6 +2650,21 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     // Bounded by the synced prefix.
     while host.executed < upto {
         let (txn, ts) = host.replica.synced()[host.executed];
+        if let Some(writes) = host.ahead.get(&txn) {
+            // The leader had executed it when it cut this replica's state transfer.
+            if let Some(writes) = writes {
+                let Some((ok, _)) = host.outcomes.get(&txn) else { break };
+                if *ok {
+                    let writes = writes.clone();
+                    apply(host, txn, ts, &writes);
+                }
+            }
+            host.ahead.remove(&txn);
+            host.outcomes.remove(&txn);
+            host.bodies.remove(&txn);
+            host.executed += 1;
+            continue;
+        }
         let Some(known) = host.bodies.get(&txn) else { break };
         let none = (true, Vec::new());
         let (ok, inputs) = if known.shards.len() > 1 {
@@ -2379,8 +2675,10 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
         } else {
             &none
         };
-        if *ok {
+        if *ok && host.executed >= host.rejoin_end {
             debug_assert_newest(&host.store, &known.part, ts, txn);
+        }
+        if *ok {
             let (writes, result) = run_part(context, host.shard, &host.store, known, ts, inputs);
             // A multi-shard transaction that committed ran here too: the leader ran the same
             // pieces over the same state and inputs (a single-shard one may abort here).
@@ -2399,8 +2697,181 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     host.executed > start
 }
 
+/// A replica's bounds in a cluster of `shards_total` shards.
+fn replica_limits(shards_total: u32) -> ReplicaLimits {
+    ReplicaLimits {
+        held_max: HELD_MAX,
+        keys_max: STAMPED_KEYS_MAX,
+        tail_max: TAIL_MAX,
+        agreements_max: AGREEMENTS_MAX,
+        release_max: RELEASE_MAX,
+        shards_total,
+    }
+}
+
+/// Leader: moves the finished prefix past every log entry executed and decided.
+fn advance_finished(host: &mut Hosted) {
+    if !host.replica.leads() {
+        return;
+    }
+    // Each round takes a whole window or stops: bounded by the log.
+    loop {
+        let window = host.replica.log_since(host.finished);
+        let done = window
+            .iter()
+            .take_while(|(txn, _)| {
+                !host.queued.contains_key(txn) && !host.pending.contains_key(txn)
+            })
+            .count();
+        if done == 0 {
+            break;
+        }
+        host.finished += done;
+        if done < window.len() {
+            break;
+        }
+    }
+}
+
+/// Leader: the state a rejoining follower takes ([`StatePart`]).
+///
+/// The store goes as it is, with the entries past the finished prefix that it already
+/// reflects (applied: the follower skips them) and those executed but waiting for votes (their
+/// writes: the follower applies them on a yes); the rest the follower executes from the log,
+/// in log order. That reproduces the leader's state because conflicting entries sit in log
+/// order and timestamp order alike: an entry applied past the prefix had no unfinished earlier
+/// writer of its keys, so whatever still runs on those keys comes after it, or only reads
+/// below it (and the leader keeps the versions a queued reader needs, see [`apply`]). `None`
+/// while a body of an entry past the prefix is missing here (the hashes need its keys).
+fn state_image(host: &Hosted) -> Option<Vec<StatePart>> {
+    let upto = host.finished;
+    let mut hashes = host.replica.hashes().clone();
+    let mut ahead: Vec<AheadEntry> = Vec::new();
+    let mut position = upto;
+    // Bounded by the log past the finished prefix, a window at a time.
+    loop {
+        let window = host.replica.log_since(position);
+        if window.is_empty() {
+            break;
+        }
+        for &(txn, ts) in window {
+            hashes.toggle(txn, ts, &host.bodies.get(&txn)?.part.keys());
+            if let Some(pending) = host.pending.get(&txn) {
+                let writes = pending.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                ahead.push((txn, Some(writes)));
+            } else if !host.queued.contains_key(&txn) {
+                ahead.push((txn, None));
+            }
+        }
+        position += window.len();
+    }
+    let end = position as u64;
+    let mut parts = vec![StatePart::Head { upto: upto as u64, end }];
+    let prefix = host.replica.log_prefix(upto);
+    let entries = prefix.chunks(super::log::SYNC_ENTRIES_MAX);
+    parts.extend(entries.map(|c| StatePart::Entries(c.to_vec())));
+    let pairs: Vec<(Key, u64)> = hashes.pairs().map(|(key, hash)| (key.clone(), hash)).collect();
+    parts.extend(pairs.chunks(STATE_HASHES_MAX).map(|c| StatePart::Hashes(c.to_vec())));
+    let mut rows = Vec::new();
+    let mut bytes = 0;
+    // Bounded by the keys written since the load.
+    for key in host.store.written_keys() {
+        let chain: Vec<StateVersion> = host
+            .store
+            .versions(key)
+            .iter()
+            .filter(|v| v.state == VersionState::Committed)
+            .map(|v| StateVersion { ts: v.ts, writer: v.writer, value: v.value.clone() })
+            .collect();
+        if chain.is_empty() {
+            continue;
+        }
+        let values: usize = chain.iter().map(|v| v.value.as_ref().map_or(0, Vec::len)).sum();
+        bytes += key.0.len() + values;
+        rows.push((key.clone(), chain));
+        if bytes >= STATE_ROW_BYTES_MAX {
+            parts.push(StatePart::Rows(std::mem::take(&mut rows)));
+            bytes = 0;
+        }
+    }
+    if !rows.is_empty() {
+        parts.push(StatePart::Rows(rows));
+    }
+    parts.extend(ahead.chunks(super::log::SYNC_ENTRIES_MAX).map(|c| StatePart::Ahead(c.to_vec())));
+    Some(parts)
+}
+
+/// Rejoining follower: checks the transfer's `parts` and, if they hold together, makes them
+/// this replica's state: the prefix as its synced log (executed), the leader's hashes, its
+/// versions over the store as loaded, and the entries ahead. Nothing changes on an error.
+fn install(context: &NodeContext, host: &mut Hosted, parts: Vec<StatePart>) -> Result<(), String> {
+    let mut parts = parts.into_iter();
+    let Some(StatePart::Head { upto, end }) = parts.next() else {
+        return Err("a state transfer starts with its head".into());
+    };
+    let (mut entries, mut pairs, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ahead: Vec<AheadEntry> = Vec::new();
+    let max = super::log::SYNC_ENTRIES_MAX;
+    for part in parts {
+        match part {
+            StatePart::Head { .. } => return Err("a second head".into()),
+            StatePart::Entries(more) if more.len() <= max => entries.extend(more),
+            StatePart::Hashes(more) if more.len() <= STATE_HASHES_MAX => pairs.extend(more),
+            StatePart::Rows(more) => rows.extend(more),
+            StatePart::Ahead(more) if more.len() <= max => ahead.extend(more),
+            _ => return Err("an oversized part".into()),
+        }
+    }
+    if entries.len() as u64 != upto || end < upto || ahead.len() as u64 > end - upto {
+        return Err(format!(
+            "{} entries for a prefix of {upto}, {} ahead of it in a log of {end}",
+            entries.len(),
+            ahead.len()
+        ));
+    }
+    let in_order =
+        |chain: &[StateVersion]| !chain.is_empty() && chain.windows(2).all(|w| w[0].ts < w[1].ts);
+    if rows.iter().any(|(_, chain)| !in_order(chain)) {
+        return Err("a key's versions out of timestamp order".into());
+    }
+    let hashes = super::quorum::KeyHashes::from_pairs(pairs);
+    let limits = replica_limits(context.topology.shards);
+    let replica = Replica::rejoined(host.shard, limits, entries, hashes)
+        .ok_or("the prefix lists a transaction twice")?;
+    let ahead: BTreeMap<TxnId, Option<Overlay>> =
+        ahead.into_iter().map(|(txn, writes)| (txn, writes.map(Overlay::from_iter))).collect();
+    if ahead.keys().any(|&txn| replica.logged(txn)) {
+        return Err("an entry both in the prefix and ahead of it".into());
+    }
+    let executed = replica.log_len();
+    host.replica = replica;
+    for (key, chain) in rows {
+        let versions = chain
+            .into_iter()
+            .map(|v| Version {
+                ts: v.ts,
+                value: v.value,
+                writer: v.writer,
+                state: VersionState::Committed,
+            })
+            .collect();
+        host.store.restore_chain(key, versions);
+    }
+    host.executed = executed;
+    host.commit = executed;
+    host.ahead = ahead;
+    host.rejoin_end = usize::try_from(end).unwrap_or(usize::MAX);
+    host.bodies.clear();
+    host.outcomes.clear();
+    host.closed.clear();
+    host.joining = None;
+    Ok(())
+}
+
 /// Debug builds: no key `part` declares has a version above `ts`: a follower runs its log in
 /// order, so it reads the newest version of every key (what [`apply`]'s pruning relies on).
+/// Not below the end of a state transfer's log: its store may hold the versions of entries
+/// the leader had applied before an earlier entry that only reads below them.
 fn debug_assert_newest(store: &MvccStore, part: &Part, ts: Timestamp, txn: TxnId) {
     if cfg!(debug_assertions) {
         for key in part.reads.iter().chain(&part.writes) {
@@ -2638,6 +3109,11 @@ impl Node for TigaNode {
         if self.hosted.values().any(|h| h.replica.leads()) {
             self.timers.set(Purpose::Pace, self.pace_ns(), out);
         }
+        let joining: Vec<ShardId> =
+            self.hosted.values().filter(|h| h.joining.is_some()).map(|h| h.shard).collect();
+        for shard in joining {
+            self.ask_state(shard, out);
+        }
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
@@ -2667,9 +3143,18 @@ impl Node for TigaNode {
                 self.tracker.observe(from, owd_ns);
                 self.on_snapshot_reply(from, (txn, shard, result), out);
             }
+            TigaMsg::Join { shard, incarnation, transfer, next, .. } => {
+                self.on_join(from, (shard, incarnation), transfer, next, out);
+            }
+            TigaMsg::State { shard, incarnation, transfer, index, total, part, .. } => {
+                if incarnation != self.context.incarnation {
+                    return; // Cut for an earlier start of this node.
+                }
+                self.on_state(now, from, shard, (transfer, index, total), part, out);
+            }
             TigaMsg::Closed { shard, ts, upto, .. } => {
                 let Some(host) = self.hosted.get_mut(&shard) else { return };
-                if host.replica.leads() || host.leader != from {
+                if host.replica.leads() || host.leader != from || host.joining.is_some() {
                     self.counts.dropped_total += 1;
                     return;
                 }
@@ -2700,6 +3185,13 @@ impl Node for TigaNode {
             Purpose::Pace => {
                 self.pace(now, out);
                 self.timers.set(Purpose::Pace, self.pace_ns(), out);
+            }
+            Purpose::Join(shard) => {
+                if let Some(joining) = self.hosted.get_mut(&shard).and_then(|h| h.joining.as_mut())
+                {
+                    joining.timer_set = false;
+                    self.ask_state(shard, out);
+                }
             }
             Purpose::FetchBody(shard, txn, proposer) => {
                 let Some(host) = self.hosted.get(&shard) else { return };
@@ -2747,6 +3239,8 @@ impl Node for TigaNode {
                 ("luigi_answers_kept", answers),
                 ("luigi_stale_view_total", self.counts.stale_view_total),
                 ("luigi_contradicted_total", self.counts.contradicted_total),
+                ("luigi_state_transfers_total", self.counts.transfers_total),
+                ("luigi_rejoined_total", self.counts.rejoined_total),
             ];
         }
         vec![
@@ -2771,6 +3265,8 @@ impl Node for TigaNode {
             ("tiga_answers_kept", answers),
             ("tiga_stale_view_total", self.counts.stale_view_total),
             ("tiga_contradicted_total", self.counts.contradicted_total),
+            ("tiga_state_transfers_total", self.counts.transfers_total),
+            ("tiga_rejoined_total", self.counts.rejoined_total),
         ]
     }
 }
@@ -3036,7 +3532,122 @@ mod tests {
                 owd_ns: 4,
             },
             TigaMsg::Closed { view: VIEW, shard: ShardId(0), ts: Timestamp(8), upto: 4 },
+            TigaMsg::Join { view: VIEW, shard: ShardId(0), incarnation: 2, transfer: 3, next: 1 },
+            TigaMsg::State {
+                view: VIEW,
+                shard: ShardId(0),
+                incarnation: 2,
+                transfer: 3,
+                index: 1,
+                total: 3,
+                part: StatePart::Rows(vec![(
+                    Key::table(0).u64(1).build(),
+                    vec![StateVersion { ts: Timestamp(4), writer: txn(1), value: Some(vec![7]) }],
+                )]),
+            },
+            TigaMsg::State {
+                view: VIEW,
+                shard: ShardId(0),
+                incarnation: 2,
+                transfer: 3,
+                index: 2,
+                total: 3,
+                part: StatePart::Ahead(vec![(txn(2), None), (txn(3), Some(Vec::new()))]),
+            },
         ]
+    }
+
+    /// A rejoining follower takes its leader's state transfer only whole and consistent:
+    /// parts from another node, for another start of it, of another transfer or out of order
+    /// are not taken, and a transfer whose parts do not hold together (an entry count that is
+    /// not the prefix's, a key's versions out of order, a transaction listed twice) changes
+    /// nothing and is asked for anew. A good one becomes its synced, executed log and its
+    /// store.
+    #[test]
+    fn a_state_transfer_that_does_not_hold_together_changes_nothing() {
+        use meridian_core::node::Effect;
+        let shard = ShardId(0);
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader = probe.leader_of(shard).unwrap();
+        let topology = probe.context.topology.clone();
+        let id = topology.shard_nodes(shard).into_iter().find(|&n| n != leader).unwrap();
+        let (mut follower, _) = node_in(id.0, Variant::Tiga, 3);
+        follower.hosted.get_mut(&shard).unwrap().joining = Some(Joining::default());
+        let loaded = state(&follower);
+        let key = follower.hosted[&shard].store.latest_values().next().unwrap().0.clone();
+        let version = |ts: u64, value: u8| StateVersion {
+            ts: Timestamp(ts),
+            writer: txn(ts),
+            value: Some(vec![value]),
+        };
+        let good = || {
+            vec![
+                StatePart::Head { upto: 2, end: 3 },
+                StatePart::Entries(vec![(txn(10), Timestamp(10)), (txn(11), Timestamp(11))]),
+                StatePart::Hashes(vec![(key.clone(), 5)]),
+                StatePart::Rows(vec![(key.clone(), vec![version(10, 1), version(11, 2)])]),
+                StatePart::Ahead(vec![(txn(12), None)]),
+            ]
+        };
+        let mut out = Outbox::new();
+        // Delivers the parts in `order` (by index).
+        let deliver = |node: &mut TigaNode,
+                       out: &mut Outbox<TigaMsg>,
+                       (from, transfer, incarnation): (NodeId, u64, u64),
+                       parts: Vec<StatePart>,
+                       order: &[usize]| {
+            let total = parts.len() as u32;
+            for &index in order {
+                let part = parts[index].clone();
+                let index = index as u32;
+                let msg =
+                    TigaMsg::State { view: VIEW, shard, incarnation, transfer, index, total, part };
+                node.on_message(1_000, from, msg, out);
+            }
+        };
+        let send = |node: &mut TigaNode,
+                    out: &mut Outbox<TigaMsg>,
+                    sender: (NodeId, u64, u64),
+                    parts: Vec<StatePart>| {
+            let order: Vec<usize> = (0..parts.len()).collect();
+            deliver(node, out, sender, parts, &order);
+        };
+        let mut bad = good();
+        bad[1] = StatePart::Entries(vec![(txn(10), Timestamp(10))]);
+        send(&mut follower, &mut out, (leader, 1, 0), bad);
+        let mut bad = good();
+        bad[3] = StatePart::Rows(vec![(key.clone(), vec![version(11, 2), version(10, 1)])]);
+        send(&mut follower, &mut out, (leader, 2, 0), bad);
+        let mut bad = good();
+        bad[1] = StatePart::Entries(vec![(txn(10), Timestamp(10)), (txn(10), Timestamp(11))]);
+        send(&mut follower, &mut out, (leader, 3, 0), bad);
+        send(&mut follower, &mut out, (id, 4, 0), good()); // Not from the leader.
+        send(&mut follower, &mut out, (leader, 7, 1), good()); // For another start.
+                                                               // Out of order: what comes early waits for a request that asks for it again.
+        deliver(&mut follower, &mut out, (leader, 5, 0), good(), &[0, 2, 1, 4, 3]);
+        let host = &follower.hosted[&shard];
+        assert!(host.joining.is_some(), "still joining");
+        assert_eq!((host.replica.log_len(), host.executed), (0, 0));
+        assert_eq!(state(&follower), loaded, "the store as loaded");
+        assert_eq!(follower.counts.rejoined_total, 0);
+        let asked = out
+            .drain()
+            .filter(|e| matches!(e, Effect::Send { msg: TigaMsg::Join { transfer: 0, .. }, .. }))
+            .count();
+        assert_eq!(asked, 3, "each transfer that did not hold together is asked for anew");
+        send(&mut follower, &mut out, (leader, 6, 0), good());
+        let host = &follower.hosted[&shard];
+        assert!(host.joining.is_none());
+        assert_eq!((host.replica.log_len(), host.executed), (2, 2));
+        assert!(host.replica.logged(txn(11)) && host.ahead.contains_key(&txn(12)));
+        let value = host.store.read_latest(&key).and_then(|v| v.value.clone());
+        assert_eq!(value, Some(vec![2]));
+        assert_eq!(follower.counts.rejoined_total, 1);
+        let acked = out.drain().any(|e| {
+            matches!(e, Effect::Send { to, msg: TigaMsg::SyncAck { synced: 2, executed: 2, .. } }
+                if to == leader)
+        });
+        assert!(acked, "it tells the leader where to resume");
     }
 
     /// Mutated and random byte streams of tiga's frames never panic the connection reader.

@@ -135,6 +135,16 @@ impl KeyHashes {
         }
     }
 
+    /// Every key's hash, in key order (what a state transfer carries).
+    pub fn pairs(&self) -> impl Iterator<Item = (&Key, u64)> {
+        self.per_key.iter().map(|(key, &hash)| (key, hash))
+    }
+
+    /// The hashes `pairs` lists (a zero hash is no hash: it is left out).
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (Key, u64)>) -> Self {
+        Self { per_key: pairs.into_iter().filter(|&(_, hash)| hash != 0).collect() }
+    }
+
     /// The hash a fast reply for a transaction on `keys` carries.
     pub fn reply_hash(&self, keys: &[Key]) -> u64 {
         keys.iter().collect::<BTreeSet<_>>().into_iter().fold(0, |acc, key| {

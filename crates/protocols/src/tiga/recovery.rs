@@ -11,6 +11,11 @@
 //!
 //! Re-running leader agreement for the entries of step 2 (they may be multi-shard) is the
 //! caller's part.
+//!
+//! **Known gap, for the view change that will call it:** it takes each log to be in
+//! timestamp order, and a leader's log is in timestamp order only among conflicting entries
+//! (see [`super::log`]): a real log can be refused as malformed, and "below the synced
+//! prefix" must become a per-key notion before this merge is used.
 
 use meridian_core::{Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};

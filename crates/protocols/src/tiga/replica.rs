@@ -228,6 +228,40 @@ impl Replica {
         }
     }
 
+    /// A follower of `shard` that rejoined by a state transfer: its synced prefix is
+    /// `prefix` (the state those entries produced came with it), its key hashes `hashes` (the
+    /// leader's over that prefix), and every key counts as released up to the prefix's last
+    /// timestamp. `None` when the prefix lists a transaction twice.
+    pub fn rejoined(
+        shard: ShardId,
+        limits: ReplicaLimits,
+        prefix: Vec<(TxnId, Timestamp)>,
+        hashes: KeyHashes,
+    ) -> Option<Self> {
+        let floor = prefix.last().map_or(Timestamp::ZERO, |&(_, ts)| ts);
+        let log = FollowerLog::with_prefix(prefix, limits.tail_max)?;
+        let mut replica = Self::new(shard, false, limits);
+        replica.role =
+            Role::Follower { log, tail_keys: BTreeMap::new(), fetching: BTreeMap::new() };
+        replica.hashes = hashes;
+        replica.hold.raise_floor(floor);
+        Some(replica)
+    }
+
+    /// This replica's key hashes (over its whole log: a leader's, released or not executed).
+    pub fn hashes(&self) -> &KeyHashes {
+        &self.hashes
+    }
+
+    /// Leader: its log from position 0 up to `upto` (what a state transfer lists). Empty at a
+    /// follower.
+    pub fn log_prefix(&self, upto: usize) -> &[(TxnId, Timestamp)] {
+        match &self.role {
+            Role::Leader { log, .. } => &log[..upto.min(log.len())],
+            Role::Follower { .. } => &[],
+        }
+    }
+
     /// The same replica in detective mode (`on`): a leader runs a multi-shard transaction as
     /// soon as it is due and only its agreement holds it ([`Action::Speculate`]).
     pub fn with_detective(mut self, on: bool) -> Self {
