@@ -1,6 +1,7 @@
 //! A small `tiga` cluster (3 shards × 3 replicas, `smallbank`, so votes carry values between
 //! shards) running the shared script ([`script`]): real transactions while arbitrary decoded
-//! `TigaMsg`s arrive at its nodes from any sender.
+//! `TigaMsg`s arrive at its nodes from any sender. One follower starts as restarted and
+//! rejoins by a state transfer.
 #![no_main]
 
 #[path = "common/script.rs"]
@@ -10,7 +11,14 @@ use libfuzzer_sys::fuzz_target;
 use meridian_protocols::tiga::node::TigaNode;
 
 fuzz_target!(|data: &[u8]| {
-    let (nodes, workload) = script::cluster(3, |context| TigaNode::new(context).expect("a node"));
+    // Node 1 (a follower) starts as if restarted: it joins its shard by a state transfer, so
+    // the transfer's both sides run, and forged parts reach a joining replica.
+    let (nodes, workload) = script::cluster(3, |mut context| {
+        if context.id.0 == 1 {
+            context.incarnation = 1;
+        }
+        TigaNode::new(context).expect("a node")
+    });
     // Messages of another view are dropped first thing (a unit test covers that): forge
     // the node's own, so the fuzzer reaches what lies behind the check.
     script::run_script_with(data, nodes, workload.as_ref(), |node, msg| {

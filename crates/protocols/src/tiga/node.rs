@@ -131,9 +131,11 @@ pub const SNAPSHOTS_WAITING_MAX: usize = 1 << 12;
 /// Closed timestamps a follower keeps from its leader (the oldest go first).
 pub const CLOSED_KEPT_MAX: usize = 64;
 const _: () = assert!(HELD_MAX <= BODIES_MAX && TAIL_MAX <= BODIES_MAX);
-/// Key and value bytes one part of a state transfer carries in its rows, about (at least one
-/// row goes in each part).
-pub const STATE_ROW_BYTES_MAX: usize = 1 << 20;
+/// Bytes one part of a state transfer carries in its rows, about (keys, values and
+/// [`STATE_VERSION_BYTES`] per version; at least one row goes in each part).
+pub const STATE_ROW_BYTES_MAX: usize = 1 << 18;
+/// What a version costs in a transfer's part beyond its value (timestamp, writer).
+const STATE_VERSION_BYTES: usize = 32;
 /// Key hashes one part of a state transfer carries.
 pub const STATE_HASHES_MAX: usize = 1 << 12;
 /// Parts one state transfer may have: a follower refuses a larger one.
@@ -2303,7 +2305,9 @@ impl TigaNode {
         };
         out.send(host.leader, msg);
         if !joining.timer_set {
-            self.timers.set(Purpose::Join(shard), self.pace_ns(), out);
+            // A window of parts may take a while on a slow link: ask again only after a
+            // request's timeout.
+            self.timers.set(Purpose::Join(shard), self.context.timing.rpc_timeout_ns, out);
             if let Some(joining) = self.hosted.get_mut(&shard).and_then(|h| h.joining.as_mut()) {
                 joining.timer_set = true;
             }
@@ -2327,12 +2331,17 @@ impl TigaNode {
             self.counts.dropped_total += 1;
             return;
         }
-        let current = host
-            .transfers
-            .get(&from)
-            .is_some_and(|t| t.id == transfer && t.incarnation == incarnation);
-        let next = if current {
-            next
+        // One image per start of the follower, whatever its requests say: a request that
+        // crossed the first parts on the way (transfer 0, or an older id) gets the same image
+        // from its start, never a new one (a new cut per request restarted the transfer for
+        // ever once requests came faster than the image's parts).
+        let existing = host.transfers.get(&from).filter(|t| t.incarnation == incarnation);
+        let next = if let Some(existing) = existing {
+            if existing.id == transfer {
+                next
+            } else {
+                0
+            }
         } else {
             // Not cut while a body past the finished prefix is missing here (the hashes need
             // its keys): the follower asks again.
@@ -2786,7 +2795,8 @@ fn state_image(host: &Hosted) -> Option<Vec<StatePart>> {
         if chain.is_empty() {
             continue;
         }
-        let values: usize = chain.iter().map(|v| v.value.as_ref().map_or(0, Vec::len)).sum();
+        let values: usize =
+            chain.iter().map(|v| STATE_VERSION_BYTES + v.value.as_ref().map_or(0, Vec::len)).sum();
         bytes += key.0.len() + values;
         rows.push((key.clone(), chain));
         if bytes >= STATE_ROW_BYTES_MAX {
