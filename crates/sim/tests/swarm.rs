@@ -231,6 +231,8 @@ fn tiga_swarm() {
     }
 }
 
+/// 3 shards × 3 replicas: coordinators and followers crash and restart (a follower comes back
+/// empty and rejoins by a state transfer from its leader); leaders are fixed for a run.
 #[test]
 fn tiga_replicated_swarm() {
     for (workload, first_seed) in [
@@ -265,6 +267,7 @@ fn luigi_swarm() {
     }
 }
 
+/// As [`tiga_replicated_swarm`], for luigi.
 #[test]
 fn luigi_replicated_swarm() {
     for (workload, first_seed) in
