@@ -363,6 +363,9 @@ pub enum TigaMsg {
         view: u64,
         /// The shard.
         shard: ShardId,
+        /// The follower's incarnation: a late acknowledgement of an earlier start speaks of a
+        /// log the follower no longer holds.
+        incarnation: u64,
         /// Its sync-point.
         synced: u64,
         /// Log entries it executed.
@@ -797,6 +800,8 @@ struct Hosted {
     transfers: BTreeMap<NodeId, Transfer>,
     /// Leader: the last transfer id given.
     transfer_seq: u64,
+    /// Leader: per follower node, the latest start of it that installed a transfer.
+    joined: BTreeMap<NodeId, u64>,
 }
 
 /// What a replica's actions answer: another leader's message naming `shards`; `answer` when
@@ -983,6 +988,7 @@ impl TigaNode {
                     rejoin_end: 0,
                     transfers: BTreeMap::new(),
                     transfer_seq: 0,
+                    joined: BTreeMap::new(),
                 },
             );
         }
@@ -1447,7 +1453,10 @@ impl TigaNode {
                     if synced && self.variant == Variant::Luigi {
                         // A luigi leader counts replicas by their acknowledgements.
                         let host = &self.hosted[&shard];
-                        out.send(host.leader, ack_msg(self.view.global, host, Vec::new()));
+                        out.send(
+                            host.leader,
+                            ack_msg((self.view.global, self.context.incarnation), host, Vec::new()),
+                        );
                     }
                 }
                 let host = self.hosted.get_mut(&shard).expect("hosted");
@@ -1692,6 +1701,7 @@ impl TigaNode {
                     let msg = TigaMsg::SyncAck {
                         view: self.view.global,
                         shard,
+                        incarnation: self.context.incarnation,
                         synced: host.replica.sync_point() as u64,
                         executed: host.executed as u64,
                         fetch: txns,
@@ -1702,7 +1712,10 @@ impl TigaNode {
                     // The sync-point, not the listed prefix: the leader counts acknowledged
                     // positions as held here (luigi's watermarks), and entries past the
                     // sync-point may lack their bodies. Resending from there is harmless.
-                    out.send(host.leader, ack_msg(self.view.global, host, Vec::new()));
+                    out.send(
+                        host.leader,
+                        ack_msg((self.view.global, self.context.incarnation), host, Vec::new()),
+                    );
                 }
             }
         }
@@ -2192,7 +2205,14 @@ impl TigaNode {
             // Bodies asked for before and still missing are asked for again (the fetch or
             // its answer may have been lost).
             let host = self.hosted.get(&shard).expect("hosted");
-            out.send(from, ack_msg(self.view.global, host, host.replica.missing_bodies(FETCH_MAX)));
+            out.send(
+                from,
+                ack_msg(
+                    (self.view.global, self.context.incarnation),
+                    host,
+                    host.replica.missing_bodies(FETCH_MAX),
+                ),
+            );
         }
     }
 
@@ -2233,16 +2253,25 @@ impl TigaNode {
     fn on_sync_ack(
         &mut self,
         from: NodeId,
-        shard: ShardId,
+        (shard, incarnation): (ShardId, u64),
         synced: u64,
         executed: u64,
         fetch: Vec<TxnId>,
         out: &mut Outbox<TigaMsg>,
     ) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
+        // A late acknowledgement of a follower's earlier start speaks of a log it no longer
+        // holds; one of the start being sent a transfer says the image is installed.
+        if let Some(transfer) = host.transfers.get(&from) {
+            if incarnation != transfer.incarnation {
+                return;
+            }
+            host.transfers.remove(&from);
+            host.joined.insert(from, incarnation);
+        } else if host.joined.get(&from).is_some_and(|&start| incarnation < start) {
+            return;
+        }
         let Some(ack) = host.acks.get_mut(&from) else { return };
-        // A follower acknowledges once it holds the shard's state: its transfer is done.
-        host.transfers.remove(&from);
         let log_len = host.replica.log_len();
         let (synced, executed) =
             (synced.min(log_len as u64) as usize, executed.min(log_len as u64) as usize);
@@ -2336,6 +2365,13 @@ impl TigaNode {
         // crossed the first parts on the way (transfer 0, or an older id) gets the same image
         // from its start, never a new one (a new cut per request restarted the transfer for
         // ever once requests came faster than the image's parts).
+        // Starts are ordered by incarnation: a request of a start that has its state already,
+        // or of one older than the latest heard, is a late copy.
+        let joined = host.joined.get(&from).copied();
+        let latest = joined.max(host.transfers.get(&from).map(|t| t.incarnation));
+        if joined == Some(incarnation) || latest.is_some_and(|latest| incarnation < latest) {
+            return;
+        }
         let existing = host.transfers.get(&from).filter(|t| t.incarnation == incarnation);
         let next = if let Some(existing) = existing {
             if existing.id == transfer {
@@ -2423,7 +2459,10 @@ impl TigaNode {
             Ok(()) => {
                 self.counts.rejoined_total += 1;
                 // The acknowledgement tells the leader where to resume the log.
-                out.send(host.leader, ack_msg(self.view.global, host, Vec::new()));
+                out.send(
+                    host.leader,
+                    ack_msg((self.view.global, self.context.incarnation), host, Vec::new()),
+                );
                 self.execute_all(now, out);
             }
             Err(_) => {
@@ -2559,10 +2598,11 @@ fn commit_point(host: &Hosted, replicas: u32) -> usize {
 }
 
 /// A follower's acknowledgement: its sync-point and executed count, and bodies it lacks.
-fn ack_msg(view: u64, host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
+fn ack_msg((view, incarnation): (u64, u64), host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
     TigaMsg::SyncAck {
         view,
         shard: host.shard,
+        incarnation,
         synced: host.replica.sync_point() as u64,
         executed: host.executed as u64,
         fetch,
@@ -3145,8 +3185,8 @@ impl Node for TigaNode {
             TigaMsg::Sync { shard, from: start, entries, outcomes, commit, .. } => {
                 self.on_sync(now, from, shard, (start, entries, outcomes, commit), out);
             }
-            TigaMsg::SyncAck { shard, synced, executed, fetch, .. } => {
-                self.on_sync_ack(from, shard, synced, executed, fetch, out);
+            TigaMsg::SyncAck { shard, incarnation, synced, executed, fetch, .. } => {
+                self.on_sync_ack(from, (shard, incarnation), synced, executed, fetch, out);
             }
             TigaMsg::Watermark { shard, ts, .. } => self.on_watermark(from, shard, ts, out),
             TigaMsg::SnapRead(body) => self.on_snapshot_read(now, from, *body, out),
@@ -3530,6 +3570,7 @@ mod tests {
             TigaMsg::SyncAck {
                 view: VIEW,
                 shard: ShardId(0),
+                incarnation: 0,
                 synced: 1,
                 executed: 1,
                 fetch: vec![txn(1)],
@@ -3848,6 +3889,7 @@ mod tests {
             TigaMsg::SyncAck {
                 view: VIEW,
                 shard: ShardId(0),
+                incarnation: 0,
                 synced: u64::MAX,
                 executed: u64::MAX,
                 fetch: vec![txn(4)],
@@ -3936,6 +3978,49 @@ mod tests {
             follower.on_message(1_004, leader, sync(2), &mut out);
             assert_eq!(follower.hosted[&shard].executed, 2);
         }
+    }
+
+    /// A leader takes a follower's acknowledgements only from its latest start: while it sends
+    /// a transfer to a start, an acknowledgement of another start (a late copy from before
+    /// the restart, whose log the follower no longer holds) neither counts nor ends the
+    /// transfer; one of the joining start ends it; a late copy of a request of a start that
+    /// has joined, or of an earlier one, cuts no new image; a new start gets one.
+    #[test]
+    fn a_late_acknowledgement_of_a_previous_start_counts_for_nothing() {
+        let shard = ShardId(0);
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader_id = probe.leader_of(shard).unwrap();
+        let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
+        let follower = leader.hosted[&shard].followers[0];
+        let mut out = Outbox::new();
+        let join = TigaMsg::Join { view: VIEW, shard, incarnation: 2, transfer: 0, next: 0 };
+        leader.on_message(1_000, follower, join.clone(), &mut out);
+        assert_eq!(leader.counts.transfers_total, 1);
+        let ack = |incarnation| TigaMsg::SyncAck {
+            view: VIEW,
+            shard,
+            incarnation,
+            synced: 0,
+            executed: 0,
+            fetch: Vec::new(),
+        };
+        leader.on_message(1_001, follower, ack(1), &mut out);
+        assert!(leader.hosted[&shard].transfers.contains_key(&follower), "the transfer goes on");
+        leader.on_message(1_002, follower, join.clone(), &mut out);
+        assert_eq!(leader.counts.transfers_total, 1, "one image per start");
+        leader.on_message(1_003, follower, ack(2), &mut out);
+        let host = &leader.hosted[&shard];
+        assert!(!host.transfers.contains_key(&follower), "installed: done");
+        assert_eq!(host.joined[&follower], 2);
+        leader.on_message(1_004, follower, join, &mut out);
+        assert_eq!(leader.counts.transfers_total, 1, "a late request of a start that joined");
+        let older = TigaMsg::Join { view: VIEW, shard, incarnation: 1, transfer: 0, next: 0 };
+        leader.on_message(1_005, follower, older, &mut out);
+        assert_eq!(leader.counts.transfers_total, 1, "a late request of an earlier start");
+        assert!(!leader.hosted[&shard].transfers.contains_key(&follower));
+        let newer = TigaMsg::Join { view: VIEW, shard, incarnation: 3, transfer: 0, next: 0 };
+        leader.on_message(1_006, follower, newer, &mut out);
+        assert_eq!(leader.counts.transfers_total, 2, "a new start gets a new image");
     }
 
     /// Every replica's message carries its sender's view; a node drops and counts one of
