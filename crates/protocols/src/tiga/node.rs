@@ -2361,10 +2361,6 @@ impl TigaNode {
             self.counts.dropped_total += 1;
             return;
         }
-        // One image per start of the follower, whatever its requests say: a request that
-        // crossed the first parts on the way (transfer 0, or an older id) gets the same image
-        // from its start, never a new one (a new cut per request restarted the transfer for
-        // ever once requests came faster than the image's parts).
         // Starts are ordered by incarnation: a request of a start that has its state already,
         // or of one older than the latest heard, is a late copy.
         let joined = host.joined.get(&from).copied();
@@ -2372,6 +2368,10 @@ impl TigaNode {
         if joined == Some(incarnation) || latest.is_some_and(|latest| incarnation < latest) {
             return;
         }
+        // One image per start of the follower, whatever its requests say: a request that
+        // crossed the first parts on the way (transfer 0, or an older id) gets the same image
+        // from its start, never a new one (a new cut per request restarted the transfer for
+        // ever once requests came faster than the image's parts).
         let existing = host.transfers.get(&from).filter(|t| t.incarnation == incarnation);
         let next = if let Some(existing) = existing {
             if existing.id == transfer {
