@@ -222,7 +222,7 @@ pub(crate) struct ClusterArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// A protocol option, NAME=VALUE (repeatable); see `docs/protocols.md` for each protocol's
-    /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`, `2pc-mvto-read-stamps=prepare|execution`, `2pc-mvto-one-round=on|off`.
+    /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`, `2pc-mvto-read-stamps=prepare|execution`, `2pc-mvto-one-round=on|off`, `chain-replication=overlapped|serial`.
     #[arg(long = "protocol-option", value_name = "NAME=VALUE")]
     protocol_option: Vec<String>,
 }

@@ -658,13 +658,19 @@ fn every_baseline_commits_in_its_designed_wide_area_round_trips() {
 /// the first three legs stay local: 5 wide-area legs; beside the last hop (Brazil) the
 /// decision's does: 5; from Finland and Hong Kong every leg but none: 6. The same with 3
 /// replicas per shard placed beside their leaders (`Placement::Local`: each hop's log
-/// replicates within its region); spread over the regions, each hop's replication of its run
-/// and its vote crosses the wide area, adding legs at every hop.
+/// replicates within its region), with overlapped replication or serial. Spread over the
+/// regions, overlapped replication adds 4 legs wherever the coordinator sits: the vote of the
+/// hop before the last reaches a quorum of its shard (a wide-area round trip) before the last
+/// hop hears it is durable, and the last hop's commit does the same. Serial replication adds
+/// legs at every hop (each run and each vote replicated before the chain goes on): at least
+/// 4 more again on these three-hop chains.
 #[test]
 fn chain_commits_in_its_designed_wide_area_legs_from_each_coordinator_region() {
     use meridian_core::topology::Placement;
-    let medians = |replicas, placement| {
-        let o = tiga_wan_placed(ProtocolKind::Chain, replicas, placement, 300);
+    let medians = |replicas, placement, replication: &str| {
+        let mut o = tiga_wan_placed(ProtocolKind::Chain, replicas, placement, 300);
+        let given = [("chain-replication".to_string(), replication.to_string())];
+        o.protocol_options = ProtocolKind::Chain.options(&given).unwrap();
         let options = WorkloadOptions { shards: 3, ..WorkloadOptions::default() };
         let workload = Arc::from(meridian_workloads::build("micro-tiga", &options).unwrap());
         let report = run(&o, workload).unwrap();
@@ -683,10 +689,15 @@ fn chain_commits_in_its_designed_wide_area_legs_from_each_coordinator_region() {
             })
             .collect::<Vec<u16>>()
     };
-    assert_eq!(medians(1, Placement::Spread), vec![5, 6, 5, 6]);
-    assert_eq!(medians(3, Placement::Local), vec![5, 6, 5, 6], "local replication");
-    let spread = medians(3, Placement::Spread);
-    assert!(spread.iter().zip([5, 6, 5, 6]).all(|(&s, l)| s >= l + 4), "{spread:?}");
+    let alone = vec![5, 6, 5, 6];
+    assert_eq!(medians(1, Placement::Spread, "overlapped"), alone);
+    for replication in ["overlapped", "serial"] {
+        assert_eq!(medians(3, Placement::Local, replication), alone, "local, {replication}");
+    }
+    let overlapped = medians(3, Placement::Spread, "overlapped");
+    let serial = medians(3, Placement::Spread, "serial");
+    assert_eq!(overlapped, vec![9, 10, 9, 10], "4 legs more than without replicas");
+    assert!(serial.iter().zip(&overlapped).all(|(&s, &o)| s >= o + 4), "{serial:?}");
 }
 
 /// Tiga's evaluation setting: 3 shards × `replicas` on `tiga-wan` with the servers in the first
@@ -1633,4 +1644,30 @@ fn chain_a_transaction_replica_failing_changes_nothing() {
     let report = run(&opts, micro_keys(3, 1_000, None)).unwrap();
     assert_eq!(report.stats.triggered, 1);
     assert_chain_settled(&report);
+}
+
+/// Overlapped replication (the default): shard 0's leader is cut off from its followers for
+/// 300 ms and then crashes, so every hop it ran and every vote it made in that time (shipped
+/// on, acknowledged and precommitted ahead of its log) is lost. The last hops of those
+/// attempts never hear that the votes are in shard 0's log, so none commits while shard 0's
+/// new leader aborts (seed 8 committed half a transfer when the last hop did not wait); and
+/// attempts whose last hop was shard 0 itself, now unknown there, are ended by the inquiry
+/// of the hop before it (seed 1 left a request waiting forever when only the hop two after
+/// was asked).
+#[test]
+fn chain_a_leader_cut_off_from_its_followers_loses_its_runs_ahead_of_the_log_and_nothing_commits_half(
+) {
+    for seed in [1, 8] {
+        let mut opts = chain_replicated(seed);
+        let leader = replica(&opts, 0, 0);
+        let (a, b) = (replica(&opts, 0, 1), replica(&opts, 0, 2));
+        opts.faults.push((NS_PER_S, Fault::Block(leader, a)));
+        opts.faults.push((NS_PER_S, Fault::Block(leader, b)));
+        opts.faults.push((NS_PER_S + 300 * NS_PER_MS, Fault::Crash(leader)));
+        opts.faults.push((NS_PER_S + 300 * NS_PER_MS, Fault::Heal));
+        opts.faults.push((3 * NS_PER_S, Fault::Restart(leader)));
+        let report = run(&opts, bank(3, 8)).unwrap();
+        assert_chain_settled(&report);
+        assert!(chain_total(&report, "chain_durable_notices_total") > 0, "seed {seed}");
+    }
 }

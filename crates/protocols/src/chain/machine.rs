@@ -79,7 +79,9 @@ pub enum Command {
     },
     /// Hop `hop - 2` of `txn` (0: its coordinator), node `from`, voted long ago and has no
     /// decision: if hop `hop` (this shard's) has not voted, or the attempt never reached it,
-    /// it aborts here on that hop's behalf (the paper's query to hop `i + 2`).
+    /// it aborts here on that hop's behalf (the paper's query to hop `i + 2`). With overlapped
+    /// replication the hop before the last asks the last hop itself: a run ahead of its log
+    /// may have been lost with its leader, leaving nothing there to time out.
     Inquire {
         /// The inquiring node.
         from: NodeId,
@@ -176,6 +178,32 @@ pub enum Event {
     Leads,
 }
 
+/// What a command did once it is in the committed log (see [`ChainMachine::settles`]):
+/// queued by every copy of the machine; the node acts on the leader's committed copy's and
+/// drops the rest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Hop `hop` (not the last) of `txn` voted, and the vote is in the log: tell the last hop.
+    Voted {
+        /// The attempt.
+        txn: TxnId,
+        /// The hop.
+        hop: u32,
+    },
+    /// This shard decided `txn`, and the decision is in the log: deliver it.
+    Decided {
+        /// The attempt.
+        txn: TxnId,
+    },
+    /// A decision node `to` delivered was applied here, and is in the log.
+    Applied {
+        /// The node that delivered it.
+        to: NodeId,
+        /// The attempt.
+        txn: TxnId,
+    },
+}
+
 /// Counts of what the leader did (a follower's applies are not counted twice).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MachineCounts {
@@ -202,6 +230,12 @@ pub struct ChainMachine {
     /// The decisions this shard made that are not known to be applied everywhere.
     pub undelivered: BTreeMap<TxnId, Undelivered>,
     events: Vec<Event>,
+    /// Overlapped replication: the leader answers from a speculative copy of this machine,
+    /// ahead of its log, and whatever must not be undone (a vote the last hop counts on, a
+    /// decision, an applied decision) is told only once committed, as [`Settled`] events of
+    /// the committed copy instead of [`Event`]s.
+    settles: bool,
+    settled: Vec<Settled>,
     /// What the leader did.
     pub counts: MachineCounts,
 }
@@ -222,6 +256,27 @@ impl ChainMachine {
             server,
             undelivered: BTreeMap::new(),
             events: Vec::new(),
+            settles: false,
+            settled: Vec::new(),
+            counts: MachineCounts::default(),
+        }
+    }
+
+    /// The machine of overlapped replication (see the field `settles`).
+    pub fn settling(mut self) -> Self {
+        self.settles = true;
+        self
+    }
+
+    /// A copy of the replicated state, with nothing queued (speculative hosting's fork).
+    pub fn fork(&self) -> Self {
+        Self {
+            context: self.context.clone(),
+            server: self.server.clone(),
+            undelivered: self.undelivered.clone(),
+            events: Vec::new(),
+            settles: self.settles,
+            settled: Vec::new(),
             counts: MachineCounts::default(),
         }
     }
@@ -229,6 +284,21 @@ impl ChainMachine {
     /// The events queued since the last call.
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
+    }
+
+    /// The settled events queued since the last call.
+    pub fn take_settled(&mut self) -> Vec<Settled> {
+        std::mem::take(&mut self.settled)
+    }
+
+    /// `txn` was decided here: with overlapped replication, settled (every copy: the node
+    /// keeps the leader's committed one's), else an event when answering.
+    fn decided(&mut self, txn: TxnId, answer: bool) {
+        if self.settles {
+            self.settled.push(Settled::Decided { txn });
+        } else if answer {
+            self.events.push(Event::Decided { txn });
+        }
     }
 
     /// True when another undecided attempt cannot be taken (no room for it, or for the
@@ -349,6 +419,9 @@ impl ChainMachine {
             if answer {
                 self.events.push(Event::Voted { txn, hop, chain });
             }
+            if self.settles {
+                self.settled.push(Settled::Voted { txn, hop });
+            }
             return;
         }
         // The last hop's vote is the commit.
@@ -361,9 +434,9 @@ impl ChainMachine {
         let client = Decision { outcome: Outcome::Committed { outputs }, ..decision.clone() };
         let freed = self.server.commit(txn);
         self.undelivered.insert(txn, Undelivered { decision, client, chain });
+        self.decided(txn, answer);
         if answer {
             self.counts.commits += 1;
-            self.events.push(Event::Decided { txn });
             self.events.extend(freed.into_iter().map(|txn| Event::Freed { txn }));
         }
     }
@@ -394,9 +467,9 @@ impl ChainMachine {
             self.cascade(readers, &mut work, answer);
             let client = decision.clone();
             self.undelivered.insert(txn, Undelivered { decision, client, chain: 0 });
+            self.decided(txn, answer);
             if answer {
                 self.counts.aborts += 1;
-                self.events.push(Event::Decided { txn });
             }
         }
     }
@@ -446,11 +519,13 @@ impl ChainMachine {
             self.counts.refused += 1; // Attempts come from coordinators.
             return;
         }
-        let Some(asking) = hop.checked_sub(2) else { return };
-        let genuine = match asking {
+        // The hop two before, or (the last hop) the one before.
+        let last = hop as usize == shards.len();
+        let askers = [hop.checked_sub(2), hop.checked_sub(1).filter(|_| last)];
+        let genuine = askers.into_iter().flatten().any(|asking| match asking {
             0 => from == txn.origin,
             asking => shards.get(asking as usize - 1).is_some_and(|&s| serves(topology, from, s)),
-        };
+        });
         if !genuine {
             self.counts.refused += 1;
             return;
@@ -482,10 +557,10 @@ impl ChainMachine {
         let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
         let client = decision.clone();
         self.undelivered.insert(txn, Undelivered { decision, client, chain: 0 });
+        self.decided(txn, answer);
         if answer {
             self.counts.aborts += 1;
             self.counts.inquired += 1;
-            self.events.push(Event::Decided { txn });
         }
     }
 
@@ -523,7 +598,9 @@ impl ChainMachine {
                 }
             }
         }
-        if answer {
+        if self.settles {
+            self.settled.push(Settled::Applied { to: from, txn });
+        } else if answer {
             self.events.push(Event::Applied { to: from, txn });
         }
     }
@@ -577,7 +654,8 @@ impl StateMachine for ChainMachine {
             },
             Command::Inquire { shards, hop, .. } => {
                 let mine = hop.checked_sub(1).and_then(|h| shards.get(h as usize));
-                if *hop < 2 || shards.len() > PIECES_MAX || mine != Some(&self.server.shard) {
+                let askable = *hop >= 2 || (*hop == 1 && shards.len() == 1);
+                if !askable || shards.len() > PIECES_MAX || mine != Some(&self.server.shard) {
                     return Err(format!("an inquiry about hop {hop} is not for this shard"));
                 }
                 if shards.iter().any(|s| s.0 >= self.context.topology.shards) {
@@ -623,6 +701,10 @@ impl StateMachine for ChainMachine {
 
     fn serve_read(&mut self, _read: (), _out: &mut Outbox<Self::Msg>) {}
 
+    fn inherit(&mut self, old: Self) {
+        self.counts = old.counts;
+    }
+
     fn on_leadership(&mut self, leads: bool) {
         self.events.clear();
         if leads {
@@ -661,5 +743,6 @@ impl StateMachine for ChainMachine {
         self.server.install(image.server);
         self.undelivered = image.undelivered.into_iter().collect();
         self.events.clear();
+        self.settled.clear();
     }
 }

@@ -13,9 +13,13 @@
 //!
 //! **Replication.** Each shard's server is a state machine on the shard's Raft group
 //! ([`machine`], hosted by the kit): running a hop, a hop's vote, aborts and decisions are log
-//! entries applied before anyone hears of them, so a failed server's state lives on in its
-//! shard's other replicas (the role of the paper's key replicas and transaction replicas) and
-//! a new leader carries on. **Not built:** scans.
+//! entries, so a failed server's state lives on in its shard's other replicas (the role of the
+//! paper's key replicas and transaction replicas) and a new leader carries on. With
+//! `chain-replication=overlapped` (the default) a hop's leader acknowledges, ships on and
+//! precommits ahead of its log, and the last hop commits only once every earlier hop's vote
+//! is in its shard's log (`Durable`); with `serial` each entry is in the log before anyone
+//! hears of it. Decisions are delivered only once in the deciding shard's log, either way.
+//! **Not built:** scans.
 
 pub mod machine;
 pub mod node;
@@ -25,6 +29,19 @@ use crate::{Durable, Guarantee, NodeContext, Protocol, Replayed};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId};
 
+/// `chain-replication`: whether a hop's leader waits for its log before it goes on.
+pub const OPTION_REPLICATION: &str = "chain-replication";
+
+/// The options of `chain`.
+pub const OPTIONS: &[crate::OptionSpec] = &[crate::OptionSpec {
+    name: OPTION_REPLICATION,
+    help: "overlapped: a hop's leader ships the attempt on and sends its precommit at once, \
+           ahead of its log, and the last hop commits only once every hop's vote is in its \
+           shard's log (CrossStitch's replication off the chain's path); serial: each hop's \
+           run and vote are in its shard's log before the next hop hears of them",
+    kind: crate::OptionKind::Choice { values: &["overlapped", "serial"], default: "overlapped" },
+}];
+
 /// The `chain` protocol.
 pub struct Chain;
 
@@ -32,7 +49,7 @@ impl Protocol for Chain {
     const NAME: &'static str = "chain";
     const SUMMARY: &'static str = "CrossStitch: transactions shipped hop by hop down a chain of \
                                    states, pipelined commit, multi-version timestamp ordering";
-    const OPTIONS: &'static [crate::OptionSpec] = &[];
+    const OPTIONS: &'static [crate::OptionSpec] = OPTIONS;
     const GUARANTEE: Guarantee = Guarantee::StrictWithSyncedClocks;
     type Node = node::ChainNode;
 

@@ -12,10 +12,14 @@
 //!   implicitly.
 //! - A hop votes once it has the previous hop's precommit (the coordinator's, for hop 1, sent
 //!   on hop 1's acknowledgement), the next hop's acknowledgement, and no read of an undecided
-//!   writer's version here; once the vote is in its log it sends `Precommit` to the next hop
-//!   and may no longer abort on its own: the decision belongs to the hops after it.
-//! - The last hop, with the previous precommit, votes commit: it is the final coordinator,
-//!   and its log (its shard's replicas) holds the decision before anyone hears it.
+//!   writer's version here; it sends `Precommit` to the next hop (overlapped replication: at
+//!   once; serial: once the vote is in its log) and may no longer abort on its own once the
+//!   vote is in its log: the decision belongs to the hops after it.
+//! - Overlapped replication: when a hop's vote is in its log, its leader sends `Durable` to
+//!   the last hop's shard.
+//! - The last hop, with the previous precommit (overlapped: and a `Durable` from every hop
+//!   before it), votes commit: it is the final coordinator, and its log (its shard's
+//!   replicas) holds the decision before anyone hears it.
 //! - A hop that has not voted may abort at any time (a conflict, a user abort, a writer it
 //!   read aborting, or a timeout waiting for the messages above; a new leader waits afresh
 //!   for every hop that has not voted); so may the coordinator before it precommitted.
@@ -26,12 +30,13 @@
 //!   log, so a new leader goes on delivering them.
 //!
 //! Failures: a hop's leader failing is its shard's log failing over (a majority of its
-//! replicas alive keeps it going, with every vote and decision it made); a coordinator
-//! failing leaves hop 1 waiting for its precommit, which times out and aborts. This replaces
-//! the paper's recovery queries to hop `h + 2` and to the transaction replicas: no hop's
-//! state is lost with one server, so none needs to be inferred from the hops after it.
+//! replicas alive keeps it going, with every vote and decision its log holds; what it ran
+//! ahead of its log is lost, and the attempts involved abort, since the last hop never hears
+//! that the lost vote is durable); a coordinator failing leaves hop 1 waiting for its
+//! precommit, which times out and aborts. A voted hop with no decision asks hop `h + 2` (or
+//! the last hop), whose log aborts the attempt on its behalf if that hop has not voted.
 
-use super::machine::{serves, ChainMachine, Command, Event, Undelivered};
+use super::machine::{serves, ChainMachine, Command, Event, Settled, Undelivered};
 use super::server::{Hop, Why};
 use crate::kit::coord::{backoff_ns, bind_plan, AttemptIds, LeaderCache, RequestTable};
 use crate::kit::host::{Hosts, RaftGroupMsgs, Route};
@@ -119,6 +124,17 @@ pub enum ChainMsg {
         /// The decision.
         decision: Box<Decision>,
     },
+    /// Overlapped replication: hop `hop`'s vote is in its shard's log, so no later leader of
+    /// that shard aborts it. To the leader of the last hop's shard `last`, which commits only
+    /// once every hop before it has sent this.
+    Durable {
+        /// The attempt.
+        txn: TxnId,
+        /// The hop whose vote is in its log (never the last).
+        hop: u32,
+        /// The shard of the attempt's last hop.
+        last: ShardId,
+    },
     /// The decision was applied by `shard` (`None`: by the coordinator): the decider may
     /// stop resending it there.
     Applied {
@@ -135,8 +151,9 @@ pub enum ChainMsg {
         /// The timestamp to exceed.
         floor: Timestamp,
     },
-    /// Hop `hop - 2` voted long ago and has no decision: hop `hop` aborts the attempt on its
-    /// behalf unless it voted (the paper's query to hop `i + 2`).
+    /// Hop `hop - 2` (or, for the last hop, `hop - 1`) voted long ago and has no decision:
+    /// hop `hop` aborts the attempt on its behalf unless it voted (the paper's query to hop
+    /// `i + 2`).
     Inquire {
         /// The attempt.
         txn: TxnId,
@@ -229,6 +246,17 @@ struct Delivery {
     sent_at: Time,
 }
 
+/// Overlapped replication: what the last hop's leader heard of an attempt's earlier votes.
+#[derive(Debug)]
+struct Durables {
+    /// Per hop whose vote is in its log, the node that said so.
+    hops: BTreeMap<u32, NodeId>,
+    /// Wide-area legs on the longest causal chain among those messages.
+    chain: u16,
+    /// When the first came (an attempt never seen here is forgotten after a while).
+    since: Time,
+}
+
 #[derive(Debug, Default)]
 struct Counts {
     timeouts_total: u64,
@@ -237,6 +265,8 @@ struct Counts {
     refused_total: u64,
     redirected_total: u64,
     inquiries_total: u64,
+    durable_sent_total: u64,
+    durable_dropped_total: u64,
 }
 
 /// The hops of `request`'s chain: its plan bound to shards (replicated-table pieces on
@@ -282,6 +312,13 @@ pub struct ChainNode {
     /// voted)`, a `HopTimeout` before the vote, an `Inquire` after. At most one entry per
     /// timer.
     watched: BTreeSet<(ShardId, TxnId, u32, bool)>,
+    /// `chain-replication=overlapped` on replicated (or durable) shards: leaders run hops
+    /// ahead of their logs (speculative hosting), and decisions wait on [`Settled`] events.
+    overlapped: bool,
+    /// Overlapped replication, for the last hops this node leads: per (shard, attempt), the
+    /// votes of earlier hops known to be in their logs. At most `lock_holders_max` entries
+    /// (more are dropped: their hops send again).
+    durables: BTreeMap<(ShardId, TxnId), Durables>,
     counts: Counts,
 }
 
@@ -300,9 +337,24 @@ impl ChainNode {
     /// A node of `context` rebuilt from its durable logs.
     pub fn restore(context: NodeContext, durable: &Durable) -> Result<Self, String> {
         let shard_context = context.clone();
-        let make = |shard| ChainMachine::new(shard, shard_context.clone());
+        let spec = <super::Chain as crate::Protocol>::OPTIONS;
+        let logged = context.topology.replicas > 1 || context.durable;
+        let overlapped =
+            logged && context.options.choice(super::OPTION_REPLICATION, spec) == "overlapped";
+        let make = |shard| {
+            let machine = ChainMachine::new(shard, shard_context.clone());
+            if overlapped {
+                machine.settling()
+            } else {
+                machine
+            }
+        };
         let wrap = |groups| ChainMsg::Raft { groups };
-        let hosts = Hosts::restore(&context, durable, wrap, make)?;
+        let hosts = if overlapped {
+            Hosts::restore_speculative(&context, durable, wrap, make, ChainMachine::fork)?
+        } else {
+            Hosts::restore(&context, durable, wrap, make)?
+        };
         let limits = context.limits;
         let leaders = LeaderCache::new(context.topology.clone());
         let home = leaders.home_shard(context.id);
@@ -319,6 +371,8 @@ impl ChainNode {
             delivered: BTreeMap::new(),
             timers: Timers::default(),
             watched: BTreeSet::new(),
+            overlapped,
+            durables: BTreeMap::new(),
             counts: Counts::default(),
             context,
         })
@@ -329,6 +383,9 @@ impl ChainNode {
         let replayed = self.hosts.replay_committed();
         for (_, machine, _) in self.hosts.iter_mut() {
             machine.take_events();
+        }
+        for (_, machine, _) in self.hosts.committed_mut() {
+            machine.take_settled();
         }
         replayed
     }
@@ -375,10 +432,14 @@ impl ChainNode {
                 }
             }
         };
-        let asked = hop + 2;
-        let Some(&target) = shards.get(asked as usize - 1) else {
-            return; // No hop two after: the last hop's log holds the decision.
+        // The hop two after; with overlapped replication, when there is none, the last hop:
+        // what it ran may have been lost with its leader, so nothing there would end it.
+        let asked = match hop as usize + 2 <= shards.len() {
+            true => hop + 2,
+            false if self.overlapped && (hop as usize) < shards.len() => hop + 1,
+            false => return, // No hop two after: the last hop's log holds the decision.
         };
+        let target = shards[asked as usize - 1];
         self.counts.inquiries_total += 1;
         let msg = ChainMsg::Inquire { txn, ts, shards, hop: asked };
         self.send_to_shard(now, target, msg, 0, out);
@@ -419,15 +480,21 @@ impl ChainNode {
         let mut hops = Vec::new();
         let mut precommits = Vec::new();
         let mut undelivered = Vec::new();
+        let mut durable = Vec::new();
         for (shard, machine) in self.hosts.iter() {
             if !self.hosts.leads(shard) {
                 continue;
+            }
+            let committed = self.hosts.committed(shard).unwrap_or(machine);
+            if self.overlapped {
+                durable.extend(Self::durable_votes(committed));
             }
             for (&txn, record) in &machine.server.records {
                 for (&hop, state) in &record.ran {
                     let voted = state.precommitted;
                     let next = record.hops.get(hop as usize).map(|h| h.shard);
-                    let askable = record.hops.len() >= hop as usize + 2;
+                    let askable = record.hops.len() >= hop as usize + 2
+                        || (self.overlapped && record.hops.len() > hop as usize);
                     if !voted || askable {
                         hops.push((shard, txn, hop, voted));
                     }
@@ -437,7 +504,8 @@ impl ChainNode {
                 }
             }
             let forgetting = self.delivered.get(&shard);
-            for (&txn, u) in &machine.undelivered {
+            // Only what the log holds is delivered (the same machine without speculation).
+            for (&txn, u) in &committed.undelivered {
                 let busy = self.deliveries.contains_key(&(txn, Some(shard)))
                     || forgetting.is_some_and(|f| f.contains(&txn));
                 if !busy {
@@ -457,6 +525,78 @@ impl ChainNode {
         for (shard, Undelivered { decision, client, chain }) in undelivered {
             self.deliver(now, Some(shard), decision, client, chain, out);
         }
+        // Again at every pace until the decision comes: one may have been lost, or the last
+        // hop's leader changed and forgot them.
+        for (txn, hop, last) in durable {
+            self.counts.durable_sent_total += 1;
+            self.send_to_shard(now, last, ChainMsg::Durable { txn, hop, last }, 0, out);
+        }
+    }
+
+    /// Overlapped replication: the hops (not the last) of undecided attempts whose votes
+    /// `committed` (a shard's committed machine) holds, with their last hops' shards.
+    fn durable_votes(committed: &ChainMachine) -> Vec<(TxnId, u32, ShardId)> {
+        let mut votes = Vec::new();
+        for (&txn, record) in &committed.server.records {
+            let Some(last) = record.hops.last() else { continue };
+            for (&hop, state) in &record.ran {
+                if state.precommitted && (hop as usize) < record.hops.len() {
+                    votes.push((txn, hop, last.shard));
+                }
+            }
+        }
+        votes
+    }
+
+    /// Overlapped replication: hop `hop` of `txn` says its vote is in its log (node `from`,
+    /// a replica of that hop's shard); kept by the leader of the last hop's shard `last`.
+    fn on_durable(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        (txn, hop, last): (TxnId, u32, ShardId),
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        let topology = self.context.topology.clone();
+        let server_node =
+            topology.nodes.get(from.0 as usize).is_some_and(|n| !n.replicas.is_empty());
+        if !self.overlapped || last.0 >= topology.shards || hop == 0 || !server_node {
+            return self.refuse();
+        }
+        if !self.here(last, from, None, out) {
+            return; // The hop sends it again, to the leader it was told.
+        }
+        let Some(machine) = self.hosts.get(last) else { return };
+        if machine.server.ended(txn).is_some() {
+            return; // Decided here.
+        }
+        if let Some(record) = machine.server.records.get(&txn) {
+            let fits = record.hops.last().is_some_and(|h| h.shard == last)
+                && (hop as usize) < record.hops.len()
+                && serves(&topology, from, record.hops[hop as usize - 1].shard);
+            if !fits {
+                return self.refuse();
+            }
+        }
+        let key = (last, txn);
+        if !self.durables.contains_key(&key)
+            && self.durables.len() >= self.context.limits.lock_holders_max
+        {
+            self.counts.durable_dropped_total += 1;
+            return; // Its hop sends it again at its next pace.
+        }
+        let chain = out.chain();
+        let entry = self.durables.entry(key).or_insert_with(|| Durables {
+            hops: BTreeMap::new(),
+            chain: 0,
+            since: now,
+        });
+        entry.hops.insert(hop, from);
+        entry.chain = entry.chain.max(chain);
+        let Some(hops) = machine.server.records.get(&txn).map(|r| r.hops.len() as u32) else {
+            return; // The attempt has not reached the last hop yet.
+        };
+        self.try_vote(last, txn, hops, out);
     }
 
     fn on_inquiry(
@@ -871,7 +1011,20 @@ impl ChainNode {
         if !free || (!last && after.is_none()) {
             return;
         }
-        let chain = before.max(after.unwrap_or(0));
+        let mut chain = before.max(after.unwrap_or(0));
+        if last && self.overlapped && record.hops.len() > 1 {
+            // The commit waits until every earlier hop's vote is in its shard's log: then no
+            // leader of theirs aborts, whatever failed while they ran ahead of their logs.
+            let Some(durables) = self.durables.get(&(shard, txn)) else { return };
+            let topology = &self.context.topology;
+            let every = record.hops[..record.hops.len() - 1].iter().enumerate().all(|(i, h)| {
+                durables.hops.get(&(i as u32 + 1)).is_some_and(|&n| serves(topology, n, h.shard))
+            });
+            if !every {
+                return;
+            }
+            chain = chain.max(durables.chain);
+        }
         let _ = self.hosts.submit(shard, Command::Vote { txn, hop, chain }, out);
     }
 
@@ -1035,7 +1188,7 @@ impl ChainNode {
         // forgets them.
         let hosts = &self.hosts;
         self.delivered.retain(|&shard, txns| {
-            let undelivered = hosts.get(shard).map(|m| &m.undelivered);
+            let undelivered = hosts.committed(shard).map(|m| &m.undelivered);
             txns.retain(|txn| undelivered.is_some_and(|u| u.contains_key(txn)));
             hosts.leads(shard) && !txns.is_empty()
         });
@@ -1049,6 +1202,17 @@ impl ChainNode {
         for (shard, txns) in batches {
             let _ = self.hosts.submit(shard, Command::Delivered { txns }, out);
         }
+        // What the last hops heard of attempts decided since, or never seen here.
+        let forget_ns = self.inquire_ns();
+        let hosts = &self.hosts;
+        self.durables.retain(|&(shard, txn), d| {
+            let Some(machine) = hosts.get(shard).filter(|_| hosts.leads(shard)) else {
+                return false;
+            };
+            let known = machine.server.records.contains_key(&txn);
+            machine.server.ended(txn).is_none()
+                && (known || now.saturating_sub(d.since) < forget_ns)
+        });
         let retention = self.context.timing.gc_retention_ns;
         let watermark = Timestamp(now.saturating_sub(retention));
         for shard in self.hosts.shards() {
@@ -1069,11 +1233,58 @@ impl ChainNode {
             for (shard, machine, _) in self.hosts.iter_mut() {
                 batch.extend(machine.take_events().into_iter().map(|e| (shard, e)));
             }
-            if batch.is_empty() {
+            let mut settled = Vec::new();
+            if self.overlapped {
+                // The committed machines of the shards led here; every other copy's are
+                // dropped.
+                for (shard, machine, leads) in self.hosts.committed_mut() {
+                    let events = machine.take_settled();
+                    if leads == Some(true) {
+                        settled.extend(events.into_iter().map(|e| (shard, e)));
+                    }
+                }
+            }
+            if batch.is_empty() && settled.is_empty() {
                 return;
             }
             for (shard, event) in batch {
                 self.on_event(now, shard, event, out);
+            }
+            for (shard, event) in settled {
+                self.on_settled(now, shard, event, out);
+            }
+        }
+    }
+
+    /// Overlapped replication: what the log of `shard` (led here) has committed.
+    fn on_settled(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        event: Settled,
+        out: &mut Outbox<ChainMsg>,
+    ) {
+        match event {
+            Settled::Voted { txn, hop } => {
+                let last = self
+                    .hosts
+                    .committed(shard)
+                    .and_then(|m| m.server.records.get(&txn))
+                    .filter(|r| (hop as usize) < r.hops.len())
+                    .and_then(|r| r.hops.last())
+                    .map(|h| h.shard);
+                if let Some(last) = last {
+                    self.counts.durable_sent_total += 1;
+                    self.send_to_shard(now, last, ChainMsg::Durable { txn, hop, last }, 0, out);
+                }
+            }
+            Settled::Decided { txn } => {
+                self.durables.remove(&(shard, txn));
+                self.on_event(now, shard, Event::Decided { txn }, out);
+            }
+            Settled::Applied { to, txn } => {
+                self.durables.remove(&(shard, txn));
+                self.on_event(now, shard, Event::Applied { to, txn }, out);
             }
         }
     }
@@ -1120,7 +1331,7 @@ impl ChainNode {
             }
             Event::Decided { txn } => {
                 let Some(Undelivered { decision, client, chain }) =
-                    self.hosts.get(shard).and_then(|m| m.undelivered.get(&txn)).cloned()
+                    self.hosts.committed(shard).and_then(|m| m.undelivered.get(&txn)).cloned()
                 else {
                     return;
                 };
@@ -1182,6 +1393,9 @@ impl ChainNode {
                 }
             }
             ChainMsg::Applied { txn, shard } => self.on_applied(from, txn, shard),
+            ChainMsg::Durable { txn, hop, last } => {
+                self.on_durable(now, from, (txn, hop, last), out)
+            }
             ChainMsg::Stale { txn, floor } => self.on_stale(now, from, txn, floor),
             ChainMsg::Inquire { txn, ts, shards, hop } => {
                 self.on_inquiry(from, (txn, ts, shards), hop, out)
@@ -1301,6 +1515,8 @@ impl Node for ChainNode {
             ("chain_cascading_aborts_total", machines.cascading),
             ("chain_timeouts_total", self.counts.timeouts_total),
             ("chain_inquiries_total", self.counts.inquiries_total),
+            ("chain_durable_notices_total", self.counts.durable_sent_total),
+            ("chain_durable_notices_dropped_total", self.counts.durable_dropped_total),
             ("chain_inquiry_aborts_total", machines.inquired),
             ("chain_decisions_resent_total", self.counts.resent_total),
             ("chain_stale_refusals_total", self.counts.stale_total),
@@ -1661,6 +1877,7 @@ mod tests {
             ChainMsg::Stale { txn, floor: Timestamp(4) },
             ChainMsg::Leader { shard: ShardId(2), leader: NodeId(5) },
             ChainMsg::Inquire { txn, ts: body.ts, shards: vec![ShardId(0), ShardId(2)], hop: 2 },
+            ChainMsg::Durable { txn, hop: 1, last: ShardId(2) },
         ]
     }
 

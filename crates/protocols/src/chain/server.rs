@@ -137,7 +137,7 @@ impl ReadSource for View<'_> {
 }
 
 /// A shard's server.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Server {
     /// Its shard.
     pub shard: ShardId,

@@ -23,11 +23,11 @@
 //! Commands replayed from a restarted node's own log are applied without answers (their
 //! senders gave up or asked again).
 //!
-//! **Speculative hosting** ([`Hosts::restore_speculative`], for `mako`): a replicated shard's
-//! leader keeps a second machine, its *speculative* one, ahead of the committed one. A
-//! command is proposed and, once the log has taken it, applied to the speculative machine at
-//! once and answered from there; every replica (the leader's committed twin included) applies
-//! it again, unanswered, once it commits. Reads are served from the speculative machine
+//! **Speculative hosting** ([`Hosts::restore_speculative`], for `mako` and `chain`): a
+//! replicated shard's leader keeps a second machine, its *speculative* one, ahead of the
+//! committed one. A command is proposed and, once the log has taken it, applied to the
+//! speculative machine at once and answered from there; every replica (the leader's committed
+//! twin included) applies it again, unanswered, once it commits. Reads are served from the speculative machine
 //! without waiting. A new leader speculates only once it has applied every entry of earlier
 //! terms (its term's first entry committed), so the speculative order is the log order. The
 //! second machine exists from the start (bulk loads fill both, [`Hosts::machines_mut`]) and is
@@ -36,9 +36,11 @@
 //! of its committed machine, applying every committed entry to both, so a new leader starts
 //! speculating without a pause that would cost it its leadership (copying millions of keys
 //! outlasts an election timeout). A leader that loses its place replaces its speculative
-//! machine by a copy of its committed one, and with it whatever the log did not keep. What the
-//! speculative answers promise is the protocol's business (mako's watermarks); the host only
-//! keeps the two machines apart.
+//! machine by a copy of its committed one, and with it whatever the log did not keep
+//! ([`StateMachine::inherit`] carries its counters over). What the speculative answers
+//! promise is the protocol's business (mako's watermarks; chain's last hop waiting for every
+//! vote to be committed, [`Hosts::committed_mut`]); the host only keeps the two machines
+//! apart.
 
 use crate::{NodeContext, Replayed};
 use meridian_core::node::{Durability, Outbox, PersistRecord, PersistToken};
@@ -94,6 +96,13 @@ pub trait StateMachine {
     fn serve_read(&mut self, read: Self::Read, out: &mut Outbox<Self::Msg>);
     /// This replica started (`true`) or stopped leading: drop leader-only state.
     fn on_leadership(&mut self, _leads: bool) {}
+    /// Speculative hosting: this fresh copy of the committed machine replaces `old`, the
+    /// second machine; keep what is not replicated state (counters, which must not go back).
+    fn inherit(&mut self, _old: Self)
+    where
+        Self: Sized,
+    {
+    }
     /// The replicated state, for a snapshot.
     fn image(&self) -> Vec<u8>;
     /// Decodes and checks an image; a bad one is an error, never a panic.
@@ -210,7 +219,11 @@ impl<SM: StateMachine, R: Replica> Host<SM, R> {
     /// installed, leadership lost).
     fn remirror(&mut self, fork: Option<fn(&SM) -> SM>) {
         if let Some(fork) = fork.filter(|_| self.speculative) {
-            self.spec = Some(fork(&self.sm));
+            let mut copy = fork(&self.sm);
+            if let Some(old) = self.spec.take() {
+                copy.inherit(old);
+            }
+            self.spec = Some(copy);
             self.speculating = false;
         }
     }
@@ -398,6 +411,18 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
     /// except on a speculating leader).
     pub fn committed(&self, shard: ShardId) -> Option<&SM> {
         self.hosts.get(&shard).map(|h| &h.sm)
+    }
+
+    /// Every committed machine with whether this replica leads its shard, and the second
+    /// machines of speculating hosts (speculating leaders' speculative ones, followers'
+    /// mirrors) after them, marked `None`: for protocols that act on what their logs have
+    /// committed and must drain every copy.
+    pub fn committed_mut(&mut self) -> impl Iterator<Item = (ShardId, &mut SM, Option<bool>)> {
+        self.hosts.iter_mut().flat_map(|(&shard, h)| {
+            let leads = h.leads();
+            std::iter::once((shard, &mut h.sm, Some(leads)))
+                .chain(h.spec.as_mut().map(|spec| (shard, spec, None)))
+        })
     }
 
     /// True when this replica acts for `shard`: its only replica, or the leader.
