@@ -298,4 +298,9 @@ fn chain_replicated_swarm() {
     for (workload, first_seed) in [("list-append", 380_000), ("bank", 390_000)] {
         swarm_with(ProtocolKind::Chain, workload, first_seed, WorkloadOptions::default(), "", 3);
     }
+    // The default is overlapped replication; serial too.
+    let serial = ["chain-replication=serial".to_string()];
+    let (options, flags) =
+        (WorkloadOptions::default(), " --protocol-option chain-replication=serial");
+    swarm_full(ProtocolKind::Chain, &serial, "bank", 395_000, options, flags, 3);
 }
