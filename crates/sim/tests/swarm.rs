@@ -285,6 +285,7 @@ fn chain_swarm() {
         ("bank", 340_000),
         ("rw-register", 350_000),
         ("crossstitch-order-status", 360_000),
+        ("scan-count", 375_000),
     ] {
         swarm(ProtocolKind::Chain, workload, first_seed);
     }

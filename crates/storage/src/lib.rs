@@ -367,6 +367,19 @@ impl MvccStore {
         self.versions
     }
 
+    /// Every key with a version in `[start, end)` (pending ones and deletes included), in key
+    /// order; nothing for an empty or inverted range. For protocols that read at a view of
+    /// their own (pending versions of one writer over committed ones).
+    pub fn keys_in<'a>(
+        &'a self,
+        start: &Key,
+        end: &Key,
+    ) -> impl DoubleEndedIterator<Item = &'a Key> + 'a {
+        let end = if start < end { end.clone() } else { start.clone() };
+        let bounds = (Bound::Included(start.clone()), Bound::Excluded(end));
+        self.order.range::<Key, _>(bounds)
+    }
+
     /// Keys in `[start, end)` with their newest committed values (deletes skipped), in key
     /// order. Unbounded, unlike [`MvccStore::scan`]: for checks over a whole table.
     pub fn latest_range<'a>(

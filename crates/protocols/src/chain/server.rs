@@ -12,6 +12,11 @@
 //!   `k` (`lock-denied`: pending versions are MVTO's write locks), when `k` has a version
 //!   above `ts` or a read stamp above `ts` (`timestamp-too-old`); otherwise it becomes a
 //!   pending version at `ts`.
+//! - a scan sees, per key of its range, the attempt's own version at `ts`, else the newest
+//!   committed version below `ts`; it stamps its whole range at `ts` (a write inside it below
+//!   `ts` is refused, `timestamp-too-old`), and is refused (`lock-denied`) when another
+//!   attempt holds a pending version below `ts` among the keys it examined: a scan does not
+//!   wait for a writer as a read does.
 //! - below the garbage-collection watermark history is gone: an attempt at or below it is
 //!   refused (`timestamp-too-old`).
 //!
@@ -21,7 +26,7 @@
 //! This module decides nothing about commit: [`crate::chain::node`] runs the pipelined commit
 //! and calls [`Server::commit`] or [`Server::abort`] with the decision.
 
-use crate::kit::exec::{run_piece, Overlay, Placement, ReadSource};
+use crate::kit::exec::{run_piece, Overlay, Placement, ReadSource, ScanCheck};
 use crate::mvto::order::ReadStamps;
 use meridian_core::key::Key;
 use meridian_core::txn::{
@@ -129,10 +134,26 @@ impl ReadSource for View<'_> {
             .find(|v| v.ts < own.0 || (v.ts == own.0 && v.writer == own.1))
     }
 
-    fn scan(&self, _range: &ScanRange) -> Vec<(Key, Version)> {
-        // Refused before it runs (see `run_hop`): a chain cannot yet hold a scanned range
-        // against writers.
-        Vec::new()
+    /// The rows of `range` the attempt sees: per key its own version at `ts`, else the newest
+    /// committed one below `ts` (deletes skipped), at most `range.limit`. Another attempt's
+    /// pending version below `ts` is not seen here: [`Server::run_hop`] aborts a scan that
+    /// passes one (see [`pending_under`]).
+    fn scan(&self, range: &ScanRange) -> Vec<(Key, Version)> {
+        let own = (self.ts, self.own);
+        let visible = |key: &Key| {
+            let version = self.store.versions(key).iter().rev().find(|v| {
+                (v.ts == own.0 && v.writer == own.1)
+                    || (v.ts < own.0 && v.state == VersionState::Committed)
+            })?;
+            version.value.is_some().then(|| (key.clone(), version.clone()))
+        };
+        let keys = self.store.keys_in(&range.start, &range.end);
+        let limit = range.limit as usize;
+        if range.reverse {
+            keys.rev().filter_map(visible).take(limit).collect()
+        } else {
+            keys.filter_map(visible).take(limit).collect()
+        }
     }
 }
 
@@ -161,6 +182,34 @@ pub struct Server {
     /// Per coordinator node, the newest incarnation whose attempts ran here and the largest
     /// timestamp among them (see [`Server::admit_ts`]). At most one entry per node.
     origins: BTreeMap<NodeId, (u64, Timestamp)>,
+}
+
+/// The timestamp of another attempt's pending version below `ts` among the keys a scan of
+/// `scan.range` examined (up to its last row when it stopped at its limit, the whole range
+/// otherwise), if there is one: the scan would read a different set of rows if that writer
+/// committed, so it cannot run until the writer is decided.
+fn pending_under(
+    store: &MvccStore,
+    scan: &ScanCheck,
+    ts: Timestamp,
+    own: TxnId,
+) -> Option<Timestamp> {
+    let range = &scan.range;
+    let full = scan.rows.len() >= range.limit as usize;
+    let last = scan.rows.last().map(|(key, _)| key).filter(|_| full);
+    let pending = |key: &Key| {
+        store
+            .versions(key)
+            .iter()
+            .find(|v| v.state == VersionState::Pending && v.writer != own && v.ts < ts)
+            .map(|v| v.ts)
+    };
+    let keys = store.keys_in(&range.start, &range.end);
+    match (last, range.reverse) {
+        (None, _) => keys.filter_map(pending).next(),
+        (Some(last), false) => keys.take_while(|k| *k <= last).filter_map(pending).next(),
+        (Some(last), true) => keys.rev().take_while(|k| *k >= last).filter_map(pending).next(),
+    }
 }
 
 /// What running a hop did.
@@ -317,11 +366,13 @@ impl Server {
                 Ok(run) => run,
                 Err(error) => return HopRun::Abort(Why::Procedure(error)),
             };
-            if !run.scans.is_empty() {
-                return HopRun::Abort(Why::Procedure(ProcError::Unsupported(format!(
-                    "piece {piece} scans a range; chain does not run scans yet (occ, 2pl and \
-                     2pc-mvto do)"
-                ))));
+            // Scans: refused past another attempt's pending version (a phantom, or a row it
+            // may delete), then stamped over the whole range so no write lands below them.
+            for scan in &run.scans {
+                if let Some(seen) = pending_under(&self.store, scan, ts, txn) {
+                    return HopRun::Abort(Why::Conflict { cause: AbortCause::LockDenied, seen });
+                }
+                self.stamps.note_scan(&scan.range, ts);
             }
             // Reads: stamp each key, and depend on the writers of pending versions read.
             for (key, tag) in &run.reads {
@@ -598,7 +649,8 @@ mod tests {
     };
 
     /// One piece on shard 0: reads the ids of `args[0]`, writes `args[1]` = [(id, value)]; a
-    /// value of `u64::MAX` asks for a user abort. Its output is what it read.
+    /// value of `u64::MAX` asks for a user abort; `args[2]`, when given, = [start, end, limit]
+    /// scans those ids. Its output is what it read, then how many rows the scan found.
     #[derive(Debug)]
     struct Rw;
 
@@ -632,7 +684,7 @@ mod tests {
             Ok(KeySet {
                 reads: reads.into_iter().map(key).collect(),
                 writes: writes.into_iter().map(|(id, _)| key(id)).collect(),
-                scans: vec![],
+                scans: scan_of(args).into_iter().collect(),
             })
         }
         fn execute(
@@ -651,14 +703,22 @@ mod tests {
                     v.as_ref().map_or(0, |b| u64::from_le_bytes(b[..8].try_into().unwrap())),
                 )
             };
+            let mut output: Vec<Datum> = reads.values.iter().map(read).collect();
+            output.extend(reads.scans.iter().map(|rows| Datum::Uint(rows.len() as u64)));
             Ok(PieceEffects {
                 writes: writes
                     .into_iter()
                     .map(|(id, v)| Write { key: key(id), value: Some(v.to_le_bytes().to_vec()) })
                     .collect(),
-                output: reads.values.iter().map(read).collect(),
+                output,
             })
         }
+    }
+
+    fn scan_of(args: &Args) -> Option<ScanRange> {
+        let bounds: Vec<u64> = args.get(2)?.as_list()?.iter().filter_map(Datum::as_uint).collect();
+        let &[start, end, limit] = bounds.as_slice() else { return None };
+        Some(ScanRange { start: key(start), end: key(end), limit: limit as u32, reverse: false })
     }
 
     fn txn(seq: u64) -> TxnId {
@@ -705,6 +765,10 @@ mod tests {
                         .collect(),
                 ),
             ];
+            self.run_args(seq, ts, hop, args)
+        }
+
+        fn run_args(&mut self, seq: u64, ts: u64, hop: u32, args: Args) -> HopRun {
             let request = TxnRequest { proc: ProcId(0), args };
             let hop_of = Hop { shard: ShardId(0), pieces: 0..1 };
             // Hop `hop` runs the one piece; earlier hops (none here) would be elsewhere.
@@ -721,6 +785,28 @@ mod tests {
             )
         }
 
+        /// Runs hop `hop` of attempt `seq` at `ts`: writes `writes`, scans ids `[start, end)`
+        /// up to `limit` rows.
+        fn scan(
+            &mut self,
+            (seq, ts, hop): (u64, u64, u32),
+            writes: &[(u64, u64)],
+            (start, end, limit): (u64, u64, u64),
+        ) -> HopRun {
+            let bounds = [start, end, limit].map(Datum::Uint).to_vec();
+            let args = vec![
+                Datum::List(Vec::new()),
+                Datum::List(
+                    writes
+                        .iter()
+                        .map(|&(k, v)| Datum::List(vec![Datum::Uint(k), Datum::Uint(v)]))
+                        .collect(),
+                ),
+                Datum::List(bounds),
+            ];
+            self.run_args(seq, ts, hop, args)
+        }
+
         fn outputs(&self, seq: u64) -> Vec<PieceOutput> {
             self.server.records[&txn(seq)].outputs.clone()
         }
@@ -731,6 +817,36 @@ mod tests {
             HopRun::Abort(Why::Conflict { cause, .. }) => cause,
             other => panic!("expected a conflict, got {other:?}"),
         }
+    }
+
+    /// A scan sees the committed rows below its timestamp and its own pending writes, stamps
+    /// its range against writes below it, and is refused past another attempt's pending
+    /// version below it among the rows it examined (not beyond the row its limit stopped at).
+    #[test]
+    fn a_scan_reads_below_its_timestamp_stamps_its_range_and_waits_for_no_writer() {
+        let mut bench = Bench::new();
+        let found = |bench: &Bench, seq| bench.outputs(seq)[0].last().cloned();
+        // Keys 0..4 are loaded.
+        assert!(matches!(bench.scan((1, 100, 1), &[], (0, 10, 10)), HopRun::Ran));
+        assert_eq!(found(&bench, 1), Some(Datum::Uint(4)));
+        // Below the scan, inside its range: refused; above it: a pending version.
+        assert_eq!(refused(bench.run(2, 50, &[], &[(6, 1)])), AbortCause::TimestampTooOld);
+        bench.server.abort(txn(2), Timestamp(50));
+        assert!(matches!(bench.run(3, 150, &[], &[(7, 1)]), HopRun::Ran));
+        // A scan above that pending version may not run past it; one below does not see it.
+        assert_eq!(refused(bench.scan((4, 200, 1), &[], (0, 10, 10))), AbortCause::LockDenied);
+        bench.server.abort(txn(4), Timestamp(200));
+        assert!(matches!(bench.scan((5, 120, 1), &[], (0, 10, 10)), HopRun::Ran));
+        assert_eq!(found(&bench, 5), Some(Datum::Uint(4)));
+        // Its own writes of an earlier hop are rows too.
+        bench.server.commit(txn(3));
+        assert!(matches!(bench.run(6, 300, &[], &[(9, 1)]), HopRun::Ran));
+        assert!(matches!(bench.scan((6, 300, 2), &[], (0, 10, 10)), HopRun::Ran));
+        assert_eq!(found(&bench, 6), Some(Datum::Uint(6)), "0..4, 7 committed, its own 9");
+        // Another writer's pending version past where the limit stopped does not matter.
+        assert!(matches!(bench.scan((7, 400, 1), &[], (0, 10, 2)), HopRun::Ran));
+        assert_eq!(found(&bench, 7), Some(Datum::Uint(2)));
+        assert_eq!(refused(bench.scan((8, 400, 1), &[], (0, 10, 10))), AbortCause::LockDenied);
     }
 
     #[test]
