@@ -1,15 +1,13 @@
 //! One shard's `chain` server as a replicated state machine, hosted on the shard's Raft group
 //! by the kit ([`crate::kit::host`]): every change to an attempt's state here is a command in
-//! the shard's log, applied by every replica in log order, and only the leader answers, once
-//! the command has committed. So whatever a hop tells another node is held by a quorum of its
-//! shard's replicas first, and a new leader carries on from the same state:
+//! the shard's log, applied by every replica in log order, so a new leader carries on from the
+//! state its log holds:
 //!
-//! - **running a hop** ([`Command::Run`]): its acknowledgement and the copy shipped on vouch
-//!   for versions and read stamps that survive the leader (the role of the paper's key
-//!   replicas, which run each put and notify the next hop);
-//! - **a hop's vote** ([`Command::Vote`]): a precommit is sent only once its vote is in the
-//!   log, so no later leader of the shard aborts a hop that voted; the last hop's vote is the
-//!   commit decision, replicated before anyone hears it (the role of the final coordinator's
+//! - **running a hop** ([`Command::Run`]): its pending versions and read stamps survive the
+//!   leader (the role of the paper's key replicas, which run each put and notify the next
+//!   hop);
+//! - **a hop's vote** ([`Command::Vote`]): once in the log, no later leader of the shard aborts
+//!   the hop; the last hop's vote is the commit decision (the role of the final coordinator's
 //!   Paxos commit with transaction replicas);
 //! - **an abort** ([`Command::Abort`], a timeout) and **a decision delivered** by another
 //!   node ([`Command::Decide`]), with the cascading aborts they cause;
@@ -17,12 +15,20 @@
 //!   delivers them ([`Command::Delivered`] forgets them), and the garbage-collection
 //!   watermark ([`Command::Collect`]).
 //!
+//! When the leader may tell others depends on `chain-replication`. **Serial:** it answers
+//! once the command has committed, so whatever a hop tells another node (an acknowledgement,
+//! the copy shipped on, a precommit, a decision) is held by a quorum first. **Overlapped:** it
+//! answers from a speculative copy of the machine as soon as its log has taken the command
+//! (acknowledgements, copies shipped on, precommits go out ahead of the log), and what must
+//! not be undone waits for the committed copy's [`Settled`] events: a vote in the log
+//! (`Durable` to the last hop), a decision to deliver, a delivered decision applied.
+//!
 //! Applying reads no clock and draws no randomness (the watermark travels in its command; the
 //! checks that need the time, such as a timestamp too far ahead, are the leader's before it
 //! proposes). What only the leader needs to do after an apply (acknowledge, ship on, send a
-//! precommit, deliver, arm a timeout) is queued as [`Event`]s for the node
-//! ([`ChainMachine::take_events`]). Without replicas and without a durable log a command is
-//! applied at once, the same code.
+//! precommit, deliver under serial replication, arm a timeout) is queued as [`Event`]s for the
+//! node ([`ChainMachine::take_events`]). Without replicas and without a durable log a command
+//! is applied at once, the same code, serially.
 
 use super::node::{hops_of, Decision, Outcome, Shipped};
 use super::server::{Hop, HopRun, Server, ServerImage, Why};
@@ -80,8 +86,9 @@ pub enum Command {
     /// Hop `hop - 2` of `txn` (0: its coordinator), node `from`, voted long ago and has no
     /// decision: if hop `hop` (this shard's) has not voted, or the attempt never reached it,
     /// it aborts here on that hop's behalf (the paper's query to hop `i + 2`). With overlapped
-    /// replication the hop before the last asks the last hop itself: a run ahead of its log
-    /// may have been lost with its leader, leaving nothing there to time out.
+    /// replication the hop before the last asks the last hop itself (and a one-hop attempt's
+    /// coordinator asks hop 1): a run ahead of its log may have been lost with its leader,
+    /// leaving nothing there to time out.
     Inquire {
         /// The inquiring node.
         from: NodeId,
@@ -194,6 +201,8 @@ pub enum Settled {
     Decided {
         /// The attempt.
         txn: TxnId,
+        /// A commit (else an abort), for the counters.
+        committed: bool,
     },
     /// A decision node `to` delivered was applied here, and is in the log.
     Applied {
@@ -204,7 +213,10 @@ pub enum Settled {
     },
 }
 
-/// Counts of what the leader did (a follower's applies are not counted twice).
+/// Counts of what the leader did (a follower's applies are not counted twice). Under
+/// overlapped replication the speculative machine counts hops run, cascades and inquiries
+/// (work done, kept across a re-mirror by `inherit`), and the node counts decisions once
+/// committed ([`Settled::Decided`]): a speculative decision its log lost is not counted.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MachineCounts {
     /// Hops run.
@@ -262,6 +274,14 @@ impl ChainMachine {
         }
     }
 
+    /// Counts a command refused when applied: by every replica, or under overlapped
+    /// replication only where answered (so the copies of one replica count it once).
+    fn refuse(&mut self, answer: bool) {
+        if answer || !self.settles {
+            self.counts.refused += 1;
+        }
+    }
+
     /// The machine of overlapped replication (see the field `settles`).
     pub fn settling(mut self) -> Self {
         self.settles = true;
@@ -291,13 +311,18 @@ impl ChainMachine {
         std::mem::take(&mut self.settled)
     }
 
-    /// `txn` was decided here: with overlapped replication, settled (every copy: the node
-    /// keeps the leader's committed one's), else an event when answering.
-    fn decided(&mut self, txn: TxnId, answer: bool) {
+    /// `txn` was decided here (`committed`, or aborted): with overlapped replication,
+    /// settled (every copy queues it: the node keeps, and counts, the leader's committed
+    /// one's), else an event and a count when answering.
+    fn decided(&mut self, txn: TxnId, committed: bool, answer: bool) {
         if self.settles {
-            self.settled.push(Settled::Decided { txn });
+            self.settled.push(Settled::Decided { txn, committed });
         } else if answer {
             self.events.push(Event::Decided { txn });
+            match committed {
+                true => self.counts.commits += 1,
+                false => self.counts.aborts += 1,
+            }
         }
     }
 
@@ -339,7 +364,7 @@ impl ChainMachine {
 
     fn run(&mut self, from: NodeId, shipped: Shipped, answer: bool) {
         let Ok(hops) = self.check_run(from, &shipped) else {
-            self.counts.refused += 1;
+            self.refuse(answer);
             return;
         };
         let (txn, hop, client) = (shipped.txn, shipped.hop, shipped.txn.origin);
@@ -349,7 +374,7 @@ impl ChainMachine {
         }
         if let Some(record) = server.records.get(&txn) {
             if record.ts != shipped.ts || record.hops != hops {
-                self.counts.refused += 1; // Not a copy of the attempt this server runs.
+                self.refuse(answer); // Not a copy of the attempt this server runs.
                 return;
             }
             if record.ran.contains_key(&hop) {
@@ -369,7 +394,7 @@ impl ChainMachine {
             }
             if self.full() {
                 // No room: the hop before times out and aborts.
-                self.counts.refused += 1;
+                self.refuse(answer);
                 return;
             }
             if let Err(floor) = self.server.admit_ts(txn, shipped.ts) {
@@ -380,7 +405,7 @@ impl ChainMachine {
             }
         }
         let Some(procedure) = self.context.registry.get(shipped.request.proc).cloned() else {
-            self.counts.refused += 1;
+            self.refuse(answer);
             return;
         };
         if answer {
@@ -434,9 +459,8 @@ impl ChainMachine {
         let client = Decision { outcome: Outcome::Committed { outputs }, ..decision.clone() };
         let freed = self.server.commit(txn);
         self.undelivered.insert(txn, Undelivered { decision, client, chain });
-        self.decided(txn, answer);
+        self.decided(txn, true, answer);
         if answer {
-            self.counts.commits += 1;
             self.events.extend(freed.into_iter().map(|txn| Event::Freed { txn }));
         }
     }
@@ -467,10 +491,7 @@ impl ChainMachine {
             self.cascade(readers, &mut work, answer);
             let client = decision.clone();
             self.undelivered.insert(txn, Undelivered { decision, client, chain: 0 });
-            self.decided(txn, answer);
-            if answer {
-                self.counts.aborts += 1;
-            }
+            self.decided(txn, false, answer);
         }
     }
 
@@ -505,8 +526,8 @@ impl ChainMachine {
         }
     }
 
-    /// An inquiry from hop `hop - 2` (see [`Command::Inquire`]); validated: `hop` is this
-    /// shard's hop of `shards`.
+    /// An inquiry from hop `hop - 2`, or for the last hop from hop `hop - 1` (see
+    /// [`Command::Inquire`]); validated: `hop` is this shard's hop of `shards`.
     fn inquire(
         &mut self,
         from: NodeId,
@@ -516,7 +537,7 @@ impl ChainMachine {
     ) {
         let topology = &self.context.topology;
         if !topology.nodes.get(txn.origin.0 as usize).is_some_and(|n| n.coordinator) {
-            self.counts.refused += 1; // Attempts come from coordinators.
+            self.refuse(answer); // Attempts come from coordinators.
             return;
         }
         // The hop two before, or (the last hop) the one before.
@@ -527,7 +548,7 @@ impl ChainMachine {
             asking => shards.get(asking as usize - 1).is_some_and(|&s| serves(topology, from, s)),
         });
         if !genuine {
-            self.counts.refused += 1;
+            self.refuse(answer);
             return;
         }
         let why = Why::conflict(AbortCause::Timeout);
@@ -535,7 +556,7 @@ impl ChainMachine {
             let same =
                 record.ts == ts && record.hops.iter().map(|h| h.shard).eq(shards.iter().copied());
             if !same {
-                self.counts.refused += 1;
+                self.refuse(answer);
                 return;
             }
             if record.ran.get(&hop).is_some_and(|s| s.precommitted) {
@@ -557,16 +578,15 @@ impl ChainMachine {
         let decision = Decision { txn, ts, shards, outcome: Outcome::Aborted(why) };
         let client = decision.clone();
         self.undelivered.insert(txn, Undelivered { decision, client, chain: 0 });
-        self.decided(txn, answer);
+        self.decided(txn, false, answer);
         if answer {
-            self.counts.aborts += 1;
             self.counts.inquired += 1;
         }
     }
 
     fn decide(&mut self, from: NodeId, decision: Decision, answer: bool) {
         if !self.decided_by(from, &decision) {
-            self.counts.refused += 1;
+            self.refuse(answer);
             return;
         }
         let txn = decision.txn;

@@ -267,6 +267,17 @@ struct Counts {
     inquiries_total: u64,
     durable_sent_total: u64,
     durable_dropped_total: u64,
+    /// Overlapped replication: decisions of the shards led here, once committed.
+    settled_commits_total: u64,
+    settled_aborts_total: u64,
+}
+
+/// Whether a last hop's leader keeps another `Durable`, holding `held` = (one for the same
+/// attempt already, entries in all) of at most `budget` entries: attempts not seen there yet
+/// (a `Durable` may overtake its attempt) take at most half, so made-up ones cannot crowd out
+/// the attempts running there.
+fn durable_room(known: bool, (same, len): (bool, usize), budget: usize) -> bool {
+    same || len < if known { budget } else { budget / 2 }
 }
 
 /// The hops of `request`'s chain: its plan bound to shards (replicated-table pieces on
@@ -451,7 +462,7 @@ impl ChainNode {
 
     /// Arms the timer hop `hop` of `txn` on `shard` (led here) needs, unless armed: before
     /// its vote the timeout that aborts it, after it the inquiry to the hop two after (when
-    /// there is one).
+    /// there is one; under overlapped replication, else to the last hop).
     fn watch(
         &mut self,
         shard: ShardId,
@@ -487,7 +498,9 @@ impl ChainNode {
             }
             let committed = self.hosts.committed(shard).unwrap_or(machine);
             if self.overlapped {
-                durable.extend(Self::durable_votes(committed));
+                // Not for attempts younger than a pace: the first copy is still on its way.
+                let young = Timestamp(now.saturating_sub(self.pace_ns()));
+                durable.extend(Self::durable_votes(committed, young));
             }
             for (&txn, record) in &machine.server.records {
                 for (&hop, state) in &record.ran {
@@ -534,10 +547,11 @@ impl ChainNode {
     }
 
     /// Overlapped replication: the hops (not the last) of undecided attempts whose votes
-    /// `committed` (a shard's committed machine) holds, with their last hops' shards.
-    fn durable_votes(committed: &ChainMachine) -> Vec<(TxnId, u32, ShardId)> {
+    /// `committed` (a shard's committed machine) holds, with their last hops' shards; only
+    /// attempts stamped below `young` (by their coordinators' clocks: a throttle, not a rule).
+    fn durable_votes(committed: &ChainMachine, young: Timestamp) -> Vec<(TxnId, u32, ShardId)> {
         let mut votes = Vec::new();
-        for (&txn, record) in &committed.server.records {
+        for (&txn, record) in committed.server.records.iter().filter(|(_, r)| r.ts < young) {
             let Some(last) = record.hops.last() else { continue };
             for (&hop, state) in &record.ran {
                 if state.precommitted && (hop as usize) < record.hops.len() {
@@ -560,7 +574,11 @@ impl ChainNode {
         let topology = self.context.topology.clone();
         let server_node =
             topology.nodes.get(from.0 as usize).is_some_and(|n| !n.replicas.is_empty());
-        if !self.overlapped || last.0 >= topology.shards || hop == 0 || !server_node {
+        let hops_max = meridian_core::txn::PIECES_MAX as u32;
+        if !self.overlapped || last.0 >= topology.shards || hop == 0 || hop >= hops_max {
+            return self.refuse();
+        }
+        if !server_node {
             return self.refuse();
         }
         if !self.here(last, from, None, out) {
@@ -570,6 +588,7 @@ impl ChainNode {
         if machine.server.ended(txn).is_some() {
             return; // Decided here.
         }
+        let known = machine.server.records.contains_key(&txn);
         if let Some(record) = machine.server.records.get(&txn) {
             let fits = record.hops.last().is_some_and(|h| h.shard == last)
                 && (hop as usize) < record.hops.len()
@@ -579,9 +598,8 @@ impl ChainNode {
             }
         }
         let key = (last, txn);
-        if !self.durables.contains_key(&key)
-            && self.durables.len() >= self.context.limits.lock_holders_max
-        {
+        let held = (self.durables.contains_key(&key), self.durables.len());
+        if !durable_room(known, held, self.context.limits.lock_holders_max) {
             self.counts.durable_dropped_total += 1;
             return; // Its hop sends it again at its next pace.
         }
@@ -1278,7 +1296,11 @@ impl ChainNode {
                     self.send_to_shard(now, last, ChainMsg::Durable { txn, hop, last }, 0, out);
                 }
             }
-            Settled::Decided { txn } => {
+            Settled::Decided { txn, committed } => {
+                match committed {
+                    true => self.counts.settled_commits_total += 1,
+                    false => self.counts.settled_aborts_total += 1,
+                }
                 self.durables.remove(&(shard, txn));
                 self.on_event(now, shard, Event::Decided { txn }, out);
             }
@@ -1497,7 +1519,10 @@ impl Node for ChainNode {
         let mut machines = super::machine::MachineCounts::default();
         let mut open = 0;
         let mut undelivered = 0;
-        for (_, machine) in self.hosts.iter() {
+        // What a leader answered, from every copy: a speculating host's counts move with its
+        // speculative machine (a follower's mirror keeps them while it does not lead), and
+        // its committed one, which answers nothing, counts none of these.
+        for (_, machine) in self.hosts.machines() {
             let c = machine.counts;
             machines.hops_run += c.hops_run;
             machines.commits += c.commits;
@@ -1505,13 +1530,16 @@ impl Node for ChainNode {
             machines.cascading += c.cascading;
             machines.inquired += c.inquired;
             machines.refused += c.refused;
+        }
+        // Gauges, from the machine each host serves.
+        for (_, machine) in self.hosts.iter() {
             open += machine.server.open();
             undelivered += machine.undelivered.len();
         }
         let mut counters = vec![
             ("chain_hops_run_total", machines.hops_run),
-            ("chain_commits_total", machines.commits),
-            ("chain_aborts_decided_total", machines.aborts),
+            ("chain_commits_total", machines.commits + self.counts.settled_commits_total),
+            ("chain_aborts_decided_total", machines.aborts + self.counts.settled_aborts_total),
             ("chain_cascading_aborts_total", machines.cascading),
             ("chain_timeouts_total", self.counts.timeouts_total),
             ("chain_inquiries_total", self.counts.inquiries_total),
@@ -1852,6 +1880,17 @@ mod tests {
         let near = Timestamp(floor.0 + 1_000_000);
         coordinator.on_message(12, first, ChainMsg::Stale { txn: body.txn, floor: near }, &mut out);
         assert_eq!(coordinator.ts_floor, near);
+    }
+
+    /// A last hop keeps `Durable`s for the attempts it runs up to the budget, and for unseen
+    /// ones up to half of it; an attempt that has an entry adds hops whatever the count.
+    #[test]
+    fn durables_for_unseen_attempts_take_at_most_half_the_room() {
+        assert!(durable_room(false, (false, 49), 100));
+        assert!(!durable_room(false, (false, 50), 100), "unseen: half");
+        assert!(durable_room(true, (false, 99), 100));
+        assert!(!durable_room(true, (false, 100), 100), "seen: the whole budget");
+        assert!(durable_room(false, (true, 100), 100), "another hop of a held attempt");
     }
 
     fn samples() -> Vec<ChainMsg> {

@@ -84,8 +84,10 @@ pub struct HopState {
     /// leader's alone, as `acked`.
     #[serde(skip)]
     pub precommit: Option<u16>,
-    /// This hop precommitted (or, the last hop, decided): it may no longer abort on its own.
-    /// Replicated: its log entry is applied before the precommit is sent.
+    /// This hop voted (the last hop: decided), in the log this copy of the machine applied:
+    /// once that is the committed log, it may no longer abort on its own. Under serial
+    /// replication the precommit leaves only after; under overlapped replication it leaves
+    /// from the speculative copy, and the last hop waits for this hop's `Durable`.
     pub precommitted: bool,
 }
 

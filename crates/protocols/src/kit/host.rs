@@ -400,6 +400,13 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         })
     }
 
+    /// Every machine, the second ones of speculating hosts included.
+    pub fn machines(&self) -> impl Iterator<Item = (ShardId, &SM)> {
+        self.hosts.iter().flat_map(|(&shard, h)| {
+            std::iter::once(&h.sm).chain(h.spec.as_ref()).map(move |sm| (shard, sm))
+        })
+    }
+
     /// The second machines of speculating hosts that [`Hosts::iter_mut`] does not show
     /// (speculating leaders' committed ones, followers' mirrors), for housekeeping every copy
     /// needs (history collection).
