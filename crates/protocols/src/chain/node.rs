@@ -575,10 +575,8 @@ impl ChainNode {
         let server_node =
             topology.nodes.get(from.0 as usize).is_some_and(|n| !n.replicas.is_empty());
         let hops_max = meridian_core::txn::PIECES_MAX as u32;
-        if !self.overlapped || last.0 >= topology.shards || hop == 0 || hop >= hops_max {
-            return self.refuse();
-        }
-        if !server_node {
+        let bounded = last.0 < topology.shards && hop > 0 && hop < hops_max;
+        if !self.overlapped || !bounded || !server_node {
             return self.refuse();
         }
         if !self.here(last, from, None, out) {
@@ -588,8 +586,9 @@ impl ChainNode {
         if machine.server.ended(txn).is_some() {
             return; // Decided here.
         }
-        let known = machine.server.records.contains_key(&txn);
-        if let Some(record) = machine.server.records.get(&txn) {
+        let record = machine.server.records.get(&txn);
+        let known = record.is_some();
+        if let Some(record) = record {
             let fits = record.hops.last().is_some_and(|h| h.shard == last)
                 && (hop as usize) < record.hops.len()
                 && serves(&topology, from, record.hops[hop as usize - 1].shard);
@@ -611,7 +610,7 @@ impl ChainNode {
         });
         entry.hops.insert(hop, from);
         entry.chain = entry.chain.max(chain);
-        let Some(hops) = machine.server.records.get(&txn).map(|r| r.hops.len() as u32) else {
+        let Some(hops) = record.map(|r| r.hops.len() as u32) else {
             return; // The attempt has not reached the last hop yet.
         };
         self.try_vote(last, txn, hops, out);

@@ -27,8 +27,8 @@
 //! replicated shard's leader keeps a second machine, its *speculative* one, ahead of the
 //! committed one. A command is proposed and, once the log has taken it, applied to the
 //! speculative machine at once and answered from there; every replica (the leader's committed
-//! twin included) applies it again, unanswered, once it commits. Reads are served from the speculative machine
-//! without waiting. A new leader speculates only once it has applied every entry of earlier
+//! twin included) applies it again, unanswered, once it commits. Reads are served from the
+//! speculative machine without waiting. A new leader speculates only once it has applied every entry of earlier
 //! terms (its term's first entry committed), so the speculative order is the log order. The
 //! second machine exists from the start (bulk loads fill both, [`Hosts::machines_mut`]) and is
 //! copied again (a full copy, as long as the state is big) only after a snapshot is installed
