@@ -438,28 +438,57 @@ coordinator = true
     path
 }
 
-/// `tiga` (in either mode, set in the cluster file) and `luigi` run as a server process (in
-/// memory: they have no durable log yet) driven over TCP, tiga commits on its fast path and
-/// luigi on its only (slow) path, and a durable server is refused with the reason.
+/// `tiga` (in either mode, set in the cluster file) and `luigi` run as a server process
+/// driven over TCP, tiga commits on its fast path and luigi on its only (slow) path. Tiga's
+/// server is durable (its leaders journal their logs); a durable luigi server is refused with
+/// the reason, and luigi runs in memory.
 #[test]
-fn tiga_and_luigi_run_as_a_server_process_and_a_durable_one_is_refused() {
+fn tiga_and_luigi_run_as_a_server_process_and_only_tiga_is_durable() {
     let detective = "\n[protocol_options]\ntiga-mode = \"detective\"\n";
     for (protocol, path, extra) in [
         ("tiga", "fast path 100.0%", ""),
         ("tiga", "fast path 100.0%", detective),
         ("luigi", "fast path 0.0%", ""),
     ] {
-        runs_as_a_server_process_and_a_durable_one_is_refused(protocol, path, extra);
+        runs_as_a_server_process(protocol, path, extra);
     }
 }
 
-fn runs_as_a_server_process_and_a_durable_one_is_refused(protocol: &str, path: &str, extra: &str) {
+fn runs_as_a_server_process(protocol: &str, path: &str, extra: &str) {
     let dir = scratch(&format!("{protocol}-{}-tcp", extra.len()));
     let (server_port, client_port) = (free_port(), free_port());
     let file = cluster_file(&dir, server_port, client_port);
     let text =
         std::fs::read_to_string(&file).unwrap().replace("\"occ\"", &format!("\"{protocol}\""));
     std::fs::write(&file, text + extra).unwrap();
+    let durable_too = protocol == "tiga";
+    if !durable_too {
+        refuses_to_start_durable(protocol, &file, &dir);
+    }
+    let mut server = meridian();
+    server.args(["server", "--config", file.to_str().unwrap(), "--node", "0"]);
+    if durable_too {
+        server.arg("--data-dir").arg(dir.join("data"));
+    } else {
+        server.args(["--durability", "memory"]);
+    }
+    let child = server.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_for_port(server_port);
+    let _server = Server(child);
+    let results = dir.join("results");
+    let output = run_words(
+        "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
+        &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(committed_in(&stdout) > 100, "{stdout}");
+    assert!(stdout.contains(path), "{protocol}: {path} expected: {stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A durable server of `protocol` exits with status 2 and says to run it in memory.
+fn refuses_to_start_durable(protocol: &str, file: &std::path::Path, dir: &std::path::Path) {
     let mut durable = meridian()
         .args(["server", "--config", file.to_str().unwrap(), "--node", "0", "--data-dir"])
         .arg(dir.join("data"))
@@ -484,25 +513,6 @@ fn runs_as_a_server_process_and_a_durable_one_is_refused(protocol: &str, path: &
     let mut why = String::new();
     std::io::Read::read_to_string(&mut durable.stderr.take().unwrap(), &mut why).unwrap();
     assert!(why.contains("--durability memory"), "{why}");
-    let child = meridian()
-        .args(["server", "--config", file.to_str().unwrap(), "--node", "0"])
-        .args(["--durability", "memory"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_port(server_port);
-    let _server = Server(child);
-    let results = dir.join("results");
-    let output = run_words(
-        "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
-        &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(committed_in(&stdout) > 100, "{stdout}");
-    assert!(stdout.contains(path), "{protocol}: {path} expected: {stdout}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `chain` runs as server processes, one per shard, each shipping transactions to the other

@@ -121,6 +121,10 @@ pub struct HoldQueue<T> {
     last_write: BTreeMap<Key, Timestamp>,
     /// Stamps at or below this were forgotten: a key without one counts as released here.
     floor: Timestamp,
+    /// A restarted leader's re-held proposals: an arrival touching one of these keys at or
+    /// below its timestamp counts as late (see [`HoldQueue::restore`]). Arrivals only: the
+    /// release order is checked against real stamps.
+    reserved: BTreeMap<Key, Timestamp>,
     held_max: usize,
     keys_max: usize,
 }
@@ -136,6 +140,7 @@ impl<T> HoldQueue<T> {
             last_read: BTreeMap::new(),
             last_write: BTreeMap::new(),
             floor: Timestamp::ZERO,
+            reserved: BTreeMap::new(),
             held_max,
             keys_max,
         }
@@ -170,7 +175,41 @@ impl<T> HoldQueue<T> {
     /// The highest stamp of a released transaction that conflicts with reading `reads` and
     /// writing `writes`, counting forgotten stamps as the floor.
     pub fn released_conflict(&self, reads: &[Key], writes: &[Key]) -> Timestamp {
-        self.remembered_conflict(reads, writes).max(self.floor)
+        let reserved = reads.iter().chain(writes).filter_map(|k| self.reserved.get(k)).max();
+        let reserved = reserved.copied().unwrap_or(Timestamp::ZERO);
+        self.remembered_conflict(reads, writes).max(self.floor).max(reserved)
+    }
+
+    /// A restarted leader: records a release at `ts` found in its journal (the stamps its
+    /// log left), keeping the bound on remembered stamps.
+    pub fn stamp_released(&mut self, ts: Timestamp, reads: &[Key], writes: &[Key]) {
+        stamp(&mut self.last_read, &mut self.last_write, ts, reads, writes);
+        if self.last_read.len() + self.last_write.len() > self.keys_max {
+            self.forget_oldest_stamps();
+        }
+    }
+
+    /// A restarted leader: holds a transaction it had proposed `ts` for before it crashed,
+    /// exactly there and not ready (its agreement decides), whatever the stamps say: it was
+    /// held there or moved later, and its peers kept that proposal. Its keys are reserved at
+    /// `ts`, so nothing that arrives now lands below it on them: a detective leader may have
+    /// answered with a run at `ts` that must stand. False when the queue is full or it is
+    /// held already.
+    pub fn restore(&mut self, arriving: Arriving<T>) -> bool {
+        let Arriving { txn, ts, reads, writes, payload } = arriving;
+        if self.at.contains_key(&txn) || self.queue.len() >= self.held_max {
+            return false;
+        }
+        for key in reads.iter().chain(&writes) {
+            let at = self.reserved.entry(key.clone()).or_insert(ts);
+            *at = (*at).max(ts);
+        }
+        self.at.insert(txn, ts);
+        let read_digests = reads.iter().map(digest).collect();
+        let write_digests = writes.iter().map(digest).collect();
+        let held = Held { reads, writes, read_digests, write_digests, ready: false, payload };
+        self.queue.insert((ts, txn), held);
+        true
     }
 
     /// The same over the stamps still remembered (the floor left out): what the release order

@@ -21,14 +21,17 @@
 //! ([`view`]) and replicated state ([`manager`]), and the view change's log merge
 //! ([`recovery`]). `luigi` ([`crate::luigi`]) runs on the same node as a variant. Read-only
 //! transactions may read a closed snapshot at one replica per shard
-//! ([`OPTION_SNAPSHOT_READS`]). **Not built yet:** the view change itself (leaders are fixed
-//! for a run: co-located by the view manager's rule, or spread with `tiga-leaders=spread`,
-//! so the hosts of leaders must not crash; a follower that restarts rejoins by a state
-//! transfer from its leader), durable logs and checkpoints.
+//! ([`OPTION_SNAPSHOT_READS`]). A leader journals what it must find again after a crash
+//! ([`journal`]) and a restarted one leads on from it; a follower that restarts rejoins by a
+//! state transfer from its leader. **Not built yet:** the view change itself (leaders are
+//! fixed for a run: co-located by the view manager's rule, or spread with
+//! `tiga-leaders=spread`, so a crashed leader's shard waits for it), followers' durable logs
+//! and checkpoints.
 
 pub mod agree;
 pub mod coordinator;
 pub mod hold;
+pub mod journal;
 pub mod log;
 pub mod manager;
 pub mod node;
@@ -136,8 +139,10 @@ impl Protocol for Tiga {
         check_replicas("tiga", topology)
     }
 
-    fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        leads_no_shard(topology, node)
+    /// Any node: a leader restarts from its journal and leads on (its shard waits meanwhile),
+    /// a follower rejoins by a state transfer.
+    fn may_crash(_topology: &Topology, _node: NodeId) -> bool {
+        true
     }
 
     /// Tiga runs one-shot transactions whose keys the arguments give: a sample of the
@@ -186,13 +191,18 @@ impl Protocol for Tiga {
         Some(bound + TigaSettings::from_options(options).owd.headroom_ns)
     }
 
+    /// A leader finds its log, the votes it heard, its open proposals and its closed-timestamp
+    /// promise in its journal and leads on in the same view ([`journal`]); a follower rejoins
+    /// by a state transfer.
     fn restore(context: NodeContext, durable: &Durable) -> Result<node::TigaNode, String> {
-        refuse_durable("tiga", &context, durable)?;
-        node::TigaNode::new(context)
+        let (shards, next_seq) = journal::recover(durable)?;
+        node::TigaNode::restored(context, shards, next_seq)
     }
 
-    fn replay_committed(_node: &mut node::TigaNode) -> Replayed {
-        Replayed::default() // Nothing durable to replay.
+    /// A leader runs its journaled log ([`node::TigaNode::replay_journal`]); a follower has
+    /// nothing durable (it rejoins by a state transfer).
+    fn replay_committed(node: &mut node::TigaNode) -> Replayed {
+        node.replay_journal()
     }
 }
 

@@ -60,11 +60,15 @@
 //! finished log prefix, its key hashes over it, its store, and what it executed past the
 //! prefix), then catches up on the log past it like any follower.
 //!
+//! A tiga leader journals its log entries, first proposals, the votes it hears and its
+//! closed-timestamp promises ([`super::journal`]), and every send waits until the records
+//! issued before it are durable (`TigaNode::step`); a restarted leader takes them up
+//! ([`TigaNode::restored`]), runs its log again and leads on in the same view.
+//!
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
-//! manager's choice of co-located leaders given every node alive), so a node hosting a
-//! shard's leader must not crash; durability (the log is in memory; `restore` refuses a durable
-//! driver); checkpoints (the logs, the sets of logged transactions and the leaders' outcome
-//! records grow with the run).
+//! manager's choice of co-located leaders given every node alive), so a crashed leader's
+//! shard waits for it to restart; followers' durable logs; checkpoints (the logs, the sets of
+//! logged transactions, the leaders' outcome records and the journal grow with the run).
 //!
 //! # Memory a run does not grow
 //!
@@ -75,6 +79,7 @@
 //! in any case). Bodies go once every replica executed them (at most [`BODIES_MAX`]).
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
+use super::journal::{Journal, Record, Recovered};
 use super::owd::OwdSettings;
 use super::quorum::slow_followers;
 use super::replica::{Action, Incoming, Replica, ReplicaLimits};
@@ -87,7 +92,7 @@ use crate::kit::timers::Timers;
 use crate::luigi::streams::Streams;
 use crate::{NodeContext, ProtocolNode};
 use meridian_core::key::Key;
-use meridian_core::node::{ClientRequest, Node, Outbox, PersistToken, TimerId};
+use meridian_core::node::{ClientRequest, Durability, Effect, Node, Outbox, PersistToken, TimerId};
 use meridian_core::topology::Topology;
 use meridian_core::txn::{
     AbortCounts, CommitPath, Datum, KeySet, PieceOutput, ProcError, ShardTarget, TxnFailure,
@@ -802,6 +807,11 @@ struct Hosted {
     transfer_seq: u64,
     /// Leader: per follower node, the latest start of it that installed a transfer.
     joined: BTreeMap<NodeId, u64>,
+    // Journal (tiga leaders).
+    /// Transactions whose proposal is journaled and which are not logged yet.
+    journaled: BTreeSet<TxnId>,
+    /// Replaying the journal: replies are recorded (to answer resends), not sent.
+    quiet: bool,
 }
 
 /// What a replica's actions answer: another leader's message naming `shards`; `answer` when
@@ -869,6 +879,9 @@ struct Counts {
     transfers_total: u64,
     /// Followers: state transfers installed.
     rejoined_total: u64,
+    /// Restarted leaders: log entries run again from the journal, and proposals held again.
+    replayed_total: u64,
+    restored_proposals_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -903,6 +916,13 @@ pub struct TigaNode {
     timers: Timers<Purpose>,
     release_at: Option<Time>,
     counts: Counts,
+    /// Tiga: the leaders' journal, and the sends waiting for it ([`super::journal`]).
+    /// Luigi journals nothing (it refuses a durable driver, and its leaders do not crash).
+    journal: Option<Journal<TigaMsg>>,
+    /// A restarted leader's proposals held again, to send when it starts.
+    restored: Vec<(ShardId, Vec<Action>)>,
+    /// The outbox a step writes into before its sends are held back for the journal.
+    scratch: Outbox<TigaMsg>,
 }
 
 impl TigaNode {
@@ -911,6 +931,31 @@ impl TigaNode {
         let settings = TigaSettings::from_options(&context.options);
         let view = starting_view(&context.topology, &settings)?;
         Self::build(context, Variant::Tiga, view, settings.owd, settings.snapshot_reads)
+    }
+
+    /// A tiga node of `context` that restarted with `shards` found in its journal (whose
+    /// next record is `next_seq`): see [`super::journal`].
+    pub fn restored(
+        context: NodeContext,
+        shards: BTreeMap<ShardId, Recovered>,
+        next_seq: u64,
+    ) -> Result<Self, String> {
+        let mut node = Self::new(context)?;
+        node.resume(shards, next_seq)?;
+        Ok(node)
+    }
+
+    /// Offline (`meridian verify`): runs what [`TigaNode::restored`] took up from the journal
+    /// (what the node does first when it starts), dropping what it would send. Counts the
+    /// log entries taken up as commands.
+    pub fn replay_journal(&mut self) -> crate::Replayed {
+        let mut out = Outbox::new();
+        let leaders = self.hosted.values().filter(|h| h.quiet);
+        let entries: u64 = leaders.map(|h| h.replica.log_len() as u64).sum();
+        if entries > 0 || !self.restored.is_empty() {
+            self.replay(0, &mut out);
+        }
+        crate::Replayed { snapshots: 0, commands: entries, log_index: entries }
     }
 
     /// The global view number this node is in.
@@ -989,6 +1034,8 @@ impl TigaNode {
                     transfers: BTreeMap::new(),
                     transfer_seq: 0,
                     joined: BTreeMap::new(),
+                    journaled: BTreeSet::new(),
+                    quiet: false,
                 },
             );
         }
@@ -1007,6 +1054,9 @@ impl TigaNode {
             timers: Timers::default(),
             release_at: None,
             counts: Counts::default(),
+            journal: (variant == Variant::Tiga).then(|| Journal::new(0)),
+            restored: Vec::new(),
+            scratch: Outbox::new(),
             context,
         })
     }
@@ -1571,8 +1621,11 @@ impl TigaNode {
                     break;
                 }
                 let known = entry.remove();
-                if host.replica.leads() {
-                    host.promised = host.promised.max(ts);
+                if host.replica.leads() && ts > host.promised {
+                    host.promised = ts;
+                    if let Some(journal) = &mut self.journal {
+                        journal.write(&Record::Promised { shard: host.shard, ts });
+                    }
                 }
                 let (_, result) = run_part(&self.context, host.shard, &host.store, &known, ts, &[]);
                 self.counts.snapshot_served_total += 1;
@@ -1602,7 +1655,13 @@ impl TigaNode {
         if !self.snapshot_reads || !host.replica.leads() || host.followers.is_empty() {
             return;
         }
-        host.promised = host.promised.max(leader_closed(host, now).min(cap));
+        let promised = host.promised.max(leader_closed(host, now).min(cap));
+        if promised > host.promised {
+            host.promised = promised;
+            if let Some(journal) = &mut self.journal {
+                journal.write(&Record::Promised { shard, ts: promised });
+            }
+        }
         if host.promised > host.closed_sent {
             host.closed_sent = host.promised;
             let upto = host.replica.log_len() as u64;
@@ -1629,6 +1688,15 @@ impl TigaNode {
             let Some(host) = self.hosted.get_mut(&shard) else { return };
             match action {
                 Action::Propose { txn, ts, to } => {
+                    // A leader's first proposal is its only one (peers keep the first they
+                    // hear): journaled once, before it goes out.
+                    if let (Some(journal), Some(known)) = (&mut self.journal, host.bodies.get(&txn))
+                    {
+                        if host.replica.held_at(txn).is_some() && host.journaled.insert(txn) {
+                            let body = (*known.body).clone();
+                            journal.write(&Record::Proposed { shard, ts, body });
+                        }
+                    }
                     self.tell_leaders(now, shard, (txn, Some(ts)), to, peer, out);
                 }
                 Action::Confirm { txn, to } => {
@@ -1640,6 +1708,13 @@ impl TigaNode {
                         continue;
                     };
                     host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                    if let Some(journal) = &mut self.journal {
+                        if !host.quiet {
+                            let body = (*known.body).clone();
+                            journal.write(&Record::Logged { shard, ts, body });
+                        }
+                        host.journaled.remove(&txn);
+                    }
                     host.queued.insert(txn, Queued { ts, hash: 0, speculative: false });
                 }
                 Action::Speculate { txn, ts, hash } => {
@@ -2080,11 +2155,22 @@ impl TigaNode {
                     }
                     return;
                 }
+                // A restarted leader must hear the same votes, with the same outputs, to reach
+                // the same outcomes: journaled before anything that follows from them is sent.
+                let mut journal_vote = |outputs: &Vec<(u32, PieceOutput)>| {
+                    if let Some(journal) = &mut self.journal {
+                        let outputs = outputs.clone();
+                        journal.write(&Record::Vote { shard: to, txn, from: peer, ok, outputs });
+                    }
+                };
                 if let Some(pending) = host.pending.get(&txn) {
                     if want_reply {
                         // The sender lacks this shard's vote (the first copy was lost).
                         let reply = vote_msg(self.view.global, txn, to, peer, pending, false);
                         out.send(from, reply);
+                    }
+                    if !pending.votes.contains_key(&peer) {
+                        journal_vote(&outputs);
                     }
                     record_vote(host, txn, peer, ok);
                 } else if host.early_votes.len() < EARLY_VOTES_MAX
@@ -2093,6 +2179,9 @@ impl TigaNode {
                 {
                     // Beyond the cap only for transactions known here (bodies are bounded):
                     // one that waits for the outputs this vote carries must get them.
+                    if !host.early_votes.get(&txn).is_some_and(|v| v.contains_key(&peer)) {
+                        journal_vote(&outputs);
+                    }
                     deliver_vote(host, txn, peer, PeerVote { ok, outputs });
                 }
                 self.execute_all(now, out);
@@ -2279,6 +2368,10 @@ impl TigaNode {
         ack.0 = synced;
         ack.1 = ack.1.max(executed);
         if synced < host.sent_to[&from] && fetch.is_empty() && synced < log_len {
+            host.sent_to.insert(from, synced);
+        } else if synced > host.sent_to[&from] {
+            // A leader that restarted knows nothing sent: the log goes on from what the
+            // follower holds, not from the start.
             host.sent_to.insert(from, synced);
         }
         for txn in fetch.into_iter().take(super::log::SYNC_ENTRIES_MAX) {
@@ -2639,7 +2732,9 @@ fn refresh_owd(msg: TigaMsg, owd: u64) -> TigaMsg {
 /// Sends `msg` to `txn`'s coordinator and remembers it (the last one sent) to repeat on a
 /// resend, forgetting the oldest beyond the bound.
 fn reply(host: &mut Hosted, txn: TxnId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
-    out.send(txn.origin, msg.clone());
+    if !host.quiet {
+        out.send(txn.origin, msg.clone());
+    }
     if host.answers.insert(txn, msg).is_none() {
         compact_answer_order(host);
         host.answer_order.push_back(txn);
@@ -3152,10 +3247,132 @@ fn window_outcomes(host: &Hosted, from: usize) -> Vec<SyncOutcome> {
         .collect()
 }
 
-impl Node for TigaNode {
-    type Msg = TigaMsg;
+impl TigaNode {
+    /// Runs one step of the node into a scratch outbox, then passes its effects on: the
+    /// step's journal records as one persist, and its sends held back while any record issued
+    /// is not durable yet ([`super::journal`]). Luigi steps pass straight through.
+    fn step(&mut self, out: &mut Outbox<TigaMsg>, f: impl FnOnce(&mut Self, &mut Outbox<TigaMsg>)) {
+        if self.journal.is_none() {
+            return f(self, out);
+        }
+        let mut inner = std::mem::take(&mut self.scratch);
+        inner.begin_call(out.chain());
+        f(self, &mut inner);
+        let journal = self.journal.as_mut().expect("checked above");
+        if let Some((token, records)) = journal.take_batch() {
+            out.persist(PersistToken(token), records, Durability::Synced);
+        }
+        let mut hops = out.chain();
+        // Bounded by what the step emitted.
+        for effect in inner.drain() {
+            match effect {
+                Effect::Send { to, msg } if journal.waiting() => journal.defer(hops, to, msg),
+                Effect::Send { to, msg } => out.send_after(to, msg, hops),
+                Effect::SetTimer { timer, after_ns } => out.set_timer(timer, after_ns),
+                Effect::Reply { request, outcome } => out.reply_after(request, outcome, hops),
+                Effect::DependsOn { hops: chain } => hops = chain,
+                Effect::Persist { .. } => debug_assert!(false, "tiga persists by its journal"),
+            }
+        }
+        self.scratch = inner;
+    }
 
-    fn on_start(&mut self, _now: Time, out: &mut Outbox<TigaMsg>) {
+    /// A restarted node takes up what its journal holds (before the stores are loaded; the
+    /// log runs again when the node starts): per shard it leads, the log with its bodies,
+    /// hashes and release stamps, the votes heard, the promised closed timestamp, and the
+    /// proposals still open, held again where they were proposed. Errors when the journal
+    /// speaks of a shard this node does not lead or of a transaction it cannot read.
+    fn resume(
+        &mut self,
+        shards: BTreeMap<ShardId, Recovered>,
+        next_seq: u64,
+    ) -> Result<(), String> {
+        let Some(journal) = &mut self.journal else {
+            return Err("luigi keeps no journal".into());
+        };
+        *journal = Journal::new(next_seq);
+        let limits = replica_limits(self.context.topology.shards);
+        let detective = self.view.mode == Mode::Detective;
+        for (shard, recovered) in shards {
+            let Some(host) = self.hosted.get_mut(&shard).filter(|h| h.replica.leads()) else {
+                return Err(format!("the tiga journal speaks of {shard:?}, not led here"));
+            };
+            let known =
+                |ts: Timestamp, body: TxnBody| -> Result<(TxnId, Timestamp, Known), String> {
+                    let shape = shape_of(&self.context, &body.request, body.home).map_err(|e| {
+                        format!("the tiga journal holds {} that does not run: {e}", body.txn)
+                    })?;
+                    let part = shape.parts.get(&shard).cloned().ok_or_else(|| {
+                        format!("the tiga journal holds {} with nothing on {shard:?}", body.txn)
+                    })?;
+                    let txn = body.txn;
+                    Ok((
+                        txn,
+                        ts,
+                        Known { body: Arc::new(body), owd_ns: 0, part, shards: shape.shards() },
+                    ))
+                };
+            let log: Vec<(TxnId, Timestamp, Known)> = recovered
+                .log
+                .into_iter()
+                .map(|(ts, body)| known(ts, body))
+                .collect::<Result<_, _>>()?;
+            let entries: Vec<(TxnId, Timestamp, &[Key], &[Key])> = log
+                .iter()
+                .map(|(txn, ts, k)| (*txn, *ts, &k.part.reads[..], &k.part.writes[..]))
+                .collect();
+            let (replica, hashes) =
+                Replica::recovered_leader(shard, limits, &entries).ok_or_else(|| {
+                    format!("the tiga journal lists a transaction twice on {shard:?}")
+                })?;
+            host.replica = replica.with_detective(detective);
+            for ((txn, ts, known), hash) in log.into_iter().zip(hashes) {
+                host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                host.queued.insert(txn, Queued { ts, hash, speculative: false });
+                host.bodies.insert(txn, known);
+            }
+            for (txn, votes) in recovered.votes {
+                let votes =
+                    votes.into_iter().map(|(from, (ok, outputs))| (from, PeerVote { ok, outputs }));
+                host.early_votes.insert(txn, votes.collect());
+            }
+            host.promised = recovered.promised;
+            host.closed_sent = recovered.promised;
+            for (txn, (ts, body)) in recovered.proposals {
+                let (_, _, known) = known(ts, body)?;
+                let arriving = incoming(txn, ts, &known.shards, &known.part);
+                host.bodies.insert(txn, known);
+                host.journaled.insert(txn);
+                let actions = host.replica.restore_proposal(arriving, ts);
+                self.counts.restored_proposals_total += 1;
+                self.restored.push((shard, actions));
+            }
+            host.quiet = true;
+        }
+        Ok(())
+    }
+
+    /// A restarted leader runs its journaled log again (replies recorded to answer resends,
+    /// not sent; votes sent, as peers may wait for them), and proposes again what it had
+    /// proposed.
+    fn replay(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        for (shard, actions) in std::mem::take(&mut self.restored) {
+            self.act(now, shard, actions, None, out);
+        }
+        self.execute_all(now, out);
+        for host in self.hosted.values_mut().filter(|h| h.quiet) {
+            host.quiet = false;
+            self.counts.replayed_total += host.replica.log_len() as u64;
+        }
+        self.release(now, out);
+    }
+}
+
+impl TigaNode {
+    fn started(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        if !self.restored.is_empty() || self.hosted.values().any(|h| h.quiet) {
+            self.replay(now, out);
+        }
         // Leaders pace resends of votes and of the log (followers' share).
         if self.hosted.values().any(|h| h.replica.leads()) {
             self.timers.set(Purpose::Pace, self.pace_ns(), out);
@@ -3167,7 +3384,7 @@ impl Node for TigaNode {
         }
     }
 
-    fn on_message(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
+    fn handle(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
         if msg.view().is_some_and(|view| view != self.view.global) {
             self.counts.stale_view_total += 1;
             return;
@@ -3223,7 +3440,7 @@ impl Node for TigaNode {
         }
     }
 
-    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<TigaMsg>) {
+    fn timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<TigaMsg>) {
         let Some(purpose) = self.timers.take(timer) else { return };
         match purpose {
             Purpose::Release => {
@@ -3252,11 +3469,32 @@ impl Node for TigaNode {
             }
         }
     }
+}
 
-    fn on_persisted(&mut self, _now: Time, _token: PersistToken, _out: &mut Outbox<TigaMsg>) {}
+impl Node for TigaNode {
+    type Msg = TigaMsg;
+
+    fn on_start(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        self.step(out, |node, out| node.started(now, out));
+    }
+
+    fn on_message(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
+        self.step(out, |node, out| node.handle(now, from, msg, out));
+    }
+
+    fn on_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<TigaMsg>) {
+        self.step(out, |node, out| node.timer(now, timer, out));
+    }
+
+    fn on_persisted(&mut self, _now: Time, token: PersistToken, out: &mut Outbox<TigaMsg>) {
+        let Some(journal) = &mut self.journal else { return };
+        for (hops, to, msg) in journal.persisted(token.0) {
+            out.send_after(to, msg, hops);
+        }
+    }
 
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<TigaMsg>) {
-        self.start(now, request, out);
+        self.step(out, |node, out| node.start(now, request, out));
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -3318,6 +3556,13 @@ impl Node for TigaNode {
             ("tiga_contradicted_total", self.counts.contradicted_total),
             ("tiga_state_transfers_total", self.counts.transfers_total),
             ("tiga_rejoined_total", self.counts.rejoined_total),
+            ("tiga_journal_records_total", self.journal.as_ref().map_or(0, |j| j.records_total)),
+            (
+                "tiga_journal_sends_dropped_total",
+                self.journal.as_ref().map_or(0, |j| j.dropped_total),
+            ),
+            ("tiga_replayed_total", self.counts.replayed_total),
+            ("tiga_restored_proposals_total", self.counts.restored_proposals_total),
         ]
     }
 }

@@ -248,6 +248,62 @@ impl Replica {
         Some(replica)
     }
 
+    /// A leader of `shard` that restarted and found `log` in its journal (transaction,
+    /// timestamp, the keys it reads and writes here, in log order): the log, its key hashes
+    /// and its release stamps as they were. Returns, per entry, the hash its fast reply
+    /// carried. `None` when the log lists a transaction twice.
+    pub fn recovered_leader(
+        shard: ShardId,
+        limits: ReplicaLimits,
+        log: &[(TxnId, Timestamp, &[Key], &[Key])],
+    ) -> Option<(Self, Vec<u64>)> {
+        let mut replica = Self::new(shard, true, limits);
+        let mut hashes = Vec::with_capacity(log.len());
+        let Role::Leader { log: entries, in_log, .. } = &mut replica.role else {
+            unreachable!("built a leader")
+        };
+        for &(txn, ts, reads, writes) in log {
+            if in_log.insert(txn, ts).is_some() {
+                return None;
+            }
+            entries.push((txn, ts));
+            replica.hold.stamp_released(ts, reads, writes);
+            let mut keys = reads.to_vec();
+            keys.extend(writes.iter().cloned());
+            replica.hashes.toggle(txn, ts, &keys);
+            hashes.push(replica.hashes.reply_hash(&keys));
+        }
+        Some((replica, hashes))
+    }
+
+    /// A restarted leader: holds `incoming` at `proposed`, the timestamp it proposed before
+    /// it crashed (see [`HoldQueue::restore`]), and proposes it again. Nothing for a
+    /// transaction logged or held already, or with no room.
+    pub fn restore_proposal(&mut self, incoming: Incoming, proposed: Timestamp) -> Vec<Action> {
+        let Incoming { txn, mut shards, reads, writes, .. } = incoming;
+        shards.sort_unstable();
+        shards.dedup();
+        if !self.leads() || self.logged(txn) || shards.len() < 2 || !shards.contains(&self.shard) {
+            return Vec::new();
+        }
+        let mut keys = reads.clone();
+        keys.extend(writes.iter().cloned());
+        let arriving = Arriving { txn, ts: proposed, reads, writes, payload: keys };
+        if !self.hold.restore(arriving) {
+            return Vec::new();
+        }
+        let me = self.shard;
+        let Some(agreement) = self.agreement(txn, &shards) else {
+            self.hold.remove(txn);
+            return Vec::new();
+        };
+        agreement.propose(proposed);
+        let to = shards.iter().copied().filter(|&s| s != me).collect();
+        let mut actions = vec![Action::Propose { txn, ts: proposed, to }];
+        self.settle(txn, &mut actions);
+        actions
+    }
+
     /// This replica's key hashes (over its whole log: a leader's, released or not executed).
     pub fn hashes(&self) -> &KeyHashes {
         &self.hashes
