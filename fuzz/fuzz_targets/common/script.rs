@@ -5,7 +5,7 @@
 //! timers and delivering what the nodes sent). No handler may panic, whatever arrives; debug
 //! assertions are on in fuzz builds, so an invariant a message can break is a finding too.
 
-use meridian_core::node::{ClientRequest, Effect, Node, Outbox, TimerId};
+use meridian_core::node::{ClientRequest, Effect, Node, Outbox, PersistToken, TimerId};
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
 use meridian_core::{NodeId, RequestId, Time};
@@ -79,11 +79,14 @@ pub fn run_script_with<N: Node>(
     let mut now: Time = 1_000 * NS_PER_MS;
     let mut mail: Mail<N::Msg> = VecDeque::new();
     let mut timers = Timers::new();
+    // Persists complete at the next step of time, in order (a node whose sends wait for its
+    // disk must see them complete, or it falls silent).
+    let mut persists: Persists = VecDeque::new();
     let mut request = 0u64;
     for (index, node) in nodes.iter_mut().enumerate() {
         let mut out = Outbox::new();
         node.on_start(now, &mut out);
-        collect(index, &mut out, now, &mut mail, &mut timers);
+        collect(index, &mut out, now, &mut mail, &mut timers, &mut persists);
     }
     let mut rest = data;
     for _ in 0..STEPS_MAX {
@@ -97,7 +100,7 @@ pub fn run_script_with<N: Node>(
                 let mut out = Outbox::new();
                 nodes[at].submit(now, ClientRequest { id: RequestId(request), txn }, &mut out);
                 request += 1;
-                collect(at, &mut out, now, &mut mail, &mut timers);
+                collect(at, &mut out, now, &mut mail, &mut timers, &mut persists);
             }
             1 => {
                 // A decoded message, from anyone (strangers included), to one node.
@@ -111,17 +114,30 @@ pub fn run_script_with<N: Node>(
                 let from = NodeId(u32::from(route >> 4) % (count as u32 + 3));
                 let mut out = Outbox::new();
                 nodes[to].on_message(now, from, msg, &mut out);
-                collect(to, &mut out, now, &mut mail, &mut timers);
+                collect(to, &mut out, now, &mut mail, &mut timers, &mut persists);
             }
             _ => {
                 // Time passes: deliver what was sent, fire what came due.
                 now += u64::from(op) * NS_PER_MS;
                 for _ in 0..EVENTS_PER_STEP_MAX {
+                    if let Some((at, token)) = persists.pop_front() {
+                        let mut out = Outbox::new();
+                        nodes[at].on_persisted(now, token, &mut out);
+                        collect(at, &mut out, now, &mut mail, &mut timers, &mut persists);
+                        continue;
+                    }
                     if let Some((from, to, msg)) = mail.pop_front() {
                         let Some(node) = nodes.get_mut(to.0 as usize) else { continue };
                         let mut out = Outbox::new();
                         node.on_message(now, from, msg, &mut out);
-                        collect(to.0 as usize, &mut out, now, &mut mail, &mut timers);
+                        collect(
+                            to.0 as usize,
+                            &mut out,
+                            now,
+                            &mut mail,
+                            &mut timers,
+                            &mut persists,
+                        );
                         continue;
                     }
                     let Some((&(due, at, timer), _)) = timers.first_key_value() else { break };
@@ -131,7 +147,7 @@ pub fn run_script_with<N: Node>(
                     timers.pop_first();
                     let mut out = Outbox::new();
                     nodes[at].on_timer(now, TimerId(timer), &mut out);
-                    collect(at, &mut out, now, &mut mail, &mut timers);
+                    collect(at, &mut out, now, &mut mail, &mut timers, &mut persists);
                 }
             }
         }
@@ -140,14 +156,16 @@ pub fn run_script_with<N: Node>(
 
 type Mail<M> = VecDeque<(NodeId, NodeId, M)>;
 type Timers = BTreeMap<(Time, usize, u64), ()>;
+type Persists = VecDeque<(usize, PersistToken)>;
 
-/// Queues what node `from` sent and the timers it set.
+/// Queues what node `from` sent, the timers it set and the persists it asked for.
 fn collect<M>(
     from: usize,
     out: &mut Outbox<M>,
     now: Time,
     mail: &mut Mail<M>,
     timers: &mut Timers,
+    persists: &mut Persists,
 ) {
     for effect in out.drain() {
         match effect {
@@ -155,6 +173,7 @@ fn collect<M>(
             Effect::SetTimer { timer, after_ns } => {
                 timers.insert((now.saturating_add(after_ns), from, timer.0), ());
             }
+            Effect::Persist { token, .. } => persists.push_back((from, token)),
             _ => {}
         }
     }

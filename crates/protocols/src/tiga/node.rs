@@ -3613,6 +3613,22 @@ mod tests {
         variant: Variant,
         replicas: u32,
     ) -> (TigaNode, Box<dyn meridian_workloads::Workload>) {
+        let (context, workload) = context_in(id, replicas);
+        let mut node = match variant {
+            Variant::Tiga => TigaNode::new(context).unwrap(),
+            Variant::Luigi => {
+                let owd = crate::luigi::owd_settings(&context.options);
+                TigaNode::luigi(context, owd).unwrap()
+            }
+        };
+        for (shard, store) in node.stores_mut() {
+            workload.load(shard, store);
+        }
+        (node, workload)
+    }
+
+    /// The context of node `id` of 3 shards × `replicas` in 3 regions running bank.
+    fn context_in(id: u32, replicas: u32) -> (NodeContext, Box<dyn meridian_workloads::Workload>) {
         let options = meridian_workloads::WorkloadOptions {
             shards: 3,
             keys_per_shard: 8,
@@ -3629,17 +3645,68 @@ mod tests {
             7,
             crate::Timing::for_network(meridian_core::time::NS_PER_MS),
         );
-        let mut node = match variant {
-            Variant::Tiga => TigaNode::new(context).unwrap(),
-            Variant::Luigi => {
-                let owd = crate::luigi::owd_settings(&context.options);
-                TigaNode::luigi(context, owd).unwrap()
-            }
-        };
+        (context, workload)
+    }
+
+    /// A leader restarts from a journal holding its log: it runs the log again when it
+    /// starts (recording, not sending, its replies) and answers a resend from what it ran.
+    /// The same journal on a node that does not lead the shard refuses to start, as does one
+    /// that does not decode.
+    #[test]
+    fn a_leader_restarts_from_its_journal_and_a_journal_not_its_own_is_refused() {
+        let mut coordinator = node(0);
+        let mut out = Outbox::new();
+        let bank = context_in(0, 3).1;
+        let mut generator = bank.generator(0, 1);
+        coordinator.submit(
+            1_000,
+            ClientRequest { id: RequestId(1), txn: generator.next(RequestId(1)) },
+            &mut out,
+        );
+        let body = out
+            .drain()
+            .find_map(|e| match e {
+                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
+                _ => None,
+            })
+            .expect("a body went out");
+        let shape = shape_of(&coordinator.context, &body.request, body.home).unwrap();
+        let shard = *shape.parts.keys().next().unwrap();
+        let leader = (0..9).find(|&n| node(n).leads(shard)).unwrap();
+        let follower = (0..9).find(|&n| {
+            let candidate = node(n);
+            candidate.hosted.contains_key(&shard) && !candidate.leads(shard)
+        });
+        let mut journal: Journal<TigaMsg> = Journal::new(0);
+        let ts = Timestamp(body.ts.0 + 5);
+        journal.write(&Record::Logged { shard, ts, body: body.clone() });
+        let (_, records) = journal.take_batch().unwrap();
+        let durable: crate::Durable =
+            records.into_iter().map(|r| (r.key, r.value.unwrap())).collect();
+        let (shards, next) = super::super::journal::recover(&durable).unwrap();
+        let restored = TigaNode::restored(context_in(follower.unwrap(), 3).0, shards.clone(), next);
+        assert!(restored.unwrap_err().contains("not led here"));
+        let mut node = TigaNode::restored(context_in(leader, 3).0, shards, next).unwrap();
         for (shard, store) in node.stores_mut() {
-            workload.load(shard, store);
+            bank.load(shard, store);
         }
-        (node, workload)
+        let mut out = Outbox::new();
+        node.on_start(2_000, &mut out);
+        let counters = node.counters();
+        let replayed = counters.iter().find(|(n, _)| *n == "tiga_replayed_total").unwrap().1;
+        assert_eq!(replayed, 1);
+        let sent_to_coordinator = out.drain().any(|e| {
+            matches!(e, Effect::Send { to, msg: TigaMsg::Fast { .. } } if to == body.txn.origin)
+        });
+        assert!(!sent_to_coordinator, "replayed replies are recorded, not sent");
+        let host = &node.hosted[&shard];
+        assert!(host.replica.logged(body.txn));
+        let answered = host.answers.contains_key(&body.txn) || host.pending.contains_key(&body.txn);
+        assert!(answered, "the replay ran it");
+        let mut garbage = durable.clone();
+        garbage.insert(b"tiga/\0\0\0\0\0\0\0\x09".to_vec(), vec![0xff]);
+        assert!(<crate::tiga::Tiga as crate::Protocol>::restore(context_in(leader, 3).0, &garbage)
+            .is_err());
     }
 
     /// Found by the `tiga_node` fuzz target: a reply naming a shard that does not exist, for

@@ -432,3 +432,47 @@ fn a_tick_that_stops_at_its_bound_says_so() {
     assert_eq!(executed(&r.tick(100)), [(txn(3), Timestamp(30))]);
     assert!(!r.capped());
 }
+
+/// A leader that restarted from its journal has its log, its key hashes and its release
+/// stamps back (a late arrival is bumped past what the log released), and holds a
+/// transaction it had proposed for exactly at its proposal, its keys reserved there: a
+/// conflicting arrival below it is bumped above it, one on other keys is not, and the
+/// agreement goes on from the restored proposal.
+#[test]
+fn a_restarted_leader_takes_up_its_log_and_holds_its_proposals_where_they_were() {
+    let mut before = Replica::new(A, true, limits());
+    before.arrive(rmw(1, 10, &[A], &[1]));
+    before.arrive(rmw(2, 20, &[A], &[2]));
+    let released = before.tick(100);
+    assert_eq!(executed(&released), vec![(txn(1), Timestamp(10)), (txn(2), Timestamp(20))]);
+    let hashes: Vec<u64> = fast(&released).iter().map(|&(_, _, h)| h).collect();
+    let (k1, k2) = (vec![key(1)], vec![key(2)]);
+    let log =
+        [(txn(1), Timestamp(10), &k1[..], &k1[..]), (txn(2), Timestamp(20), &k2[..], &k2[..])];
+    let (mut after, replayed) = Replica::recovered_leader(A, limits(), &log).expect("no repeats");
+    assert_eq!(replayed, hashes, "the fast replies' hashes, again");
+    assert_eq!(after.log_len(), 2);
+    assert!(after.logged(txn(1)) && after.logged(txn(2)));
+    assert_eq!(after.hashes().reply_hash(&k1), before.hashes().reply_hash(&k1));
+    // A retry of a logged transaction runs nothing; a late one is bumped past the log.
+    assert!(after.arrive(rmw(1, 10, &[A], &[1])).is_empty());
+    after.arrive(rmw(4, 5, &[A], &[1]));
+    assert_eq!(after.held_at(txn(4)), Some(Timestamp(11)));
+    // The open proposal, held again where it was proposed (above the stamps here).
+    let actions = after.restore_proposal(rmw(3, 30, &[A, B], &[1, 5]), Timestamp(30));
+    assert_eq!(actions, vec![Action::Propose { txn: txn(3), ts: Timestamp(30), to: vec![B] }]);
+    assert_eq!(after.held_at(txn(3)), Some(Timestamp(30)));
+    assert!(after.restore_proposal(rmw(3, 30, &[A, B], &[1, 5]), Timestamp(30)).is_empty());
+    // Its keys are reserved at 30: a conflicting arrival below lands above it.
+    after.arrive(rmw(5, 25, &[A], &[5]));
+    assert_eq!(after.held_at(txn(5)), Some(Timestamp(31)));
+    after.arrive(rmw(6, 25, &[A], &[9]));
+    assert_eq!(after.held_at(txn(6)), Some(Timestamp(25)), "other keys are not reserved");
+    // The agreement goes on from the restored proposal: a larger one moves it.
+    let moved = after.on_proposal(B, txn(3), &[A, B], Timestamp(40));
+    assert!(moved.contains(&Action::Confirm { txn: txn(3), to: vec![B] }), "{moved:?}");
+    assert_eq!(after.held_at(txn(3)), Some(Timestamp(40)));
+    // A log listing a transaction twice is refused.
+    let twice = [log[0], log[0]];
+    assert!(Replica::recovered_leader(A, limits(), &twice).is_none());
+}
