@@ -1032,7 +1032,10 @@ impl TigaNode {
                     ahead: BTreeMap::new(),
                     rejoin_end: 0,
                     transfers: BTreeMap::new(),
-                    transfer_seq: 0,
+                    // Ids grow across the leader's starts too: a restarted leader's first
+                    // image must not take the id of one its previous start had begun to send
+                    // (a follower would mix the parts of the two).
+                    transfer_seq: (context.incarnation & 0xFFFF_FFFF) << 32,
                     joined: BTreeMap::new(),
                     journaled: BTreeSet::new(),
                     quiet: false,
