@@ -438,12 +438,11 @@ coordinator = true
     path
 }
 
-/// `tiga` (in either mode, set in the cluster file) and `luigi` run as a server process
-/// driven over TCP, tiga commits on its fast path and luigi on its only (slow) path. Tiga's
-/// server is durable (its leaders journal their logs); a durable luigi server is refused with
-/// the reason, and luigi runs in memory.
+/// `tiga` (in either mode, set in the cluster file) and `luigi` run as a durable server
+/// process (their leaders journal their logs) driven over TCP, tiga commits on its fast path
+/// and luigi on its only (slow) path.
 #[test]
-fn tiga_and_luigi_run_as_a_server_process_and_only_tiga_is_durable() {
+fn tiga_and_luigi_run_as_durable_server_processes() {
     let detective = "\n[protocol_options]\ntiga-mode = \"detective\"\n";
     for (protocol, path, extra) in [
         ("tiga", "fast path 100.0%", ""),
@@ -461,17 +460,9 @@ fn runs_as_a_server_process(protocol: &str, path: &str, extra: &str) {
     let text =
         std::fs::read_to_string(&file).unwrap().replace("\"occ\"", &format!("\"{protocol}\""));
     std::fs::write(&file, text + extra).unwrap();
-    let durable_too = protocol == "tiga";
-    if !durable_too {
-        refuses_to_start_durable(protocol, &file, &dir);
-    }
     let mut server = meridian();
     server.args(["server", "--config", file.to_str().unwrap(), "--node", "0"]);
-    if durable_too {
-        server.arg("--data-dir").arg(dir.join("data"));
-    } else {
-        server.args(["--durability", "memory"]);
-    }
+    server.arg("--data-dir").arg(dir.join("data"));
     let child = server.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     wait_for_port(server_port);
     let _server = Server(child);
@@ -485,34 +476,6 @@ fn runs_as_a_server_process(protocol: &str, path: &str, extra: &str) {
     assert!(committed_in(&stdout) > 100, "{stdout}");
     assert!(stdout.contains(path), "{protocol}: {path} expected: {stdout}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A durable server of `protocol` exits with status 2 and says to run it in memory.
-fn refuses_to_start_durable(protocol: &str, file: &std::path::Path, dir: &std::path::Path) {
-    let mut durable = meridian()
-        .args(["server", "--config", file.to_str().unwrap(), "--node", "0", "--data-dir"])
-        .arg(dir.join("data"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A server that starts instead of refusing would run on: give it ten seconds.
-    let mut waited_ms = 0;
-    let status = loop {
-        if let Some(status) = durable.try_wait().unwrap() {
-            break status;
-        }
-        if waited_ms > 10_000 {
-            let _ = durable.kill();
-            panic!("a durable {protocol} server started instead of refusing");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        waited_ms += 50;
-    };
-    assert_eq!(status.code(), Some(2));
-    let mut why = String::new();
-    std::io::Read::read_to_string(&mut durable.stderr.take().unwrap(), &mut why).unwrap();
-    assert!(why.contains("--durability memory"), "{why}");
 }
 
 /// `chain` runs as server processes, one per shard, each shipping transactions to the other

@@ -216,16 +216,16 @@ fn kill_9_under_bank_load_leaves_the_money_whole_in_every_replica_log() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The baselines, `chain` and `tiga` survive the same: servers killed with SIGKILL and
-/// restarted from their data directories under list-append load, every acknowledged commit
-/// in the history (for `mako`, only durable acknowledgements reach the client; `chain`'s
-/// leaders run ahead of their logs, and commit only what every hop's log holds; `tiga`'s
-/// leader, node 0, finds its log in its journal and leads on, its followers rejoin by a state
-/// transfer).
+/// The baselines, `chain`, `tiga` and `luigi` survive the same: servers killed with SIGKILL
+/// and restarted from their data directories under list-append load, every acknowledged
+/// commit in the history (for `mako`, only durable acknowledgements reach the client;
+/// `chain`'s leaders run ahead of their logs, and commit only what every hop's log holds;
+/// `tiga`'s and `luigi`'s leader, node 0, finds its log in its journal and leads on, their
+/// followers rejoin by a state transfer).
 #[test]
 fn kill_9_of_random_servers_loses_no_acknowledged_commit_under_every_baseline() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    for protocol in ["2pl", "2pc-mvto", "mako", "chain", "tiga"] {
+    for protocol in ["2pl", "2pc-mvto", "mako", "chain", "tiga", "luigi"] {
         let dir =
             std::env::temp_dir().join(format!("meridian-kill9-{protocol}-{}", std::process::id()));
         // Seed 2 kills nodes 1, 0, 0, 2, 2, 2: each server, node 0 (Raft's usual first

@@ -26,9 +26,10 @@
 //! bits and does not tell reads from writes), the agreement, votes for cross-shard user
 //! aborts, resends with the same transaction id and at-most-once execution.
 //!
-//! **Not built yet:** leader failover (it waits for tiga's view change: leaders are fixed for
-//! a run, so nodes hosting leaders must not crash; a follower rejoins by tiga's state
-//! transfer), durable logs.
+//! A leader journals as tiga's do, and the watermarks it tells as well; a restarted one leads
+//! on from its journal (see [`crate::tiga::journal`]), and a follower rejoins by tiga's state
+//! transfer. **Not built yet:** leader failover (it waits for tiga's view change: leaders are
+//! fixed for a run, so a crashed leader's shard waits for it).
 
 pub mod streams;
 
@@ -86,10 +87,10 @@ impl Protocol for Luigi {
         tiga::check_replicas("luigi", topology)
     }
 
-    /// Leaders are fixed until the view change is built: only nodes leading no shard may
-    /// crash (a follower rejoins by a state transfer).
-    fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        tiga::leads_no_shard(topology, node)
+    /// Any node, as for tiga: a leader restarts from its journal, a follower rejoins by a
+    /// state transfer.
+    fn may_crash(_topology: &Topology, _node: NodeId) -> bool {
+        true
     }
 
     /// The same one-shot transactions as tiga.
@@ -136,13 +137,15 @@ impl Protocol for Luigi {
         Some(bound + owd_settings(options).headroom_ns)
     }
 
+    /// As tiga's: a leader leads on from its journal (with the watermarks it told), a
+    /// follower rejoins by a state transfer.
     fn restore(context: NodeContext, durable: &Durable) -> Result<TigaNode, String> {
-        tiga::refuse_durable("luigi", &context, durable)?;
+        let (shards, next_seq) = tiga::journal::recover(durable)?;
         let owd = owd_settings(&context.options);
-        TigaNode::luigi(context, owd)
+        TigaNode::luigi_restored(context, owd, shards, next_seq)
     }
 
-    fn replay_committed(_node: &mut TigaNode) -> Replayed {
-        Replayed::default() // Nothing durable to replay.
+    fn replay_committed(node: &mut TigaNode) -> Replayed {
+        node.replay_journal()
     }
 }

@@ -112,6 +112,26 @@ impl Streams {
         stream.frontier = stream.frontier.max(ts);
     }
 
+    /// A restarted leader: `worker` was told `ts` before the crash. Its new transactions are
+    /// held above it, and nothing will be told below it again.
+    pub fn restore_told(&mut self, worker: NodeId, ts: Timestamp) {
+        let Some(stream) = self.workers.get_mut(worker.0 as usize) else { return };
+        stream.frontier = stream.frontier.max(ts);
+        stream.told = stream.told.max(ts);
+    }
+
+    /// A restarted leader: `txn` is in its log at `ts`, or held at `ts` (a proposal taken up
+    /// again), with its replication not known yet. Above what its worker was told it is open
+    /// until [`Streams::replicated`]; at or below, the promise already covers it. Call after
+    /// [`Streams::restore_told`].
+    pub fn restore_open(&mut self, txn: TxnId, ts: Timestamp) {
+        let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
+        stream.frontier = stream.frontier.max(ts);
+        if ts > stream.told && stream.open.insert(txn, ts).is_none() {
+            stream.by_bound.insert((ts, txn), ());
+        }
+    }
+
     /// `worker`'s watermark here.
     pub fn watermark(&self, worker: NodeId) -> Timestamp {
         self.workers.get(worker.0 as usize).map(Stream::watermark).unwrap_or(Timestamp::ZERO)
@@ -174,6 +194,21 @@ mod tests {
         assert!(floor > mark);
         streams.held(t(0, 2), floor.max(Timestamp(50)));
         assert_eq!(streams.watermark(NodeId(0)), mark, "the watermark never falls");
+    }
+
+    #[test]
+    fn a_restarted_leader_tells_nothing_below_what_it_told_and_waits_for_what_is_above() {
+        let mut streams = Streams::new(2);
+        streams.restore_told(NodeId(1), Timestamp(100));
+        streams.restore_open(t(1, 1), Timestamp(90)); // Covered by the promise.
+        streams.restore_open(t(1, 2), Timestamp(120)); // Above it: not known replicated.
+        assert_eq!(streams.watermark(NodeId(1)), Timestamp(119));
+        assert!(streams.floor(NodeId(1)).unwrap() > Timestamp(120), "new ones land above");
+        assert_eq!(streams.take_raised(), vec![(NodeId(1), Timestamp(119))]);
+        streams.replicated(t(1, 1), Timestamp(90));
+        streams.replicated(t(1, 2), Timestamp(120));
+        assert_eq!(streams.take_raised(), vec![(NodeId(1), Timestamp(120))]);
+        assert_eq!(streams.open(), 0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! A tiga leader's durable journal: what a leader must find again after a crash to go on
-//! leading its shard in the same view (leaders are fixed until the view change exists), and
-//! the rule that nothing it sends runs ahead of it.
+//! A tiga (or luigi) leader's durable journal: what a leader must find again after a crash
+//! to go on leading its shard in the same view (leaders are fixed until the view change
+//! exists), and the rule that nothing it sends runs ahead of it.
 //!
 //! **What is written** ([`Record`], one persist per node step, group-committed by the
 //! driver):
@@ -15,6 +15,9 @@
 //!   peer that decided since would answer without its outputs.
 //! - `Promised`: a closed timestamp promised to snapshot reads or followers (nothing new may
 //!   land at or below it).
+//! - `Told` (luigi): a watermark told to a worker: a restarted luigi leader holds the
+//!   worker's new transactions above it, and counts its log entries above it unreplicated
+//!   until its followers' acknowledgements say otherwise.
 //!
 //! **Sends wait for the disk.** Every message a node sends waits until every record issued
 //! before it is durable ([`Journal::defer`], flushed by [`Journal::persisted`]). So a fast
@@ -84,6 +87,16 @@ pub enum Record {
         /// The closed timestamp.
         ts: Timestamp,
     },
+    /// Luigi: the leader of `shard` told `worker` its watermark is `ts` (everything of the
+    /// worker's at or below it is replicated, and nothing new lands there).
+    Told {
+        /// The shard.
+        shard: ShardId,
+        /// The worker (a coordinator node).
+        worker: NodeId,
+        /// The watermark.
+        ts: Timestamp,
+    },
 }
 
 /// The votes a leader heard on one transaction: per voting shard, its vote and the outputs
@@ -101,6 +114,8 @@ pub struct Recovered {
     pub votes: BTreeMap<TxnId, VotesHeard>,
     /// The highest closed timestamp promised.
     pub promised: Timestamp,
+    /// Luigi: per worker, the highest watermark told.
+    pub told: BTreeMap<NodeId, Timestamp>,
 }
 
 /// Reads the journal out of the driver's durable map: per shard, what its leader wrote, and
@@ -138,6 +153,10 @@ pub fn recover(
             Record::Promised { shard, ts } => {
                 let recovered = shards.entry(shard).or_default();
                 recovered.promised = recovered.promised.max(ts);
+            }
+            Record::Told { shard, worker, ts } => {
+                let told = shards.entry(shard).or_default().told.entry(worker).or_default();
+                *told = (*told).max(ts);
             }
         }
     }
@@ -279,15 +298,18 @@ mod tests {
         });
         journal.write(&Record::Promised { shard: s, ts: Timestamp(5) });
         journal.write(&Record::Promised { shard: s, ts: Timestamp(4) });
+        journal.write(&Record::Told { shard: s, worker: NodeId(2), ts: Timestamp(6) });
+        journal.write(&Record::Told { shard: s, worker: NodeId(2), ts: Timestamp(3) });
         let durable = map(&mut journal);
         let (shards, next) = recover(&durable).expect("recovers");
-        assert_eq!(next, 6);
+        assert_eq!(next, 8);
         let r = &shards[&s];
         assert_eq!(r.log, vec![(Timestamp(9), body(1))]);
         // The logged transaction's proposal is settled; the other stays.
         assert_eq!(r.proposals.keys().copied().collect::<Vec<_>>(), vec![body(2).txn]);
         assert!(r.votes[&body(1).txn][&ShardId(0)].0);
         assert_eq!(r.promised, Timestamp(5));
+        assert_eq!(r.told[&NodeId(2)], Timestamp(6));
         // Other keys of the map are not the journal's.
         let mut other = durable.clone();
         other.insert(b"raft/0".to_vec(), vec![1, 2, 3]);

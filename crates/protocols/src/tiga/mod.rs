@@ -217,36 +217,6 @@ pub(crate) fn check_replicas(protocol: &str, topology: &Topology) -> Result<(), 
     Ok(())
 }
 
-/// Until view changes are built, tiga's and luigi's leaders are fixed for the run: a node
-/// hosting a shard's leader (in either starting layout, together or spread) must not crash.
-/// Any other may: a follower restarts empty and rejoins by a state transfer from its leader.
-pub(crate) fn leads_no_shard(topology: &Topology, node: NodeId) -> bool {
-    let Some(info) = topology.nodes.get(node.0 as usize) else { return false };
-    let Ok(together) = node::initial_view(topology) else { return false };
-    let spread = view::View::initial(topology.shards, Mode::Preventive);
-    info.replicas.iter().all(|slot| {
-        [&together, &spread]
-            .iter()
-            .all(|view| view.leader_slot(slot.shard, topology.replicas) != slot.replica)
-    })
-}
-
-/// Tiga and luigi keep their logs in memory only: a durable driver, or a disk holding
-/// anything, is refused with what to do instead.
-pub(crate) fn refuse_durable(
-    protocol: &str,
-    context: &NodeContext,
-    durable: &Durable,
-) -> Result<(), String> {
-    if context.durable || !durable.is_empty() {
-        return Err(format!(
-            "{protocol} keeps its log in memory only (durability is not built yet): run it \
-             with --durability memory"
-        ));
-    }
-    Ok(())
-}
-
 /// When shard leaders agree on a multi-shard transaction's timestamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

@@ -916,8 +916,8 @@ pub struct TigaNode {
     timers: Timers<Purpose>,
     release_at: Option<Time>,
     counts: Counts,
-    /// Tiga: the leaders' journal, and the sends waiting for it ([`super::journal`]).
-    /// Luigi journals nothing (it refuses a durable driver, and its leaders do not crash).
+    /// The leaders' journal, and the sends waiting for it ([`super::journal`]). Always
+    /// there; an `Option` so that a step can take it apart from the rest of the node.
     journal: Option<Journal<TigaMsg>>,
     /// A restarted leader's proposals held again, to send when it starts.
     restored: Vec<(ShardId, Vec<Action>)>,
@@ -941,6 +941,19 @@ impl TigaNode {
         next_seq: u64,
     ) -> Result<Self, String> {
         let mut node = Self::new(context)?;
+        node.resume(shards, next_seq)?;
+        Ok(node)
+    }
+
+    /// A luigi node of `context` (stamping with `owd`) that restarted with `shards` found in
+    /// its journal.
+    pub fn luigi_restored(
+        context: NodeContext,
+        owd: OwdSettings,
+        shards: BTreeMap<ShardId, Recovered>,
+        next_seq: u64,
+    ) -> Result<Self, String> {
+        let mut node = Self::luigi(context, owd)?;
         node.resume(shards, next_seq)?;
         Ok(node)
     }
@@ -1057,7 +1070,7 @@ impl TigaNode {
             timers: Timers::default(),
             release_at: None,
             counts: Counts::default(),
-            journal: (variant == Variant::Tiga).then(|| Journal::new(0)),
+            journal: Some(Journal::new(0)),
             restored: Vec::new(),
             scratch: Outbox::new(),
             context,
@@ -2333,6 +2346,13 @@ impl TigaNode {
             host.replicated += take;
         }
         let raised = streams.take_raised();
+        if let Some(journal) = &mut self.journal {
+            // A restarted leader holds new transactions above what it told (and tells
+            // nothing lower): written before the watermarks go out.
+            for &(worker, ts) in &raised {
+                journal.write(&Record::Told { shard, worker, ts });
+            }
+        }
         for (worker, ts) in raised {
             if worker == me {
                 self.on_watermark(me, shard, ts, out);
@@ -3290,10 +3310,7 @@ impl TigaNode {
         shards: BTreeMap<ShardId, Recovered>,
         next_seq: u64,
     ) -> Result<(), String> {
-        let Some(journal) = &mut self.journal else {
-            return Err("luigi keeps no journal".into());
-        };
-        *journal = Journal::new(next_seq);
+        self.journal = Some(Journal::new(next_seq));
         let limits = replica_limits(self.context.topology.shards);
         let detective = self.view.mode == Mode::Detective;
         for (shard, recovered) in shards {
@@ -3341,12 +3358,25 @@ impl TigaNode {
             }
             host.promised = recovered.promised;
             host.closed_sent = recovered.promised;
+            if let Some(streams) = &mut host.streams {
+                // Luigi: nothing is told below what was told, and every entry above it
+                // counts as unreplicated until the followers' acknowledgements come.
+                for (&worker, &ts) in &recovered.told {
+                    streams.restore_told(worker, ts);
+                }
+                for &(txn, ts) in host.replica.log_prefix(usize::MAX) {
+                    streams.restore_open(txn, ts);
+                }
+            }
             for (txn, (ts, body)) in recovered.proposals {
                 let (_, _, known) = known(ts, body)?;
                 let arriving = incoming(txn, ts, &known.shards, &known.part);
                 host.bodies.insert(txn, known);
                 host.journaled.insert(txn);
                 let actions = host.replica.restore_proposal(arriving, ts);
+                if let Some(streams) = &mut host.streams {
+                    streams.restore_open(txn, ts);
+                }
                 self.counts.restored_proposals_total += 1;
                 self.restored.push((shard, actions));
             }
@@ -3533,6 +3563,16 @@ impl Node for TigaNode {
                 ("luigi_contradicted_total", self.counts.contradicted_total),
                 ("luigi_state_transfers_total", self.counts.transfers_total),
                 ("luigi_rejoined_total", self.counts.rejoined_total),
+                (
+                    "luigi_journal_records_total",
+                    self.journal.as_ref().map_or(0, |j| j.records_total),
+                ),
+                (
+                    "luigi_journal_sends_dropped_total",
+                    self.journal.as_ref().map_or(0, |j| j.dropped_total),
+                ),
+                ("luigi_replayed_total", self.counts.replayed_total),
+                ("luigi_restored_proposals_total", self.counts.restored_proposals_total),
             ];
         }
         vec![
@@ -3710,6 +3750,85 @@ mod tests {
         garbage.insert(b"tiga/\0\0\0\0\0\0\0\x09".to_vec(), vec![0xff]);
         assert!(<crate::tiga::Tiga as crate::Protocol>::restore(context_in(leader, 3).0, &garbage)
             .is_err());
+    }
+
+    /// A luigi leader that restarted counts the entries of its log above the watermark it
+    /// had told as unreplicated: a new transaction of the same worker, held above them, does
+    /// not raise the watermark past them before the followers acknowledge.
+    #[test]
+    fn a_restarted_luigi_leader_tells_no_watermark_over_its_unreplicated_log() {
+        let (mut coordinator, bank) = node_of(0, Variant::Luigi);
+        let mut generator = bank.generator(0, 1);
+        // Two single-shard transfers of this coordinator on one shard, the second stamped
+        // later: the first is logged (never acknowledged), the second arrives anew.
+        let mut bodies: Vec<TxnBody> = Vec::new();
+        let mut shard = None;
+        for id in 1..200u64 {
+            let mut out = Outbox::new();
+            let request = ClientRequest { id: RequestId(id), txn: generator.next(RequestId(id)) };
+            coordinator.submit(id * 1_000_000, request, &mut out);
+            let body = out.drain().find_map(|e| match e {
+                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
+                _ => None,
+            });
+            let body = body.expect("a body went out");
+            let shards = shape_of(&coordinator.context, &body.request, body.home).unwrap().shards();
+            if shards.len() == 1 && shard.is_none_or(|s| s == shards[0]) {
+                shard = Some(shards[0]);
+                bodies.push(body);
+                if bodies.len() == 2 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(bodies.len(), 2, "bank draws single-shard transfers");
+        let shard = shard.expect("found");
+        let leader = (0..9).find(|&n| node_of(n, Variant::Luigi).0.leads(shard)).unwrap();
+        let mut journal: Journal<TigaMsg> = Journal::new(0);
+        let logged_ts = bodies[0].ts;
+        let worker = bodies[0].txn.origin;
+        let told = Timestamp(logged_ts.0 - 10);
+        journal.write(&Record::Told { shard, worker, ts: told });
+        journal.write(&Record::Logged { shard, ts: logged_ts, body: bodies[0].clone() });
+        let (_, records) = journal.take_batch().unwrap();
+        let durable: crate::Durable =
+            records.into_iter().map(|r| (r.key, r.value.unwrap())).collect();
+        let (shards, next) = super::super::journal::recover(&durable).unwrap();
+        let (context, _) = context_in(leader, 3);
+        let owd = crate::luigi::owd_settings(&context.options);
+        let mut node = TigaNode::luigi_restored(context, owd, shards, next).unwrap();
+        for (shard, store) in node.stores_mut() {
+            bank.load(shard, store);
+        }
+        let mut out = Outbox::new();
+        // Late enough that the new transaction is due as it arrives.
+        let now = 10 * meridian_core::time::NS_PER_S;
+        node.on_start(now, &mut out);
+        node.on_message(now, worker, TigaMsg::Txn(Box::new(bodies[1].clone())), &mut out);
+        let mut effects: Vec<Effect<TigaMsg>> = out.drain().collect();
+        // Whatever waited for the journal goes out once it is durable.
+        let tokens: Vec<PersistToken> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Persist { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect();
+        for token in tokens {
+            let mut out = Outbox::new();
+            node.on_persisted(now, token, &mut out);
+            effects.extend(out.drain());
+        }
+        let told_again = effects.iter().filter_map(|e| match e {
+            Effect::Send { msg: TigaMsg::Watermark { ts, .. }, to, .. } if *to == worker => {
+                Some(*ts)
+            }
+            _ => None,
+        });
+        let told_again: Vec<Timestamp> = told_again.collect();
+        // The new one is held and released (open), so the watermark rises to just below the
+        // unreplicated entry, and no further.
+        assert_eq!(told_again, vec![Timestamp(logged_ts.0 - 1)]);
     }
 
     /// Found by the `tiga_node` fuzz target: a reply naming a shard that does not exist, for
