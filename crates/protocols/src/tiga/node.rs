@@ -3273,7 +3273,7 @@ fn window_outcomes(host: &Hosted, from: usize) -> Vec<SyncOutcome> {
 impl TigaNode {
     /// Runs one step of the node into a scratch outbox, then passes its effects on: the
     /// step's journal records as one persist, and its sends held back while any record issued
-    /// is not durable yet ([`super::journal`]). Luigi steps pass straight through.
+    /// is not durable yet ([`super::journal`]). Tiga and luigi nodes alike.
     fn step(&mut self, out: &mut Outbox<TigaMsg>, f: impl FnOnce(&mut Self, &mut Outbox<TigaMsg>)) {
         if self.journal.is_none() {
             return f(self, out);
