@@ -196,19 +196,14 @@ impl<T> HoldQueue<T> {
     /// answered with a run at `ts` that must stand. False when the queue is full or it is
     /// held already.
     pub fn restore(&mut self, arriving: Arriving<T>) -> bool {
-        let Arriving { txn, ts, reads, writes, payload } = arriving;
-        if self.at.contains_key(&txn) || self.queue.len() >= self.held_max {
+        if self.at.contains_key(&arriving.txn) || self.queue.len() >= self.held_max {
             return false;
         }
-        for key in reads.iter().chain(&writes) {
-            let at = self.reserved.entry(key.clone()).or_insert(ts);
-            *at = (*at).max(ts);
+        for key in arriving.reads.iter().chain(&arriving.writes) {
+            let at = self.reserved.entry(key.clone()).or_insert(arriving.ts);
+            *at = (*at).max(arriving.ts);
         }
-        self.at.insert(txn, ts);
-        let read_digests = reads.iter().map(digest).collect();
-        let write_digests = writes.iter().map(digest).collect();
-        let held = Held { reads, writes, read_digests, write_digests, ready: false, payload };
-        self.queue.insert((ts, txn), held);
+        self.insert(arriving, false);
         true
     }
 
@@ -249,12 +244,18 @@ impl<T> HoldQueue<T> {
         } else {
             return Arrival::Late(conflict);
         };
-        self.at.insert(txn, at);
+        self.insert(Arriving { txn, ts: at, reads, writes, payload }, ready);
+        arrival
+    }
+
+    /// Holds `arriving` at its timestamp, whatever the stamps say (the callers checked).
+    fn insert(&mut self, arriving: Arriving<T>, ready: bool) {
+        let Arriving { txn, ts, reads, writes, payload } = arriving;
+        self.at.insert(txn, ts);
         let read_digests = reads.iter().map(digest).collect();
         let write_digests = writes.iter().map(digest).collect();
         let held = Held { reads, writes, read_digests, write_digests, ready, payload };
-        self.queue.insert((at, txn), held);
-        arrival
+        self.queue.insert((ts, txn), held);
     }
 
     /// Marks `txn` ready (or not) for release. False when it is not held.

@@ -916,9 +916,8 @@ pub struct TigaNode {
     timers: Timers<Purpose>,
     release_at: Option<Time>,
     counts: Counts,
-    /// The leaders' journal, and the sends waiting for it ([`super::journal`]). Always
-    /// there; an `Option` so that a step can take it apart from the rest of the node.
-    journal: Option<Journal<TigaMsg>>,
+    /// The leaders' journal, and the sends waiting for it ([`super::journal`]).
+    journal: Journal<TigaMsg>,
     /// A restarted leader's proposals held again, to send when it starts.
     restored: Vec<(ShardId, Vec<Action>)>,
     /// The outbox a step writes into before its sends are held back for the journal.
@@ -1070,7 +1069,7 @@ impl TigaNode {
             timers: Timers::default(),
             release_at: None,
             counts: Counts::default(),
-            journal: Some(Journal::new(0)),
+            journal: Journal::new(0),
             restored: Vec::new(),
             scratch: Outbox::new(),
             context,
@@ -1639,9 +1638,7 @@ impl TigaNode {
                 let known = entry.remove();
                 if host.replica.leads() && ts > host.promised {
                     host.promised = ts;
-                    if let Some(journal) = &mut self.journal {
-                        journal.write(&Record::Promised { shard: host.shard, ts });
-                    }
+                    self.journal.write(&Record::Promised { shard: host.shard, ts });
                 }
                 let (_, result) = run_part(&self.context, host.shard, &host.store, &known, ts, &[]);
                 self.counts.snapshot_served_total += 1;
@@ -1674,9 +1671,7 @@ impl TigaNode {
         let promised = host.promised.max(leader_closed(host, now).min(cap));
         if promised > host.promised {
             host.promised = promised;
-            if let Some(journal) = &mut self.journal {
-                journal.write(&Record::Promised { shard, ts: promised });
-            }
+            self.journal.write(&Record::Promised { shard, ts: promised });
         }
         if host.promised > host.closed_sent {
             host.closed_sent = host.promised;
@@ -1706,11 +1701,10 @@ impl TigaNode {
                 Action::Propose { txn, ts, to } => {
                     // A leader's first proposal is its only one (peers keep the first they
                     // hear): journaled once, before it goes out.
-                    if let (Some(journal), Some(known)) = (&mut self.journal, host.bodies.get(&txn))
-                    {
+                    if let Some(known) = host.bodies.get(&txn) {
                         if host.replica.held_at(txn).is_some() && host.journaled.insert(txn) {
                             let body = (*known.body).clone();
-                            journal.write(&Record::Proposed { shard, ts, body });
+                            self.journal.write(&Record::Proposed { shard, ts, body });
                         }
                     }
                     self.tell_leaders(now, shard, (txn, Some(ts)), to, peer, out);
@@ -1724,13 +1718,11 @@ impl TigaNode {
                         continue;
                     };
                     host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
-                    if let Some(journal) = &mut self.journal {
-                        if !host.quiet {
-                            let body = (*known.body).clone();
-                            journal.write(&Record::Logged { shard, ts, body });
-                        }
-                        host.journaled.remove(&txn);
+                    if !host.quiet {
+                        let body = (*known.body).clone();
+                        self.journal.write(&Record::Logged { shard, ts, body });
                     }
+                    host.journaled.remove(&txn);
                     host.queued.insert(txn, Queued { ts, hash: 0, speculative: false });
                 }
                 Action::Speculate { txn, ts, hash } => {
@@ -2174,10 +2166,8 @@ impl TigaNode {
                 // A restarted leader must hear the same votes, with the same outputs, to reach
                 // the same outcomes: journaled before anything that follows from them is sent.
                 let mut journal_vote = |outputs: &Vec<(u32, PieceOutput)>| {
-                    if let Some(journal) = &mut self.journal {
-                        let outputs = outputs.clone();
-                        journal.write(&Record::Vote { shard: to, txn, from: peer, ok, outputs });
-                    }
+                    let outputs = outputs.clone();
+                    self.journal.write(&Record::Vote { shard: to, txn, from: peer, ok, outputs });
                 };
                 if let Some(pending) = host.pending.get(&txn) {
                     if want_reply {
@@ -2346,12 +2336,10 @@ impl TigaNode {
             host.replicated += take;
         }
         let raised = streams.take_raised();
-        if let Some(journal) = &mut self.journal {
-            // A restarted leader holds new transactions above what it told (and tells
-            // nothing lower): written before the watermarks go out.
-            for &(worker, ts) in &raised {
-                journal.write(&Record::Told { shard, worker, ts });
-            }
+        // A restarted leader holds new transactions above what it told (and tells nothing
+        // lower): written before the watermarks go out.
+        for &(worker, ts) in &raised {
+            self.journal.write(&Record::Told { shard, worker, ts });
         }
         for (worker, ts) in raised {
             if worker == me {
@@ -3275,13 +3263,10 @@ impl TigaNode {
     /// step's journal records as one persist, and its sends held back while any record issued
     /// is not durable yet ([`super::journal`]). Tiga and luigi nodes alike.
     fn step(&mut self, out: &mut Outbox<TigaMsg>, f: impl FnOnce(&mut Self, &mut Outbox<TigaMsg>)) {
-        if self.journal.is_none() {
-            return f(self, out);
-        }
         let mut inner = std::mem::take(&mut self.scratch);
         inner.begin_call(out.chain());
         f(self, &mut inner);
-        let journal = self.journal.as_mut().expect("checked above");
+        let journal = &mut self.journal;
         if let Some((token, records)) = journal.take_batch() {
             out.persist(PersistToken(token), records, Durability::Synced);
         }
@@ -3310,7 +3295,7 @@ impl TigaNode {
         shards: BTreeMap<ShardId, Recovered>,
         next_seq: u64,
     ) -> Result<(), String> {
-        self.journal = Some(Journal::new(next_seq));
+        self.journal = Journal::new(next_seq);
         let limits = replica_limits(self.context.topology.shards);
         let detective = self.view.mode == Mode::Detective;
         for (shard, recovered) in shards {
@@ -3520,8 +3505,7 @@ impl Node for TigaNode {
     }
 
     fn on_persisted(&mut self, _now: Time, token: PersistToken, out: &mut Outbox<TigaMsg>) {
-        let Some(journal) = &mut self.journal else { return };
-        for (hops, to, msg) in journal.persisted(token.0) {
+        for (hops, to, msg) in self.journal.persisted(token.0) {
             out.send_after(to, msg, hops);
         }
     }
@@ -3563,14 +3547,8 @@ impl Node for TigaNode {
                 ("luigi_contradicted_total", self.counts.contradicted_total),
                 ("luigi_state_transfers_total", self.counts.transfers_total),
                 ("luigi_rejoined_total", self.counts.rejoined_total),
-                (
-                    "luigi_journal_records_total",
-                    self.journal.as_ref().map_or(0, |j| j.records_total),
-                ),
-                (
-                    "luigi_journal_sends_dropped_total",
-                    self.journal.as_ref().map_or(0, |j| j.dropped_total),
-                ),
+                ("luigi_journal_records_total", self.journal.records_total),
+                ("luigi_journal_sends_dropped_total", self.journal.dropped_total),
                 ("luigi_replayed_total", self.counts.replayed_total),
                 ("luigi_restored_proposals_total", self.counts.restored_proposals_total),
             ];
@@ -3599,11 +3577,8 @@ impl Node for TigaNode {
             ("tiga_contradicted_total", self.counts.contradicted_total),
             ("tiga_state_transfers_total", self.counts.transfers_total),
             ("tiga_rejoined_total", self.counts.rejoined_total),
-            ("tiga_journal_records_total", self.journal.as_ref().map_or(0, |j| j.records_total)),
-            (
-                "tiga_journal_sends_dropped_total",
-                self.journal.as_ref().map_or(0, |j| j.dropped_total),
-            ),
+            ("tiga_journal_records_total", self.journal.records_total),
+            ("tiga_journal_sends_dropped_total", self.journal.dropped_total),
             ("tiga_replayed_total", self.counts.replayed_total),
             ("tiga_restored_proposals_total", self.counts.restored_proposals_total),
         ]
