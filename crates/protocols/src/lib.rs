@@ -401,7 +401,18 @@ pub struct Limits {
     /// `2pc-mvto`: prepares a shard leader holds back until the writers whose pending versions
     /// they read are decided; beyond it a prepare is refused (`Full`).
     pub dependents_waiting_max: usize,
+    /// `tiga`, `luigi`: log entries a follower may trail its leader's finished prefix by before
+    /// the leader drops the transaction bodies the follower would need and sends it to a state
+    /// transfer (a follower down for good must not hold its leader's memory, or stall the
+    /// shard once the leader's bodies are full).
+    pub follower_lag_max: usize,
 }
+
+/// [`Limits::follower_lag_max`] by default.
+pub const FOLLOWER_LAG_MAX: usize = 1 << 16;
+/// The largest [`Limits::follower_lag_max`] a run may ask for.
+pub const FOLLOWER_LAG_MAX_LIMIT: usize = 1 << 17;
+const _: () = assert!(FOLLOWER_LAG_MAX <= FOLLOWER_LAG_MAX_LIMIT);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -415,6 +426,7 @@ impl Default for Limits {
             lock_holders_max: 1 << 16,
             read_stamps_max: 1 << 20,
             dependents_waiting_max: 4_096,
+            follower_lag_max: FOLLOWER_LAG_MAX,
         }
     }
 }
@@ -431,9 +443,15 @@ impl Limits {
             ("lock_holders_max", self.lock_holders_max),
             ("read_stamps_max", self.read_stamps_max),
             ("dependents_waiting_max", self.dependents_waiting_max),
+            ("follower_lag_max", self.follower_lag_max),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{name} must be at least 1")));
+        }
+        if self.follower_lag_max > FOLLOWER_LAG_MAX_LIMIT {
+            return Err(ConfigError::new(format!(
+                "follower_lag_max must be at most {FOLLOWER_LAG_MAX_LIMIT}"
+            )));
         }
         let largest = meridian_replication::raft::SNAPSHOT_BYTES_MAX_LIMIT;
         if self.snapshot_bytes_max < meridian_replication::raft::MSG_CHUNK_BYTES

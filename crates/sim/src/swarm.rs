@@ -174,6 +174,10 @@ impl FaultPlan {
                 ..l
             }
         });
+        let limits = limits.map(|l| {
+            let mut later = child_rng(seed, "swarm-plan-limits-3", 0);
+            Limits { follower_lag_max: pick(&mut later, &[4, 64]), ..l }
+        });
         // A long partition: one node cut off from every other for most of the fault phase, so
         // that prepared attempts outlive many decisions elsewhere (with shrunken limits, their
         // peers forget all else meanwhile).
@@ -205,14 +209,15 @@ impl FaultPlan {
         if let Some(l) = &limits {
             let _ = write!(
                 text,
-                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {} read stamps {} dependents {}",
+                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {} read stamps {} dependents {} follower lag {}",
                 l.decided_max,
                 l.deliveries_max,
                 l.inquiries_max,
                 l.reads_waiting_max,
                 l.lock_holders_max,
                 l.read_stamps_max,
-                l.dependents_waiting_max
+                l.dependents_waiting_max,
+                l.follower_lag_max
             );
         }
         Self {

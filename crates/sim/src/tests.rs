@@ -1099,6 +1099,22 @@ fn seed_9935_a_restarted_leader_never_reuses_a_state_transfer_id() {
     assert!(total(&report, "tiga_rejoined_total") >= 1, "a follower rejoined");
 }
 
+/// Swarm seed 365 of `smallbank` under luigi (3 × 3, a follower lag limit of 4): while the
+/// follower limit was first built, a leader dropped the inputs of its outcomes with the
+/// bodies past the limit but still sent its log and those outcomes to a follower behind it,
+/// which ran pieces without the outputs they take from other shards and diverged (money off
+/// by 782.70). A leader now sends such a follower nothing but word to take a transfer.
+#[test]
+fn seed_365_a_follower_behind_its_leaders_limit_gets_no_outcomes_without_inputs() {
+    let mut base = tiga(365, 3, 3, "metro");
+    base.protocol = ProtocolKind::Luigi;
+    let (opts, _) = crate::swarm::seed_options(&base, 365, true);
+    assert_eq!(opts.limits.follower_lag_max, 4, "the plan's limit");
+    let report = run(&opts, workload("smallbank", 3, 4)).unwrap();
+    assert_passed(&report);
+    assert!(total(&report, "luigi_went_behind_total") >= 1, "a follower fell behind");
+}
+
 /// The faulty swarm's seeds 1 to 6 of `workloads` (name, keys per shard) on 3 shards of
 /// `protocol` (tiga's options otherwise), with 1 and 3 replicas, all pass.
 fn passes_faulty_swarm_seeds(protocol: ProtocolKind, workloads: &[(&str, u64)]) {
@@ -1483,6 +1499,60 @@ fn tiga_and_luigi_followers_restart_empty_and_rejoin_by_a_state_transfer() {
         }
         let equal = report.checks.iter().find(|c| c.name == "replicas-equal").unwrap();
         assert!(equal.passed && equal.detail.starts_with('6'), "{}", equal.detail);
+    }
+}
+
+/// A follower of shard 0 is cut off for most of a run: its leader keeps the transaction
+/// bodies of at most `follower_lag_max` finished entries past it (not the whole run's, which
+/// would fill the leader's bodies and stall the shard on a follower down for good), and when
+/// the follower is back and acknowledges a log that far behind, the leader sends it to a
+/// state transfer; it drops its log, rejoins and ends equal to its leader. Run again with the
+/// default limit, the leader keeps every body the follower has not executed. On `smallbank`
+/// (pieces take other shards' outputs) the same: the leader sends no log to a follower that
+/// far behind, whose outcomes would lack the inputs it dropped with the bodies.
+#[test]
+fn tiga_and_luigi_leaders_keep_no_more_for_a_lagging_follower_than_its_limit() {
+    for protocol in [ProtocolKind::Tiga, ProtocolKind::Luigi] {
+        let prefix = if protocol == ProtocolKind::Tiga { "tiga" } else { "luigi" };
+        let mut high_water = Vec::new();
+        let cases = [
+            ("list-append", 16),
+            ("list-append", meridian_protocols::FOLLOWER_LAG_MAX),
+            ("smallbank", 16),
+        ];
+        for (name, lag_max) in cases {
+            let mut o = tiga(31, 2, 3, "metro");
+            o.protocol = protocol;
+            o.txns = 2_000;
+            o.limits.follower_lag_max = lag_max;
+            let leader = tiga_leader(&o, 0);
+            let cut = (0..3).map(|slot| replica(&o, 0, slot)).find(|&n| n != leader).unwrap();
+            isolate(&mut o, cut, 200 * NS_PER_MS);
+            o.faults.push((1_200 * NS_PER_MS, Fault::Heal));
+            let report = run(&o, workload(name, 2, 16)).unwrap();
+            assert_passed(&report);
+            // (SmallBank's user aborts are not commits.)
+            assert!(report.committed >= 1_400, "{protocol:?}: {} committed", report.committed);
+            let counter = |node: NodeId, name: &str| {
+                let name = format!("{prefix}_{name}");
+                report.node_counters[&node].iter().find(|(n, _)| *n == name).map_or(0, |&(_, v)| v)
+            };
+            let equal = report.checks.iter().find(|c| c.name == "replicas-equal").unwrap();
+            assert!(equal.passed, "{protocol:?}: {}", equal.detail);
+            let behind =
+                (counter(leader, "followers_behind_total"), counter(cut, "went_behind_total"));
+            if lag_max == 16 {
+                assert!(behind.0 >= 1 && behind.1 >= 1, "{protocol:?}: {behind:?}");
+                assert!(counter(cut, "rejoined_total") >= 1, "{protocol:?}: rejoined");
+            } else {
+                assert_eq!(behind, (0, 0), "{protocol:?}: the follower caught up on the log");
+            }
+            high_water.push(counter(leader, "bodies_high_water"));
+        }
+        // With the limit the leader kept its in-flight transactions and 16 entries; without
+        // it, everything committed while the follower was away.
+        assert!(high_water[0] * 4 < high_water[1], "{protocol:?}: {high_water:?}");
+        assert!(high_water[2] * 4 < high_water[1], "{protocol:?}: {high_water:?}");
     }
 }
 

@@ -76,7 +76,10 @@
 //! snapshot reads on). Replies kept to answer resends go once their coordinator has decided
 //! the transaction: each body carries the coordinator's `decided_below`, and a replica that
 //! gets a coordinator's own copy forgets its replies below it (at most [`ANSWERS_MAX`] stay
-//! in any case). Bodies go once every replica executed them (at most [`BODIES_MAX`]).
+//! in any case). Bodies go once every replica executed them, or once they are more than
+//! [`crate::Limits::follower_lag_max`] entries behind the leader's finished prefix: a follower
+//! that far behind is told so ([`TigaMsg::Behind`]) and rejoins by a state transfer under its
+//! next [`Start`] (at most [`BODIES_MAX`] in any case).
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::journal::{Journal, Record, Recovered};
@@ -136,6 +139,9 @@ pub const SNAPSHOTS_WAITING_MAX: usize = 1 << 12;
 /// Closed timestamps a follower keeps from its leader (the oldest go first).
 pub const CLOSED_KEPT_MAX: usize = 64;
 const _: () = assert!(HELD_MAX <= BODIES_MAX && TAIL_MAX <= BODIES_MAX);
+// A leader keeps the bodies of what it holds and of its log past the slowest follower, or
+// past the lag limit: both fit, so a lagging follower alone never fills its bodies.
+const _: () = assert!(HELD_MAX + crate::FOLLOWER_LAG_MAX_LIMIT < BODIES_MAX);
 /// Bytes one part of a state transfer carries in its rows, about (keys, values and
 /// [`STATE_VERSION_BYTES`] per version; at least one row goes in each part).
 pub const STATE_ROW_BYTES_MAX: usize = 1 << 18;
@@ -337,9 +343,9 @@ pub enum TigaMsg {
         view: u64,
         /// The shard.
         shard: ShardId,
-        /// The follower's incarnation: a transfer is for one start of it only (a late part
-        /// cut for an earlier start may lack what the leader has since dropped).
-        incarnation: u64,
+        /// The follower's start: a transfer is for one start of it only (a late part cut for
+        /// an earlier start may lack what the leader has since dropped).
+        start: Start,
         /// The transfer under way, or 0.
         transfer: u64,
         /// The first part wanted.
@@ -351,8 +357,8 @@ pub enum TigaMsg {
         view: u64,
         /// The shard.
         shard: ShardId,
-        /// The follower incarnation it is for.
-        incarnation: u64,
+        /// The follower start it is for.
+        start: Start,
         /// The transfer.
         transfer: u64,
         /// This part's place.
@@ -368,9 +374,9 @@ pub enum TigaMsg {
         view: u64,
         /// The shard.
         shard: ShardId,
-        /// The follower's incarnation: a late acknowledgement of an earlier start speaks of a
-        /// log the follower no longer holds.
-        incarnation: u64,
+        /// The follower's start: a late acknowledgement of an earlier start speaks of a log
+        /// the follower no longer holds.
+        start: Start,
         /// Its sync-point.
         synced: u64,
         /// Log entries it executed.
@@ -378,6 +384,29 @@ pub enum TigaMsg {
         /// Bodies it lacks.
         fetch: Vec<TxnId>,
     },
+    /// Leader → follower: the leader dropped the bodies (and the inputs of the outcomes) of
+    /// its log below `upto` ([`crate::Limits::follower_lag_max`]). A follower that executed
+    /// less cannot go on from the log: it drops its log and takes a state transfer (as a
+    /// restarted follower does).
+    Behind {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The shard.
+        shard: ShardId,
+        /// The log position below which the leader keeps nothing for followers.
+        upto: u64,
+    },
+}
+
+/// One start of a follower replica: the node's incarnation and, within it, how many times its
+/// leader sent it to a state transfer ([`TigaMsg::Behind`]). Starts are ordered: a late
+/// message of an earlier start speaks of a log the follower no longer holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Start {
+    /// The node's incarnation.
+    pub incarnation: u64,
+    /// State transfers its leader sent it to within the incarnation.
+    pub rejoin: u32,
 }
 
 impl TigaMsg {
@@ -400,7 +429,8 @@ impl TigaMsg {
             | Self::Closed { view, .. }
             | Self::SyncAck { view, .. }
             | Self::Join { view, .. }
-            | Self::State { view, .. } => Some(*view),
+            | Self::State { view, .. }
+            | Self::Behind { view, .. } => Some(*view),
         }
     }
 
@@ -421,7 +451,8 @@ impl TigaMsg {
             | Self::Closed { view, .. }
             | Self::SyncAck { view, .. }
             | Self::Join { view, .. }
-            | Self::State { view, .. } => *view = to,
+            | Self::State { view, .. }
+            | Self::Behind { view, .. } => *view = to,
         }
     }
 }
@@ -717,8 +748,8 @@ struct Joining {
 #[derive(Debug)]
 struct Transfer {
     id: u64,
-    /// The follower's incarnation that asked for it.
-    incarnation: u64,
+    /// The follower's start that asked for it.
+    start: Start,
     parts: Vec<StatePart>,
 }
 
@@ -806,7 +837,10 @@ struct Hosted {
     /// Leader: the last transfer id given.
     transfer_seq: u64,
     /// Leader: per follower node, the latest start of it that installed a transfer.
-    joined: BTreeMap<NodeId, u64>,
+    joined: BTreeMap<NodeId, Start>,
+    /// Follower: state transfers the leader sent this replica to since the node started
+    /// ([`TigaMsg::Behind`]).
+    rejoins: u32,
     // Journal (tiga leaders).
     /// Transactions whose proposal is journaled and which are not logged yet.
     journaled: BTreeSet<TxnId>,
@@ -882,6 +916,12 @@ struct Counts {
     /// Restarted leaders: log entries run again from the journal, and proposals held again.
     replayed_total: u64,
     restored_proposals_total: u64,
+    /// Leaders: followers told they trail by more than the leader keeps bodies for.
+    behind_total: u64,
+    /// Followers: logs dropped on such word, for a state transfer.
+    went_behind_total: u64,
+    /// The most transaction bodies one hosted replica kept, as seen at each pace.
+    bodies_high: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -1049,6 +1089,7 @@ impl TigaNode {
                     // (a follower would mix the parts of the two).
                     transfer_seq: (context.incarnation & 0xFFFF_FFFF) << 32,
                     joined: BTreeMap::new(),
+                    rejoins: 0,
                     journaled: BTreeSet::new(),
                     quiet: false,
                 },
@@ -1784,7 +1825,7 @@ impl TigaNode {
                     let msg = TigaMsg::SyncAck {
                         view: self.view.global,
                         shard,
-                        incarnation: self.context.incarnation,
+                        start: follower_start(self.context.incarnation, host),
                         synced: host.replica.sync_point() as u64,
                         executed: host.executed as u64,
                         fetch: txns,
@@ -2085,6 +2126,16 @@ impl TigaNode {
         let news = f > 1 && commit > host.commit;
         for &follower in &host.followers {
             let (synced, executed) = host.acks[&follower];
+            if executed < host.pruned {
+                // What it would execute next is gone here (bodies, and the inputs of the
+                // outcomes): nothing from the log, only word to take a state transfer, once a
+                // pace.
+                if again {
+                    out.send(follower, behind_msg(self.view.global, host));
+                    self.counts.behind_total += 1;
+                }
+                continue;
+            }
             let behind = f > 1 && again && executed < commit.min(synced);
             let next = if again { synced } else { host.sent_to[&follower] };
             let mut outcomes = if again { window_outcomes(host, executed) } else { fresh.clone() };
@@ -2353,7 +2404,7 @@ impl TigaNode {
     fn on_sync_ack(
         &mut self,
         from: NodeId,
-        (shard, incarnation): (ShardId, u64),
+        (shard, start): (ShardId, Start),
         synced: u64,
         executed: u64,
         fetch: Vec<TxnId>,
@@ -2363,12 +2414,12 @@ impl TigaNode {
         // A late acknowledgement of a follower's earlier start speaks of a log it no longer
         // holds; one of the start being sent a transfer says the image is installed.
         if let Some(transfer) = host.transfers.get(&from) {
-            if incarnation != transfer.incarnation {
+            if start != transfer.start {
                 return;
             }
             host.transfers.remove(&from);
-            host.joined.insert(from, incarnation);
-        } else if host.joined.get(&from).is_some_and(|&start| incarnation < start) {
+            host.joined.insert(from, start);
+        } else if host.joined.get(&from).is_some_and(|&joined| start < joined) {
             return;
         }
         let Some(ack) = host.acks.get_mut(&from) else { return };
@@ -2378,6 +2429,13 @@ impl TigaNode {
         // Acknowledgements may arrive out of order; a resend request moves `sent_to` back.
         ack.0 = synced;
         ack.1 = ack.1.max(executed);
+        if ack.1 < host.pruned {
+            // The follower trailed by more than the leader keeps bodies for: what it would
+            // execute next is gone here. It takes a state transfer instead.
+            out.send(from, behind_msg(self.view.global, host));
+            self.counts.behind_total += 1;
+            return;
+        }
         if synced < host.sent_to[&from] && fetch.is_empty() && synced < log_len {
             host.sent_to.insert(from, synced);
         } else if synced > host.sent_to[&from] {
@@ -2390,28 +2448,7 @@ impl TigaNode {
                 out.send(from, TigaMsg::Txn(Box::new((*known.body).clone())));
             }
         }
-        // Bodies every follower executed are no longer needed (one still queued or waiting
-        // for votes here stays: it is executed later).
-        let floor = host.acks.values().map(|&(_, e)| e).min().unwrap_or(log_len);
-        if floor > host.pruned {
-            let done: Vec<TxnId> = host
-                .replica
-                .log_since(host.pruned)
-                .iter()
-                .take(floor - host.pruned)
-                .map(|&(txn, _)| txn)
-                .collect();
-            let pruned_upto = host.pruned + done.len();
-            for txn in done {
-                if !host.pending.contains_key(&txn) && !host.queued.contains_key(&txn) {
-                    host.bodies.remove(&txn);
-                }
-                if let Some(decided) = host.decided.get_mut(&txn) {
-                    decided.inputs = Vec::new(); // Every follower executed it.
-                }
-            }
-            host.pruned = pruned_upto;
-        }
+        prune_bodies(host, self.context.limits.follower_lag_max);
         // With `f` above 1 followers execute only below the commit-point: tell them as soon
         // as an acknowledgement moves it, not at the next release or pace.
         let replicas = self.context.topology.replicas;
@@ -2432,7 +2469,7 @@ impl TigaNode {
         let msg = TigaMsg::Join {
             view: self.view.global,
             shard,
-            incarnation: self.context.incarnation,
+            start: follower_start(self.context.incarnation, host),
             transfer: joining.transfer,
             next,
         };
@@ -2455,7 +2492,7 @@ impl TigaNode {
     fn on_join(
         &mut self,
         from: NodeId,
-        (shard, incarnation): (ShardId, u64),
+        (shard, start): (ShardId, Start),
         transfer: u64,
         next: u32,
         out: &mut Outbox<TigaMsg>,
@@ -2465,18 +2502,18 @@ impl TigaNode {
             self.counts.dropped_total += 1;
             return;
         }
-        // Starts are ordered by incarnation: a request of a start that has its state already,
-        // or of one older than the latest heard, is a late copy.
+        // Starts are ordered: a request of a start that has its state already, or of one
+        // older than the latest heard, is a late copy.
         let joined = host.joined.get(&from).copied();
-        let latest = joined.max(host.transfers.get(&from).map(|t| t.incarnation));
-        if joined == Some(incarnation) || latest.is_some_and(|latest| incarnation < latest) {
+        let latest = joined.max(host.transfers.get(&from).map(|t| t.start));
+        if joined == Some(start) || latest.is_some_and(|latest| start < latest) {
             return;
         }
         // One image per start of the follower, whatever its requests say: a request that
         // crossed the first parts on the way (transfer 0, or an older id) gets the same image
         // from its start, never a new one (a new cut per request restarted the transfer for
         // ever once requests came faster than the image's parts).
-        let existing = host.transfers.get(&from).filter(|t| t.incarnation == incarnation);
+        let existing = host.transfers.get(&from).filter(|t| t.start == start);
         let next = if let Some(existing) = existing {
             if existing.id == transfer {
                 next
@@ -2490,7 +2527,7 @@ impl TigaNode {
             host.transfer_seq += 1;
             let id = host.transfer_seq;
             let upto = host.finished;
-            host.transfers.insert(from, Transfer { id, incarnation, parts });
+            host.transfers.insert(from, Transfer { id, start, parts });
             // A joining follower holds no log: it counts for nothing in the commit-point or
             // luigi's replication watermarks until it acknowledges the image. Its executed
             // count stays (a late copy of an old request cuts an image it never takes): that
@@ -2510,7 +2547,7 @@ impl TigaNode {
             let msg = TigaMsg::State {
                 view: self.view.global,
                 shard,
-                incarnation,
+                start,
                 transfer: transfer.id,
                 index,
                 total,
@@ -2578,10 +2615,51 @@ impl TigaNode {
         }
     }
 
+    /// Follower: the leader keeps nothing for followers below `upto`. A replica that executed
+    /// less cannot go on from the log: it drops its log, held transactions and replies (a
+    /// fresh one holds and vouches for nothing) and, under its next start, takes a state
+    /// transfer as a restarted follower does. Its store stays: the transfer rewrites every key
+    /// the leader wrote since the load, which covers every key this replica wrote.
+    fn on_behind(&mut self, from: NodeId, shard: ShardId, upto: u64, out: &mut Outbox<TigaMsg>) {
+        let detective = self.view.mode == Mode::Detective;
+        let limits = replica_limits(self.context.topology.shards);
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if host.replica.leads() || from != host.leader {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        if host.joining.is_some() {
+            return; // Rejoining already.
+        }
+        if host.executed as u64 >= upto {
+            // Not behind: the leader had not heard how far this replica got (it sends no
+            // log to a follower it thinks behind), so tell it.
+            let view = (self.view.global, self.context.incarnation);
+            out.send(host.leader, ack_msg(view, host, Vec::new()));
+            return;
+        }
+        let Some(rejoins) = host.rejoins.checked_add(1) else { return };
+        host.rejoins = rejoins;
+        host.replica = Replica::new(shard, false, limits).with_detective(detective);
+        host.bodies.clear();
+        host.answers.clear();
+        host.answer_order.clear();
+        host.outcomes.clear();
+        host.closed.clear();
+        host.ahead.clear();
+        host.executed = 0;
+        host.commit = 0;
+        host.rejoin_end = 0;
+        host.joining = Some(Joining::default());
+        self.counts.went_behind_total += 1;
+        self.ask_state(shard, out);
+    }
+
     fn pace(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
         let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
         for shard in shards {
             let host = self.hosted.get_mut(&shard).expect("hosted");
+            self.counts.bodies_high = self.counts.bodies_high.max(host.bodies.len() as u64);
             if !host.replica.leads() {
                 continue;
             }
@@ -2610,6 +2688,9 @@ impl TigaNode {
             if lagging {
                 self.sync_followers(shard, true, out);
             }
+            // With every follower silent no acknowledgement prunes: the lag limit still does.
+            let lag_max = self.context.limits.follower_lag_max;
+            prune_bodies(self.hosted.get_mut(&shard).expect("hosted"), lag_max);
             self.close_for_followers(now, shard, out);
         }
         self.execute_all(now, out);
@@ -2701,12 +2782,55 @@ fn commit_point(host: &Hosted, replicas: u32) -> usize {
     super::log::commit_point(&synced, replicas).max(host.commit)
 }
 
+/// Leader: drops the bodies of log entries every follower executed (one still queued or
+/// waiting for votes here stays: it is executed later), and of those finished here more than
+/// `lag_max` entries ago whatever the followers acknowledged: a follower that far behind is
+/// sent to a state transfer when it next acknowledges ([`TigaMsg::Behind`]), so a follower
+/// down for good holds neither this memory nor, once [`BODIES_MAX`] is reached, the shard.
+fn prune_bodies(host: &mut Hosted, lag_max: usize) {
+    let log_len = host.replica.log_len();
+    let slowest = host.acks.values().map(|&(_, e)| e).min().unwrap_or(log_len);
+    let floor = slowest.max(host.finished.saturating_sub(lag_max)).min(log_len);
+    if floor <= host.pruned {
+        return;
+    }
+    // Bounded by the log: each entry is passed once over the run.
+    let done: Vec<TxnId> = host
+        .replica
+        .log_since(host.pruned)
+        .iter()
+        .take(floor - host.pruned)
+        .map(|&(txn, _)| txn)
+        .collect();
+    let pruned_upto = host.pruned + done.len();
+    for txn in done {
+        if !host.pending.contains_key(&txn) && !host.queued.contains_key(&txn) {
+            host.bodies.remove(&txn);
+        }
+        if let Some(decided) = host.decided.get_mut(&txn) {
+            decided.inputs = Vec::new(); // Every follower executed it, or will take a transfer.
+        }
+    }
+    host.pruned = pruned_upto;
+}
+
+/// Leader: word to a follower that executed less than what the leader keeps for followers.
+fn behind_msg(view: u64, host: &Hosted) -> TigaMsg {
+    TigaMsg::Behind { view, shard: host.shard, upto: host.pruned as u64 }
+}
+
+/// This start of a follower replica: the node's incarnation and the state transfers its
+/// leader sent it to since.
+fn follower_start(incarnation: u64, host: &Hosted) -> Start {
+    Start { incarnation, rejoin: host.rejoins }
+}
+
 /// A follower's acknowledgement: its sync-point and executed count, and bodies it lacks.
 fn ack_msg((view, incarnation): (u64, u64), host: &Hosted, fetch: Vec<TxnId>) -> TigaMsg {
     TigaMsg::SyncAck {
         view,
         shard: host.shard,
-        incarnation,
+        start: follower_start(incarnation, host),
         synced: host.replica.sync_point() as u64,
         executed: host.executed as u64,
         fetch,
@@ -3420,8 +3544,8 @@ impl TigaNode {
             TigaMsg::Sync { shard, from: start, entries, outcomes, commit, .. } => {
                 self.on_sync(now, from, shard, (start, entries, outcomes, commit), out);
             }
-            TigaMsg::SyncAck { shard, incarnation, synced, executed, fetch, .. } => {
-                self.on_sync_ack(from, (shard, incarnation), synced, executed, fetch, out);
+            TigaMsg::SyncAck { shard, start, synced, executed, fetch, .. } => {
+                self.on_sync_ack(from, (shard, start), synced, executed, fetch, out);
             }
             TigaMsg::Watermark { shard, ts, .. } => self.on_watermark(from, shard, ts, out),
             TigaMsg::SnapRead(body) => self.on_snapshot_read(now, from, *body, out),
@@ -3429,15 +3553,17 @@ impl TigaNode {
                 self.tracker.observe(from, owd_ns);
                 self.on_snapshot_reply(from, (txn, shard, result), out);
             }
-            TigaMsg::Join { shard, incarnation, transfer, next, .. } => {
-                self.on_join(from, (shard, incarnation), transfer, next, out);
+            TigaMsg::Join { shard, start, transfer, next, .. } => {
+                self.on_join(from, (shard, start), transfer, next, out);
             }
-            TigaMsg::State { shard, incarnation, transfer, index, total, part, .. } => {
-                if incarnation != self.context.incarnation {
-                    return; // Cut for an earlier start of this node.
+            TigaMsg::State { shard, start, transfer, index, total, part, .. } => {
+                let Some(host) = self.hosted.get(&shard) else { return };
+                if start != follower_start(self.context.incarnation, host) {
+                    return; // Cut for an earlier start of this replica.
                 }
                 self.on_state(now, from, shard, (transfer, index, total), part, out);
             }
+            TigaMsg::Behind { shard, upto, .. } => self.on_behind(from, shard, upto, out),
             TigaMsg::Closed { shard, ts, upto, .. } => {
                 let Some(host) = self.hosted.get_mut(&shard) else { return };
                 if host.replica.leads() || host.leader != from || host.joining.is_some() {
@@ -3551,6 +3677,9 @@ impl Node for TigaNode {
                 ("luigi_journal_sends_dropped_total", self.journal.dropped_total),
                 ("luigi_replayed_total", self.counts.replayed_total),
                 ("luigi_restored_proposals_total", self.counts.restored_proposals_total),
+                ("luigi_followers_behind_total", self.counts.behind_total),
+                ("luigi_went_behind_total", self.counts.went_behind_total),
+                ("luigi_bodies_high_water", self.counts.bodies_high),
             ];
         }
         vec![
@@ -3581,6 +3710,9 @@ impl Node for TigaNode {
             ("tiga_journal_sends_dropped_total", self.journal.dropped_total),
             ("tiga_replayed_total", self.counts.replayed_total),
             ("tiga_restored_proposals_total", self.counts.restored_proposals_total),
+            ("tiga_followers_behind_total", self.counts.behind_total),
+            ("tiga_went_behind_total", self.counts.went_behind_total),
+            ("tiga_bodies_high_water", self.counts.bodies_high),
         ]
     }
 }
@@ -3605,6 +3737,10 @@ mod tests {
     use super::*;
     use meridian_core::topology::Topology;
     use meridian_core::txn::Datum;
+
+    fn start(incarnation: u64) -> Start {
+        Start { incarnation, rejoin: 0 }
+    }
 
     fn txn(seq: u64) -> TxnId {
         TxnId { origin: NodeId(9), incarnation: 1, seq }
@@ -3979,7 +4115,7 @@ mod tests {
             TigaMsg::SyncAck {
                 view: VIEW,
                 shard: ShardId(0),
-                incarnation: 0,
+                start: Start::default(),
                 synced: 1,
                 executed: 1,
                 fetch: vec![txn(1)],
@@ -3993,11 +4129,12 @@ mod tests {
                 owd_ns: 4,
             },
             TigaMsg::Closed { view: VIEW, shard: ShardId(0), ts: Timestamp(8), upto: 4 },
-            TigaMsg::Join { view: VIEW, shard: ShardId(0), incarnation: 2, transfer: 3, next: 1 },
+            TigaMsg::Behind { view: VIEW, shard: ShardId(1), upto: 17 },
+            TigaMsg::Join { view: VIEW, shard: ShardId(0), start: start(2), transfer: 3, next: 1 },
             TigaMsg::State {
                 view: VIEW,
                 shard: ShardId(0),
-                incarnation: 2,
+                start: start(2),
                 transfer: 3,
                 index: 1,
                 total: 3,
@@ -4009,7 +4146,7 @@ mod tests {
             TigaMsg::State {
                 view: VIEW,
                 shard: ShardId(0),
-                incarnation: 2,
+                start: start(2),
                 transfer: 3,
                 index: 2,
                 total: 3,
@@ -4061,8 +4198,8 @@ mod tests {
             for &index in order {
                 let part = parts[index].clone();
                 let index = index as u32;
-                let msg =
-                    TigaMsg::State { view: VIEW, shard, incarnation, transfer, index, total, part };
+                let start = start(incarnation);
+                let msg = TigaMsg::State { view: VIEW, shard, start, transfer, index, total, part };
                 node.on_message(1_000, from, msg, out);
             }
         };
@@ -4298,7 +4435,7 @@ mod tests {
             TigaMsg::SyncAck {
                 view: VIEW,
                 shard: ShardId(0),
-                incarnation: 0,
+                start: Start::default(),
                 synced: u64::MAX,
                 executed: u64::MAX,
                 fetch: vec![txn(4)],
@@ -4402,13 +4539,13 @@ mod tests {
         let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
         let follower = leader.hosted[&shard].followers[0];
         let mut out = Outbox::new();
-        let join = TigaMsg::Join { view: VIEW, shard, incarnation: 2, transfer: 0, next: 0 };
+        let join = TigaMsg::Join { view: VIEW, shard, start: start(2), transfer: 0, next: 0 };
         leader.on_message(1_000, follower, join.clone(), &mut out);
         assert_eq!(leader.counts.transfers_total, 1);
         let ack = |incarnation| TigaMsg::SyncAck {
             view: VIEW,
             shard,
-            incarnation,
+            start: start(incarnation),
             synced: 0,
             executed: 0,
             fetch: Vec::new(),
@@ -4420,16 +4557,112 @@ mod tests {
         leader.on_message(1_003, follower, ack(2), &mut out);
         let host = &leader.hosted[&shard];
         assert!(!host.transfers.contains_key(&follower), "installed: done");
-        assert_eq!(host.joined[&follower], 2);
+        assert_eq!(host.joined[&follower], start(2));
         leader.on_message(1_004, follower, join, &mut out);
         assert_eq!(leader.counts.transfers_total, 1, "a late request of a start that joined");
-        let older = TigaMsg::Join { view: VIEW, shard, incarnation: 1, transfer: 0, next: 0 };
+        let older = TigaMsg::Join { view: VIEW, shard, start: start(1), transfer: 0, next: 0 };
         leader.on_message(1_005, follower, older, &mut out);
         assert_eq!(leader.counts.transfers_total, 1, "a late request of an earlier start");
         assert!(!leader.hosted[&shard].transfers.contains_key(&follower));
-        let newer = TigaMsg::Join { view: VIEW, shard, incarnation: 3, transfer: 0, next: 0 };
+        let newer = TigaMsg::Join { view: VIEW, shard, start: start(3), transfer: 0, next: 0 };
         leader.on_message(1_006, follower, newer, &mut out);
         assert_eq!(leader.counts.transfers_total, 2, "a new start gets a new image");
+    }
+
+    /// A follower whose acknowledgement trails what its leader pruned is told so (with the
+    /// pruned position) and sent no log; it drops its log and asks for a transfer under its
+    /// next start (same incarnation, one more rejoin), which the leader serves, while a late
+    /// acknowledgement of the earlier start neither ends that transfer nor counts. Word of
+    /// being behind from anyone but the leader changes nothing; a follower that is not behind
+    /// (the leader had not heard how far it got) answers with its position instead.
+    #[test]
+    fn a_follower_too_far_behind_drops_its_log_and_rejoins_under_its_next_start() {
+        use meridian_core::node::Effect;
+        let shard = ShardId(0);
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader_id = probe.leader_of(shard).unwrap();
+        let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
+        let follower_id = leader.hosted[&shard].followers[0];
+        let (mut follower, _) = node_in(follower_id.0, Variant::Tiga, 3);
+        let other = leader.hosted[&shard].followers[1];
+        let first = follower_start(0, &follower.hosted[&shard]);
+        assert_eq!(first, start(0));
+        let ack = |start, executed| TigaMsg::SyncAck {
+            view: VIEW,
+            shard,
+            start,
+            synced: executed,
+            executed,
+            fetch: Vec::new(),
+        };
+        let sent = |out: &mut Outbox<TigaMsg>| -> Vec<(NodeId, TigaMsg)> {
+            out.drain()
+                .filter_map(|e| match e {
+                    Effect::Send { to, msg } => Some((to, msg)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut out = Outbox::new();
+        leader.on_message(1_000, follower_id, ack(first, 0), &mut out);
+        assert_eq!(leader.counts.behind_total, 0, "nothing pruned: caught up");
+        // (An acknowledgement counts at most the leader's log: none here, so the pruned
+        // position is set by hand.)
+        leader.hosted.get_mut(&shard).unwrap().pruned = 20;
+        leader.on_message(1_001, follower_id, ack(first, 9), &mut out);
+        assert_eq!(leader.counts.behind_total, 1);
+        let behind: Vec<TigaMsg> = sent(&mut out)
+            .into_iter()
+            .filter(|(to, m)| *to == follower_id && matches!(m, TigaMsg::Behind { .. }))
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(behind, [TigaMsg::Behind { view: VIEW, shard, upto: 20 }]);
+        // No log goes to a follower behind, only the word again at each pace.
+        leader.sync_followers(shard, true, &mut out);
+        let to_follower: Vec<TigaMsg> = sent(&mut out)
+            .into_iter()
+            .filter(|(to, _)| *to == follower_id)
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(to_follower, behind);
+        // A follower not behind says how far it got.
+        let late = TigaMsg::Behind { view: VIEW, shard, upto: 0 };
+        follower.on_message(1_002, leader_id, late, &mut out);
+        let acks = sent(&mut out);
+        assert!(matches!(acks.as_slice(), [(to, TigaMsg::SyncAck { .. })] if *to == leader_id));
+        assert_eq!(follower.counts.went_behind_total, 0);
+        // Only the leader's word counts.
+        follower.on_message(1_002, other, behind[0].clone(), &mut out);
+        assert_eq!((follower.counts.went_behind_total, follower.counts.dropped_total), (0, 1));
+        assert!(follower.hosted[&shard].joining.is_none());
+        follower.on_message(1_003, leader_id, behind[0].clone(), &mut out);
+        let host = &follower.hosted[&shard];
+        assert!(host.joining.is_some() && host.replica.log_len() == 0 && host.executed == 0);
+        let next = Start { incarnation: 0, rejoin: 1 };
+        assert_eq!(follower_start(0, host), next);
+        let joins: Vec<TigaMsg> = sent(&mut out)
+            .into_iter()
+            .filter(|(to, m)| *to == leader_id && matches!(m, TigaMsg::Join { .. }))
+            .map(|(_, m)| m)
+            .collect();
+        assert!(
+            matches!(joins.as_slice(), [TigaMsg::Join { start, transfer: 0, next: 0, .. }] if *start == next),
+            "{joins:?}"
+        );
+        // A repeat while it rejoins changes nothing.
+        follower.on_message(1_004, leader_id, behind[0].clone(), &mut out);
+        assert_eq!(follower.counts.went_behind_total, 1);
+        assert_eq!(follower_start(0, &follower.hosted[&shard]), next);
+        // The leader cuts an image for the next start; the earlier start's late
+        // acknowledgement neither ends the transfer nor draws another word.
+        leader.on_message(1_005, follower_id, joins[0].clone(), &mut out);
+        assert_eq!(leader.counts.transfers_total, 1);
+        let words = leader.counts.behind_total;
+        leader.on_message(1_006, follower_id, ack(first, 30), &mut out);
+        let host = &leader.hosted[&shard];
+        assert_eq!(host.transfers[&follower_id].start, next, "the transfer goes on");
+        assert_eq!(host.acks[&follower_id].0, 0, "a joining start counts no log");
+        assert_eq!(leader.counts.behind_total, words);
     }
 
     /// Every replica's message carries its sender's view; a node drops and counts one of
