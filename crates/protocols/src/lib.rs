@@ -406,8 +406,13 @@ pub struct Limits {
     /// transfer (a follower down for good must not hold its leader's memory, or stall the
     /// shard once the leader's bodies are full).
     pub follower_lag_max: usize,
+    /// `tiga`, `luigi`: log entries a replica drops at a time, at least (the entries every
+    /// replica executed; fewer per drop cost more per entry).
+    pub log_drop_min: usize,
 }
 
+/// [`Limits::log_drop_min`] by default.
+pub const LOG_DROP_MIN: usize = 1 << 10;
 /// [`Limits::follower_lag_max`] by default.
 pub const FOLLOWER_LAG_MAX: usize = 1 << 16;
 /// The largest [`Limits::follower_lag_max`] a run may ask for.
@@ -427,6 +432,7 @@ impl Default for Limits {
             read_stamps_max: 1 << 20,
             dependents_waiting_max: 4_096,
             follower_lag_max: FOLLOWER_LAG_MAX,
+            log_drop_min: LOG_DROP_MIN,
         }
     }
 }
@@ -444,6 +450,7 @@ impl Limits {
             ("read_stamps_max", self.read_stamps_max),
             ("dependents_waiting_max", self.dependents_waiting_max),
             ("follower_lag_max", self.follower_lag_max),
+            ("log_drop_min", self.log_drop_min),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{name} must be at least 1")));

@@ -176,7 +176,8 @@ impl FaultPlan {
         });
         let limits = limits.map(|l| {
             let mut later = child_rng(seed, "swarm-plan-limits-3", 0);
-            Limits { follower_lag_max: pick(&mut later, &[4, 64]), ..l }
+            let follower_lag_max = pick(&mut later, &[4, 64]);
+            Limits { follower_lag_max, log_drop_min: pick(&mut later, &[1, 16]), ..l }
         });
         // A long partition: one node cut off from every other for most of the fault phase, so
         // that prepared attempts outlive many decisions elsewhere (with shrunken limits, their
@@ -209,7 +210,7 @@ impl FaultPlan {
         if let Some(l) = &limits {
             let _ = write!(
                 text,
-                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {} read stamps {} dependents {} follower lag {}",
+                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {} read stamps {} dependents {} follower lag {} log drop {}",
                 l.decided_max,
                 l.deliveries_max,
                 l.inquiries_max,
@@ -217,7 +218,8 @@ impl FaultPlan {
                 l.lock_holders_max,
                 l.read_stamps_max,
                 l.dependents_waiting_max,
-                l.follower_lag_max
+                l.follower_lag_max,
+                l.log_drop_min
             );
         }
         Self {

@@ -1099,6 +1099,42 @@ fn seed_9935_a_restarted_leader_never_reuses_a_state_transfer_id() {
     assert!(total(&report, "tiga_rejoined_total") >= 1, "a follower rejoined");
 }
 
+/// A run's logs stay short: a leader drops the entries every follower executed and a
+/// follower those it executed, at least `log_drop_min` (1,024) at a time, and a tiga follower forgets
+/// a dropped transaction once its coordinator said it decided it (a luigi follower hears no
+/// coordinator and keeps knowing them). A follower that restarts late in the run rejoins from
+/// a leader whose log no longer starts at 0 (the transfer lists the entries from the base, the
+/// transactions below it not yet decided, and the coordinators' decided floors) and ends equal
+/// to it; the history is strictly serializable.
+#[test]
+fn tiga_and_luigi_logs_hold_only_what_is_not_executed_everywhere() {
+    for protocol in [ProtocolKind::Tiga, ProtocolKind::Luigi] {
+        let prefix = if protocol == ProtocolKind::Tiga { "tiga" } else { "luigi" };
+        let mut o = tiga(37, 2, 3, "metro");
+        o.protocol = protocol;
+        o.txns = 6_000;
+        let leader = tiga_leader(&o, 0);
+        let follower = (0..3).map(|slot| replica(&o, 0, slot)).find(|&n| n != leader).unwrap();
+        o.faults.push((2_000 * NS_PER_MS, Fault::Crash(follower)));
+        o.faults.push((2_100 * NS_PER_MS, Fault::Restart(follower)));
+        let report = run(&o, workload("list-append", 2, 16)).unwrap();
+        assert_passed(&report);
+        assert!(report.committed >= 6_000, "{protocol:?}: {} committed", report.committed);
+        let sum = |name: &str| total(&report, &format!("{prefix}_{name}"));
+        // Every commit leaves an entry on three replicas of each shard it touches.
+        let held = sum("log_entries");
+        assert!(held * 2 < report.committed * 3, "{protocol:?}: {held} entries held");
+        let node = |name: &str| counter(&report, follower, &format!("{prefix}_{name}"));
+        assert_eq!(node("rejoined_total"), 1, "{protocol:?}: the restart rejoined");
+        let equal = report.checks.iter().find(|c| c.name == "replicas-equal").unwrap();
+        assert!(equal.passed && equal.detail.starts_with('4'), "{}", equal.detail);
+        if protocol == ProtocolKind::Tiga {
+            let lingering = sum("log_lingering");
+            assert!(lingering * 10 < report.committed, "{lingering} linger");
+        }
+    }
+}
+
 /// Swarm seed 365 of `smallbank` under luigi (3 × 3, a follower lag limit of 4): while the
 /// follower limit was first built, a leader dropped the inputs of its outcomes with the
 /// bodies past the limit but still sent its log and those outcomes to a follower behind it,

@@ -20,6 +20,12 @@
 //! Bounded: a sync message carries at most [`SYNC_ENTRIES_MAX`] entries; the tail holds at most
 //! `tail_max` transactions (a follower that releases more than that without hearing from its
 //! leader stops replying fast and waits; the caller decides).
+//!
+//! **Positions count from a base.** A follower drops the synced entries it executed
+//! ([`FollowerLog::truncate`]); positions stay absolute. Whether a dropped transaction is in
+//! the log is still known while it may be asked about again: a transaction leaves the set of
+//! logged ones only once the caller says nothing can bring it here again (its coordinator
+//! decided it), and until then it *lingers* there.
 
 use meridian_core::{Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,8 +49,13 @@ pub struct Synced {
 /// A follower's view of the shard's log.
 #[derive(Clone, Debug)]
 pub struct FollowerLog {
+    /// The position of `prefix[0]`: entries below it were executed and dropped.
+    base: usize,
     prefix: Vec<(TxnId, Timestamp)>,
+    /// Every transaction of the prefix, and dropped ones that linger.
     in_prefix: BTreeSet<TxnId>,
+    /// Dropped entries' transactions still in `in_prefix` (their coordinators may ask again).
+    lingering: BTreeSet<TxnId>,
     tail: BTreeMap<TxnId, Timestamp>,
     /// Prefix entries whose bodies are missing.
     missing: BTreeSet<TxnId>,
@@ -56,8 +67,10 @@ impl FollowerLog {
     /// An empty log whose unsynced tail holds at most `tail_max` transactions.
     pub fn new(tail_max: usize) -> Self {
         Self {
+            base: 0,
             prefix: Vec::new(),
             in_prefix: BTreeSet::new(),
+            lingering: BTreeSet::new(),
             tail: BTreeMap::new(),
             missing: BTreeSet::new(),
             sync_point: 0,
@@ -65,18 +78,28 @@ impl FollowerLog {
         }
     }
 
-    /// A log whose synced prefix is `prefix`, with no body missing and an empty tail: a
-    /// follower that rejoined by a state transfer, which brought the state those entries
-    /// produced. `None` when the prefix lists a transaction twice.
-    pub fn with_prefix(prefix: Vec<(TxnId, Timestamp)>, tail_max: usize) -> Option<Self> {
-        let in_prefix: BTreeSet<TxnId> = prefix.iter().map(|&(txn, _)| txn).collect();
-        if in_prefix.len() != prefix.len() {
+    /// A log whose synced prefix is `prefix` from position `base` on, with no body missing
+    /// and an empty tail: a follower that rejoined by a state transfer, which brought the
+    /// state those entries (and the ones below `base`) produced. `lingering`: transactions
+    /// below `base` still to be known as logged. `None` when a transaction is listed twice.
+    pub fn with_prefix(
+        base: usize,
+        prefix: Vec<(TxnId, Timestamp)>,
+        lingering: Vec<TxnId>,
+        tail_max: usize,
+    ) -> Option<Self> {
+        let lingering: BTreeSet<TxnId> = lingering.into_iter().collect();
+        let mut in_prefix = lingering.clone();
+        in_prefix.extend(prefix.iter().map(|&(txn, _)| txn));
+        if in_prefix.len() != prefix.len() + lingering.len() {
             return None;
         }
-        let sync_point = prefix.len();
+        let sync_point = base + prefix.len();
         Some(Self {
+            base,
             prefix,
             in_prefix,
+            lingering,
             tail: BTreeMap::new(),
             missing: BTreeSet::new(),
             sync_point,
@@ -89,9 +112,65 @@ impl FollowerLog {
         self.sync_point
     }
 
-    /// The synced prefix.
-    pub fn prefix(&self) -> &[(TxnId, Timestamp)] {
-        &self.prefix
+    /// The prefix's length (entries dropped below the base included).
+    pub fn len(&self) -> usize {
+        self.base + self.prefix.len()
+    }
+
+    /// True when the prefix holds nothing, dropped or not.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The position of the first entry still held.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// The entries from position `from` (at least the base) to the prefix's end.
+    pub fn since(&self, from: usize) -> &[(TxnId, Timestamp)] {
+        let start = from.clamp(self.base, self.len()) - self.base;
+        &self.prefix[start..]
+    }
+
+    /// The entry at `position`, if it is held.
+    pub fn entry(&self, position: usize) -> Option<(TxnId, Timestamp)> {
+        position.checked_sub(self.base).and_then(|i| self.prefix.get(i)).copied()
+    }
+
+    /// Drops the entries below `upto` (at most the sync-point). A dropped transaction stays
+    /// known as logged (lingers) unless `forgotten` says nothing can bring it here again.
+    /// Returns how many entries were dropped.
+    pub fn truncate(&mut self, upto: usize, forgotten: impl Fn(TxnId) -> bool) -> usize {
+        let upto = upto.min(self.sync_point);
+        if upto <= self.base {
+            return 0;
+        }
+        let dropped = upto - self.base;
+        // Bounded by the entries dropped.
+        for (txn, _) in self.prefix.drain(..dropped) {
+            if forgotten(txn) {
+                self.in_prefix.remove(&txn);
+            } else {
+                self.lingering.insert(txn);
+            }
+        }
+        self.base = upto;
+        dropped
+    }
+
+    /// Forgets the lingering transactions `forgotten` says nothing can bring here again.
+    pub fn forget_lingering(&mut self, forgotten: impl Fn(TxnId) -> bool) {
+        let gone: Vec<TxnId> = self.lingering.iter().copied().filter(|&t| forgotten(t)).collect();
+        for txn in gone {
+            self.lingering.remove(&txn);
+            self.in_prefix.remove(&txn);
+        }
+    }
+
+    /// Dropped transactions still known as logged.
+    pub fn lingering(&self) -> usize {
+        self.lingering.len()
     }
 
     /// True when `txn` is in this log (released here or listed by the leader).
@@ -131,11 +210,11 @@ impl FollowerLog {
         has_body: impl Fn(TxnId) -> bool,
     ) -> Synced {
         let mut synced = Synced::default();
-        if from > self.prefix.len() {
-            synced.resend_from = Some(self.prefix.len());
+        if from > self.len() {
+            synced.resend_from = Some(self.len());
             return synced;
         }
-        let already = self.prefix.len() - from;
+        let already = self.len() - from;
         for &(txn, ts) in entries.iter().take(SYNC_ENTRIES_MAX).skip(already) {
             if !self.in_prefix.insert(txn) {
                 continue; // A leader lists a transaction once; a duplicate is ignored.
@@ -166,13 +245,13 @@ impl FollowerLog {
 
     fn advance_sync_point(&mut self) -> Vec<(TxnId, Timestamp)> {
         let start = self.sync_point;
-        while let Some(&(txn, _)) = self.prefix.get(self.sync_point) {
+        while let Some((txn, _)) = self.entry(self.sync_point) {
             if self.missing.contains(&txn) {
                 break;
             }
             self.sync_point += 1;
         }
-        self.prefix[start..self.sync_point].to_vec()
+        self.prefix[start - self.base..self.sync_point - self.base].to_vec()
     }
 }
 
@@ -239,6 +318,34 @@ mod tests {
         assert_eq!(log.sync_point(), 0);
         assert!(log.release(t(1), Timestamp(10)));
         assert!(!log.release(t(2), Timestamp(20)), "the tail is full");
+    }
+
+    #[test]
+    fn dropped_entries_keep_their_positions_and_undecided_ones_stay_known() {
+        let mut log = FollowerLog::new(16);
+        log.on_sync(0, &[e(1, 10), e(2, 20), e(3, 30), e(4, 40)], |txn| txn != t(4));
+        assert_eq!(log.sync_point(), 3);
+        // Only up to the sync-point; 2's coordinator has not decided it.
+        assert_eq!(log.truncate(9, |txn| txn != t(2)), 3);
+        assert_eq!((log.base(), log.len(), log.sync_point()), (3, 4, 3));
+        assert_eq!(log.entry(2), None, "dropped");
+        assert_eq!(log.entry(3), Some(e(4, 40)));
+        assert_eq!(log.since(0), &[e(4, 40)]);
+        assert!(!log.contains(t(1)) && log.contains(t(2)), "2 lingers");
+        assert_eq!(log.lingering(), 1);
+        assert!(!log.release(t(2), Timestamp(25)), "a resend of 2 finds it logged");
+        // A repeated sync from below the base changes nothing; one past the end asks again.
+        assert_eq!(log.on_sync(1, &[e(2, 20), e(3, 30), e(4, 40)], |_| true), Synced::default());
+        assert_eq!(log.on_sync(9, &[e(9, 90)], |_| true).resend_from, Some(4));
+        assert_eq!(log.on_body(t(4)), vec![e(4, 40)]);
+        assert_eq!(log.truncate(2, |_| true), 0, "never back");
+        log.forget_lingering(|_| true);
+        assert!(!log.contains(t(2)) && log.lingering() == 0);
+        // A log that starts at a base, with what lingers below it.
+        let log = FollowerLog::with_prefix(5, vec![e(6, 60)], vec![t(2)], 16).unwrap();
+        assert_eq!((log.base(), log.len(), log.sync_point()), (5, 6, 6));
+        assert!(log.contains(t(2)) && log.contains(t(6)));
+        assert!(FollowerLog::with_prefix(5, vec![e(6, 60)], vec![t(6)], 16).is_none());
     }
 
     #[test]

@@ -67,8 +67,8 @@
 //!
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a crashed leader's
-//! shard waits for it to restart; followers' durable logs; checkpoints (the logs, the sets of
-//! logged transactions, the leaders' outcome records and the journal grow with the run).
+//! shard waits for it to restart; followers' durable logs; checkpoints (the journal grows with
+//! the run); bounds on the leaders' sets of logged transactions and outcome records (below).
 //!
 //! # Memory a run does not grow
 //!
@@ -79,7 +79,14 @@
 //! in any case). Bodies go once every replica executed them, or once they are more than
 //! [`crate::Limits::follower_lag_max`] entries behind the leader's finished prefix: a follower
 //! that far behind is told so ([`TigaMsg::Behind`]) and rejoins by a state transfer under its
-//! next [`Start`] (at most [`BODIES_MAX`] in any case).
+//! next [`Start`] (at most [`BODIES_MAX`] in any case). Log entries go once every replica
+//! executed them ([`crate::Limits::log_drop_min`] at a time; positions count from a base). A
+//! follower still knows a dropped transaction as logged until its coordinator decided it
+//! (bodies carry `decided_below`; [`TigaNode`] keeps each coordinator start's floor), and
+//! drops a late copy of a body it no longer knows past that floor. What still grows: a
+//! leader's set of logged transactions (it answers resends and other leaders' repeated
+//! proposals; letting one go needs a refusal other leaders can act on) and its outcome records
+//! (it answers repeated votes; letting one go needs votes acknowledged).
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::journal::{Journal, Record, Recovered};
@@ -469,19 +476,31 @@ pub struct SyncOutcome {
 }
 
 /// One part of a state transfer: the leader's finished log prefix (every entry executed and
-/// decided), the key hashes over it, its store as it is, and what it executed past the prefix.
-/// Part 0 is the head; entries, hashes, rows and the entries ahead follow in that order.
+/// decided) from its base, the key hashes over the whole prefix, its store as it is, and what
+/// it executed past the prefix. Part 0 is the head; entries, the transactions below the base
+/// still known as logged, the coordinators' decided floors, hashes, rows and the entries ahead
+/// follow in that order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StatePart {
-    /// How many log entries the transfer lists, and the leader's log length.
+    /// Which log entries the transfer lists, and the leader's log length.
     Head {
+        /// The leader's log base: the entries listed start here (those below are dropped).
+        base: u64,
         /// The length of the finished prefix.
         upto: u64,
         /// The leader's log length (the entries past the prefix come with its log).
         end: u64,
+        /// The timestamp of the prefix's last entry: every key counts as released up to it.
+        floor: Timestamp,
     },
     /// The next log entries, in log order (at most [`super::log::SYNC_ENTRIES_MAX`]).
     Entries(Vec<(TxnId, Timestamp)>),
+    /// Transactions logged below the base whose coordinators have not decided them: a resend
+    /// may still come, and must find them logged (at most [`super::log::SYNC_ENTRIES_MAX`]).
+    Lingering(Vec<TxnId>),
+    /// Per coordinator start, the sequence number below which it decided everything (at
+    /// most [`super::log::SYNC_ENTRIES_MAX`]): a body of one of those is a late copy.
+    Decided(Vec<(NodeId, u64, u64)>),
     /// Key hashes over the prefix (at most [`STATE_HASHES_MAX`]).
     Hashes(Vec<(Key, u64)>),
     /// Keys written since the load with their committed versions, oldest first, as the
@@ -922,6 +941,8 @@ struct Counts {
     went_behind_total: u64,
     /// The most transaction bodies one hosted replica kept, as seen at each pace.
     bodies_high: u64,
+    /// Followers: late copies of bodies of transactions their coordinators decided, dropped.
+    stale_bodies_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -962,7 +983,14 @@ pub struct TigaNode {
     restored: Vec<(ShardId, Vec<Action>)>,
     /// The outbox a step writes into before its sends are held back for the journal.
     scratch: Outbox<TigaMsg>,
+    /// Per coordinator start (node, incarnation), the sequence number below which it decided
+    /// every transaction, as its own bodies said (at most [`COORDINATORS_TRACKED_MAX`]).
+    decided_floors: BTreeMap<(NodeId, u64), u64>,
 }
+
+/// Coordinator starts whose decided floors a node keeps; past it, new ones are not tracked
+/// (their transactions stay known as logged: memory, never safety).
+pub const COORDINATORS_TRACKED_MAX: usize = 1 << 12;
 
 impl TigaNode {
     /// A tiga node of `context` (in memory: a durable driver is refused by the caller).
@@ -1113,6 +1141,7 @@ impl TigaNode {
             journal: Journal::new(0),
             restored: Vec::new(),
             scratch: Outbox::new(),
+            decided_floors: BTreeMap::new(),
             context,
         })
     }
@@ -1514,6 +1543,7 @@ impl TigaNode {
             for host in self.hosted.values_mut() {
                 forget_decided_answers(host, body.txn, body.decided_below);
             }
+            note_decided(&mut self.decided_floors, body.txn, body.decided_below);
         }
         let body = Arc::new(body);
         let owd_ns = now.saturating_sub(body.sent_at);
@@ -1535,6 +1565,18 @@ impl TigaNode {
             };
             if !trusted {
                 self.counts.dropped_total += 1;
+                continue;
+            }
+            if !host.replica.leads()
+                && !host.replica.logged(txn)
+                && !host.bodies.contains_key(&txn)
+                && !host.replica.wants_body(txn)
+                && is_decided(&self.decided_floors, txn)
+            {
+                // A late copy of a transaction its coordinator decided: a follower that has
+                // dropped it from its log may no longer know it logged it, and must not take
+                // it again (its leader's log brings what this replica still needs).
+                self.counts.stale_bodies_total += 1;
                 continue;
             }
             if host.replica.logged(txn) || host.bodies.contains_key(&txn) {
@@ -1911,6 +1953,16 @@ impl TigaNode {
             }
             if !progressed {
                 break;
+            }
+        }
+        // What a follower executed is no longer needed in its log.
+        let drop_min = self.context.limits.log_drop_min;
+        for host in self.hosted.values_mut() {
+            let executed = host.executed;
+            let due = executed >= host.replica.log_base() + drop_min;
+            if due && !host.replica.leads() && host.joining.is_none() {
+                let floors = &self.decided_floors;
+                host.replica.truncate_follower_log(executed, |t| is_decided(floors, t));
             }
         }
         if self.snapshot_reads {
@@ -2448,7 +2500,7 @@ impl TigaNode {
                 out.send(from, TigaMsg::Txn(Box::new((*known.body).clone())));
             }
         }
-        prune_bodies(host, self.context.limits.follower_lag_max);
+        prune_bodies(host, &self.context.limits);
         // With `f` above 1 followers execute only below the commit-point: tell them as soon
         // as an acknowledgement moves it, not at the next release or pace.
         let replicas = self.context.topology.replicas;
@@ -2523,7 +2575,7 @@ impl TigaNode {
         } else {
             // Not cut while a body past the finished prefix is missing here (the hashes need
             // its keys): the follower asks again.
-            let Some(parts) = state_image(host) else { return };
+            let Some(parts) = state_image(host, &self.decided_floors) else { return };
             host.transfer_seq += 1;
             let id = host.transfer_seq;
             let upto = host.finished;
@@ -2597,8 +2649,13 @@ impl TigaNode {
         }
         let parts = std::mem::take(&mut joining.parts);
         match install(&self.context, host, parts) {
-            Ok(()) => {
+            Ok(floors) => {
                 self.counts.rejoined_total += 1;
+                // Bounded by the part limits of the transfer.
+                for (node, incarnation, floor) in floors {
+                    let txn = TxnId { origin: node, incarnation, seq: floor };
+                    note_decided(&mut self.decided_floors, txn, floor);
+                }
                 // The acknowledgement tells the leader where to resume the log.
                 out.send(
                     host.leader,
@@ -2689,8 +2746,7 @@ impl TigaNode {
                 self.sync_followers(shard, true, out);
             }
             // With every follower silent no acknowledgement prunes: the lag limit still does.
-            let lag_max = self.context.limits.follower_lag_max;
-            prune_bodies(self.hosted.get_mut(&shard).expect("hosted"), lag_max);
+            prune_bodies(self.hosted.get_mut(&shard).expect("hosted"), &self.context.limits);
             self.close_for_followers(now, shard, out);
         }
         self.execute_all(now, out);
@@ -2787,7 +2843,8 @@ fn commit_point(host: &Hosted, replicas: u32) -> usize {
 /// `lag_max` entries ago whatever the followers acknowledged: a follower that far behind is
 /// sent to a state transfer when it next acknowledges ([`TigaMsg::Behind`]), so a follower
 /// down for good holds neither this memory nor, once [`BODIES_MAX`] is reached, the shard.
-fn prune_bodies(host: &mut Hosted, lag_max: usize) {
+fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
+    let lag_max = limits.follower_lag_max;
     let log_len = host.replica.log_len();
     let slowest = host.acks.values().map(|&(_, e)| e).min().unwrap_or(log_len);
     let floor = slowest.max(host.finished.saturating_sub(lag_max)).min(log_len);
@@ -2812,6 +2869,34 @@ fn prune_bodies(host: &mut Hosted, lag_max: usize) {
         }
     }
     host.pruned = pruned_upto;
+    // The log below: every follower executed it, or takes a state transfer. Luigi's
+    // replication watermarks walk the log from what is replicated: not past that.
+    // Never past the finished prefix: the leader walks its log from there (a restarted leader
+    // running its journal again may hear followers that executed further).
+    let mut drop_upto = host.pruned.min(host.finished);
+    if host.streams.is_some() {
+        drop_upto = drop_upto.min(host.replicated);
+    }
+    if drop_upto >= host.replica.log_base() + limits.log_drop_min {
+        host.replica.truncate_leader_log(drop_upto);
+    }
+}
+
+/// Notes that `txn`'s coordinator decided everything of its start below `decided_below`.
+fn note_decided(floors: &mut BTreeMap<(NodeId, u64), u64>, txn: TxnId, decided_below: u64) {
+    // The transaction carrying it is not decided: nothing from it on.
+    let below = decided_below.min(txn.seq);
+    let start = (txn.origin, txn.incarnation);
+    if let Some(floor) = floors.get_mut(&start) {
+        *floor = (*floor).max(below);
+    } else if floors.len() < COORDINATORS_TRACKED_MAX && below > 0 {
+        floors.insert(start, below);
+    }
+}
+
+/// True when `txn`'s coordinator said it decided it.
+fn is_decided(floors: &BTreeMap<(NodeId, u64), u64>, txn: TxnId) -> bool {
+    floors.get(&(txn.origin, txn.incarnation)).is_some_and(|&floor| txn.seq < floor)
 }
 
 /// Leader: word to a follower that executed less than what the leader keeps for followers.
@@ -2919,7 +3004,7 @@ fn compact_answer_order(host: &mut Hosted) {
 /// and the outcomes of multi-shard transactions allow. True when it executed any.
 fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     let start = host.executed;
-    let synced_len = host.replica.synced().len();
+    let synced_len = host.replica.sync_point();
     // An entry this follower and its leader synced survives a view change when `f + 1` is
     // two; otherwise only below the leader's commit-point.
     let upto = if slow_followers(context.topology.replicas) > 1 {
@@ -2929,7 +3014,10 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     };
     // Bounded by the synced prefix.
     while host.executed < upto {
-        let (txn, ts) = host.replica.synced()[host.executed];
+        let Some((txn, ts)) = host.replica.synced_entry(host.executed) else {
+            debug_assert!(false, "a follower drops only what it executed");
+            break;
+        };
         if let Some(writes) = host.ahead.get(&txn) {
             // The leader had executed it when it cut this replica's state transfer.
             if let Some(writes) = writes {
@@ -3023,7 +3111,9 @@ fn advance_finished(host: &mut Hosted) {
 /// writer of its keys, so whatever still runs on those keys comes after it, or only reads
 /// below it (and the leader keeps the versions a queued reader needs, see [`apply`]). `None`
 /// while a body of an entry past the prefix is missing here (the hashes need its keys).
-fn state_image(host: &Hosted) -> Option<Vec<StatePart>> {
+/// `floors`: the coordinators' decided floors known here; the transactions logged below the
+/// base that they do not cover go along, so the follower still knows them as logged.
+fn state_image(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> Option<Vec<StatePart>> {
     let upto = host.finished;
     let mut hashes = host.replica.hashes().clone();
     let mut ahead: Vec<AheadEntry> = Vec::new();
@@ -3046,10 +3136,20 @@ fn state_image(host: &Hosted) -> Option<Vec<StatePart>> {
         position += window.len();
     }
     let end = position as u64;
-    let mut parts = vec![StatePart::Head { upto: upto as u64, end }];
+    let base = host.replica.log_base();
+    debug_assert!(base <= upto, "the log is dropped below the finished prefix only");
+    let floor = host.replica.log_ts_before(upto);
+    let head = StatePart::Head { base: base as u64, upto: upto as u64, end, floor };
+    let mut parts = vec![head];
     let prefix = host.replica.log_prefix(upto);
     let entries = prefix.chunks(super::log::SYNC_ENTRIES_MAX);
     parts.extend(entries.map(|c| StatePart::Entries(c.to_vec())));
+    // Bounded by the transactions logged here (every one goes by; only the undecided stay).
+    let lingering = host.replica.logged_below_base(|t| !is_decided(floors, t));
+    let max = super::log::SYNC_ENTRIES_MAX;
+    parts.extend(lingering.chunks(max).map(|c| StatePart::Lingering(c.to_vec())));
+    let floors: Vec<(NodeId, u64, u64)> = floors.iter().map(|(&(n, i), &f)| (n, i, f)).collect();
+    parts.extend(floors.chunks(max).map(|c| StatePart::Decided(c.to_vec())));
     let pairs: Vec<(Key, u64)> = hashes.pairs().map(|(key, hash)| (key.clone(), hash)).collect();
     parts.extend(pairs.chunks(STATE_HASHES_MAX).map(|c| StatePart::Hashes(c.to_vec())));
     let mut rows = Vec::new();
@@ -3085,31 +3185,41 @@ fn state_image(host: &Hosted) -> Option<Vec<StatePart>> {
 /// Rejoining follower: checks the transfer's `parts` and, if they hold together, makes them
 /// this replica's state: the prefix as its synced log (executed), the leader's hashes, its
 /// versions over the store as loaded, and the entries ahead. Nothing changes on an error.
-fn install(context: &NodeContext, host: &mut Hosted, parts: Vec<StatePart>) -> Result<(), String> {
+/// Returns the coordinators' decided floors the leader sent, for the node to take up.
+fn install(
+    context: &NodeContext,
+    host: &mut Hosted,
+    parts: Vec<StatePart>,
+) -> Result<Vec<(NodeId, u64, u64)>, String> {
     let mut parts = parts.into_iter();
-    let Some(StatePart::Head { upto, end }) = parts.next() else {
+    let Some(StatePart::Head { base, upto, end, floor }) = parts.next() else {
         return Err("a state transfer starts with its head".into());
     };
     let (mut entries, mut pairs, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lingering, mut floors) = (Vec::new(), Vec::new());
     let mut ahead: Vec<AheadEntry> = Vec::new();
     let max = super::log::SYNC_ENTRIES_MAX;
     for part in parts {
         match part {
             StatePart::Head { .. } => return Err("a second head".into()),
             StatePart::Entries(more) if more.len() <= max => entries.extend(more),
+            StatePart::Lingering(more) if more.len() <= max => lingering.extend(more),
+            StatePart::Decided(more) if more.len() <= max => floors.extend(more),
             StatePart::Hashes(more) if more.len() <= STATE_HASHES_MAX => pairs.extend(more),
             StatePart::Rows(more) => rows.extend(more),
             StatePart::Ahead(more) if more.len() <= max => ahead.extend(more),
             _ => return Err("an oversized part".into()),
         }
     }
-    if entries.len() as u64 != upto || end < upto || ahead.len() as u64 > end - upto {
+    let listed = upto.checked_sub(base);
+    if listed != Some(entries.len() as u64) || end < upto || ahead.len() as u64 > end - upto {
         return Err(format!(
-            "{} entries for a prefix of {upto}, {} ahead of it in a log of {end}",
+            "{} entries for a prefix of {base}..{upto}, {} ahead of it in a log of {end}",
             entries.len(),
             ahead.len()
         ));
     }
+    let base = usize::try_from(base).map_err(|_| "a base past this machine's positions")?;
     let in_order =
         |chain: &[StateVersion]| !chain.is_empty() && chain.windows(2).all(|w| w[0].ts < w[1].ts);
     if rows.iter().any(|(_, chain)| !in_order(chain)) {
@@ -3117,7 +3227,7 @@ fn install(context: &NodeContext, host: &mut Hosted, parts: Vec<StatePart>) -> R
     }
     let hashes = super::quorum::KeyHashes::from_pairs(pairs);
     let limits = replica_limits(context.topology.shards);
-    let replica = Replica::rejoined(host.shard, limits, entries, hashes)
+    let replica = Replica::rejoined(host.shard, limits, (base, entries, lingering), hashes, floor)
         .ok_or("the prefix lists a transaction twice")?;
     let ahead: BTreeMap<TxnId, Option<Overlay>> =
         ahead.into_iter().map(|(txn, writes)| (txn, writes.map(Overlay::from_iter))).collect();
@@ -3146,7 +3256,7 @@ fn install(context: &NodeContext, host: &mut Hosted, parts: Vec<StatePart>) -> R
     host.outcomes.clear();
     host.closed.clear();
     host.joining = None;
-    Ok(())
+    Ok(floors)
 }
 
 /// Debug builds: no key `part` declares has a version above `ts`: a follower runs its log in
@@ -3653,6 +3763,13 @@ impl Node for TigaNode {
         let versions = self.hosted.values().map(|h| h.store.version_count()).sum();
         let keys = self.hosted.values().map(|h| h.store.key_count() as u64).sum();
         let answers = self.hosted.values().map(|h| h.answers.len() as u64).sum();
+        // Log entries held (past what every replica executed), followers' dropped
+        // transactions still known as logged, and what still grows with the run: the
+        // leaders' sets of logged transactions (one per entry) and multi-shard outcomes.
+        let held_entries = |h: &Hosted| (h.replica.log_len() - h.replica.log_base()) as u64;
+        let log_entries = self.hosted.values().map(held_entries).sum();
+        let lingering = self.hosted.values().map(|h| h.replica.lingering() as u64).sum();
+        let decided = self.hosted.values().map(|h| h.decided.len() as u64).sum();
         if self.variant == Variant::Luigi {
             let open = self.hosted.values().filter_map(|h| h.streams.as_ref()).map(|s| s.open());
             return vec![
@@ -3669,6 +3786,10 @@ impl Node for TigaNode {
                 ("luigi_store_versions", versions),
                 ("luigi_store_keys", keys),
                 ("luigi_answers_kept", answers),
+                ("luigi_log_entries", log_entries),
+                ("luigi_log_lingering", lingering),
+                ("luigi_stale_bodies_total", self.counts.stale_bodies_total),
+                ("luigi_decided_kept", decided),
                 ("luigi_stale_view_total", self.counts.stale_view_total),
                 ("luigi_contradicted_total", self.counts.contradicted_total),
                 ("luigi_state_transfers_total", self.counts.transfers_total),
@@ -3702,6 +3823,10 @@ impl Node for TigaNode {
             ("tiga_store_versions", versions),
             ("tiga_store_keys", keys),
             ("tiga_answers_kept", answers),
+            ("tiga_log_entries", log_entries),
+            ("tiga_log_lingering", lingering),
+            ("tiga_stale_bodies_total", self.counts.stale_bodies_total),
+            ("tiga_decided_kept", decided),
             ("tiga_stale_view_total", self.counts.stale_view_total),
             ("tiga_contradicted_total", self.counts.contradicted_total),
             ("tiga_state_transfers_total", self.counts.transfers_total),
@@ -4161,16 +4286,23 @@ mod tests {
     /// not the prefix's, a key's versions out of order, a transaction listed twice) changes
     /// nothing and is dropped whole, for the retry timer to ask anew. A good one becomes its
     /// synced, executed log and its store.
-    #[test]
-    fn a_state_transfer_that_does_not_hold_together_changes_nothing() {
-        use meridian_core::node::Effect;
-        let shard = ShardId(0);
+    /// A follower of `shard` that restarted and waits for its leader's state transfer, the
+    /// leader's node, and its own.
+    fn joining_follower(shard: ShardId) -> (TigaNode, NodeId, NodeId) {
         let (probe, _) = node_in(0, Variant::Tiga, 3);
         let leader = probe.leader_of(shard).unwrap();
         let topology = probe.context.topology.clone();
         let id = topology.shard_nodes(shard).into_iter().find(|&n| n != leader).unwrap();
         let (mut follower, _) = node_in(id.0, Variant::Tiga, 3);
         follower.hosted.get_mut(&shard).unwrap().joining = Some(Joining::default());
+        (follower, leader, id)
+    }
+
+    #[test]
+    fn a_state_transfer_that_does_not_hold_together_changes_nothing() {
+        use meridian_core::node::Effect;
+        let shard = ShardId(0);
+        let (mut follower, leader, id) = joining_follower(shard);
         let loaded = state(&follower);
         let key = follower.hosted[&shard].store.latest_values().next().unwrap().0.clone();
         let version = |ts: u64, value: u8| StateVersion {
@@ -4180,7 +4312,7 @@ mod tests {
         };
         let good = || {
             vec![
-                StatePart::Head { upto: 2, end: 3 },
+                StatePart::Head { base: 0, upto: 2, end: 3, floor: Timestamp(11) },
                 StatePart::Entries(vec![(txn(10), Timestamp(10)), (txn(11), Timestamp(11))]),
                 StatePart::Hashes(vec![(key.clone(), 5)]),
                 StatePart::Rows(vec![(key.clone(), vec![version(10, 1), version(11, 2)])]),
@@ -4218,6 +4350,13 @@ mod tests {
         send(&mut follower, &mut out, (leader, 2, 0), bad);
         let mut bad = good();
         bad[1] = StatePart::Entries(vec![(txn(10), Timestamp(10)), (txn(10), Timestamp(11))]);
+        send(&mut follower, &mut out, (leader, 3, 0), bad);
+        // A base past the prefix's end; a transaction both listed and lingering below the base.
+        let mut bad = good();
+        bad[0] = StatePart::Head { base: 3, upto: 2, end: 3, floor: Timestamp(11) };
+        send(&mut follower, &mut out, (leader, 3, 0), bad);
+        let mut bad = good();
+        bad.insert(2, StatePart::Lingering(vec![txn(11)]));
         send(&mut follower, &mut out, (leader, 3, 0), bad);
         send(&mut follower, &mut out, (id, 4, 0), good()); // Not from the leader.
         send(&mut follower, &mut out, (leader, 7, 1), good()); // For another start.
@@ -4513,7 +4652,7 @@ mod tests {
             };
             follower.on_message(1_001, leader, sync(0), &mut out);
             let host = &follower.hosted[&shard];
-            assert_eq!(host.replica.synced().len(), 2, "{replicas} replicas: both synced");
+            assert_eq!(host.replica.sync_point(), 2, "{replicas} replicas: both synced");
             let expected = if replicas == 5 { 0 } else { 2 };
             assert_eq!(host.executed, expected, "{replicas} replicas, commit-point 0");
             follower.on_message(1_002, leader, sync(1), &mut out);
@@ -4567,6 +4706,36 @@ mod tests {
         let newer = TigaMsg::Join { view: VIEW, shard, start: start(3), transfer: 0, next: 0 };
         leader.on_message(1_006, follower, newer, &mut out);
         assert_eq!(leader.counts.transfers_total, 2, "a new start gets a new image");
+    }
+
+    /// A transfer from a leader whose log no longer starts at 0: the follower's log counts
+    /// from the leader's base, the transactions below it that the leader listed still count
+    /// as logged (a resend finds them), the leader's decided floors are taken up (a late copy
+    /// of a body below one is dropped), and every key counts as released up to the floor.
+    #[test]
+    fn a_transfer_from_a_dropped_log_keeps_positions_and_what_was_logged() {
+        let shard = ShardId(0);
+        let (mut follower, leader, _) = joining_follower(shard);
+        let parts = vec![
+            StatePart::Head { base: 5, upto: 7, end: 7, floor: Timestamp(70) },
+            StatePart::Entries(vec![(txn(60), Timestamp(60)), (txn(70), Timestamp(70))]),
+            StatePart::Lingering(vec![txn(3)]),
+            StatePart::Decided(vec![(NodeId(9), 1, 50)]),
+        ];
+        let total = parts.len() as u32;
+        let mut out = Outbox::new();
+        for (index, part) in parts.into_iter().enumerate() {
+            let (start, index) = (start(0), index as u32);
+            let msg = TigaMsg::State { view: VIEW, shard, start, transfer: 1, index, total, part };
+            follower.on_message(1_000, leader, msg, &mut out);
+        }
+        let host = &follower.hosted[&shard];
+        assert!(host.joining.is_none(), "installed");
+        assert_eq!((host.replica.log_base(), host.replica.log_len(), host.executed), (5, 7, 7));
+        assert!(host.replica.logged(txn(3)) && host.replica.logged(txn(70)));
+        assert!(!host.replica.logged(txn(4)));
+        assert!(is_decided(&follower.decided_floors, txn(49)));
+        assert!(!is_decided(&follower.decided_floors, txn(50)));
     }
 
     /// A follower whose acknowledgement trails what its leader pruned is told so (with the

@@ -162,8 +162,13 @@ pub struct ReplicaLimits {
 #[derive(Debug)]
 enum Role {
     Leader {
-        /// The shard's log: released transactions in release order, at their timestamps.
+        /// The shard's log: released transactions in release order, at their timestamps,
+        /// from position `base` on (those below were dropped: every follower executed them).
         log: Vec<(TxnId, Timestamp)>,
+        /// The position of `log[0]`.
+        base: usize,
+        /// The timestamp of the last entry dropped (below `base`).
+        base_ts: Timestamp,
         /// The transactions in `log`, at their timestamps: released once, never again (a
         /// retry or a late proposal finds them here).
         in_log: BTreeMap<TxnId, Timestamp>,
@@ -205,6 +210,8 @@ impl Replica {
         let role = if leader {
             Role::Leader {
                 log: Vec::new(),
+                base: 0,
+                base_ts: Timestamp::ZERO,
                 in_log: BTreeMap::new(),
                 agreements: BTreeMap::new(),
                 speculated: BTreeMap::new(),
@@ -229,17 +236,19 @@ impl Replica {
     }
 
     /// A follower of `shard` that rejoined by a state transfer: its synced prefix is
-    /// `prefix` (the state those entries produced came with it), its key hashes `hashes` (the
-    /// leader's over that prefix), and every key counts as released up to the prefix's last
-    /// timestamp. `None` when the prefix lists a transaction twice.
+    /// `prefix` from position `base` on (the state those entries, and the ones below `base`,
+    /// produced came with it), `lingering` the transactions below `base` still to be known
+    /// as logged, its key hashes `hashes` (the leader's over the whole prefix), and every key
+    /// counts as released up to `floor`, the prefix's largest timestamp. `None` when a
+    /// transaction is listed twice.
     pub fn rejoined(
         shard: ShardId,
         limits: ReplicaLimits,
-        prefix: Vec<(TxnId, Timestamp)>,
+        (base, prefix, lingering): (usize, Vec<(TxnId, Timestamp)>, Vec<TxnId>),
         hashes: KeyHashes,
+        floor: Timestamp,
     ) -> Option<Self> {
-        let floor = prefix.last().map_or(Timestamp::ZERO, |&(_, ts)| ts);
-        let log = FollowerLog::with_prefix(prefix, limits.tail_max)?;
+        let log = FollowerLog::with_prefix(base, prefix, lingering, limits.tail_max)?;
         let mut replica = Self::new(shard, false, limits);
         replica.role =
             Role::Follower { log, tail_keys: BTreeMap::new(), fetching: BTreeMap::new() };
@@ -309,12 +318,80 @@ impl Replica {
         &self.hashes
     }
 
-    /// Leader: its log from position 0 up to `upto` (what a state transfer lists). Empty at a
+    /// Leader: its log from its base up to `upto` (what a state transfer lists). Empty at a
     /// follower.
     pub fn log_prefix(&self, upto: usize) -> &[(TxnId, Timestamp)] {
         match &self.role {
-            Role::Leader { log, .. } => &log[..upto.min(log.len())],
+            Role::Leader { log, base, .. } => &log[..upto.saturating_sub(*base).min(log.len())],
             Role::Follower { .. } => &[],
+        }
+    }
+
+    /// The position of the first log entry still held (the leader's, or the follower's
+    /// prefix's).
+    pub fn log_base(&self) -> usize {
+        match &self.role {
+            Role::Leader { base, .. } => *base,
+            Role::Follower { log, .. } => log.base(),
+        }
+    }
+
+    /// Leader: drops the log entries below `upto` (every follower executed them). Whether a
+    /// transaction is logged stays known (a resend or a repeated proposal is answered).
+    pub fn truncate_leader_log(&mut self, upto: usize) {
+        if let Role::Leader { log, base, base_ts, .. } = &mut self.role {
+            let upto = upto.min(*base + log.len());
+            if upto > *base {
+                *base_ts = log[upto - *base - 1].1;
+                log.drain(..upto - *base);
+                *base = upto;
+            }
+        }
+    }
+
+    /// Leader: the timestamp of the entry just below `position` (at least the base; `ZERO`
+    /// for position 0).
+    pub fn log_ts_before(&self, position: usize) -> Timestamp {
+        match &self.role {
+            Role::Leader { log, base, base_ts, .. } => match position.checked_sub(*base + 1) {
+                Some(i) => log.get(i).map_or(*base_ts, |&(_, ts)| ts),
+                None => *base_ts,
+            },
+            Role::Follower { .. } => Timestamp::ZERO,
+        }
+    }
+
+    /// Leader: the transactions logged below the base (dropped entries) that `keep` picks,
+    /// in id order. Goes over every transaction logged.
+    pub fn logged_below_base(&self, keep: impl Fn(TxnId) -> bool) -> Vec<TxnId> {
+        let Role::Leader { log, in_log, .. } = &self.role else { return Vec::new() };
+        let held: BTreeSet<TxnId> = log.iter().map(|&(txn, _)| txn).collect();
+        in_log.keys().copied().filter(|&t| !held.contains(&t) && keep(t)).collect()
+    }
+
+    /// Follower: drops the synced entries below `upto` (executed here); a dropped transaction
+    /// stays known as logged unless `forgotten` says nothing can bring it here again, and
+    /// lingering ones that now qualify are forgotten too. Returns the entries dropped.
+    pub fn truncate_follower_log(
+        &mut self,
+        upto: usize,
+        forgotten: impl Fn(TxnId) -> bool,
+    ) -> usize {
+        match &mut self.role {
+            Role::Leader { .. } => 0,
+            Role::Follower { log, .. } => {
+                log.forget_lingering(&forgotten);
+                log.truncate(upto, &forgotten)
+            }
+        }
+    }
+
+    /// Follower: dropped transactions still known as logged (their coordinators had not
+    /// decided them). Zero at a leader.
+    pub fn lingering(&self) -> usize {
+        match &self.role {
+            Role::Leader { .. } => 0,
+            Role::Follower { log, .. } => log.lingering(),
         }
     }
 
@@ -366,10 +443,12 @@ impl Replica {
 
     /// The leader's log from position `from` on, at most [`SYNC_ENTRIES_MAX`] entries: what a
     /// synchronisation message carries. Empty at a follower.
+    /// Empty as well for a position below the base (those entries are dropped).
     pub fn log_since(&self, from: usize) -> &[(TxnId, Timestamp)] {
         match &self.role {
-            Role::Leader { log, .. } => {
-                let start = from.min(log.len());
+            Role::Leader { log, base, .. } => {
+                let Some(start) = from.checked_sub(*base) else { return &[] };
+                let start = start.min(log.len());
                 &log[start..(start + SYNC_ENTRIES_MAX).min(log.len())]
             }
             Role::Follower { .. } => &[],
@@ -379,7 +458,7 @@ impl Replica {
     /// The length of the leader's log, or the follower's sync-point.
     pub fn sync_point(&self) -> usize {
         match &self.role {
-            Role::Leader { log, .. } => log.len(),
+            Role::Leader { log, base, .. } => base + log.len(),
             Role::Follower { log, .. } => log.sync_point(),
         }
     }
@@ -389,12 +468,13 @@ impl Replica {
         self.hold.next_due_after(now)
     }
 
-    /// Follower: the synced prefix up to the sync-point (every body here), in log order.
-    /// Empty at a leader.
-    pub fn synced(&self) -> &[(TxnId, Timestamp)] {
+    /// Follower: the synced entry at `position`, if it is below the sync-point (its body is
+    /// here) and still held. `None` at a leader.
+    pub fn synced_entry(&self, position: usize) -> Option<(TxnId, Timestamp)> {
         match &self.role {
-            Role::Leader { .. } => &[],
-            Role::Follower { log, .. } => &log.prefix()[..log.sync_point()],
+            Role::Leader { .. } => None,
+            Role::Follower { log, .. } if position < log.sync_point() => log.entry(position),
+            Role::Follower { .. } => None,
         }
     }
 
@@ -419,8 +499,8 @@ impl Replica {
     /// The log's length: the leader's, or the follower's synced prefix (bodies or not).
     pub fn log_len(&self) -> usize {
         match &self.role {
-            Role::Leader { log, .. } => log.len(),
-            Role::Follower { log, .. } => log.prefix().len(),
+            Role::Leader { log, base, .. } => base + log.len(),
+            Role::Follower { log, .. } => log.len(),
         }
     }
 
@@ -633,7 +713,7 @@ impl Replica {
         for released in released {
             let (txn, ts, keys) = (released.txn, released.ts, released.payload);
             match &mut self.role {
-                Role::Leader { log, in_log, agreements, speculated } => {
+                Role::Leader { log, in_log, agreements, speculated, .. } => {
                     agreements.remove(&txn);
                     let ran = speculated.remove(&txn);
                     // A revocation took it out when its timestamp moved.
@@ -682,7 +762,7 @@ impl Replica {
         let mut actions = Vec::new();
         let Role::Follower { log, tail_keys, fetching } = &mut self.role else { return actions };
         let hold = &mut self.hold;
-        let before = log.prefix().len();
+        let before = log.len();
         let synced = {
             let known = |txn: TxnId| {
                 tail_keys.contains_key(&txn)
@@ -698,7 +778,7 @@ impl Replica {
             }
         }
         // Bounded by the message (at most SYNC_ENTRIES_MAX entries joined).
-        for &(txn, ts) in &log.prefix()[before..] {
+        for &(txn, ts) in log.since(before) {
             if tail_keys.remove(&txn).is_some() {
                 continue; // Released here: hashed already (moved above if retimed).
             }
