@@ -2189,7 +2189,11 @@ impl TigaNode {
                 continue;
             }
             let behind = f > 1 && again && executed < commit.min(synced);
+            // Never from below the log's base: the follower holds what lies below (it executed
+            // past the base), and a stale acknowledgement must not make the leader send
+            // nothing for good (swarm seeds 892 and 480223 of `tpcc`).
             let next = if again { synced } else { host.sent_to[&follower] };
+            let next = next.max(host.replica.log_base());
             let mut outcomes = if again { window_outcomes(host, executed) } else { fresh.clone() };
             outcomes.truncate(OUTCOMES_WINDOW_MAX);
             // What does not fit goes with a later resend (the follower waits for it).
@@ -4736,6 +4740,44 @@ mod tests {
         assert!(!host.replica.logged(txn(4)));
         assert!(is_decided(&follower.decided_floors, txn(49)));
         assert!(!is_decided(&follower.decided_floors, txn(50)));
+    }
+
+    /// A leader whose log starts past 0 never syncs a follower from below its base: a stale
+    /// acknowledgement (an old sync-point, overtaken) must not make it send nothing for good
+    /// (swarm seed 892 of `tpcc`: the follower missed the run's last entries).
+    #[test]
+    fn a_stale_acknowledgement_below_the_base_still_gets_the_log() {
+        use meridian_core::node::Effect;
+        let shard = ShardId(0);
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let (mut leader, _) = node_in(probe.leader_of(shard).unwrap().0, Variant::Tiga, 3);
+        let key = Key::table(0).u64(1).build();
+        let keys = [key];
+        let log: Vec<(TxnId, Timestamp, &[Key], &[Key])> =
+            (1..=6).map(|i| (txn(i), Timestamp(i * 10), &keys[..], &keys[..])).collect();
+        let limits = replica_limits(3);
+        let (mut replica, _) = Replica::recovered_leader(shard, limits, &log).unwrap();
+        replica.truncate_leader_log(4);
+        let host = leader.hosted.get_mut(&shard).unwrap();
+        host.replica = replica;
+        host.finished = 6;
+        host.pruned = 4;
+        let follower = host.followers[0];
+        // It executed 4 (past the base), but the latest acknowledgement says synced 1.
+        host.acks.insert(follower, (1, 4));
+        host.sent_to.insert(follower, 1);
+        let mut out = Outbox::new();
+        leader.sync_followers(shard, true, &mut out);
+        let syncs: Vec<(u64, usize)> = out
+            .drain()
+            .filter_map(|e| match e {
+                Effect::Send { to, msg: TigaMsg::Sync { from, entries, .. } } if to == follower => {
+                    Some((from, entries.len()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(syncs, [(4, 2)], "the entries from the base on");
     }
 
     /// A follower whose acknowledgement trails what its leader pruned is told so (with the

@@ -239,7 +239,7 @@ impl Replica {
     /// `prefix` from position `base` on (the state those entries, and the ones below `base`,
     /// produced came with it), `lingering` the transactions below `base` still to be known
     /// as logged, its key hashes `hashes` (the leader's over the whole prefix), and every key
-    /// counts as released up to `floor`, the prefix's largest timestamp. `None` when a
+    /// counts as released up to `floor`, the timestamp of the prefix's last entry. `None` when a
     /// transaction is listed twice.
     pub fn rejoined(
         shard: ShardId,
