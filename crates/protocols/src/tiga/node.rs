@@ -2657,8 +2657,7 @@ impl TigaNode {
                 self.counts.rejoined_total += 1;
                 // Bounded by the part limits of the transfer.
                 for (node, incarnation, floor) in floors {
-                    let txn = TxnId { origin: node, incarnation, seq: floor };
-                    note_decided(&mut self.decided_floors, txn, floor);
+                    raise_floor(&mut self.decided_floors, (node, incarnation), floor);
                 }
                 // The acknowledgement tells the leader where to resume the log.
                 out.send(
@@ -2889,8 +2888,12 @@ fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
 /// Notes that `txn`'s coordinator decided everything of its start below `decided_below`.
 fn note_decided(floors: &mut BTreeMap<(NodeId, u64), u64>, txn: TxnId, decided_below: u64) {
     // The transaction carrying it is not decided: nothing from it on.
-    let below = decided_below.min(txn.seq);
-    let start = (txn.origin, txn.incarnation);
+    raise_floor(floors, (txn.origin, txn.incarnation), decided_below.min(txn.seq));
+}
+
+/// Raises the decided floor of coordinator start `start` to `below` (a start not tracked yet
+/// is added while there is room).
+fn raise_floor(floors: &mut BTreeMap<(NodeId, u64), u64>, start: (NodeId, u64), below: u64) {
     if let Some(floor) = floors.get_mut(&start) {
         *floor = (*floor).max(below);
     } else if floors.len() < COORDINATORS_TRACKED_MAX && below > 0 {
