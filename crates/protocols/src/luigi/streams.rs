@@ -150,6 +150,13 @@ impl Streams {
         raised
     }
 
+    /// Per worker, the watermark last told (workers told nothing left out): what a
+    /// checkpoint keeps, for [`Streams::restore_told`].
+    pub fn told(&self) -> Vec<(NodeId, Timestamp)> {
+        let told = self.workers.iter().enumerate().filter(|(_, s)| s.told > Timestamp::ZERO);
+        told.map(|(index, s)| (NodeId(index as u32), s.told)).collect()
+    }
+
     /// Open transactions of every worker.
     pub fn open(&self) -> usize {
         self.workers.iter().map(|s| s.open.len()).sum()

@@ -86,6 +86,10 @@ fn stamp(
     }
 }
 
+/// Release stamps as a checkpoint keeps them: the last released read and write per key, and
+/// the floor below which forgotten stamps lie.
+pub type Stamps = (Vec<(Key, Timestamp)>, Vec<(Key, Timestamp)>, Timestamp);
+
 /// A transaction arriving at the queue.
 #[derive(Clone, Debug)]
 pub struct Arriving<T> {
@@ -216,6 +220,34 @@ impl<T> HoldQueue<T> {
         let after_writes = reads.iter().chain(writes).map(|k| stamp(&self.last_write, k));
         let after_reads = writes.iter().map(|k| stamp(&self.last_read, k));
         after_writes.chain(after_reads).max().unwrap_or(Timestamp::ZERO)
+    }
+
+    /// The release stamps remembered (reads, writes) and the floor below which forgotten ones
+    /// lie: what a leader's checkpoint keeps.
+    pub fn stamps(&self) -> Stamps {
+        let list =
+            |map: &BTreeMap<Key, Timestamp>| map.iter().map(|(k, &t)| (k.clone(), t)).collect();
+        (list(&self.last_read), list(&self.last_write), self.floor)
+    }
+
+    /// A leader restarted from a checkpoint: takes up the stamps [`HoldQueue::stamps`] gave
+    /// (raising, never lowering, what is here), keeping the bound on remembered stamps.
+    pub fn restore_stamps(
+        &mut self,
+        reads: Vec<(Key, Timestamp)>,
+        writes: Vec<(Key, Timestamp)>,
+        floor: Timestamp,
+    ) {
+        self.floor = self.floor.max(floor);
+        for (map, stamps) in [(&mut self.last_read, reads), (&mut self.last_write, writes)] {
+            for (key, ts) in stamps {
+                let stamp = map.entry(key).or_insert(ts);
+                *stamp = (*stamp).max(ts);
+            }
+        }
+        if self.last_read.len() + self.last_write.len() > self.keys_max {
+            self.forget_oldest_stamps();
+        }
     }
 
     /// Counts every key as released up to `ts` at least: a replica that rejoined by a state

@@ -27,11 +27,18 @@
 //! restarted follower rejoins by a state transfer), which is sound while leaders are fixed.
 //! The view change will need followers' logs durable too.
 //!
+//! **Checkpoints** ([`Checkpoint`]). Every `snapshot_interval_entries` finished log entries a
+//! leader writes its whole journaled state (`Begin`, per shard its parts, the live ordinary
+//! records, `End`) into the step's persist, which then deletes every earlier record. A
+//! persist becomes durable whole with both drivers, and [`recover`] starts from the last
+//! checkpoint that has its `End`, so the journal holds one checkpoint and what followed it,
+//! and a restart runs only that.
+//!
 //! Records are keyed `tiga/` ‖ sequence number (big-endian), so the driver's ordered map
-//! returns them in the order written. Nothing is deleted: there are no checkpoints yet, so
-//! the journal grows with the run and a restart replays all of it.
+//! returns them in the order written.
 
-use super::node::TxnBody;
+use super::node::{StateVersion, TigaMsg, TxnBody};
+use meridian_core::key::Key;
 use meridian_core::node::PersistRecord;
 use meridian_core::txn::PieceOutput;
 use meridian_core::NodeId;
@@ -97,6 +104,173 @@ pub enum Record {
         /// The watermark.
         ts: Timestamp,
     },
+    /// A part of a checkpoint ([`Checkpoint`]).
+    Checkpoint(Checkpoint),
+}
+
+/// A checkpoint: the node's whole journaled state at one step, written as one persist that
+/// also deletes every record before it. It opens with `Begin`, closes with `End` naming the
+/// same sequence number, and between them holds, per shard the node leads, a `Head` and the
+/// other parts of that shard, then the ordinary records still live (the votes heard on
+/// transactions not decided yet, the open proposals, the promise and the watermarks told).
+/// Recovery starts from the last checkpoint that has its `End`; what comes before it is
+/// superseded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Checkpoint {
+    /// A checkpoint starts; `seq` is this record's own sequence number.
+    Begin {
+        /// Its sequence number.
+        seq: u64,
+    },
+    /// A shard's log position and release stamps: entries below `base` are executed and
+    /// decided, and only their effects (the parts below) remain.
+    Head {
+        /// The shard.
+        shard: ShardId,
+        /// The first log position the checkpoint lists as an entry.
+        base: u64,
+        /// The timestamp of the entry below `base`.
+        base_ts: Timestamp,
+        /// The hold queue's floor: a key without a stamp counts as released here.
+        stamp_floor: Timestamp,
+    },
+    /// Transactions logged below `base`, at their timestamps (at most [`LIST_MAX`]).
+    InLog {
+        /// The shard.
+        shard: ShardId,
+        /// Transactions and timestamps.
+        logged: Vec<(TxnId, Timestamp)>,
+    },
+    /// Per-key release stamps (at most [`LIST_MAX`] of each).
+    Stamps {
+        /// The shard.
+        shard: ShardId,
+        /// The last released read per key.
+        reads: Vec<(Key, Timestamp)>,
+        /// The last released write per key.
+        writes: Vec<(Key, Timestamp)>,
+    },
+    /// Key hashes over the whole log (at most [`LIST_MAX`]).
+    Hashes {
+        /// The shard.
+        shard: ShardId,
+        /// Per key, its hash.
+        pairs: Vec<(Key, u64)>,
+    },
+    /// Keys written since the load with their committed versions, oldest first (about
+    /// [`super::node::STATE_ROW_BYTES_MAX`] bytes).
+    Rows {
+        /// The shard.
+        shard: ShardId,
+        /// Keys and versions.
+        rows: Vec<(Key, Vec<StateVersion>)>,
+    },
+    /// The next log entry from `base` on, in log order.
+    Entry {
+        /// The shard.
+        shard: ShardId,
+        /// The transaction.
+        txn: TxnId,
+        /// Its log timestamp.
+        ts: Timestamp,
+        /// Its body (`None` for a finished entry whose body the leader dropped).
+        body: Option<TxnBody>,
+        /// How far the leader got with it.
+        state: EntryState,
+    },
+    /// Replies kept to answer resends, oldest first (at most [`LIST_MAX`]).
+    Answers {
+        /// The shard.
+        shard: ShardId,
+        /// Transactions and the reply last sent.
+        answers: Vec<(TxnId, TigaMsg)>,
+    },
+    /// Multi-shard transactions decided here (at most [`LIST_MAX`]).
+    Decided {
+        /// The shard.
+        shard: ShardId,
+        /// Per transaction: this shard's vote, the outcome, and the inputs followers take.
+        decided: Vec<(TxnId, DecidedRecord)>,
+    },
+    /// The checkpoint that began at `seq` is whole.
+    End {
+        /// The `Begin`'s sequence number.
+        seq: u64,
+    },
+}
+
+/// How far a leader got with a log entry of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntryState {
+    /// Released, not executed: it runs after the restart. `hash`: its fast reply's hash.
+    Queued {
+        /// The fast reply's hash.
+        hash: u64,
+    },
+    /// Executed, waiting for other shards' votes.
+    Pending(Box<PendingRecord>),
+    /// Executed and finished: its writes, if any, are in the checkpoint's rows.
+    Done,
+}
+
+/// A multi-shard transaction executed here and waiting for votes, as a checkpoint keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRecord {
+    /// Its writes, applied once every vote is a yes.
+    pub writes: Vec<(Key, Option<Vec<u8>>)>,
+    /// The keys it holds as a writer until it finishes.
+    pub write_keys: Vec<Key>,
+    /// This shard's vote.
+    pub own_ok: bool,
+    /// The votes heard so far.
+    pub votes: Vec<(ShardId, bool)>,
+    /// The other participant shards.
+    pub others: Vec<ShardId>,
+    /// Per other shard, the outputs sent with this shard's vote.
+    pub feeds: Vec<(ShardId, Vec<(u32, PieceOutput)>)>,
+    /// The other shards' outputs its pieces took.
+    pub inputs: Vec<(u32, PieceOutput)>,
+}
+
+/// A multi-shard transaction's outcome, as a checkpoint keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecidedRecord {
+    /// This shard's vote.
+    pub own: bool,
+    /// Every shard voted yes.
+    pub all: bool,
+    /// The other shards' outputs the pieces here took (for followers).
+    pub inputs: Vec<(u32, PieceOutput)>,
+}
+
+/// Items per list part of a checkpoint.
+pub const LIST_MAX: usize = 4_096;
+
+/// What a checkpoint holds for one shard.
+#[derive(Clone, Debug, Default)]
+pub struct ShardCheckpoint {
+    /// Entries below it are represented by the rest.
+    pub base: u64,
+    /// The timestamp of the entry below `base`.
+    pub base_ts: Timestamp,
+    /// The hold queue's floor.
+    pub stamp_floor: Timestamp,
+    /// Transactions logged below `base`.
+    pub in_log: Vec<(TxnId, Timestamp)>,
+    /// Release stamps of reads and writes.
+    pub reads: Vec<(Key, Timestamp)>,
+    /// Release stamps of writes.
+    pub writes: Vec<(Key, Timestamp)>,
+    /// Key hashes over the whole log.
+    pub hashes: Vec<(Key, u64)>,
+    /// The store's rows written since the load.
+    pub rows: Vec<(Key, Vec<StateVersion>)>,
+    /// The log from `base` on.
+    pub entries: Vec<(TxnId, Timestamp, Option<TxnBody>, EntryState)>,
+    /// Replies kept, oldest first.
+    pub answers: Vec<(TxnId, TigaMsg)>,
+    /// Outcomes decided here.
+    pub decided: Vec<(TxnId, DecidedRecord)>,
 }
 
 /// The votes a leader heard on one transaction: per voting shard, its vote and the outputs
@@ -106,7 +280,9 @@ pub type VotesHeard = BTreeMap<ShardId, (bool, Vec<(u32, PieceOutput)>)>;
 /// What one shard's leader finds in its journal.
 #[derive(Clone, Debug, Default)]
 pub struct Recovered {
-    /// The log, in order, with the bodies.
+    /// The last whole checkpoint's state of the shard, if the journal has one.
+    pub checkpoint: Option<ShardCheckpoint>,
+    /// The log after the checkpoint (or from the start), in order, with the bodies.
     pub log: Vec<(Timestamp, TxnBody)>,
     /// Proposals for transactions not in the log: the last proposal made for each.
     pub proposals: BTreeMap<TxnId, (Timestamp, TxnBody)>,
@@ -118,14 +294,23 @@ pub struct Recovered {
     pub told: BTreeMap<NodeId, Timestamp>,
 }
 
-/// Reads the journal out of the driver's durable map: per shard, what its leader wrote, and
-/// the next sequence number. A record that does not decode, or a log that lists one
-/// transaction twice, is an error (a disk that is not this protocol's, or damaged): the
-/// node refuses to start rather than lead from a log it cannot trust.
+/// The sequence numbers a journal holds: records `oldest..next` may be present.
+pub type Seqs = std::ops::Range<u64>;
+
+/// Reads the journal out of the driver's durable map: per shard, what its leader wrote since
+/// the last whole checkpoint (and the checkpoint), and the sequence numbers present. A record
+/// that does not decode, a log that lists one transaction twice, a checkpoint part outside a
+/// checkpoint or one cut short with records after it is an error (a disk that is not this
+/// protocol's, or damaged): the node refuses to start rather than lead from a log it cannot
+/// trust. A checkpoint cut short at the end of the journal (a persist is written whole by
+/// both drivers, so only a damaged disk does that) is ignored: what precedes it stands.
 pub fn recover(
     durable: &BTreeMap<Vec<u8>, Vec<u8>>,
-) -> Result<(BTreeMap<ShardId, Recovered>, u64), String> {
+) -> Result<(BTreeMap<ShardId, Recovered>, Seqs), String> {
     let mut shards: BTreeMap<ShardId, Recovered> = BTreeMap::new();
+    // A checkpoint being read: its Begin's sequence number and what it holds so far.
+    let mut open: Option<(u64, BTreeMap<ShardId, Recovered>)> = None;
+    let mut oldest = None;
     let mut next = 0u64;
     // Only keys under the prefix: bounded by the map.
     for (key, value) in durable.range(KEY_PREFIX.to_vec()..) {
@@ -135,43 +320,134 @@ pub fn recover(
         let seq = u64::from_be_bytes(seq);
         let record: Record = postcard::from_bytes(value)
             .map_err(|e| format!("tiga journal: record {seq} does not decode: {e}"))?;
+        oldest.get_or_insert(seq);
         next = seq + 1;
+        let target = match &mut open {
+            Some((_, tentative)) => tentative,
+            None => &mut shards,
+        };
         match record {
             Record::Logged { shard, ts, body } => {
-                let recovered = shards.entry(shard).or_default();
+                let recovered = target.entry(shard).or_default();
                 recovered.proposals.remove(&body.txn);
                 recovered.log.push((ts, body));
             }
             Record::Proposed { shard, ts, body } => {
-                let recovered = shards.entry(shard).or_default();
+                let recovered = target.entry(shard).or_default();
                 recovered.proposals.insert(body.txn, (ts, body));
             }
             Record::Vote { shard, txn, from, ok, outputs } => {
-                let votes = shards.entry(shard).or_default().votes.entry(txn).or_default();
+                let votes = target.entry(shard).or_default().votes.entry(txn).or_default();
                 votes.entry(from).or_insert((ok, outputs));
             }
             Record::Promised { shard, ts } => {
-                let recovered = shards.entry(shard).or_default();
+                let recovered = target.entry(shard).or_default();
                 recovered.promised = recovered.promised.max(ts);
             }
             Record::Told { shard, worker, ts } => {
-                let told = shards.entry(shard).or_default().told.entry(worker).or_default();
+                let told = target.entry(shard).or_default().told.entry(worker).or_default();
                 *told = (*told).max(ts);
             }
+            Record::Checkpoint(Checkpoint::Begin { seq: begun }) => {
+                if open.is_some() || begun != seq {
+                    return Err(format!("tiga journal: record {seq} begins a checkpoint amiss"));
+                }
+                open = Some((seq, BTreeMap::new()));
+            }
+            Record::Checkpoint(Checkpoint::End { seq: begun }) => match open.take() {
+                Some((at, tentative)) if at == begun => shards = tentative,
+                _ => return Err(format!("tiga journal: record {seq} ends no checkpoint")),
+            },
+            Record::Checkpoint(part) => match &mut open {
+                Some((_, tentative)) => take_part(tentative, part)
+                    .map_err(|e| format!("tiga journal: record {seq}: {e}"))?,
+                None => return Err(format!("tiga journal: record {seq} is a checkpoint's, alone")),
+            },
+        }
+    }
+    if let Some((at, tentative)) = open {
+        // Cut short: nothing may follow it.
+        if tentative.values().any(|r| !r.log.is_empty()) {
+            return Err(format!("tiga journal: the checkpoint at {at} is cut short"));
         }
     }
     for (shard, recovered) in &mut shards {
         let mut seen = std::collections::BTreeSet::new();
-        for (_, body) in &recovered.log {
-            if !seen.insert(body.txn) {
-                return Err(format!("tiga journal: {shard:?}'s log lists {} twice", body.txn));
+        let checkpointed = recovered.checkpoint.iter().flat_map(|c| {
+            let below = c.in_log.iter().map(|&(txn, _)| txn);
+            below.chain(c.entries.iter().map(|(txn, ..)| *txn))
+        });
+        for txn in checkpointed.chain(recovered.log.iter().map(|(_, body)| body.txn)) {
+            if !seen.insert(txn) {
+                return Err(format!("tiga journal: {shard:?}'s log lists {txn} twice"));
             }
         }
         // A proposal whose transaction was logged since is settled by the log (a proposal
         // record written after the entry's, as an answer, is not a new one).
         recovered.proposals.retain(|txn, _| !seen.contains(txn));
     }
-    Ok((shards, next))
+    Ok((shards, oldest.unwrap_or(next)..next))
+}
+
+/// Takes one checkpoint part (not `Begin` or `End`) into the checkpoint being read.
+fn take_part(shards: &mut BTreeMap<ShardId, Recovered>, part: Checkpoint) -> Result<(), String> {
+    fn checkpoint(
+        shards: &mut BTreeMap<ShardId, Recovered>,
+        shard: ShardId,
+    ) -> Result<&mut ShardCheckpoint, &'static str> {
+        shards.get_mut(&shard).and_then(|r| r.checkpoint.as_mut()).ok_or("a part before its head")
+    }
+    match part {
+        Checkpoint::Begin { .. } | Checkpoint::End { .. } => {
+            debug_assert!(false, "handled by the caller");
+        }
+        Checkpoint::Head { shard, base, base_ts, stamp_floor } => {
+            let recovered = shards.entry(shard).or_default();
+            if recovered.checkpoint.is_some() {
+                return Err("a second head".into());
+            }
+            let head = ShardCheckpoint { base, base_ts, stamp_floor, ..Default::default() };
+            recovered.checkpoint = Some(head);
+        }
+        Checkpoint::InLog { shard, logged } if logged.len() <= LIST_MAX => {
+            checkpoint(shards, shard)?.in_log.extend(logged);
+        }
+        Checkpoint::Stamps { shard, reads, writes }
+            if reads.len() <= LIST_MAX && writes.len() <= LIST_MAX =>
+        {
+            let c = checkpoint(shards, shard)?;
+            c.reads.extend(reads);
+            c.writes.extend(writes);
+        }
+        Checkpoint::Hashes { shard, pairs } if pairs.len() <= LIST_MAX => {
+            checkpoint(shards, shard)?.hashes.extend(pairs);
+        }
+        Checkpoint::Rows { shard, rows } => {
+            let in_order = |chain: &[StateVersion]| {
+                !chain.is_empty() && chain.windows(2).all(|w| w[0].ts < w[1].ts)
+            };
+            if rows.iter().any(|(_, chain)| !in_order(chain)) {
+                return Err("a key's versions out of timestamp order".into());
+            }
+            checkpoint(shards, shard)?.rows.extend(rows);
+        }
+        Checkpoint::Entry { shard, txn, ts, body, state } => {
+            if body.as_ref().is_some_and(|b| b.txn != txn)
+                || (body.is_none() && state != EntryState::Done)
+            {
+                return Err(format!("the entry of {txn} does not hold together"));
+            }
+            checkpoint(shards, shard)?.entries.push((txn, ts, body, state));
+        }
+        Checkpoint::Answers { shard, answers } if answers.len() <= LIST_MAX => {
+            checkpoint(shards, shard)?.answers.extend(answers);
+        }
+        Checkpoint::Decided { shard, decided } if decided.len() <= LIST_MAX => {
+            checkpoint(shards, shard)?.decided.extend(decided);
+        }
+        _ => return Err("an oversized part".into()),
+    }
+    Ok(())
 }
 
 /// A send held back until the records before it are durable.
@@ -188,6 +464,8 @@ struct Deferred<M> {
 /// The journal's writer: records of the step in progress, and sends waiting for the disk.
 #[derive(Debug)]
 pub struct Journal<M> {
+    /// Records below this are deleted (or superseded by a checkpoint and deleted with it).
+    oldest_seq: u64,
     next_seq: u64,
     records: Vec<PersistRecord>,
     /// The last persist token issued, and the last completed.
@@ -201,10 +479,11 @@ pub struct Journal<M> {
 }
 
 impl<M> Journal<M> {
-    /// A journal whose next record is `next_seq`.
-    pub fn new(next_seq: u64) -> Self {
+    /// A journal holding records `seqs` (the next written is `seqs.end`).
+    pub fn new(seqs: Seqs) -> Self {
         Self {
-            next_seq,
+            oldest_seq: seqs.start,
+            next_seq: seqs.end,
             records: Vec::new(),
             issued: 0,
             done: 0,
@@ -222,6 +501,33 @@ impl<M> Journal<M> {
         let value = postcard::to_allocvec(record).expect("records encode");
         self.records.push(PersistRecord { key, value: Some(value) });
         self.records_total += 1;
+    }
+
+    /// Records the journal holds (written, not deleted).
+    pub fn live(&self) -> u64 {
+        self.next_seq - self.oldest_seq
+    }
+
+    /// Starts a checkpoint in the step in progress: its `Begin` record. The caller writes the
+    /// parts and the live records, then calls [`Journal::end_checkpoint`] with the result.
+    pub fn begin_checkpoint(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.write(&Record::Checkpoint(Checkpoint::Begin { seq }));
+        seq
+    }
+
+    /// Ends the checkpoint begun at `seq`, and deletes every record before it (in the same
+    /// persist, after the `End`: a persist becomes durable whole, and recovery starts at the
+    /// last whole checkpoint anyway). Bounded by the records written since the last one.
+    pub fn end_checkpoint(&mut self, seq: u64) {
+        debug_assert!(seq >= self.oldest_seq && seq < self.next_seq, "a checkpoint begun here");
+        self.write(&Record::Checkpoint(Checkpoint::End { seq }));
+        for old in self.oldest_seq..seq {
+            let mut key = KEY_PREFIX.to_vec();
+            key.extend_from_slice(&old.to_be_bytes());
+            self.records.push(PersistRecord { key, value: None });
+        }
+        self.oldest_seq = seq;
     }
 
     /// Ends a step: its records, if any, as one persist request under a fresh token.
@@ -284,7 +590,7 @@ mod tests {
 
     #[test]
     fn the_journal_reads_back_what_was_written_in_order() {
-        let mut journal = Journal::new(0);
+        let mut journal = Journal::new(0..0);
         let s = ShardId(1);
         journal.write(&Record::Proposed { shard: s, ts: Timestamp(7), body: body(1) });
         journal.write(&Record::Proposed { shard: s, ts: Timestamp(8), body: body(2) });
@@ -302,7 +608,7 @@ mod tests {
         journal.write(&Record::Told { shard: s, worker: NodeId(2), ts: Timestamp(3) });
         let durable = map(&mut journal);
         let (shards, next) = recover(&durable).expect("recovers");
-        assert_eq!(next, 8);
+        assert_eq!(next, 0..8);
         let r = &shards[&s];
         assert_eq!(r.log, vec![(Timestamp(9), body(1))]);
         // The logged transaction's proposal is settled; the other stays.
@@ -319,7 +625,7 @@ mod tests {
 
     #[test]
     fn a_damaged_journal_refuses_to_start() {
-        let mut journal = Journal::new(0);
+        let mut journal = Journal::new(0..0);
         let s = ShardId(0);
         journal.write(&Record::Logged { shard: s, ts: Timestamp(1), body: body(1) });
         journal.write(&Record::Logged { shard: s, ts: Timestamp(2), body: body(1) });
@@ -333,9 +639,96 @@ mod tests {
         assert!(recover(&short).unwrap_err().contains("bytes"));
     }
 
+    /// A whole checkpoint supersedes every record before it (the persist that wrote it
+    /// deletes them), and what follows it is taken on top; a checkpoint cut short at the
+    /// end is ignored; a part outside a checkpoint, an `End` of no checkpoint or a `Logged`
+    /// after a cut checkpoint refuses to start.
+    #[test]
+    fn a_checkpoint_supersedes_what_came_before_it() {
+        let s = ShardId(0);
+        let mut journal = Journal::new(0..0);
+        journal.write(&Record::Logged { shard: s, ts: Timestamp(1), body: body(1) });
+        journal.write(&Record::Promised { shard: s, ts: Timestamp(9) });
+        let mut durable = map(&mut journal);
+        let begin = journal.begin_checkpoint();
+        let head = Checkpoint::Head {
+            shard: s,
+            base: 1,
+            base_ts: Timestamp(1),
+            stamp_floor: Timestamp(0),
+        };
+        journal.write(&Record::Checkpoint(head));
+        let logged = vec![(body(1).txn, Timestamp(1))];
+        journal.write(&Record::Checkpoint(Checkpoint::InLog { shard: s, logged }));
+        journal.write(&Record::Promised { shard: s, ts: Timestamp(7) });
+        journal.end_checkpoint(begin);
+        journal.write(&Record::Logged { shard: s, ts: Timestamp(2), body: body(2) });
+        let (_, records) = journal.take_batch().expect("records");
+        let deleted: Vec<&PersistRecord> = records.iter().filter(|r| r.value.is_none()).collect();
+        assert_eq!(deleted.len(), 2, "the two records before the checkpoint go");
+        for record in records {
+            match record.value {
+                Some(value) => durable.insert(record.key, value),
+                None => durable.remove(&record.key),
+            };
+        }
+        assert_eq!(journal.live(), 6);
+        let (shards, seqs) = recover(&durable).expect("recovers");
+        assert_eq!(seqs, 2..8);
+        let r = &shards[&s];
+        let checkpoint = r.checkpoint.as_ref().expect("a checkpoint");
+        assert_eq!((checkpoint.base, checkpoint.in_log.len()), (1, 1));
+        assert_eq!(r.log, vec![(Timestamp(2), body(2))], "only what came after it");
+        assert_eq!(r.promised, Timestamp(7), "the checkpoint's promise, not the one before it");
+        // The same records without the deletes: the checkpoint still decides.
+        let mut kept = durable.clone();
+        kept.insert(
+            [KEY_PREFIX, &0u64.to_be_bytes()].concat(),
+            postcard::to_allocvec(&Record::Logged { shard: s, ts: Timestamp(1), body: body(1) })
+                .unwrap(),
+        );
+        assert_eq!(recover(&kept).expect("recovers").0[&s].log.len(), 1);
+        // Cut short before its End: ignored, what came before stands.
+        let end_key = [KEY_PREFIX, &6u64.to_be_bytes()].concat();
+        let after_key = [KEY_PREFIX, &7u64.to_be_bytes()].concat();
+        let mut cut = kept.clone();
+        cut.remove(&end_key);
+        cut.remove(&after_key);
+        let (shards, _) = recover(&cut).expect("recovers");
+        assert!(shards[&s].checkpoint.is_none());
+        assert_eq!(shards[&s].log, vec![(Timestamp(1), body(1))]);
+        // ...unless an entry follows it.
+        let mut cut_then_logged = kept.clone();
+        cut_then_logged.remove(&end_key);
+        assert!(recover(&cut_then_logged).unwrap_err().contains("cut short"));
+        // A part alone, and an End of no checkpoint.
+        let mut alone = BTreeMap::new();
+        let part = Record::Checkpoint(Checkpoint::InLog { shard: s, logged: Vec::new() });
+        alone.insert(
+            [KEY_PREFIX, &0u64.to_be_bytes()].concat(),
+            postcard::to_allocvec(&part).unwrap(),
+        );
+        assert!(recover(&alone).unwrap_err().contains("alone"));
+        let mut end = BTreeMap::new();
+        let record = Record::Checkpoint(Checkpoint::End { seq: 0 });
+        end.insert(
+            [KEY_PREFIX, &0u64.to_be_bytes()].concat(),
+            postcard::to_allocvec(&record).unwrap(),
+        );
+        assert!(recover(&end).unwrap_err().contains("ends no checkpoint"));
+        // An entry both below the base and after the checkpoint.
+        let mut twice = durable.clone();
+        let again = Record::Logged { shard: s, ts: Timestamp(3), body: body(1) };
+        twice.insert(
+            [KEY_PREFIX, &7u64.to_be_bytes()].concat(),
+            postcard::to_allocvec(&again).unwrap(),
+        );
+        assert!(recover(&twice).unwrap_err().contains("twice"));
+    }
+
     #[test]
     fn sends_wait_for_every_record_issued_before_them() {
-        let mut journal: Journal<u32> = Journal::new(0);
+        let mut journal: Journal<u32> = Journal::new(0..0);
         assert!(!journal.waiting());
         journal.write(&Record::Promised { shard: ShardId(0), ts: Timestamp(1) });
         let (t1, _) = journal.take_batch().expect("one record");

@@ -195,8 +195,8 @@ impl Protocol for Tiga {
     /// promise in its journal and leads on in the same view ([`journal`]); a follower rejoins
     /// by a state transfer.
     fn restore(context: NodeContext, durable: &Durable) -> Result<node::TigaNode, String> {
-        let (shards, next_seq) = journal::recover(durable)?;
-        node::TigaNode::restored(context, shards, next_seq)
+        let (shards, seqs) = journal::recover(durable)?;
+        node::TigaNode::restored(context, shards, seqs)
     }
 
     /// A leader runs its journaled log ([`node::TigaNode::replay_journal`]); a follower has

@@ -89,10 +89,10 @@
 //! (it answers repeated votes; letting one go needs votes acknowledged).
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
-use super::journal::{Journal, Record, Recovered};
+use super::journal::{Journal, Record, Recovered, Seqs};
 use super::owd::OwdSettings;
 use super::quorum::slow_followers;
-use super::replica::{Action, Incoming, Replica, ReplicaLimits};
+use super::replica::{Action, CheckpointedLog, Incoming, Replica, ReplicaLimits};
 use super::view::{next_view, View};
 use super::waits::Waits;
 use super::{check_one_shot, Mode, TigaSettings};
@@ -861,8 +861,14 @@ struct Hosted {
     /// ([`TigaMsg::Behind`]).
     rejoins: u32,
     // Journal (tiga leaders).
-    /// Transactions whose proposal is journaled and which are not logged yet.
-    journaled: BTreeSet<TxnId>,
+    /// Transactions whose proposal is journaled and which are not logged yet, with the
+    /// timestamp proposed (a checkpoint writes them again).
+    journaled: BTreeMap<TxnId, Timestamp>,
+    /// Leader: the log position of the last checkpoint (see [`checkpoint_records`]).
+    checkpointed: usize,
+    /// A leader restarted from a checkpoint: the store's rows it holds, applied over the
+    /// initial load when the node starts.
+    restore_rows: Vec<(Key, Vec<StateVersion>)>,
     /// Replaying the journal: replies are recorded (to answer resends), not sent.
     quiet: bool,
 }
@@ -943,6 +949,9 @@ struct Counts {
     bodies_high: u64,
     /// Followers: late copies of bodies of transactions their coordinators decided, dropped.
     stale_bodies_total: u64,
+    /// Leaders: journal checkpoints written, and restarts that started from one.
+    checkpoints_total: u64,
+    resumed_from_checkpoint_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -981,6 +990,8 @@ pub struct TigaNode {
     journal: Journal<TigaMsg>,
     /// A restarted leader's proposals held again, to send when it starts.
     restored: Vec<(ShardId, Vec<Action>)>,
+    /// The delay settings the node was built with.
+    owd: OwdSettings,
     /// The outbox a step writes into before its sends are held back for the journal.
     scratch: Outbox<TigaMsg>,
     /// Per coordinator start (node, incarnation), the sequence number below which it decided
@@ -1005,10 +1016,10 @@ impl TigaNode {
     pub fn restored(
         context: NodeContext,
         shards: BTreeMap<ShardId, Recovered>,
-        next_seq: u64,
+        seqs: Seqs,
     ) -> Result<Self, String> {
         let mut node = Self::new(context)?;
-        node.resume(shards, next_seq)?;
+        node.resume(shards, seqs)?;
         Ok(node)
     }
 
@@ -1018,10 +1029,10 @@ impl TigaNode {
         context: NodeContext,
         owd: OwdSettings,
         shards: BTreeMap<ShardId, Recovered>,
-        next_seq: u64,
+        seqs: Seqs,
     ) -> Result<Self, String> {
         let mut node = Self::luigi(context, owd)?;
-        node.resume(shards, next_seq)?;
+        node.resume(shards, seqs)?;
         Ok(node)
     }
 
@@ -1031,11 +1042,14 @@ impl TigaNode {
     pub fn replay_journal(&mut self) -> crate::Replayed {
         let mut out = Outbox::new();
         let leaders = self.hosted.values().filter(|h| h.quiet);
-        let entries: u64 = leaders.map(|h| h.replica.log_len() as u64).sum();
-        if entries > 0 || !self.restored.is_empty() {
+        let end: u64 = leaders.map(|h| h.replica.log_len() as u64).sum();
+        // The entries run again: those after the checkpoint, if there is one.
+        let entries = self.counts.replayed_total;
+        let snapshots = self.counts.resumed_from_checkpoint_total;
+        if end > 0 || !self.restored.is_empty() {
             self.replay(0, &mut out);
         }
-        crate::Replayed { snapshots: 0, commands: entries, log_index: entries }
+        crate::Replayed { snapshots, commands: entries, log_index: end }
     }
 
     /// The global view number this node is in.
@@ -1118,7 +1132,9 @@ impl TigaNode {
                     transfer_seq: (context.incarnation & 0xFFFF_FFFF) << 32,
                     joined: BTreeMap::new(),
                     rejoins: 0,
-                    journaled: BTreeSet::new(),
+                    journaled: BTreeMap::new(),
+                    checkpointed: 0,
+                    restore_rows: Vec::new(),
                     quiet: false,
                 },
             );
@@ -1130,6 +1146,7 @@ impl TigaNode {
             watermarks: BTreeMap::new(),
             awaiting: BTreeMap::new(),
             tracker: Tracker::new(owd, open_max),
+            owd,
             ids: AttemptIds::new(context.id, context.incarnation),
             view,
             hosted,
@@ -1138,7 +1155,7 @@ impl TigaNode {
             timers: Timers::default(),
             release_at: None,
             counts: Counts::default(),
-            journal: Journal::new(0),
+            journal: Journal::new(0..0),
             restored: Vec::new(),
             scratch: Outbox::new(),
             decided_floors: BTreeMap::new(),
@@ -1785,7 +1802,9 @@ impl TigaNode {
                     // A leader's first proposal is its only one (peers keep the first they
                     // hear): journaled once, before it goes out.
                     if let Some(known) = host.bodies.get(&txn) {
-                        if host.replica.held_at(txn).is_some() && host.journaled.insert(txn) {
+                        let first = !host.journaled.contains_key(&txn);
+                        if host.replica.held_at(txn).is_some() && first {
+                            host.journaled.insert(txn, ts);
                             let body = (*known.body).clone();
                             self.journal.write(&Record::Proposed { shard, ts, body });
                         }
@@ -3085,6 +3104,216 @@ fn replica_limits(shards_total: u32) -> ReplicaLimits {
 }
 
 /// Leader: moves the finished prefix past every log entry executed and decided.
+/// A restarted leader takes up the entries its checkpoint lists past its base: those queued
+/// queue again, those waiting for votes wait again (holding their write keys), and finished
+/// ones keep their bodies where the checkpoint had them.
+fn restore_checkpointed(
+    host: &mut Hosted,
+    entries: Vec<(TxnId, Timestamp, Option<Known>, super::journal::EntryState)>,
+) -> Result<(), String> {
+    use super::journal::EntryState;
+    // Bounded by the checkpoint's entries.
+    for (txn, ts, known, state) in entries {
+        let at = (ts, txn);
+        match (state, known) {
+            (EntryState::Done, known) => {
+                if let Some(known) = known {
+                    host.bodies.insert(txn, known);
+                }
+            }
+            (EntryState::Queued { hash }, Some(known)) => {
+                host.waits.enqueue(at, &known.part.reads, &known.part.writes);
+                host.queued.insert(txn, Queued { ts, hash, speculative: false });
+                host.bodies.insert(txn, known);
+            }
+            (EntryState::Pending(p), Some(known)) => {
+                let others: BTreeSet<ShardId> = p.others.iter().copied().collect();
+                if others.len() != p.others.len()
+                    || others.contains(&host.shard)
+                    || p.votes.iter().any(|(s, _)| !others.contains(s))
+                    || p.write_keys.iter().any(|k| !known.part.writes.contains(k))
+                {
+                    return Err(format!("the tiga checkpoint's {txn} does not hold together"));
+                }
+                host.waits.enqueue(at, &known.part.reads, &p.write_keys);
+                host.waits.ran(at, &known.part.reads);
+                let votes: BTreeMap<ShardId, bool> = p.votes.into_iter().collect();
+                if p.others.iter().all(|s| votes.contains_key(s)) {
+                    host.complete.insert(txn);
+                }
+                let pending = Pending {
+                    ts,
+                    writes: p.writes.into_iter().collect(),
+                    write_keys: p.write_keys,
+                    own_ok: p.own_ok,
+                    votes,
+                    others: p.others,
+                    feeds: p.feeds.into_iter().collect(),
+                    inputs: p.inputs,
+                };
+                host.pending.insert(txn, pending);
+                host.bodies.insert(txn, known);
+            }
+            (_, None) => return Err(format!("the tiga checkpoint lacks {txn}'s body")),
+        }
+    }
+    Ok(())
+}
+
+/// The transactions whose replies are kept, oldest first (each once, where it was last
+/// pushed): the order in which a checkpoint lists them and the replies are evicted.
+fn answer_order(host: &Hosted) -> Vec<TxnId> {
+    let mut seen = BTreeSet::new();
+    let mut order: Vec<TxnId> = Vec::with_capacity(host.answers.len());
+    // Bounded by the order's length.
+    for &txn in host.answer_order.iter().rev() {
+        if host.answers.contains_key(&txn) && seen.insert(txn) {
+            order.push(txn);
+        }
+    }
+    order.reverse();
+    order
+}
+
+/// Keys written since the load with their committed versions, oldest first, in batches of
+/// about [`STATE_ROW_BYTES_MAX`] bytes: the store as a state transfer or a checkpoint carries
+/// it. Lazy, and bounded by the keys written.
+fn store_rows(store: &MvccStore) -> impl Iterator<Item = Vec<(Key, Vec<StateVersion>)>> + '_ {
+    let mut keys = store.written_keys();
+    std::iter::from_fn(move || {
+        let mut rows = Vec::new();
+        let mut bytes = 0;
+        while bytes < STATE_ROW_BYTES_MAX {
+            let Some(key) = keys.next() else { break };
+            let chain: Vec<StateVersion> = store
+                .versions(key)
+                .iter()
+                .filter(|v| v.state == VersionState::Committed)
+                .map(|v| StateVersion { ts: v.ts, writer: v.writer, value: v.value.clone() })
+                .collect();
+            if chain.is_empty() {
+                continue;
+            }
+            let values: usize = chain
+                .iter()
+                .map(|v| STATE_VERSION_BYTES + v.value.as_ref().map_or(0, Vec::len))
+                .sum();
+            bytes += key.0.len() + values;
+            rows.push((key.clone(), chain));
+        }
+        (!rows.is_empty()).then_some(rows)
+    })
+}
+
+/// A committed version of a state transfer or a checkpoint, for the store.
+fn committed_version(v: StateVersion) -> Version {
+    Version { ts: v.ts, value: v.value, writer: v.writer, state: VersionState::Committed }
+}
+
+/// Leader: the log position a checkpoint is cut at: the finished prefix (for luigi, no
+/// further than what is replicated, since its watermarks walk the log from there).
+fn checkpoint_base(host: &Hosted) -> usize {
+    let base = match host.streams {
+        Some(_) => host.finished.min(host.replicated),
+        None => host.finished,
+    };
+    base.max(host.replica.log_base())
+}
+
+/// Leader: the records of a checkpoint of this shard ([`super::journal::Checkpoint`]): its
+/// log from [`checkpoint_base`] on with how far each entry got, the transactions logged below
+/// it, the key hashes and release stamps, the store's rows written since the load, the
+/// replies kept, the outcomes decided, and the live ordinary records (votes heard on
+/// transactions not executed yet, open proposals, the promise, luigi's watermarks told).
+/// Restarting from it gives the leader the state it had (what restarted from the whole
+/// journal would have rebuilt), less the bodies of entries below the base.
+fn checkpoint_records(host: &Hosted) -> Option<Vec<Record>> {
+    use super::journal::{Checkpoint as Part, DecidedRecord, EntryState, PendingRecord, LIST_MAX};
+    let shard = host.shard;
+    let base = checkpoint_base(host);
+    let log = host.replica.checkpoint_log(base)?;
+    let stamp_floor = log.stamps.2;
+    let mut records = vec![Record::Checkpoint(Part::Head {
+        shard,
+        base: base as u64,
+        base_ts: log.base_ts,
+        stamp_floor,
+    })];
+    let part = |p: Part| Record::Checkpoint(p);
+    records.extend(
+        log.below.chunks(LIST_MAX).map(|c| part(Part::InLog { shard, logged: c.to_vec() })),
+    );
+    let (reads, writes, _) = &log.stamps;
+    let stamps = reads.chunks(LIST_MAX).map(Some).chain(std::iter::repeat(None));
+    let pairs = writes.chunks(LIST_MAX).map(Some).chain(std::iter::repeat(None));
+    for (r, w) in stamps.zip(pairs).take_while(|(r, w)| r.is_some() || w.is_some()) {
+        let (reads, writes) = (r.unwrap_or_default().to_vec(), w.unwrap_or_default().to_vec());
+        records.push(part(Part::Stamps { shard, reads, writes }));
+    }
+    records.extend(
+        log.hashes.chunks(LIST_MAX).map(|c| part(Part::Hashes { shard, pairs: c.to_vec() })),
+    );
+    records.extend(store_rows(&host.store).map(|rows| part(Part::Rows { shard, rows })));
+    // Bounded by the log past the base.
+    for &(txn, ts) in &log.entries {
+        let body = host.bodies.get(&txn).map(|k| (*k.body).clone());
+        let state = if let Some(queued) = host.queued.get(&txn) {
+            EntryState::Queued { hash: queued.hash }
+        } else if let Some(p) = host.pending.get(&txn) {
+            EntryState::Pending(Box::new(PendingRecord {
+                writes: p.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                write_keys: p.write_keys.clone(),
+                own_ok: p.own_ok,
+                votes: p.votes.iter().map(|(&s, &ok)| (s, ok)).collect(),
+                others: p.others.clone(),
+                feeds: p.feeds.iter().map(|(&s, f)| (s, f.clone())).collect(),
+                inputs: p.inputs.clone(),
+            }))
+        } else {
+            EntryState::Done
+        };
+        debug_assert!(body.is_some() || state == EntryState::Done, "{txn} unfinished, no body");
+        records.push(part(Part::Entry { shard, txn, ts, body, state }));
+    }
+    let answers: Vec<(TxnId, TigaMsg)> =
+        answer_order(host).into_iter().map(|txn| (txn, host.answers[&txn].clone())).collect();
+    records.extend(
+        answers.chunks(LIST_MAX).map(|c| part(Part::Answers { shard, answers: c.to_vec() })),
+    );
+    let decided: Vec<(TxnId, DecidedRecord)> = host
+        .decided
+        .iter()
+        .map(|(&txn, d)| (txn, DecidedRecord { own: d.own, all: d.all, inputs: d.inputs.clone() }))
+        .collect();
+    records.extend(
+        decided.chunks(LIST_MAX).map(|c| part(Part::Decided { shard, decided: c.to_vec() })),
+    );
+    // The live ordinary records.
+    for (&txn, votes) in &host.early_votes {
+        for (&from, vote) in votes {
+            let (ok, outputs) = (vote.ok, vote.outputs.clone());
+            records.push(Record::Vote { shard, txn, from, ok, outputs });
+        }
+    }
+    for (&txn, &ts) in &host.journaled {
+        match host.bodies.get(&txn) {
+            Some(known) => {
+                records.push(Record::Proposed { shard, ts, body: (*known.body).clone() })
+            }
+            None => debug_assert!(false, "{txn} proposed without its body"),
+        }
+    }
+    if host.promised > Timestamp::ZERO {
+        records.push(Record::Promised { shard, ts: host.promised });
+    }
+    if let Some(streams) = &host.streams {
+        for (worker, ts) in streams.told() {
+            records.push(Record::Told { shard, worker, ts });
+        }
+    }
+    Some(records)
+}
+
 fn advance_finished(host: &mut Hosted) {
     if !host.replica.leads() {
         return;
@@ -3159,32 +3388,7 @@ fn state_image(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> Option<V
     parts.extend(floors.chunks(max).map(|c| StatePart::Decided(c.to_vec())));
     let pairs: Vec<(Key, u64)> = hashes.pairs().map(|(key, hash)| (key.clone(), hash)).collect();
     parts.extend(pairs.chunks(STATE_HASHES_MAX).map(|c| StatePart::Hashes(c.to_vec())));
-    let mut rows = Vec::new();
-    let mut bytes = 0;
-    // Bounded by the keys written since the load.
-    for key in host.store.written_keys() {
-        let chain: Vec<StateVersion> = host
-            .store
-            .versions(key)
-            .iter()
-            .filter(|v| v.state == VersionState::Committed)
-            .map(|v| StateVersion { ts: v.ts, writer: v.writer, value: v.value.clone() })
-            .collect();
-        if chain.is_empty() {
-            continue;
-        }
-        let values: usize =
-            chain.iter().map(|v| STATE_VERSION_BYTES + v.value.as_ref().map_or(0, Vec::len)).sum();
-        bytes += key.0.len() + values;
-        rows.push((key.clone(), chain));
-        if bytes >= STATE_ROW_BYTES_MAX {
-            parts.push(StatePart::Rows(std::mem::take(&mut rows)));
-            bytes = 0;
-        }
-    }
-    if !rows.is_empty() {
-        parts.push(StatePart::Rows(rows));
-    }
+    parts.extend(store_rows(&host.store).map(StatePart::Rows));
     parts.extend(ahead.chunks(super::log::SYNC_ENTRIES_MAX).map(|c| StatePart::Ahead(c.to_vec())));
     Some(parts)
 }
@@ -3244,15 +3448,7 @@ fn install(
     let executed = replica.log_len();
     host.replica = replica;
     for (key, chain) in rows {
-        let versions = chain
-            .into_iter()
-            .map(|v| Version {
-                ts: v.ts,
-                value: v.value,
-                writer: v.writer,
-                state: VersionState::Committed,
-            })
-            .collect();
+        let versions = chain.into_iter().map(committed_version).collect();
         host.store.restore_chain(key, versions);
     }
     host.executed = executed;
@@ -3507,6 +3703,9 @@ impl TigaNode {
         let mut inner = std::mem::take(&mut self.scratch);
         inner.begin_call(out.chain());
         f(self, &mut inner);
+        if self.checkpoint_due() {
+            self.write_checkpoint();
+        }
         let journal = &mut self.journal;
         if let Some((token, records)) = journal.take_batch() {
             out.persist(PersistToken(token), records, Durability::Synced);
@@ -3526,17 +3725,112 @@ impl TigaNode {
         self.scratch = inner;
     }
 
+    /// True when a leader here finished [`crate::Timing::snapshot_interval_entries`] log
+    /// entries since its last checkpoint (never while a restarted leader runs its journal
+    /// again).
+    fn checkpoint_due(&self) -> bool {
+        let every = usize::try_from(self.context.timing.snapshot_interval_entries)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let mut due = false;
+        for host in self.hosted.values().filter(|h| h.replica.leads()) {
+            if host.quiet {
+                return false;
+            }
+            due |= checkpoint_base(host) >= host.checkpointed.saturating_add(every);
+        }
+        due
+    }
+
+    /// Writes a checkpoint of every shard led here into the step's persist, and deletes the
+    /// journal's records before it ([`super::journal::Checkpoint`]).
+    fn write_checkpoint(&mut self) {
+        let begin = self.journal.begin_checkpoint();
+        let mut written = Vec::new();
+        for host in self.hosted.values_mut().filter(|h| h.replica.leads()) {
+            let Some(records) = checkpoint_records(host) else {
+                debug_assert!(false, "a leader checkpoints its own log");
+                continue;
+            };
+            // Bounded by the shard's state: the records of one checkpoint.
+            for record in &records {
+                self.journal.write(record);
+            }
+            host.checkpointed = checkpoint_base(host);
+            if cfg!(debug_assertions) {
+                written.extend(records);
+            }
+        }
+        self.journal.end_checkpoint(begin);
+        self.counts.checkpoints_total += 1;
+        if cfg!(debug_assertions) {
+            self.debug_check_checkpoint(written);
+        }
+    }
+
+    /// Debug builds: a leader restarted from the checkpoint `records` takes up exactly the
+    /// state of every shard it leads that the checkpoint was cut from (the log, what was
+    /// logged below it, hashes, release stamps, the entries queued and waiting for votes,
+    /// replies kept, outcomes, votes heard, open proposals, the promise); only the bodies of
+    /// finished entries it no longer needs may be missing.
+    fn debug_check_checkpoint(&self, records: Vec<Record>) {
+        use super::journal::Checkpoint as Part;
+        let framed = std::iter::once(Record::Checkpoint(Part::Begin { seq: 0 }))
+            .chain(records)
+            .chain(std::iter::once(Record::Checkpoint(Part::End { seq: 0 })));
+        let durable: BTreeMap<Vec<u8>, Vec<u8>> = framed
+            .enumerate()
+            .map(|(seq, record)| {
+                let key = [super::journal::KEY_PREFIX, &(seq as u64).to_be_bytes()].concat();
+                (key, postcard::to_allocvec(&record).expect("records encode"))
+            })
+            .collect();
+        let (shards, seqs) = super::journal::recover(&durable).expect("a checkpoint recovers");
+        let context = self.context.clone();
+        let (variant, view) = (self.variant, self.view.clone());
+        let mut again = Self::build(context, variant, view, self.owd, self.snapshot_reads)
+            .expect("the node builds again");
+        again.resume(shards, seqs).expect("a checkpoint resumes");
+        for (shard, host) in self.hosted.iter().filter(|(_, h)| h.replica.leads()) {
+            let restored = &again.hosted[shard];
+            let base = host.checkpointed;
+            let log = |h: &Hosted| {
+                let mut log = h.replica.checkpoint_log(base).expect("a leader's log");
+                log.below.sort_unstable();
+                format!("{log:?}")
+            };
+            assert_eq!(log(host), log(restored), "{shard:?}: the log");
+            let summary = |h: &Hosted| {
+                let queued: Vec<_> = h
+                    .queued
+                    .iter()
+                    .filter(|(_, q)| !q.speculative)
+                    .map(|(t, q)| (*t, q.ts, q.hash))
+                    .collect();
+                format!(
+                    "{queued:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+                    h.pending,
+                    h.complete,
+                    h.answers,
+                    answer_order(h),
+                    h.decided,
+                    h.early_votes,
+                    h.journaled,
+                    h.promised,
+                )
+            };
+            assert_eq!(summary(host), summary(restored), "{shard:?}: the entries and records");
+            assert_eq!(restored.finished, base, "{shard:?}: finished up to the base");
+        }
+    }
+
     /// A restarted node takes up what its journal holds (before the stores are loaded; the
     /// log runs again when the node starts): per shard it leads, the log with its bodies,
     /// hashes and release stamps, the votes heard, the promised closed timestamp, and the
     /// proposals still open, held again where they were proposed. Errors when the journal
     /// speaks of a shard this node does not lead or of a transaction it cannot read.
-    fn resume(
-        &mut self,
-        shards: BTreeMap<ShardId, Recovered>,
-        next_seq: u64,
-    ) -> Result<(), String> {
-        self.journal = Journal::new(next_seq);
+    fn resume(&mut self, shards: BTreeMap<ShardId, Recovered>, seqs: Seqs) -> Result<(), String> {
+        self.journal = Journal::new(seqs);
         let limits = replica_limits(self.context.topology.shards);
         let detective = self.view.mode == Mode::Detective;
         for (shard, recovered) in shards {
@@ -3558,6 +3852,27 @@ impl TigaNode {
                         Known { body: Arc::new(body), owd_ns: 0, part, shards: shape.shards() },
                     ))
                 };
+            // The checkpoint's state, if the journal has one.
+            let mut start = None;
+            let mut checkpointed = Vec::new();
+            let mut rest = None;
+            if let Some(c) = recovered.checkpoint {
+                let base = usize::try_from(c.base)
+                    .map_err(|_| "the tiga checkpoint's base is past this machine's positions")?;
+                for (txn, ts, body, state) in c.entries {
+                    let known = body.map(|b| known(ts, b)).transpose()?.map(|(_, _, k)| k);
+                    checkpointed.push((txn, ts, known, state));
+                }
+                start = Some(CheckpointedLog {
+                    base,
+                    base_ts: c.base_ts,
+                    below: c.in_log,
+                    entries: checkpointed.iter().map(|&(txn, ts, ..)| (txn, ts)).collect(),
+                    hashes: c.hashes,
+                    stamps: (c.reads, c.writes, c.stamp_floor),
+                });
+                rest = Some((base, c.rows, c.answers, c.decided));
+            }
             let log: Vec<(TxnId, Timestamp, Known)> = recovered
                 .log
                 .into_iter()
@@ -3567,20 +3882,39 @@ impl TigaNode {
                 .iter()
                 .map(|(txn, ts, k)| (*txn, *ts, &k.part.reads[..], &k.part.writes[..]))
                 .collect();
-            let (replica, hashes) =
-                Replica::recovered_leader(shard, limits, &entries).ok_or_else(|| {
+            let (replica, hashes) = Replica::recovered_leader(shard, limits, start, &entries)
+                .ok_or_else(|| {
                     format!("the tiga journal lists a transaction twice on {shard:?}")
                 })?;
             host.replica = replica.with_detective(detective);
+            if let Some((base, rows, answers, decided)) = rest {
+                self.counts.resumed_from_checkpoint_total += 1;
+                restore_checkpointed(host, checkpointed)?;
+                host.finished = base;
+                host.pruned = base;
+                host.checkpointed = base;
+                host.replicated = base;
+                host.restore_rows = rows;
+                for (txn, msg) in answers {
+                    if host.answers.insert(txn, msg).is_none() {
+                        host.answer_order.push_back(txn);
+                    }
+                }
+                for (txn, d) in decided {
+                    let decided = Decided { own: d.own, all: d.all, inputs: d.inputs };
+                    host.decided.insert(txn, decided);
+                }
+            }
+            self.counts.replayed_total += log.len() as u64;
             for ((txn, ts, known), hash) in log.into_iter().zip(hashes) {
                 host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
                 host.queued.insert(txn, Queued { ts, hash, speculative: false });
                 host.bodies.insert(txn, known);
             }
             for (txn, votes) in recovered.votes {
-                let votes =
-                    votes.into_iter().map(|(from, (ok, outputs))| (from, PeerVote { ok, outputs }));
-                host.early_votes.insert(txn, votes.collect());
+                for (from, (ok, outputs)) in votes {
+                    deliver_vote(host, txn, from, PeerVote { ok, outputs });
+                }
             }
             host.promised = recovered.promised;
             host.closed_sent = recovered.promised;
@@ -3598,7 +3932,7 @@ impl TigaNode {
                 let (_, _, known) = known(ts, body)?;
                 let arriving = incoming(txn, ts, &known.shards, &known.part);
                 host.bodies.insert(txn, known);
-                host.journaled.insert(txn);
+                host.journaled.insert(txn, ts);
                 let actions = host.replica.restore_proposal(arriving, ts);
                 if let Some(streams) = &mut host.streams {
                     streams.restore_open(txn, ts);
@@ -3615,13 +3949,19 @@ impl TigaNode {
     /// not sent; votes sent, as peers may wait for them), and proposes again what it had
     /// proposed.
     fn replay(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        // A checkpoint's rows go over the initial load, before anything runs.
+        for host in self.hosted.values_mut() {
+            for (key, chain) in std::mem::take(&mut host.restore_rows) {
+                let versions = chain.into_iter().map(committed_version).collect();
+                host.store.restore_chain(key, versions);
+            }
+        }
         for (shard, actions) in std::mem::take(&mut self.restored) {
             self.act(now, shard, actions, None, out);
         }
         self.execute_all(now, out);
         for host in self.hosted.values_mut().filter(|h| h.quiet) {
             host.quiet = false;
-            self.counts.replayed_total += host.replica.log_len() as u64;
         }
         self.release(now, out);
     }
@@ -3803,6 +4143,9 @@ impl Node for TigaNode {
                 ("luigi_rejoined_total", self.counts.rejoined_total),
                 ("luigi_journal_records_total", self.journal.records_total),
                 ("luigi_journal_sends_dropped_total", self.journal.dropped_total),
+                ("luigi_journal_live_records", self.journal.live()),
+                ("luigi_checkpoints_total", self.counts.checkpoints_total),
+                ("luigi_resumed_from_checkpoint_total", self.counts.resumed_from_checkpoint_total),
                 ("luigi_replayed_total", self.counts.replayed_total),
                 ("luigi_restored_proposals_total", self.counts.restored_proposals_total),
                 ("luigi_followers_behind_total", self.counts.behind_total),
@@ -3840,6 +4183,9 @@ impl Node for TigaNode {
             ("tiga_rejoined_total", self.counts.rejoined_total),
             ("tiga_journal_records_total", self.journal.records_total),
             ("tiga_journal_sends_dropped_total", self.journal.dropped_total),
+            ("tiga_journal_live_records", self.journal.live()),
+            ("tiga_checkpoints_total", self.counts.checkpoints_total),
+            ("tiga_resumed_from_checkpoint_total", self.counts.resumed_from_checkpoint_total),
             ("tiga_replayed_total", self.counts.replayed_total),
             ("tiga_restored_proposals_total", self.counts.restored_proposals_total),
             ("tiga_followers_behind_total", self.counts.behind_total),
@@ -3963,14 +4309,15 @@ mod tests {
             let candidate = node(n);
             candidate.hosted.contains_key(&shard) && !candidate.leads(shard)
         });
-        let mut journal: Journal<TigaMsg> = Journal::new(0);
+        let mut journal: Journal<TigaMsg> = Journal::new(0..0);
         let ts = Timestamp(body.ts.0 + 5);
         journal.write(&Record::Logged { shard, ts, body: body.clone() });
         let (_, records) = journal.take_batch().unwrap();
         let durable: crate::Durable =
             records.into_iter().map(|r| (r.key, r.value.unwrap())).collect();
         let (shards, next) = super::super::journal::recover(&durable).unwrap();
-        let restored = TigaNode::restored(context_in(follower.unwrap(), 3).0, shards.clone(), next);
+        let restored =
+            TigaNode::restored(context_in(follower.unwrap(), 3).0, shards.clone(), next.clone());
         assert!(restored.unwrap_err().contains("not led here"));
         let mut node = TigaNode::restored(context_in(leader, 3).0, shards, next).unwrap();
         for (shard, store) in node.stores_mut() {
@@ -4027,7 +4374,7 @@ mod tests {
         assert_eq!(bodies.len(), 2, "bank draws single-shard transfers");
         let shard = shard.expect("found");
         let leader = (0..9).find(|&n| node_of(n, Variant::Luigi).0.leads(shard)).unwrap();
-        let mut journal: Journal<TigaMsg> = Journal::new(0);
+        let mut journal: Journal<TigaMsg> = Journal::new(0..0);
         let logged_ts = bodies[0].ts;
         let worker = bodies[0].txn.origin;
         let told = Timestamp(logged_ts.0 - 10);
@@ -4759,7 +5106,7 @@ mod tests {
         let log: Vec<(TxnId, Timestamp, &[Key], &[Key])> =
             (1..=6).map(|i| (txn(i), Timestamp(i * 10), &keys[..], &keys[..])).collect();
         let limits = replica_limits(3);
-        let (mut replica, _) = Replica::recovered_leader(shard, limits, &log).unwrap();
+        let (mut replica, _) = Replica::recovered_leader(shard, limits, None, &log).unwrap();
         replica.truncate_leader_log(4);
         let host = leader.hosted.get_mut(&shard).unwrap();
         host.replica = replica;

@@ -43,7 +43,7 @@
 //! leader or follower).
 
 use super::agree::{Agreement, Verdict};
-use super::hold::{Arrival, Arriving, HoldQueue};
+use super::hold::{Arrival, Arriving, HoldQueue, Stamps};
 use super::log::{FollowerLog, SYNC_ENTRIES_MAX};
 use super::quorum::KeyHashes;
 use meridian_core::key::Key;
@@ -158,6 +158,23 @@ pub struct ReplicaLimits {
     pub shards_total: u32,
 }
 
+/// A leader's log as a checkpoint keeps it ([`Replica::checkpoint_log`]).
+#[derive(Clone, Debug, Default)]
+pub struct CheckpointedLog {
+    /// The position of the first entry kept.
+    pub base: usize,
+    /// The timestamp of the entry below `base`.
+    pub base_ts: Timestamp,
+    /// Transactions logged below `base`, at their timestamps.
+    pub below: Vec<(TxnId, Timestamp)>,
+    /// The entries from `base` on.
+    pub entries: Vec<(TxnId, Timestamp)>,
+    /// Key hashes over the whole log.
+    pub hashes: Vec<(Key, u64)>,
+    /// Release stamps: reads, writes, and the floor of forgotten ones.
+    pub stamps: Stamps,
+}
+
 /// What a leader or follower keeps beyond the shared parts.
 #[derive(Debug)]
 enum Role {
@@ -257,16 +274,48 @@ impl Replica {
         Some(replica)
     }
 
+    /// A leader of `shard` that restarted from a checkpoint of its journal: its log from
+    /// `start.base` on (`start.entries`), the transactions logged below it, its key hashes over
+    /// the whole log and its release stamps, as they were when the checkpoint was written.
+    /// `None` when a transaction is listed twice.
+    pub fn checkpointed_leader(
+        shard: ShardId,
+        limits: ReplicaLimits,
+        start: CheckpointedLog,
+    ) -> Option<Self> {
+        let mut replica = Self::new(shard, true, limits);
+        let Role::Leader { log, base, base_ts, in_log, .. } = &mut replica.role else {
+            unreachable!("built a leader")
+        };
+        *base = start.base;
+        *base_ts = start.base_ts;
+        for &(txn, ts) in start.below.iter().chain(&start.entries) {
+            if in_log.insert(txn, ts).is_some() {
+                return None;
+            }
+        }
+        *log = start.entries;
+        replica.hashes = super::quorum::KeyHashes::from_pairs(start.hashes);
+        let (reads, writes, floor) = start.stamps;
+        replica.hold.restore_stamps(reads, writes, floor);
+        Some(replica)
+    }
+
     /// A leader of `shard` that restarted and found `log` in its journal (transaction,
-    /// timestamp, the keys it reads and writes here, in log order): the log, its key hashes
-    /// and its release stamps as they were. Returns, per entry, the hash its fast reply
-    /// carried. `None` when the log lists a transaction twice.
+    /// timestamp, the keys it reads and writes here, in log order), after its checkpoint's
+    /// state `start` if it has one: the log, its key hashes and its release stamps as they
+    /// were. Returns, per entry, the hash its fast reply carried. `None` when a transaction
+    /// is listed twice.
     pub fn recovered_leader(
         shard: ShardId,
         limits: ReplicaLimits,
+        start: Option<CheckpointedLog>,
         log: &[(TxnId, Timestamp, &[Key], &[Key])],
     ) -> Option<(Self, Vec<u64>)> {
-        let mut replica = Self::new(shard, true, limits);
+        let mut replica = match start {
+            Some(start) => Self::checkpointed_leader(shard, limits, start)?,
+            None => Self::new(shard, true, limits),
+        };
         let mut hashes = Vec::with_capacity(log.len());
         let Role::Leader { log: entries, in_log, .. } = &mut replica.role else {
             unreachable!("built a leader")
@@ -359,6 +408,25 @@ impl Replica {
             },
             Role::Follower { .. } => Timestamp::ZERO,
         }
+    }
+
+    /// Leader: what a checkpoint of its log at `position` keeps of this replica: the
+    /// transactions logged below `position`, the entries from it on, the key hashes and the
+    /// release stamps. Goes over every transaction logged.
+    pub fn checkpoint_log(&self, position: usize) -> Option<CheckpointedLog> {
+        let Role::Leader { log, base, in_log, .. } = &self.role else { return None };
+        let start = position.checked_sub(*base)?;
+        let entries = log.get(start..)?.to_vec();
+        let after: BTreeSet<TxnId> = entries.iter().map(|&(txn, _)| txn).collect();
+        let below = in_log.iter().filter(|(t, _)| !after.contains(t)).map(|(&t, &ts)| (t, ts));
+        Some(CheckpointedLog {
+            base: position,
+            base_ts: self.log_ts_before(position),
+            below: below.collect(),
+            entries,
+            hashes: self.hashes.pairs().map(|(key, hash)| (key.clone(), hash)).collect(),
+            stamps: self.hold.stamps(),
+        })
     }
 
     /// Leader: the transactions logged below the base (dropped entries) that `keep` picks,

@@ -449,7 +449,8 @@ fn a_restarted_leader_takes_up_its_log_and_holds_its_proposals_where_they_were()
     let (k1, k2) = (vec![key(1)], vec![key(2)]);
     let log =
         [(txn(1), Timestamp(10), &k1[..], &k1[..]), (txn(2), Timestamp(20), &k2[..], &k2[..])];
-    let (mut after, replayed) = Replica::recovered_leader(A, limits(), &log).expect("no repeats");
+    let (mut after, replayed) =
+        Replica::recovered_leader(A, limits(), None, &log).expect("no repeats");
     assert_eq!(replayed, hashes, "the fast replies' hashes, again");
     assert_eq!(after.log_len(), 2);
     assert!(after.logged(txn(1)) && after.logged(txn(2)));
@@ -474,5 +475,5 @@ fn a_restarted_leader_takes_up_its_log_and_holds_its_proposals_where_they_were()
     assert_eq!(after.held_at(txn(3)), Some(Timestamp(40)));
     // A log listing a transaction twice is refused.
     let twice = [log[0], log[0]];
-    assert!(Replica::recovered_leader(A, limits(), &twice).is_none());
+    assert!(Replica::recovered_leader(A, limits(), None, &twice).is_none());
 }
