@@ -1132,6 +1132,11 @@ fn tiga_and_luigi_logs_hold_only_what_is_not_executed_everywhere() {
             let lingering = sum("log_lingering");
             assert!(lingering * 10 < report.committed, "{lingering} linger");
         }
+        // A leader's outcome record of a multi-shard transaction goes once its followers
+        // executed it and the other shard's leader promised a closed timestamp above it.
+        let (decided, waited) = (sum("decided_kept"), sum("vote_waits_total"));
+        assert!(waited > 1_000, "{protocol:?}: {waited} multi-shard executions");
+        assert!(decided * 20 < waited, "{protocol:?}: {decided} outcome records kept");
     }
 }
 

@@ -235,6 +235,10 @@ pub struct PendingRecord {
 /// A multi-shard transaction's outcome, as a checkpoint keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecidedRecord {
+    /// Its timestamp.
+    pub ts: Timestamp,
+    /// Every follower executed it: the record waits only for the other leaders' promises.
+    pub settled: bool,
     /// This shard's vote.
     pub own: bool,
     /// Every shard voted yes.

@@ -342,6 +342,18 @@ pub enum TigaMsg {
         /// The log length when it closed.
         upto: u64,
     },
+    /// Leader → the other shards' leaders: the leader of `shard` takes no new transaction at
+    /// or below `ts`, and every one it released there is finished (executed, every vote in).
+    /// A leader drops its record of a multi-shard outcome once every other shard's leader
+    /// said so above the transaction's timestamp: none of them can ask for its vote again.
+    PeerClosed {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The sender's shard.
+        shard: ShardId,
+        /// The promised closed timestamp.
+        ts: Timestamp,
+    },
     /// Follower → leader: this replica started without the shard's state (a restart; a
     /// process cannot tell a first start): send it, transfer `transfer` from part `next` on
     /// (transfer 0: a new one).
@@ -434,6 +446,7 @@ impl TigaMsg {
             | Self::Watermark { view, .. }
             | Self::SnapReply { view, .. }
             | Self::Closed { view, .. }
+            | Self::PeerClosed { view, .. }
             | Self::SyncAck { view, .. }
             | Self::Join { view, .. }
             | Self::State { view, .. }
@@ -456,6 +469,7 @@ impl TigaMsg {
             | Self::Watermark { view, .. }
             | Self::SnapReply { view, .. }
             | Self::Closed { view, .. }
+            | Self::PeerClosed { view, .. }
             | Self::SyncAck { view, .. }
             | Self::Join { view, .. }
             | Self::State { view, .. }
@@ -743,6 +757,11 @@ struct PeerVote {
 /// A multi-shard transaction a leader decided.
 #[derive(Debug)]
 struct Decided {
+    /// Its timestamp.
+    ts: Timestamp,
+    /// Every follower executed it (or was sent to a state transfer): only the other leaders
+    /// may still need the record ([`TigaMsg::PeerClosed`]).
+    settled: bool,
     /// This shard's vote.
     own: bool,
     /// Every shard voted yes.
@@ -796,6 +815,9 @@ struct Hosted {
     early_votes: BTreeMap<TxnId, BTreeMap<ShardId, PeerVote>>,
     /// Multi-shard transactions decided here.
     decided: BTreeMap<TxnId, Decided>,
+    /// The settled ones, by timestamp: each goes once every other shard's leader promised a
+    /// closed timestamp at or above it.
+    settling: BTreeSet<(Timestamp, TxnId)>,
     /// Decided since the last sync went out.
     fresh_outcomes: Vec<SyncOutcome>,
     /// Per follower node: its sync-point and executed count, as acknowledged.
@@ -997,6 +1019,9 @@ pub struct TigaNode {
     /// Per coordinator start (node, incarnation), the sequence number below which it decided
     /// every transaction, as its own bodies said (at most [`COORDINATORS_TRACKED_MAX`]).
     decided_floors: BTreeMap<(NodeId, u64), u64>,
+    /// Per shard, the closed timestamp its leader promised ([`TigaMsg::PeerClosed`]); this
+    /// node's own led shards included.
+    peer_closed: BTreeMap<ShardId, Timestamp>,
 }
 
 /// Coordinator starts whose decided floors a node keeps; past it, new ones are not tracked
@@ -1101,6 +1126,7 @@ impl TigaNode {
                     pending: BTreeMap::new(),
                     early_votes: BTreeMap::new(),
                     decided: BTreeMap::new(),
+                    settling: BTreeSet::new(),
                     fresh_outcomes: Vec::new(),
                     acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
                     sent_to: followers.iter().map(|&n| (n, 0)).collect(),
@@ -1159,6 +1185,7 @@ impl TigaNode {
             restored: Vec::new(),
             scratch: Outbox::new(),
             decided_floors: BTreeMap::new(),
+            peer_closed: BTreeMap::new(),
             context,
         })
     }
@@ -1762,17 +1789,12 @@ impl TigaNode {
     /// Leader, snapshot reads: moves the promised closed timestamp up to what is closed now
     /// and tells the followers, with the log length that covers it.
     fn close_for_followers(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
-        // Reads ask for two paces back: promising more would bump late arrivals for nothing.
-        let cap = Timestamp(now.saturating_sub(self.pace_ns()));
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         if !self.snapshot_reads || !host.replica.leads() || host.followers.is_empty() {
             return;
         }
-        let promised = host.promised.max(leader_closed(host, now).min(cap));
-        if promised > host.promised {
-            host.promised = promised;
-            self.journal.write(&Record::Promised { shard, ts: promised });
-        }
+        self.promise_closed(now, shard);
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
         if host.promised > host.closed_sent {
             host.closed_sent = host.promised;
             let upto = host.replica.log_len() as u64;
@@ -1782,6 +1804,58 @@ impl TigaNode {
                     TigaMsg::Closed { view: self.view.global, shard, ts: host.promised, upto },
                 );
             }
+        }
+    }
+
+    /// Leader: raises the closed timestamp it promises (journaled before anything that
+    /// follows from it goes out) to what is closed here, at most a pace back: reads ask for
+    /// two paces back, and promising more would bump late arrivals for nothing.
+    fn promise_closed(&mut self, now: Time, shard: ShardId) {
+        let cap = Timestamp(now.saturating_sub(self.pace_ns()));
+        let Some(host) = self.hosted.get_mut(&shard).filter(|h| h.replica.leads()) else {
+            return;
+        };
+        let promised = host.promised.max(leader_closed(host, now).min(cap));
+        if promised > host.promised {
+            host.promised = promised;
+            self.journal.write(&Record::Promised { shard, ts: promised });
+        }
+    }
+
+    /// Leader (of a cluster of several shards): promises a closed timestamp and tells the
+    /// other shards' leaders, then drops the settled outcome records every other leader's
+    /// promise covers ([`TigaMsg::PeerClosed`]).
+    fn close_for_peers(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let shards = self.context.topology.shards;
+        if shards < 2 || !self.hosted.get(&shard).is_some_and(|h| h.replica.leads()) {
+            return;
+        }
+        self.promise_closed(now, shard);
+        let promised = self.hosted[&shard].promised;
+        self.peer_closed.insert(shard, promised);
+        let me = self.context.id;
+        // Bounded by the cluster's shards.
+        for peer in (0..shards).map(ShardId).filter(|&s| s != shard) {
+            let Some(node) = leader_node(&self.context, &self.view, peer) else { continue };
+            if node != me {
+                let msg = TigaMsg::PeerClosed { view: self.view.global, shard, ts: promised };
+                out.send(node, msg);
+            }
+        }
+        let covered = (0..shards)
+            .map(ShardId)
+            .filter(|&s| s != shard)
+            .map(|s| self.peer_closed.get(&s).copied().unwrap_or(Timestamp::ZERO))
+            .min()
+            .unwrap_or(Timestamp::ZERO);
+        let host = self.hosted.get_mut(&shard).expect("led here");
+        // Bounded by the records settled.
+        while let Some(&(ts, txn)) = host.settling.first() {
+            if ts > covered {
+                break;
+            }
+            host.settling.pop_first();
+            host.decided.remove(&txn);
         }
     }
 
@@ -2295,6 +2369,11 @@ impl TigaNode {
                     let outputs = outputs.clone();
                     self.journal.write(&Record::Vote { shard: to, txn, from: peer, ok, outputs });
                 };
+                if finished_here(host, txn) {
+                    // Finished, its record dropped: every other leader promised a closed
+                    // timestamp above it, so this is a late copy (its sender has the vote).
+                    return;
+                }
                 if let Some(pending) = host.pending.get(&txn) {
                     if want_reply {
                         // The sender lacks this shard's vote (the first copy was lost).
@@ -2770,6 +2849,7 @@ impl TigaNode {
             // With every follower silent no acknowledgement prunes: the lag limit still does.
             prune_bodies(self.hosted.get_mut(&shard).expect("hosted"), &self.context.limits);
             self.close_for_followers(now, shard, out);
+            self.close_for_peers(now, shard, out);
         }
         self.execute_all(now, out);
     }
@@ -2846,7 +2926,9 @@ fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
         }
     }
     let actions = host.replica.arrive(incoming);
-    if let (Some(streams), Some(held)) = (&mut host.streams, host.replica.held_at(txn)) {
+    let held = host.replica.held_at(txn);
+    debug_assert!(held.is_none_or(|ts| ts > host.promised), "{txn} held at or below the promise");
+    if let (Some(streams), Some(held)) = (&mut host.streams, held) {
         streams.held(txn, held);
     }
     actions
@@ -2887,7 +2969,12 @@ fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
             host.bodies.remove(&txn);
         }
         if let Some(decided) = host.decided.get_mut(&txn) {
-            decided.inputs = Vec::new(); // Every follower executed it, or will take a transfer.
+            // Every follower executed it, or will take a transfer.
+            decided.inputs = Vec::new();
+            if !decided.settled {
+                decided.settled = true;
+                host.settling.insert((decided.ts, txn));
+            }
         }
     }
     host.pruned = pruned_upto;
@@ -2961,7 +3048,8 @@ fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
     for ts in host.queued.values().map(|q| q.ts).chain(host.pending.values().map(|p| p.ts)) {
         closed = closed.min(below(ts));
     }
-    debug_assert!(closed >= host.promised || Timestamp(now) < host.promised, "closed fell");
+    // Below the promise only while a restarted leader runs again what it had finished
+    // before its crash (new arrivals are held above it: see `leader_arrive`).
     closed.max(host.promised)
 }
 
@@ -3283,7 +3371,10 @@ fn checkpoint_records(host: &Hosted) -> Option<Vec<Record>> {
     let decided: Vec<(TxnId, DecidedRecord)> = host
         .decided
         .iter()
-        .map(|(&txn, d)| (txn, DecidedRecord { own: d.own, all: d.all, inputs: d.inputs.clone() }))
+        .map(|(&txn, d)| {
+            let (ts, settled, own, all, inputs) = (d.ts, d.settled, d.own, d.all, d.inputs.clone());
+            (txn, DecidedRecord { ts, settled, own, all, inputs })
+        })
         .collect();
     records.extend(
         decided.chunks(LIST_MAX).map(|c| part(Part::Decided { shard, decided: c.to_vec() })),
@@ -3597,13 +3688,22 @@ fn vote_msg(
 fn deliver_vote(host: &mut Hosted, txn: TxnId, from: ShardId, vote: PeerVote) {
     if host.pending.contains_key(&txn) {
         record_vote(host, txn, from, vote.ok);
-    } else if !host.decided.contains_key(&txn) {
+    } else if !host.decided.contains_key(&txn) && !finished_here(host, txn) {
         host.early_votes.entry(txn).or_default().insert(from, vote);
         if let Some(queued) = host.queued.get(&txn) {
             // It may have waited for these outputs, or may skip its pieces now.
             host.waits.wake((queued.ts, txn));
         }
     }
+}
+
+/// Leader: `txn` is in the log and finished here (executed, and decided if it spans shards):
+/// a vote for it changes nothing, even once its outcome record is gone.
+fn finished_here(host: &Hosted, txn: TxnId) -> bool {
+    host.replica.leads()
+        && host.replica.logged(txn)
+        && !host.queued.contains_key(&txn)
+        && !host.pending.contains_key(&txn)
 }
 
 /// About how many bytes `outputs` take on the wire.
@@ -3677,7 +3777,8 @@ fn finish_ready(host: &mut Hosted) -> bool {
         } else {
             host.fresh_outcomes.push(SyncOutcome { txn, ok: all, inputs: inputs.clone() });
         }
-        host.decided.insert(txn, Decided { own: pending.own_ok, all, inputs });
+        let decided = Decided { ts: pending.ts, settled: false, own: pending.own_ok, all, inputs };
+        host.decided.insert(txn, decided);
     }
     !ready.is_empty()
 }
@@ -3813,7 +3914,7 @@ impl TigaNode {
                     h.complete,
                     h.answers,
                     answer_order(h),
-                    h.decided,
+                    (&h.decided, &h.settling),
                     h.early_votes,
                     h.journaled,
                     h.promised,
@@ -3901,8 +4002,11 @@ impl TigaNode {
                     }
                 }
                 for (txn, d) in decided {
-                    let decided = Decided { own: d.own, all: d.all, inputs: d.inputs };
-                    host.decided.insert(txn, decided);
+                    if d.settled {
+                        host.settling.insert((d.ts, txn));
+                    }
+                    let (ts, settled, own, all, inputs) = (d.ts, d.settled, d.own, d.all, d.inputs);
+                    host.decided.insert(txn, Decided { ts, settled, own, all, inputs });
                 }
             }
             self.counts.replayed_total += log.len() as u64;
@@ -4036,6 +4140,18 @@ impl TigaNode {
                     }
                 }
                 self.serve_snapshots(now, out);
+            }
+            TigaMsg::PeerClosed { shard, ts, .. } => {
+                let leads_here = self.hosted.get(&shard).is_some_and(|h| h.replica.leads());
+                if shard.0 >= self.context.topology.shards
+                    || leads_here
+                    || !self.is_leader_node(shard, from)
+                {
+                    self.counts.dropped_total += 1;
+                    return;
+                }
+                let closed = self.peer_closed.entry(shard).or_insert(ts);
+                *closed = (*closed).max(ts);
             }
             peer => self.on_peer(now, from, peer, out),
         }
@@ -4608,6 +4724,7 @@ mod tests {
                 owd_ns: 4,
             },
             TigaMsg::Closed { view: VIEW, shard: ShardId(0), ts: Timestamp(8), upto: 4 },
+            TigaMsg::PeerClosed { view: VIEW, shard: ShardId(2), ts: Timestamp(8) },
             TigaMsg::Behind { view: VIEW, shard: ShardId(1), upto: 17 },
             TigaMsg::Join { view: VIEW, shard: ShardId(0), start: start(2), transfer: 3, next: 1 },
             TigaMsg::State {
@@ -4935,6 +5052,11 @@ mod tests {
             },
             TigaMsg::GetBody { view: VIEW, txn: txn(5) },
             TigaMsg::Slow { view: VIEW, txn: txn(6), shard: ShardId(2), ts: Timestamp(1) },
+            // A promise for another shard from a node that does not lead it, one for the
+            // shard this node leads, and one for a shard that does not exist.
+            TigaMsg::PeerClosed { view: VIEW, shard: ShardId(1), ts: Timestamp::MAX },
+            TigaMsg::PeerClosed { view: VIEW, shard: ShardId(0), ts: Timestamp::MAX },
+            TigaMsg::PeerClosed { view: VIEW, shard: ShardId(200), ts: Timestamp::MAX },
         ];
         for (i, msg) in hostile.into_iter().enumerate() {
             leader.on_message(1_000 + i as u64, stranger, msg, &mut out);
@@ -4944,6 +5066,7 @@ mod tests {
         let host = &leader.hosted[&ShardId(0)];
         assert_eq!(host.replica.held(), 0);
         assert!(host.bodies.is_empty() && host.early_votes.is_empty() && host.pending.is_empty());
+        assert!(leader.peer_closed.is_empty(), "no promise taken from a stranger");
         let sends = out.drain().filter(|e| matches!(e, meridian_core::node::Effect::Send { .. }));
         assert_eq!(sends.count(), 0, "nothing answered to a stranger");
     }
