@@ -1140,6 +1140,35 @@ fn tiga_and_luigi_logs_hold_only_what_is_not_executed_everywhere() {
     }
 }
 
+/// A leader forgets the single-shard transactions below its log's base once their
+/// coordinators decided them, and refuses their late copies: with every message duplicated
+/// at 5% (the copy at an independent time) and logs dropped an entry at a time, a copy that
+/// arrives after its transaction was forgotten would run it twice, and the history checks
+/// would fail. One shard, so every transaction is single-shard.
+#[test]
+fn tiga_and_luigi_leaders_forget_decided_single_shard_transactions_and_refuse_late_copies() {
+    for protocol in [ProtocolKind::Tiga, ProtocolKind::Luigi] {
+        let prefix = if protocol == ProtocolKind::Tiga { "tiga" } else { "luigi" };
+        for seed in 0..3 {
+            let mut o = tiga(40 + seed, 1, 3, "metro");
+            o.protocol = protocol;
+            o.txns = 3_000;
+            o.limits.log_drop_min = 1;
+            o.chaos =
+                crate::Chaos { loss: 0.0, duplicate: 0.05, reorder: 0.05, until_ns: 60 * NS_PER_S };
+            let report = run(&o, workload("list-append", 1, 16)).unwrap();
+            assert_passed(&report);
+            assert!(report.committed >= 3_000, "{protocol:?}: {} committed", report.committed);
+            let logged = total(&report, &format!("{prefix}_logged_kept"));
+            assert!(logged * 4 < report.committed, "{protocol:?}: {logged} still known as logged");
+            let stale = total(&report, &format!("{prefix}_stale_bodies_total"));
+            eprintln!(
+                "{protocol:?} seed {seed}: {logged} known as logged, {stale} stale copies refused"
+            );
+        }
+    }
+}
+
 /// Swarm seed 365 of `smallbank` under luigi (3 × 3, a follower lag limit of 4): while the
 /// follower limit was first built, a leader dropped the inputs of its outcomes with the
 /// bodies past the limit but still sent its log and those outcomes to a follower behind it,

@@ -192,6 +192,15 @@ pub enum Checkpoint {
         /// Per transaction: this shard's vote, the outcome, and the inputs followers take.
         decided: Vec<(TxnId, DecidedRecord)>,
     },
+    /// Per coordinator start (node, incarnation), the sequence number below which it decided
+    /// everything (at most [`LIST_MAX`]): a leader that forgot a single-shard transaction
+    /// below the base refuses its late copies by them, after a restart too.
+    Floors {
+        /// The shard.
+        shard: ShardId,
+        /// Coordinator, incarnation, floor.
+        floors: Vec<(NodeId, u64, u64)>,
+    },
     /// The checkpoint that began at `seq` is whole.
     End {
         /// The `Begin`'s sequence number.
@@ -275,6 +284,8 @@ pub struct ShardCheckpoint {
     pub answers: Vec<(TxnId, TigaMsg)>,
     /// Outcomes decided here.
     pub decided: Vec<(TxnId, DecidedRecord)>,
+    /// The coordinators' decided floors.
+    pub floors: Vec<(NodeId, u64, u64)>,
 }
 
 /// The votes a leader heard on one transaction: per voting shard, its vote and the outputs
@@ -448,6 +459,9 @@ fn take_part(shards: &mut BTreeMap<ShardId, Recovered>, part: Checkpoint) -> Res
         }
         Checkpoint::Decided { shard, decided } if decided.len() <= LIST_MAX => {
             checkpoint(shards, shard)?.decided.extend(decided);
+        }
+        Checkpoint::Floors { shard, floors } if floors.len() <= LIST_MAX => {
+            checkpoint(shards, shard)?.floors.extend(floors);
         }
         _ => return Err("an oversized part".into()),
     }

@@ -888,6 +888,12 @@ struct Hosted {
     journaled: BTreeMap<TxnId, Timestamp>,
     /// Leader: the log position of the last checkpoint (see [`checkpoint_records`]).
     checkpointed: usize,
+    /// Leader: the single-shard transactions in the log (from its base on).
+    single: BTreeSet<TxnId>,
+    /// Leader: single-shard transactions below the log's base still known as logged, to
+    /// forget once their coordinators decided them (at most [`FORGETTABLE_MAX`]; past it,
+    /// they stay known: memory, never safety).
+    forgettable: BTreeSet<TxnId>,
     /// A leader restarted from a checkpoint: the store's rows it holds, applied over the
     /// initial load when the node starts.
     restore_rows: Vec<(Key, Vec<StateVersion>)>,
@@ -1028,6 +1034,10 @@ pub struct TigaNode {
 /// (their transactions stay known as logged: memory, never safety).
 pub const COORDINATORS_TRACKED_MAX: usize = 1 << 12;
 
+/// Single-shard transactions below a leader's log base it waits to forget at once (their
+/// coordinators have not decided them yet); past it, the rest stay known as logged.
+pub const FORGETTABLE_MAX: usize = 1 << 16;
+
 impl TigaNode {
     /// A tiga node of `context` (in memory: a durable driver is refused by the caller).
     pub fn new(context: NodeContext) -> Result<Self, String> {
@@ -1160,6 +1170,8 @@ impl TigaNode {
                     rejoins: 0,
                     journaled: BTreeMap::new(),
                     checkpointed: 0,
+                    single: BTreeSet::new(),
+                    forgettable: BTreeSet::new(),
                     restore_rows: Vec::new(),
                     quiet: false,
                 },
@@ -1611,15 +1623,18 @@ impl TigaNode {
                 self.counts.dropped_total += 1;
                 continue;
             }
-            if !host.replica.leads()
+            // A leader takes a multi-shard one on: another leader may hold it, proposing,
+            // after its coordinator gave up (it fetches the body from that one).
+            if (!host.replica.leads() || shards.len() == 1)
                 && !host.replica.logged(txn)
                 && !host.bodies.contains_key(&txn)
                 && !host.replica.wants_body(txn)
                 && is_decided(&self.decided_floors, txn)
             {
-                // A late copy of a transaction its coordinator decided: a follower that has
+                // A late copy of a transaction its coordinator decided: a replica that has
                 // dropped it from its log may no longer know it logged it, and must not take
-                // it again (its leader's log brings what this replica still needs).
+                // it again (a follower's leader's log brings what it still needs; a leader
+                // forgets only single-shard ones, which nothing else asks for).
                 self.counts.stale_bodies_total += 1;
                 continue;
             }
@@ -1894,6 +1909,9 @@ impl TigaNode {
                         continue;
                     };
                     host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                    if known.shards.len() == 1 {
+                        host.single.insert(txn);
+                    }
                     if !host.quiet {
                         let body = (*known.body).clone();
                         self.journal.write(&Record::Logged { shard, ts, body });
@@ -2847,7 +2865,9 @@ impl TigaNode {
                 self.sync_followers(shard, true, out);
             }
             // With every follower silent no acknowledgement prunes: the lag limit still does.
-            prune_bodies(self.hosted.get_mut(&shard).expect("hosted"), &self.context.limits);
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            prune_bodies(host, &self.context.limits);
+            forget_decided_single(host, &self.decided_floors);
             self.close_for_followers(now, shard, out);
             self.close_for_peers(now, shard, out);
         }
@@ -2987,7 +3007,25 @@ fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
         drop_upto = drop_upto.min(host.replicated);
     }
     if drop_upto >= host.replica.log_base() + limits.log_drop_min {
-        host.replica.truncate_leader_log(drop_upto);
+        // Bounded by the entries dropped.
+        for txn in host.replica.truncate_leader_log(drop_upto) {
+            if host.single.remove(&txn) && host.forgettable.len() < FORGETTABLE_MAX {
+                host.forgettable.insert(txn);
+            }
+        }
+    }
+}
+
+/// Leader: stops knowing as logged the single-shard transactions below its log's base whose
+/// coordinators decided them. Nothing brings one here again: its coordinator resends it no
+/// more, no other leader proposes it, and a late copy of its body is refused as stale (see
+/// `on_body`). Bounded by [`FORGETTABLE_MAX`].
+fn forget_decided_single(host: &mut Hosted, floors: &BTreeMap<(NodeId, u64), u64>) {
+    let decided: Vec<TxnId> =
+        host.forgettable.iter().copied().filter(|&t| is_decided(floors, t)).collect();
+    for txn in decided {
+        host.forgettable.remove(&txn);
+        host.replica.forget_logged(txn);
     }
 }
 
@@ -3203,6 +3241,9 @@ fn restore_checkpointed(
     // Bounded by the checkpoint's entries.
     for (txn, ts, known, state) in entries {
         let at = (ts, txn);
+        if known.as_ref().is_some_and(|k| k.shards.len() == 1) {
+            host.single.insert(txn);
+        }
         match (state, known) {
             (EntryState::Done, known) => {
                 if let Some(known) = known {
@@ -3315,7 +3356,7 @@ fn checkpoint_base(host: &Hosted) -> usize {
 /// transactions not executed yet, open proposals, the promise, luigi's watermarks told).
 /// Restarting from it gives the leader the state it had (what restarted from the whole
 /// journal would have rebuilt), less the bodies of entries below the base.
-fn checkpoint_records(host: &Hosted) -> Option<Vec<Record>> {
+fn checkpoint_records(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> Option<Vec<Record>> {
     use super::journal::{Checkpoint as Part, DecidedRecord, EntryState, PendingRecord, LIST_MAX};
     let shard = host.shard;
     let base = checkpoint_base(host);
@@ -3379,6 +3420,9 @@ fn checkpoint_records(host: &Hosted) -> Option<Vec<Record>> {
     records.extend(
         decided.chunks(LIST_MAX).map(|c| part(Part::Decided { shard, decided: c.to_vec() })),
     );
+    let floors: Vec<(NodeId, u64, u64)> = floors.iter().map(|(&(n, i), &f)| (n, i, f)).collect();
+    records
+        .extend(floors.chunks(LIST_MAX).map(|c| part(Part::Floors { shard, floors: c.to_vec() })));
     // The live ordinary records.
     for (&txn, votes) in &host.early_votes {
         for (&from, vote) in votes {
@@ -3849,7 +3893,7 @@ impl TigaNode {
         let begin = self.journal.begin_checkpoint();
         let mut written = Vec::new();
         for host in self.hosted.values_mut().filter(|h| h.replica.leads()) {
-            let Some(records) = checkpoint_records(host) else {
+            let Some(records) = checkpoint_records(host, &self.decided_floors) else {
                 debug_assert!(false, "a leader checkpoints its own log");
                 continue;
             };
@@ -3892,6 +3936,7 @@ impl TigaNode {
         let mut again = Self::build(context, variant, view, self.owd, self.snapshot_reads)
             .expect("the node builds again");
         again.resume(shards, seqs).expect("a checkpoint resumes");
+        assert_eq!(again.decided_floors, self.decided_floors, "the coordinators' floors");
         for (shard, host) in self.hosted.iter().filter(|(_, h)| h.replica.leads()) {
             let restored = &again.hosted[shard];
             let base = host.checkpointed;
@@ -3972,6 +4017,9 @@ impl TigaNode {
                     hashes: c.hashes,
                     stamps: (c.reads, c.writes, c.stamp_floor),
                 });
+                for &(node, incarnation, below) in &c.floors {
+                    raise_floor(&mut self.decided_floors, (node, incarnation), below);
+                }
                 rest = Some((base, c.rows, c.answers, c.decided));
             }
             let log: Vec<(TxnId, Timestamp, Known)> = recovered
@@ -4011,6 +4059,9 @@ impl TigaNode {
             }
             self.counts.replayed_total += log.len() as u64;
             for ((txn, ts, known), hash) in log.into_iter().zip(hashes) {
+                if known.shards.len() == 1 {
+                    host.single.insert(txn);
+                }
                 host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
                 host.queued.insert(txn, Queued { ts, hash, speculative: false });
                 host.bodies.insert(txn, known);
@@ -4233,6 +4284,7 @@ impl Node for TigaNode {
         let log_entries = self.hosted.values().map(held_entries).sum();
         let lingering = self.hosted.values().map(|h| h.replica.lingering() as u64).sum();
         let decided = self.hosted.values().map(|h| h.decided.len() as u64).sum();
+        let logged = self.hosted.values().map(|h| h.replica.logged_count() as u64).sum();
         if self.variant == Variant::Luigi {
             let open = self.hosted.values().filter_map(|h| h.streams.as_ref()).map(|s| s.open());
             return vec![
@@ -4253,6 +4305,7 @@ impl Node for TigaNode {
                 ("luigi_log_lingering", lingering),
                 ("luigi_stale_bodies_total", self.counts.stale_bodies_total),
                 ("luigi_decided_kept", decided),
+                ("luigi_logged_kept", logged),
                 ("luigi_stale_view_total", self.counts.stale_view_total),
                 ("luigi_contradicted_total", self.counts.contradicted_total),
                 ("luigi_state_transfers_total", self.counts.transfers_total),
@@ -4293,6 +4346,7 @@ impl Node for TigaNode {
             ("tiga_log_lingering", lingering),
             ("tiga_stale_bodies_total", self.counts.stale_bodies_total),
             ("tiga_decided_kept", decided),
+            ("tiga_logged_kept", logged),
             ("tiga_stale_view_total", self.counts.stale_view_total),
             ("tiga_contradicted_total", self.counts.contradicted_total),
             ("tiga_state_transfers_total", self.counts.transfers_total),

@@ -385,16 +385,37 @@ impl Replica {
         }
     }
 
-    /// Leader: drops the log entries below `upto` (every follower executed them). Whether a
-    /// transaction is logged stays known (a resend or a repeated proposal is answered).
-    pub fn truncate_leader_log(&mut self, upto: usize) {
+    /// Leader: drops the log entries below `upto` (every follower executed them), and returns
+    /// their transactions. Whether a transaction is logged stays known (a resend or a
+    /// repeated proposal is answered) until [`Replica::forget_logged`].
+    pub fn truncate_leader_log(&mut self, upto: usize) -> Vec<TxnId> {
         if let Role::Leader { log, base, base_ts, .. } = &mut self.role {
             let upto = upto.min(*base + log.len());
             if upto > *base {
                 *base_ts = log[upto - *base - 1].1;
-                log.drain(..upto - *base);
+                let dropped = log.drain(..upto - *base).map(|(txn, _)| txn).collect();
                 *base = upto;
+                return dropped;
             }
+        }
+        Vec::new()
+    }
+
+    /// Leader: stops knowing `txn` as logged. Only for a transaction below the log's base
+    /// that nothing can bring here again (the caller's rule: a single-shard transaction its
+    /// coordinator decided, whose late copies the node refuses). False when it is not known
+    /// as logged.
+    pub fn forget_logged(&mut self, txn: TxnId) -> bool {
+        let Role::Leader { log, in_log, .. } = &mut self.role else { return false };
+        debug_assert!(log.iter().all(|&(t, _)| t != txn), "{txn} is still in the log");
+        in_log.remove(&txn).is_some()
+    }
+
+    /// Leader: the transactions known as logged (in the log or below its base).
+    pub fn logged_count(&self) -> usize {
+        match &self.role {
+            Role::Leader { in_log, .. } => in_log.len(),
+            Role::Follower { .. } => 0,
         }
     }
 
