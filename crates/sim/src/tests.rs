@@ -1169,6 +1169,23 @@ fn tiga_and_luigi_leaders_forget_decided_single_shard_transactions_and_refuse_la
     }
 }
 
+/// Swarm seed 502 of `bank` under luigi (3 × 3): a leader restarts (its clock 100 ms back)
+/// holding again a transaction it had proposed, at its first proposal. Its worker's
+/// watermark had been told at that very timestamp (the hold had moved above it), so the
+/// restarted leader did not count the transaction as unreplicated, and the watermark could
+/// pass it before it was replicated (a debug build stopped at the stream's assertion when a
+/// resend came). A restored proposal is now open in its stream whatever was told.
+#[test]
+fn seed_502_a_restarted_luigi_leader_counts_its_restored_proposals_unreplicated() {
+    let mut base = tiga(502, 3, 3, "metro");
+    base.protocol = ProtocolKind::Luigi;
+    (base.clients, base.txns) = (8, 100);
+    let (opts, _) = crate::swarm::seed_options(&base, 502, true);
+    let report = run(&opts, workload("bank", 3, 4)).unwrap();
+    assert_passed(&report);
+    assert!(total(&report, "luigi_restored_proposals_total") >= 1, "a proposal was restored");
+}
+
 /// Swarm seed 365 of `smallbank` under luigi (3 × 3, a follower lag limit of 4): while the
 /// follower limit was first built, a leader dropped the inputs of its outcomes with the
 /// bodies past the limit but still sent its log and those outcomes to a follower behind it,

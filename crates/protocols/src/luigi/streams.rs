@@ -120,14 +120,26 @@ impl Streams {
         stream.told = stream.told.max(ts);
     }
 
-    /// A restarted leader: `txn` is in its log at `ts`, or held at `ts` (a proposal taken up
-    /// again), with its replication not known yet. Above what its worker was told it is open
-    /// until [`Streams::replicated`]; at or below, the promise already covers it. Call after
+    /// A restarted leader: `txn` is in its log at `ts`, with its replication not known yet.
+    /// Above what its worker was told it is open until [`Streams::replicated`]; at or below,
+    /// the promise already covers it (it was replicated). Call after
     /// [`Streams::restore_told`].
     pub fn restore_open(&mut self, txn: TxnId, ts: Timestamp) {
         let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
         stream.frontier = stream.frontier.max(ts);
         if ts > stream.told && stream.open.insert(txn, ts).is_none() {
+            stream.by_bound.insert((ts, txn), ());
+        }
+    }
+
+    /// A restarted leader: `txn` is held at `ts` again (a proposal taken up again). It is
+    /// not replicated, whatever its worker was told: it is open until [`Streams::replicated`]
+    /// even at or below that (its hold before the crash may have moved above its first
+    /// proposal, and the watermark with it), so nothing higher is told while it is open.
+    pub fn restore_held(&mut self, txn: TxnId, ts: Timestamp) {
+        let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
+        stream.frontier = stream.frontier.max(ts);
+        if stream.open.insert(txn, ts).is_none() {
             stream.by_bound.insert((ts, txn), ());
         }
     }

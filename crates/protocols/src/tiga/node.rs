@@ -4090,7 +4090,7 @@ impl TigaNode {
                 host.journaled.insert(txn, ts);
                 let actions = host.replica.restore_proposal(arriving, ts);
                 if let Some(streams) = &mut host.streams {
-                    streams.restore_open(txn, ts);
+                    streams.restore_held(txn, ts);
                 }
                 self.counts.restored_proposals_total += 1;
                 self.restored.push((shard, actions));
