@@ -1434,6 +1434,15 @@ fn luigi(seed: u64, shards: u32, replicas: u32, network: &str) -> SimRunOptions 
 }
 
 /// The node leading `shard` (tiga's and luigi's leaders are fixed for a run).
+/// The leader of `shard`: replica 0 with `tiga-leaders=spread`, the view's choice otherwise.
+fn tiga_leader_in(options: &SimRunOptions, shard: u32, spread: bool) -> NodeId {
+    if spread {
+        replica(options, shard, 0)
+    } else {
+        tiga_leader(options, shard)
+    }
+}
+
 fn tiga_leader(options: &SimRunOptions, shard: u32) -> NodeId {
     let topology = &options.topology;
     let view = meridian_protocols::tiga::node::initial_view(topology).unwrap();
@@ -1677,13 +1686,7 @@ fn tiga_leaders_restart_from_their_journal_and_lose_nothing() {
             if spread {
                 o.protocol_options = tiga_options(&[("tiga-leaders", "spread")]);
             }
-            let leader = |o: &SimRunOptions, shard| {
-                if spread {
-                    replica(o, shard, 0)
-                } else {
-                    tiga_leader(o, shard)
-                }
-            };
+            let leader = |o: &SimRunOptions, shard| tiga_leader_in(o, shard, spread);
             let (first, second) = (leader(&o, 0), leader(&o, 1));
             o.faults.push((200 * NS_PER_MS, Fault::Crash(first)));
             o.faults.push((320 * NS_PER_MS, Fault::Restart(first)));
@@ -1754,13 +1757,7 @@ fn tiga_and_luigi_leaders_restart_from_checkpoints_cut_mid_flight() {
             if spread {
                 o.protocol_options = tiga_options(&[("tiga-leaders", "spread")]);
             }
-            let leader = |o: &SimRunOptions, shard| {
-                if spread {
-                    replica(o, shard, 0)
-                } else {
-                    tiga_leader(o, shard)
-                }
-            };
+            let leader = |o: &SimRunOptions, shard| tiga_leader_in(o, shard, spread);
             let mut rng = meridian_core::rng::child_rng(seed, "checkpoint-restarts", 0);
             for round in 0..4u64 {
                 let node = leader(&o, (round % 3) as u32);

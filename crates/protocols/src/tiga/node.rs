@@ -3141,15 +3141,7 @@ fn compact_answer_order(host: &mut Hosted) {
     if host.answer_order.len() <= 2 * host.answers.len() + MARGIN {
         return;
     }
-    let mut seen = BTreeSet::new();
-    let mut kept: Vec<TxnId> = Vec::with_capacity(host.answers.len());
-    // Bounded by the order's length.
-    for &id in host.answer_order.iter().rev() {
-        if host.answers.contains_key(&id) && seen.insert(id) {
-            kept.push(id);
-        }
-    }
-    host.answer_order = kept.into_iter().rev().collect();
+    host.answer_order = answer_order(host).into();
 }
 
 /// Follower: executes the synced log in order at the leader's timestamps, as far as bodies
@@ -3373,11 +3365,11 @@ fn checkpoint_records(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> O
         log.below.chunks(LIST_MAX).map(|c| part(Part::InLog { shard, logged: c.to_vec() })),
     );
     let (reads, writes, _) = &log.stamps;
-    let stamps = reads.chunks(LIST_MAX).map(Some).chain(std::iter::repeat(None));
-    let pairs = writes.chunks(LIST_MAX).map(Some).chain(std::iter::repeat(None));
-    for (r, w) in stamps.zip(pairs).take_while(|(r, w)| r.is_some() || w.is_some()) {
-        let (reads, writes) = (r.unwrap_or_default().to_vec(), w.unwrap_or_default().to_vec());
-        records.push(part(Part::Stamps { shard, reads, writes }));
+    for c in reads.chunks(LIST_MAX) {
+        records.push(part(Part::Stamps { shard, reads: c.to_vec(), writes: Vec::new() }));
+    }
+    for c in writes.chunks(LIST_MAX) {
+        records.push(part(Part::Stamps { shard, reads: Vec::new(), writes: c.to_vec() }));
     }
     records.extend(
         log.hashes.chunks(LIST_MAX).map(|c| part(Part::Hashes { shard, pairs: c.to_vec() })),
