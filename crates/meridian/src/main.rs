@@ -298,6 +298,11 @@ pub(crate) struct SimArgs {
     /// Virtual seconds by which every request must be answered.
     #[arg(long, default_value_t = simcmd::TIME_LIMIT_S_DEFAULT)]
     time_limit_s: u64,
+    /// Sends of one transaction before its coordinator gives up and reports it indeterminate
+    /// (default: the timing's, 1,000): a small value has swarms reach what follows a
+    /// coordinator giving up.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    attempts_max: Option<u32>,
     /// Run a swarm over the seeds A..B (B excluded) instead of one `--seed`.
     #[arg(long)]
     seeds: Option<String>,

@@ -43,6 +43,7 @@ fn seed_options(
     base.txns = txns;
     base.protocol_options = r.protocol_options.clone();
     base.time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
+    base.attempts_max = args.attempts_max;
     swarm::seed_options(&base, seed, args.faults)
 }
 
@@ -118,6 +119,9 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     }
     if args.time_limit_s != TIME_LIMIT_S_DEFAULT {
         line += &format!(" --time-limit-s {}", args.time_limit_s);
+    }
+    if let Some(n) = args.attempts_max {
+        line += &format!(" --attempts-max {n}");
     }
     if args.faults {
         line += " --faults";

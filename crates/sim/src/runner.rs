@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 /// RPC timeouts of virtual time given to in-flight decisions after the last client is answered:
 /// enough for participants whose coordinator crashed to notice (three quiet timeouts) and
-/// decide with their peers before the stores are checked.
+/// decide with their peers before the stores are checked. (A run whose restarted nodes came
+/// back with their clocks stepped back drains that much longer as well.)
 const DRAIN_TIMEOUTS: u64 = 6;
 /// Virtual time between checks of the clients' progress.
 const STEP_NS: Time = 50 * NS_PER_MS;
@@ -66,6 +67,9 @@ pub struct SimRunOptions {
     /// send snapshots to lagging replicas and restart from them. (Each snapshot copies the
     /// rows written so far: at 16, TPC-C seeds ran 7 times slower.)
     pub snapshot_interval_entries: Option<u64>,
+    /// Sends of one transaction before its coordinator gives up on it (reported
+    /// indeterminate); `None` keeps the timing's default (1,000, which a run rarely reaches).
+    pub attempts_max: Option<u32>,
     /// Bounds on what nodes keep; production values by default (swarms shrink them).
     pub limits: Limits,
     /// The protocol's options.
@@ -113,6 +117,7 @@ impl SimRunOptions {
             trace_tail: 0,
             crash_triggers: Vec::new(),
             snapshot_interval_entries: None,
+            attempts_max: None,
             limits: Limits::default(),
             protocol_options: ProtocolOptions::default(),
             events_max: None,
@@ -240,6 +245,7 @@ fn run_with<N: ProtocolNode>(
     let mut timing = Timing::for_network(options.network.owd_ns_max());
     timing.snapshot_interval_entries =
         options.snapshot_interval_entries.unwrap_or([32, 128, 512][(options.seed % 3) as usize]);
+    timing.attempts_max = options.attempts_max.unwrap_or(timing.attempts_max);
     let timing_for_drain = timing.clone();
     let seed = options.seed;
     let factory_workload = workload.clone();
@@ -373,7 +379,19 @@ fn run_with<N: ProtocolNode>(
                 .max()
                 .unwrap_or(0);
             let drain_from = sim.elapsed_ns().max(last_recovery);
-            let drain_until = drain_from + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns;
+            // A node restarted with its clock stepped back (once per crash) releases what it
+            // holds that much later (a tiga leader holds a transaction until its clock passes
+            // the timestamp), while its coordinator may have given up on it long before.
+            let mut crashes: BTreeMap<NodeId, u64> = BTreeMap::new();
+            for (_, fault) in &options.faults {
+                if let Fault::Crash(node) = fault {
+                    *crashes.entry(*node).or_default() += 1;
+                }
+            }
+            let steps = crashes.values().copied().max().unwrap_or(0);
+            let clock_behind_ns = steps * options.restart_clock_step_back_ns;
+            let drain_until =
+                drain_from + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns + clock_behind_ns;
             let left = events_max.saturating_sub(sim.stats().events);
             sim.run_until_or(drain_until, left);
             report.over_budget = sim.stats().events >= events_max;

@@ -1140,32 +1140,87 @@ fn tiga_and_luigi_logs_hold_only_what_is_not_executed_everywhere() {
     }
 }
 
-/// A leader forgets the single-shard transactions below its log's base once their
-/// coordinators decided them, and refuses their late copies: with every message duplicated
-/// at 5% (the copy at an independent time) and logs dropped an entry at a time, a copy that
-/// arrives after its transaction was forgotten would run it twice, and the history checks
-/// would fail. One shard, so every transaction is single-shard.
+/// A leader forgets the transactions below its log's base once their coordinators decided
+/// them and (for a multi-shard one) every other leader promised past them, and refuses their
+/// late copies: with every message duplicated at 5% (the copy at an independent time) and
+/// logs dropped an entry at a time, a copy that arrives after its transaction was forgotten
+/// would run it twice, and the history checks would fail. One shard (every transaction
+/// single-shard), and three (most of them multi-shard: late proposals and votes too).
 #[test]
-fn tiga_and_luigi_leaders_forget_decided_single_shard_transactions_and_refuse_late_copies() {
-    for protocol in [ProtocolKind::Tiga, ProtocolKind::Luigi] {
+fn tiga_and_luigi_leaders_forget_decided_transactions_and_refuse_late_copies() {
+    for (protocol, shards) in [
+        (ProtocolKind::Tiga, 1),
+        (ProtocolKind::Luigi, 1),
+        (ProtocolKind::Tiga, 3),
+        (ProtocolKind::Luigi, 3),
+    ] {
         let prefix = if protocol == ProtocolKind::Tiga { "tiga" } else { "luigi" };
         for seed in 0..3 {
-            let mut o = tiga(40 + seed, 1, 3, "metro");
+            let mut o = tiga(40 + seed, shards, 3, "metro");
             o.protocol = protocol;
             o.txns = 3_000;
             o.limits.log_drop_min = 1;
             o.chaos =
                 crate::Chaos { loss: 0.0, duplicate: 0.05, reorder: 0.05, until_ns: 60 * NS_PER_S };
-            let report = run(&o, workload("list-append", 1, 16)).unwrap();
+            let report = run(&o, workload("list-append", shards, 16)).unwrap();
             assert_passed(&report);
             assert!(report.committed >= 3_000, "{protocol:?}: {} committed", report.committed);
-            let logged = total(&report, &format!("{prefix}_logged_kept"));
+            let sum = |name: &str| total(&report, &format!("{prefix}_{name}"));
+            // Each commit was logged once per shard it touched.
+            let logged = sum("logged_kept");
             assert!(logged * 4 < report.committed, "{protocol:?}: {logged} still known as logged");
-            let stale = total(&report, &format!("{prefix}_stale_bodies_total"));
+            if shards > 1 {
+                assert!(sum("vote_waits_total") > 1_000, "{protocol:?}: multi-shard ones");
+            }
             eprintln!(
-                "{protocol:?} seed {seed}: {logged} known as logged, {stale} stale copies refused"
+                "{protocol:?} {shards} shards seed {seed}: {logged} known as logged, {} stale \
+                 bodies and {} stale votes dropped, {} refusals",
+                sum("stale_bodies_total"),
+                sum("stale_votes_total"),
+                sum("refusals_sent_total"),
             );
         }
+    }
+}
+
+/// A coordinator gives up on transactions the leader of shard 1 never received (its link
+/// from every coordinator, and from shard 0's leader, is cut for two seconds), while shard
+/// 0's leader holds them, proposing. Once the coordinators' links heal, shard 1's leader
+/// learns from their next bodies that they decided those, and refuses them when shard 0's
+/// leader proposes again; shard 0's leader drops them, and what they held back on its keys
+/// runs. Every transaction is decided, the history is strictly serializable, and no leader
+/// holds anything at the end.
+#[test]
+fn tiga_and_luigi_leaders_drop_what_another_leader_refused() {
+    for protocol in [ProtocolKind::Tiga, ProtocolKind::Luigi] {
+        let prefix = if protocol == ProtocolKind::Tiga { "tiga" } else { "luigi" };
+        let mut o = tiga(44, 2, 1, "metro");
+        o.protocol = protocol;
+        o.txns = 600;
+        o.attempts_max = Some(3);
+        let (zero, one) = (tiga_leader(&o, 0), tiga_leader(&o, 1));
+        for coordinator in o.topology.coordinators() {
+            o.faults.push((500 * NS_PER_MS, Fault::Block(coordinator, one)));
+        }
+        o.faults.push((500 * NS_PER_MS, Fault::Block(zero, one)));
+        // The coordinators' links come back a second before shard 0's leader's: shard 1's
+        // leader hears their next bodies before another proposal (otherwise it fetches what
+        // it hears proposed, and takes it, as long as it does not know it decided).
+        o.faults.push((2_500 * NS_PER_MS, Fault::Heal));
+        o.faults.push((2_500 * NS_PER_MS, Fault::Block(zero, one)));
+        o.faults.push((3_500 * NS_PER_MS, Fault::Heal));
+        let report = run(&o, workload("list-append", 2, 8)).unwrap();
+        assert_passed(&report);
+        let sum = |name: &str| total(&report, &format!("{prefix}_{name}"));
+        let (refused, dropped) = (sum("refusals_sent_total"), sum("refused_total"));
+        eprintln!(
+            "{protocol:?}: {} committed, {} indeterminate, {refused} refusals, {dropped} dropped",
+            report.committed, report.indeterminate
+        );
+        assert!(report.indeterminate > 0, "{protocol:?}: coordinators gave up");
+        assert!(dropped > 0 && refused >= dropped, "{protocol:?}: {refused} / {dropped}");
+        assert_eq!(counter(&report, one, &format!("{prefix}_refused_total")), 0);
+        assert_eq!(sum("held"), 0, "{protocol:?}: nothing held for good");
     }
 }
 

@@ -112,6 +112,16 @@ impl Streams {
         stream.frontier = stream.frontier.max(ts);
     }
 
+    /// `txn` will never be in the log (another leader refused it, so no leader can release
+    /// it): it stops holding its worker's watermark back. The frontier stays where it is, so
+    /// nothing new of the worker is held at or below its timestamp.
+    pub fn dropped(&mut self, txn: TxnId) {
+        let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
+        if let Some(bound) = stream.open.remove(&txn) {
+            stream.by_bound.remove(&(bound, txn));
+        }
+    }
+
     /// A restarted leader: `worker` was told `ts` before the crash. Its new transactions are
     /// held above it, and nothing will be told below it again.
     pub fn restore_told(&mut self, worker: NodeId, ts: Timestamp) {

@@ -76,6 +76,11 @@ impl Agreement {
         self.proposals.get(&self.me).copied()
     }
 
+    /// True when the leader of `shard` proposed (it took the transaction).
+    pub fn heard(&self, shard: ShardId) -> bool {
+        self.proposals.contains_key(&shard)
+    }
+
     /// True once this leader moved the transaction to the agreed timestamp (case 3).
     pub fn moved(&self) -> bool {
         self.moved

@@ -13,6 +13,9 @@
 //! - `Vote`: another leader's vote (and the outputs its pieces pass here). A restarted leader
 //!   runs its log again and needs the same votes and inputs to reach the same outcomes; a
 //!   peer that decided since would answer without its outputs.
+//! - `Withdrawn`: a proposal dropped because another participant's leader refused the
+//!   transaction (see [`super::node::TigaMsg::Refused`]); a restarted leader does not hold it
+//!   again.
 //! - `Promised`: a closed timestamp promised to snapshot reads or followers (nothing new may
 //!   land at or below it).
 //! - `Told` (luigi): a watermark told to a worker: a restarted luigi leader holds the
@@ -106,6 +109,16 @@ pub enum Record {
     },
     /// A part of a checkpoint ([`Checkpoint`]).
     Checkpoint(Checkpoint),
+    /// The leader of `shard` dropped the transaction it had proposed, `txn`: another
+    /// participant's leader refused it (never took it, and never will), so no leader can
+    /// release it. A restarted leader does not hold it again: what it released on those keys
+    /// since may lie above the proposal.
+    Withdrawn {
+        /// The shard.
+        shard: ShardId,
+        /// The transaction.
+        txn: TxnId,
+    },
 }
 
 /// A checkpoint: the node's whole journaled state at one step, written as one persist that
@@ -354,6 +367,9 @@ pub fn recover(
             Record::Vote { shard, txn, from, ok, outputs } => {
                 let votes = target.entry(shard).or_default().votes.entry(txn).or_default();
                 votes.entry(from).or_insert((ok, outputs));
+            }
+            Record::Withdrawn { shard, txn } => {
+                target.entry(shard).or_default().proposals.remove(&txn);
             }
             Record::Promised { shard, ts } => {
                 let recovered = target.entry(shard).or_default();

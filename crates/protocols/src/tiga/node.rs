@@ -67,8 +67,7 @@
 //!
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a crashed leader's
-//! shard waits for it to restart; followers' durable logs; checkpoints (the journal grows with
-//! the run); bounds on the leaders' sets of logged transactions and outcome records (below).
+//! shard waits for it to restart; followers' durable logs.
 //!
 //! # Memory a run does not grow
 //!
@@ -83,10 +82,13 @@
 //! executed them ([`crate::Limits::log_drop_min`] at a time; positions count from a base). A
 //! follower still knows a dropped transaction as logged until its coordinator decided it
 //! (bodies carry `decided_below`; [`TigaNode`] keeps each coordinator start's floor), and
-//! drops a late copy of a body it no longer knows past that floor. What still grows: a
-//! leader's set of logged transactions (it answers resends and other leaders' repeated
-//! proposals; letting one go needs a refusal other leaders can act on) and its outcome records
-//! (it answers repeated votes; letting one go needs votes acknowledged).
+//! drops a late copy of a body it no longer knows past that floor. A leader forgets one below
+//! its log's base once its coordinator decided it and every other shard's leader promised a
+//! closed timestamp past it ([`TigaMsg::PeerClosed`]); from then on it drops late bodies and
+//! votes and answers a late proposal with [`TigaMsg::Refused`], as it does for a transaction
+//! its coordinator decided before it ever got it (the proposer, still holding that one,
+//! drops it). Outcome records go once the followers executed the transaction and the other
+//! leaders promised past it.
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::journal::{Journal, Record, Recovered, Seqs};
@@ -276,6 +278,19 @@ pub enum TigaMsg {
         /// The sender still waits for the receiver's vote.
         want_reply: bool,
     },
+    /// Leader → participant leader, answering its proposal: the leader of `from` never took
+    /// `txn` and never will (its coordinator decided it, so no copy of it is taken here any
+    /// more). No leader can release it without `from`'s proposal: the receiver drops it.
+    Refused {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The transaction.
+        txn: TxnId,
+        /// The refusing shard.
+        from: ShardId,
+        /// The shard whose proposal it answers.
+        to: ShardId,
+    },
     /// Leader → peer leader: send me `txn`'s body (I heard a proposal for it only).
     GetBody {
         /// The sender's view ([`TigaMsg::view`]).
@@ -441,6 +456,7 @@ impl TigaMsg {
             | Self::Propose { view, .. }
             | Self::Confirm { view, .. }
             | Self::Vote { view, .. }
+            | Self::Refused { view, .. }
             | Self::GetBody { view, .. }
             | Self::Sync { view, .. }
             | Self::Watermark { view, .. }
@@ -464,6 +480,7 @@ impl TigaMsg {
             | Self::Propose { view, .. }
             | Self::Confirm { view, .. }
             | Self::Vote { view, .. }
+            | Self::Refused { view, .. }
             | Self::GetBody { view, .. }
             | Self::Sync { view, .. }
             | Self::Watermark { view, .. }
@@ -888,12 +905,11 @@ struct Hosted {
     journaled: BTreeMap<TxnId, Timestamp>,
     /// Leader: the log position of the last checkpoint (see [`checkpoint_records`]).
     checkpointed: usize,
-    /// Leader: the single-shard transactions in the log (from its base on).
-    single: BTreeSet<TxnId>,
-    /// Leader: single-shard transactions below the log's base still known as logged, to
-    /// forget once their coordinators decided them (at most [`FORGETTABLE_MAX`]; past it,
-    /// they stay known: memory, never safety).
-    forgettable: BTreeSet<TxnId>,
+    /// Leader: transactions below the log's base still known as logged, at their
+    /// timestamps, to forget once their coordinators decided them and every other shard's
+    /// leader promised past them (at most [`FORGETTABLE_MAX`]; past it, they stay known:
+    /// memory, never safety).
+    forgettable: BTreeSet<(Timestamp, TxnId)>,
     /// A leader restarted from a checkpoint: the store's rows it holds, applied over the
     /// initial load when the node starts.
     restore_rows: Vec<(Key, Vec<StateVersion>)>,
@@ -975,8 +991,13 @@ struct Counts {
     went_behind_total: u64,
     /// The most transaction bodies one hosted replica kept, as seen at each pace.
     bodies_high: u64,
-    /// Followers: late copies of bodies of transactions their coordinators decided, dropped.
+    /// Late copies of bodies of transactions their coordinators decided, dropped.
     stale_bodies_total: u64,
+    /// Leaders: late votes on transactions forgotten (or refused) here, dropped.
+    stale_votes_total: u64,
+    /// Leaders: proposals answered with a refusal, and proposals dropped on one.
+    refused_sent_total: u64,
+    refused_total: u64,
     /// Leaders: journal checkpoints written, and restarts that started from one.
     checkpoints_total: u64,
     resumed_from_checkpoint_total: u64,
@@ -1034,8 +1055,9 @@ pub struct TigaNode {
 /// (their transactions stay known as logged: memory, never safety).
 pub const COORDINATORS_TRACKED_MAX: usize = 1 << 12;
 
-/// Single-shard transactions below a leader's log base it waits to forget at once (their
-/// coordinators have not decided them yet); past it, the rest stay known as logged.
+/// Transactions below a leader's log base it waits to forget at once (their coordinators
+/// have not decided them, or other leaders not promised past them, yet); past it, the rest
+/// stay known as logged.
 pub const FORGETTABLE_MAX: usize = 1 << 16;
 
 impl TigaNode {
@@ -1170,7 +1192,6 @@ impl TigaNode {
                     rejoins: 0,
                     journaled: BTreeMap::new(),
                     checkpointed: 0,
-                    single: BTreeSet::new(),
                     forgettable: BTreeSet::new(),
                     restore_rows: Vec::new(),
                     quiet: false,
@@ -1623,18 +1644,16 @@ impl TigaNode {
                 self.counts.dropped_total += 1;
                 continue;
             }
-            // A leader takes a multi-shard one on: another leader may hold it, proposing,
-            // after its coordinator gave up (it fetches the body from that one).
-            if (!host.replica.leads() || shards.len() == 1)
-                && !host.replica.logged(txn)
+            if !host.replica.logged(txn)
                 && !host.bodies.contains_key(&txn)
                 && !host.replica.wants_body(txn)
                 && is_decided(&self.decided_floors, txn)
             {
                 // A late copy of a transaction its coordinator decided: a replica that has
                 // dropped it from its log may no longer know it logged it, and must not take
-                // it again (a follower's leader's log brings what it still needs; a leader
-                // forgets only single-shard ones, which nothing else asks for).
+                // it again (a follower's leader's log brings what it still needs). A leader
+                // that never took it refuses it for good: another leader still holding it
+                // hears so when it proposes ([`TigaMsg::Refused`]).
                 self.counts.stale_bodies_total += 1;
                 continue;
             }
@@ -1857,12 +1876,7 @@ impl TigaNode {
                 out.send(node, msg);
             }
         }
-        let covered = (0..shards)
-            .map(ShardId)
-            .filter(|&s| s != shard)
-            .map(|s| self.peer_closed.get(&s).copied().unwrap_or(Timestamp::ZERO))
-            .min()
-            .unwrap_or(Timestamp::ZERO);
+        let covered = self.peers_promised(shard);
         let host = self.hosted.get_mut(&shard).expect("led here");
         // Bounded by the records settled.
         while let Some(&(ts, txn)) = host.settling.first() {
@@ -1872,6 +1886,19 @@ impl TigaNode {
             host.settling.pop_first();
             host.decided.remove(&txn);
         }
+    }
+
+    /// The least closed timestamp the other shards' leaders promised this leader of `shard`
+    /// (each finished every transaction at or below it); the end of time in a cluster of one
+    /// shard.
+    fn peers_promised(&self, shard: ShardId) -> Timestamp {
+        // Bounded by the cluster's shards.
+        (0..self.context.topology.shards)
+            .map(ShardId)
+            .filter(|&s| s != shard)
+            .map(|s| self.peer_closed.get(&s).copied().unwrap_or(Timestamp::ZERO))
+            .min()
+            .unwrap_or(Timestamp::MAX)
     }
 
     /// Carries out a replica's actions. `peer`: set when they answer another leader's
@@ -1909,9 +1936,6 @@ impl TigaNode {
                         continue;
                     };
                     host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
-                    if known.shards.len() == 1 {
-                        host.single.insert(txn);
-                    }
                     if !host.quiet {
                         let body = (*known.body).clone();
                         self.journal.write(&Record::Logged { shard, ts, body });
@@ -2392,6 +2416,13 @@ impl TigaNode {
                     // timestamp above it, so this is a late copy (its sender has the vote).
                     return;
                 }
+                let known = host.replica.logged(txn) || host.bodies.contains_key(&txn);
+                if !known && is_decided(&self.decided_floors, txn) {
+                    // Finished and forgotten here, or refused: a late copy (a leader that
+                    // voted had this one's proposal, so it took the transaction).
+                    self.counts.stale_votes_total += 1;
+                    return;
+                }
                 if let Some(pending) = host.pending.get(&txn) {
                     if want_reply {
                         // The sender lacks this shard's vote (the first copy was lost).
@@ -2414,6 +2445,13 @@ impl TigaNode {
                     deliver_vote(host, txn, peer, PeerVote { ok, outputs });
                 }
                 self.execute_all(now, out);
+            }
+            TigaMsg::Refused { txn, from: peer, to, .. } => {
+                if !self.is_leader_node(peer, from) {
+                    self.counts.dropped_total += 1;
+                    return;
+                }
+                self.on_refused(now, txn, peer, to, out);
             }
             TigaMsg::GetBody { txn, .. } => {
                 let body =
@@ -2452,6 +2490,20 @@ impl TigaNode {
             if logged && answer {
                 continue;
             }
+            if !logged && !host.bodies.contains_key(&txn) && is_decided(&self.decided_floors, txn) {
+                // Its coordinator decided it and this leader holds no copy: it never took it
+                // (and refuses every copy from now on), or took it, finished it and forgot
+                // it (then every other leader finished it too and ignores this). Either way
+                // nothing is opened or fetched for it, and a proposer still holding it
+                // drops it.
+                host.replica.forget(txn);
+                if proposed.is_some() {
+                    self.counts.refused_sent_total += 1;
+                    let view = self.view.global;
+                    out.send(from, TigaMsg::Refused { view, txn, from: shard, to: peer });
+                }
+                continue;
+            }
             let actions = match proposed {
                 Some(ts) => {
                     let unknown = !host.bodies.contains_key(&txn) && !logged;
@@ -2475,6 +2527,37 @@ impl TigaNode {
             let call = PeerCall { shards, answer: logged };
             self.act(now, shard, actions, Some(call), out);
         }
+        self.release(now, out);
+    }
+
+    /// The leader of `peer` refused `txn`, which this leader of `shard` proposed: if it holds
+    /// it still (not released; no leader can release it now), it drops it, and its journal
+    /// says so.
+    fn on_refused(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        peer: ShardId,
+        shard: ShardId,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if !host.replica.leads() {
+            return;
+        }
+        let Some(actions) = host.replica.refused(peer, txn) else { return };
+        // A speculative run is revoked while its body is still here.
+        self.act(now, shard, actions, None, out);
+        let host = self.hosted.get_mut(&shard).expect("hosted");
+        host.bodies.remove(&txn);
+        host.early_votes.remove(&txn);
+        if let Some(streams) = &mut host.streams {
+            streams.dropped(txn);
+        }
+        if host.journaled.remove(&txn).is_some() {
+            self.journal.write(&Record::Withdrawn { shard, txn });
+        }
+        self.counts.refused_total += 1;
         self.release(now, out);
     }
 
@@ -2867,9 +2950,11 @@ impl TigaNode {
             // With every follower silent no acknowledgement prunes: the lag limit still does.
             let host = self.hosted.get_mut(&shard).expect("hosted");
             prune_bodies(host, &self.context.limits);
-            forget_decided_single(host, &self.decided_floors);
             self.close_for_followers(now, shard, out);
             self.close_for_peers(now, shard, out);
+            let covered = self.peers_promised(shard);
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            forget_decided(host, &self.decided_floors, covered);
         }
         self.execute_all(now, out);
     }
@@ -3008,24 +3093,28 @@ fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
     }
     if drop_upto >= host.replica.log_base() + limits.log_drop_min {
         // Bounded by the entries dropped.
-        for txn in host.replica.truncate_leader_log(drop_upto) {
-            if host.single.remove(&txn) && host.forgettable.len() < FORGETTABLE_MAX {
-                host.forgettable.insert(txn);
+        for (txn, ts) in host.replica.truncate_leader_log(drop_upto) {
+            if host.forgettable.len() < FORGETTABLE_MAX {
+                host.forgettable.insert((ts, txn));
             }
         }
     }
 }
 
-/// Leader: stops knowing as logged the single-shard transactions below its log's base whose
-/// coordinators decided them. Nothing brings one here again: its coordinator resends it no
-/// more, no other leader proposes it, and a late copy of its body is refused as stale (see
-/// `on_body`). Bounded by [`FORGETTABLE_MAX`].
-fn forget_decided_single(host: &mut Hosted, floors: &BTreeMap<(NodeId, u64), u64>) {
-    let decided: Vec<TxnId> =
-        host.forgettable.iter().copied().filter(|&t| is_decided(floors, t)).collect();
-    for txn in decided {
-        host.forgettable.remove(&txn);
-        host.replica.forget_logged(txn);
+/// Leader: stops knowing as logged the transactions below its log's base that its
+/// coordinator decided and every other shard's leader promised a closed timestamp at or above
+/// (`covered`: the least such promise). Nothing brings one here again: its coordinator resends
+/// it no more; no other leader proposes it (each finished it) or votes on it again but as a
+/// late copy, which is dropped; a late copy of its body is refused as stale (see `on_body`),
+/// and a late proposal is answered with a refusal the proposer ignores (it released the
+/// transaction). Bounded by [`FORGETTABLE_MAX`].
+fn forget_decided(host: &mut Hosted, floors: &BTreeMap<(NodeId, u64), u64>, covered: Timestamp) {
+    let upto = (covered, TxnId { origin: NodeId(u32::MAX), incarnation: u64::MAX, seq: u64::MAX });
+    let decided: Vec<(Timestamp, TxnId)> =
+        host.forgettable.range(..=upto).copied().filter(|&(_, t)| is_decided(floors, t)).collect();
+    for entry in decided {
+        host.forgettable.remove(&entry);
+        host.replica.forget_logged(entry.1);
     }
 }
 
@@ -3233,9 +3322,6 @@ fn restore_checkpointed(
     // Bounded by the checkpoint's entries.
     for (txn, ts, known, state) in entries {
         let at = (ts, txn);
-        if known.as_ref().is_some_and(|k| k.shards.len() == 1) {
-            host.single.insert(txn);
-        }
         match (state, known) {
             (EntryState::Done, known) => {
                 if let Some(known) = known {
@@ -4001,6 +4087,10 @@ impl TigaNode {
                     let known = body.map(|b| known(ts, b)).transpose()?.map(|(_, _, k)| k);
                     checkpointed.push((txn, ts, known, state));
                 }
+                // Those below the base are forgotten once decided and promised past, as
+                // before the restart.
+                let below = c.in_log.iter().map(|&(txn, ts)| (ts, txn)).take(FORGETTABLE_MAX);
+                host.forgettable = below.collect();
                 start = Some(CheckpointedLog {
                     base,
                     base_ts: c.base_ts,
@@ -4051,9 +4141,6 @@ impl TigaNode {
             }
             self.counts.replayed_total += log.len() as u64;
             for ((txn, ts, known), hash) in log.into_iter().zip(hashes) {
-                if known.shards.len() == 1 {
-                    host.single.insert(txn);
-                }
                 host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
                 host.queued.insert(txn, Queued { ts, hash, speculative: false });
                 host.bodies.insert(txn, known);
@@ -4223,7 +4310,9 @@ impl TigaNode {
             }
             Purpose::FetchBody(shard, txn, proposer) => {
                 let Some(host) = self.hosted.get(&shard) else { return };
-                if !host.bodies.contains_key(&txn) && !host.replica.logged(txn) {
+                let missing = !host.bodies.contains_key(&txn) && !host.replica.logged(txn);
+                // One its coordinator decided since is refused, not fetched.
+                if missing && !is_decided(&self.decided_floors, txn) {
                     out.send(proposer, TigaMsg::GetBody { view: self.view.global, txn });
                 }
             }
@@ -4296,6 +4385,9 @@ impl Node for TigaNode {
                 ("luigi_log_entries", log_entries),
                 ("luigi_log_lingering", lingering),
                 ("luigi_stale_bodies_total", self.counts.stale_bodies_total),
+                ("luigi_stale_votes_total", self.counts.stale_votes_total),
+                ("luigi_refusals_sent_total", self.counts.refused_sent_total),
+                ("luigi_refused_total", self.counts.refused_total),
                 ("luigi_decided_kept", decided),
                 ("luigi_logged_kept", logged),
                 ("luigi_stale_view_total", self.counts.stale_view_total),
@@ -4337,6 +4429,9 @@ impl Node for TigaNode {
             ("tiga_log_entries", log_entries),
             ("tiga_log_lingering", lingering),
             ("tiga_stale_bodies_total", self.counts.stale_bodies_total),
+            ("tiga_stale_votes_total", self.counts.stale_votes_total),
+            ("tiga_refusals_sent_total", self.counts.refused_sent_total),
+            ("tiga_refused_total", self.counts.refused_total),
             ("tiga_decided_kept", decided),
             ("tiga_logged_kept", logged),
             ("tiga_stale_view_total", self.counts.stale_view_total),
@@ -4557,20 +4652,8 @@ mod tests {
         let now = 10 * meridian_core::time::NS_PER_S;
         node.on_start(now, &mut out);
         node.on_message(now, worker, TigaMsg::Txn(Box::new(bodies[1].clone())), &mut out);
-        let mut effects: Vec<Effect<TigaMsg>> = out.drain().collect();
         // Whatever waited for the journal goes out once it is durable.
-        let tokens: Vec<PersistToken> = effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Persist { token, .. } => Some(*token),
-                _ => None,
-            })
-            .collect();
-        for token in tokens {
-            let mut out = Outbox::new();
-            node.on_persisted(now, token, &mut out);
-            effects.extend(out.drain());
-        }
+        let effects = when_durable(&mut node, out.drain().collect());
         let told_again = effects.iter().filter_map(|e| match e {
             Effect::Send { msg: TigaMsg::Watermark { ts, .. }, to, .. } if *to == worker => {
                 Some(*ts)
@@ -4719,6 +4802,7 @@ mod tests {
         };
         vec![
             TigaMsg::Txn(Box::new(body)),
+            TigaMsg::Refused { view: VIEW, txn: txn(2), from: ShardId(1), to: ShardId(0) },
             TigaMsg::Fast {
                 view: VIEW,
                 txn: txn(1),
@@ -5103,6 +5187,11 @@ mod tests {
             TigaMsg::PeerClosed { view: VIEW, shard: ShardId(1), ts: Timestamp::MAX },
             TigaMsg::PeerClosed { view: VIEW, shard: ShardId(0), ts: Timestamp::MAX },
             TigaMsg::PeerClosed { view: VIEW, shard: ShardId(200), ts: Timestamp::MAX },
+            // Refusals from a node that leads no shard named, and naming shards that do not
+            // exist.
+            TigaMsg::Refused { view: VIEW, txn: txn(7), from: ShardId(1), to: ShardId(0) },
+            TigaMsg::Refused { view: VIEW, txn: txn(7), from: ShardId(300), to: ShardId(0) },
+            TigaMsg::Refused { view: VIEW, txn: txn(7), from: ShardId(1), to: ShardId(300) },
         ];
         for (i, msg) in hostile.into_iter().enumerate() {
             leader.on_message(1_000 + i as u64, stranger, msg, &mut out);
@@ -5516,6 +5605,114 @@ mod tests {
         assert!(host.answer_order.len() <= 2 * host.answers.len() + 1_025);
         let ordered: BTreeSet<TxnId> = host.answer_order.iter().copied().collect();
         assert!(host.answers.keys().all(|txn| ordered.contains(txn)), "every reply evictable");
+    }
+
+    /// `effects`, and what `node` sends once the journal records among them are durable.
+    fn when_durable(
+        node: &mut TigaNode,
+        mut effects: Vec<Effect<TigaMsg>>,
+    ) -> Vec<Effect<TigaMsg>> {
+        let tokens: Vec<PersistToken> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Persist { token, .. } => Some(*token),
+                _ => None,
+            })
+            .collect();
+        for token in tokens {
+            let mut out = Outbox::new();
+            node.on_persisted(0, token, &mut out);
+            effects.extend(out.drain());
+        }
+        effects
+    }
+
+    /// A leader asked to agree on a transaction its coordinator decided, of which it holds
+    /// no copy, refuses it for good (no body fetched, no agreement opened, every later copy
+    /// dropped), and the proposer, which holds it, drops it and journals that; a refusal from
+    /// a node that does not lead the refusing shard changes nothing.
+    #[test]
+    fn a_leader_refuses_what_its_coordinator_decided_without_it_and_the_proposer_drops_it() {
+        for variant in [Variant::Tiga, Variant::Luigi] {
+            let (mut a, workload) = node_of(0, variant);
+            let leader_b = a.leader_of(ShardId(1)).unwrap();
+            let mut b = node_of(leader_b.0, variant).0;
+            assert!(b.hosted[&ShardId(1)].replica.leads());
+            let coordinator = NodeId(10);
+            let id = |seq: u64| TxnId { origin: coordinator, incarnation: 1, seq };
+            let mut generator = workload.generator(0, 0);
+            let shards_of = |r: &TxnRequest| shape_of(&a.context, r, ShardId(0)).unwrap().shards();
+            let mut requests = (0..1_000).map(|i| generator.next(RequestId(i)));
+            let across = requests.find(|r| shards_of(r) == [ShardId(0), ShardId(1)]).unwrap();
+            let body = |seq: u64, request: &TxnRequest, decided_below: u64| TxnBody {
+                txn: id(seq),
+                ts: Timestamp(5_000), // Held: its time has not come.
+                sent_at: 0,
+                request: request.clone(),
+                home: ShardId(0),
+                decided_below,
+            };
+            let mut out = Outbox::new();
+            // A holds transaction 1 and proposes it to B once its journal holds the proposal.
+            a.on_message(10, coordinator, TigaMsg::Txn(Box::new(body(1, &across, 0))), &mut out);
+            let proposal = when_durable(&mut a, out.drain().collect())
+                .into_iter()
+                .find_map(|e| match e {
+                    Effect::Send { to, msg: msg @ TigaMsg::Propose { .. } } if to == leader_b => {
+                        Some(msg)
+                    }
+                    _ => None,
+                })
+                .expect("a proposal to B's leader");
+            assert!(a.hosted[&ShardId(0)].replica.held_at(id(1)).is_some());
+            // B never got it; its coordinator's next body says it decided it.
+            let later = body(4, &across, 2);
+            b.on_message(20, coordinator, TigaMsg::Txn(Box::new(later)), &mut out);
+            when_durable(&mut b, out.drain().collect());
+            b.on_message(30, NodeId(0), proposal, &mut out);
+            let sent: Vec<TigaMsg> = when_durable(&mut b, out.drain().collect())
+                .into_iter()
+                .filter_map(|e| match e {
+                    Effect::Send { to: NodeId(0), msg } => Some(msg),
+                    _ => None,
+                })
+                .collect();
+            let refusal =
+                TigaMsg::Refused { view: VIEW, txn: id(1), from: ShardId(1), to: ShardId(0) };
+            assert_eq!(
+                sent,
+                std::slice::from_ref(&refusal),
+                "{variant:?}: refused, nothing fetched"
+            );
+            assert_eq!(b.counts.refused_sent_total, 1);
+            b.timer(1_000_000_000, TimerId(u64::MAX), &mut out); // No timer of its own.
+            assert!(out
+                .drain()
+                .all(|e| !matches!(e, Effect::Send { msg: TigaMsg::GetBody { .. }, .. })));
+            // A late copy of the body is dropped for good.
+            let late = TigaMsg::Txn(Box::new(body(1, &across, 0)));
+            b.on_message(40, coordinator, late, &mut out);
+            assert!(b.hosted[&ShardId(1)].replica.held_at(id(1)).is_none());
+            assert!(!b.hosted[&ShardId(1)].bodies.contains_key(&id(1)));
+            assert_eq!(b.counts.stale_bodies_total, 1);
+            // At A: a refusal from a node that does not lead B changes nothing.
+            let stranger = NodeId(leader_b.0 + 1);
+            a.on_message(50, stranger, refusal.clone(), &mut out);
+            let host = &a.hosted[&ShardId(0)];
+            assert!(host.replica.held_at(id(1)).is_some(), "{variant:?}: a stranger's word");
+            assert!(host.journaled.contains_key(&id(1)));
+            // From B's leader: the transaction goes, body, proposal and all.
+            let records = a.journal.records_total;
+            a.on_message(60, leader_b, refusal, &mut out);
+            let host = &a.hosted[&ShardId(0)];
+            assert!(host.replica.held_at(id(1)).is_none(), "{variant:?}: dropped");
+            assert!(!host.bodies.contains_key(&id(1)) && !host.journaled.contains_key(&id(1)));
+            assert_eq!(a.counts.refused_total, 1);
+            assert_eq!(a.journal.records_total, records + 1, "{variant:?}: withdrawn");
+            if let Some(streams) = &host.streams {
+                assert_eq!(streams.open(), 0, "no longer holds its worker's watermark back");
+            }
+        }
     }
 
     /// A luigi coordinator takes a watermark only from the shard's leader (a stranger's is

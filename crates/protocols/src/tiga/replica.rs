@@ -386,14 +386,14 @@ impl Replica {
     }
 
     /// Leader: drops the log entries below `upto` (every follower executed them), and returns
-    /// their transactions. Whether a transaction is logged stays known (a resend or a
-    /// repeated proposal is answered) until [`Replica::forget_logged`].
-    pub fn truncate_leader_log(&mut self, upto: usize) -> Vec<TxnId> {
+    /// them. Whether a transaction is logged stays known (a resend or a repeated proposal is
+    /// answered) until [`Replica::forget_logged`].
+    pub fn truncate_leader_log(&mut self, upto: usize) -> Vec<(TxnId, Timestamp)> {
         if let Role::Leader { log, base, base_ts, .. } = &mut self.role {
             let upto = upto.min(*base + log.len());
             if upto > *base {
                 *base_ts = log[upto - *base - 1].1;
-                let dropped = log.drain(..upto - *base).map(|(txn, _)| txn).collect();
+                let dropped = log.drain(..upto - *base).collect();
                 *base = upto;
                 return dropped;
             }
@@ -402,9 +402,9 @@ impl Replica {
     }
 
     /// Leader: stops knowing `txn` as logged. Only for a transaction below the log's base
-    /// that nothing can bring here again (the caller's rule: a single-shard transaction its
-    /// coordinator decided, whose late copies the node refuses). False when it is not known
-    /// as logged.
+    /// that nothing can bring here again (the caller's rule: its coordinator decided it and
+    /// every other leader promised a closed timestamp past it, and the node refuses its late
+    /// copies). False when it is not known as logged.
     pub fn forget_logged(&mut self, txn: TxnId) -> bool {
         let Role::Leader { log, in_log, .. } = &mut self.role else { return false };
         debug_assert!(log.iter().all(|&(t, _)| t != txn), "{txn} is still in the log");
@@ -781,6 +781,35 @@ impl Replica {
         }
         self.hold.remove(txn);
         true
+    }
+
+    /// Leader: the leader of `from` refused `txn` (it never took it and never will: its
+    /// coordinator decided it without that shard). A transaction held here and not released
+    /// can then never be agreed on: it goes, with its agreement, and a speculative run is
+    /// revoked ([`Action::Revoke`]). `None` (nothing changes) for a transaction logged here
+    /// or not held, or when `from` is not a participant or had proposed (it took the
+    /// transaction, so this is not its word on it).
+    pub fn refused(&mut self, from: ShardId, txn: TxnId) -> Option<Vec<Action>> {
+        let Role::Leader { agreements, speculated, in_log, .. } = &mut self.role else {
+            return None;
+        };
+        if in_log.contains_key(&txn) || self.hold.timestamp_of(txn).is_none() {
+            return None;
+        }
+        let agreement = agreements.get(&txn)?;
+        if from == self.shard || !agreement.participants().any(|s| s == from) {
+            return None;
+        }
+        if agreement.heard(from) {
+            return None;
+        }
+        agreements.remove(&txn);
+        let mut actions = Vec::new();
+        if let Some(ts) = speculated.remove(&txn) {
+            actions.push(Action::Revoke { txn, ts });
+        }
+        self.hold.remove(txn);
+        Some(actions)
     }
 
     /// The clock reads `now`: releases what is due, in timestamp order.

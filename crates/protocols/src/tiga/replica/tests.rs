@@ -477,3 +477,35 @@ fn a_restarted_leader_takes_up_its_log_and_holds_its_proposals_where_they_were()
     let twice = [log[0], log[0]];
     assert!(Replica::recovered_leader(A, limits(), None, &twice).is_none());
 }
+
+/// A refusal drops a held, proposed transaction only when it can be the refuser's word: a
+/// participant that never proposed, for one not released here. A speculative run goes with
+/// it, and what it held back runs.
+#[test]
+fn a_refused_transaction_leaves_only_while_held_and_unheard_from_the_refuser() {
+    const C: ShardId = ShardId(2);
+    let mut a = Replica::new(A, true, limits()).with_detective(true);
+    a.arrive(rmw(1, 100, &[A, B, C], &[1]));
+    assert!(a.refused(A, txn(1)).is_none(), "its own shard");
+    assert!(a.refused(ShardId(2), txn(7)).is_none(), "not held here");
+    // C proposed: it took the transaction, so a refusal in its name is not its word.
+    a.on_proposal(C, txn(1), &[A, B, C], Timestamp(100));
+    assert!(a.refused(C, txn(1)).is_none());
+    // It runs speculatively at 100, and a conflicting one waits behind it.
+    assert_eq!(speculated(&a.tick(100)).len(), 1);
+    a.arrive(rmw(2, 90, &[A], &[1]));
+    assert!(executed(&a.tick(120)).is_empty(), "held behind the unagreed transaction");
+    // B never proposed: its refusal drops it, revoking the run, and frees the key.
+    let dropped = a.refused(B, txn(1)).expect("dropped");
+    assert_eq!(dropped, [Action::Revoke { txn: txn(1), ts: Timestamp(100) }]);
+    assert_eq!((a.held_at(txn(1)), a.speculated()), (None, 0));
+    assert_eq!(executed(&a.tick(120)), [(txn(2), Timestamp(101))]);
+    assert!(a.refused(B, txn(1)).is_none(), "gone already");
+    // One released here (so every participant proposed) stays whatever a refusal says.
+    let mut b = Replica::new(B, true, limits());
+    b.arrive(rmw(3, 100, &[A, B], &[5]));
+    b.on_proposal(A, txn(3), &[A, B], Timestamp(100));
+    assert_eq!(executed(&b.tick(100)), [(txn(3), Timestamp(100))]);
+    assert!(b.refused(A, txn(3)).is_none());
+    assert!(b.logged(txn(3)));
+}
