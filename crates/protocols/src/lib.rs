@@ -409,8 +409,14 @@ pub struct Limits {
     /// `tiga`, `luigi`: log entries a replica drops at a time, at least (the entries every
     /// replica executed; fewer per drop cost more per entry).
     pub log_drop_min: usize,
+    /// `tiga`, `luigi`: transactions below a leader's log base it waits to forget at once
+    /// (their coordinators have not decided them, or other leaders not promised past them,
+    /// yet); past it, the rest stay known as logged until it has room again.
+    pub forgettable_max: usize,
 }
 
+/// [`Limits::forgettable_max`] by default.
+pub const FORGETTABLE_MAX: usize = 1 << 16;
 /// [`Limits::log_drop_min`] by default.
 pub const LOG_DROP_MIN: usize = 1 << 10;
 /// [`Limits::follower_lag_max`] by default.
@@ -433,6 +439,7 @@ impl Default for Limits {
             dependents_waiting_max: 4_096,
             follower_lag_max: FOLLOWER_LAG_MAX,
             log_drop_min: LOG_DROP_MIN,
+            forgettable_max: FORGETTABLE_MAX,
         }
     }
 }
@@ -451,6 +458,7 @@ impl Limits {
             ("dependents_waiting_max", self.dependents_waiting_max),
             ("follower_lag_max", self.follower_lag_max),
             ("log_drop_min", self.log_drop_min),
+            ("forgettable_max", self.forgettable_max),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{name} must be at least 1")));

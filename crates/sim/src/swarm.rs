@@ -179,6 +179,10 @@ impl FaultPlan {
             let follower_lag_max = pick(&mut later, &[4, 64]);
             Limits { follower_lag_max, log_drop_min: pick(&mut later, &[1, 16]), ..l }
         });
+        let limits = limits.map(|l| {
+            let mut later = child_rng(seed, "swarm-plan-limits-4", 0);
+            Limits { forgettable_max: pick(&mut later, &[2, 64]), ..l }
+        });
         // A long partition: one node cut off from every other for most of the fault phase, so
         // that prepared attempts outlive many decisions elsewhere (with shrunken limits, their
         // peers forget all else meanwhile).
@@ -210,7 +214,7 @@ impl FaultPlan {
         if let Some(l) = &limits {
             let _ = write!(
                 text,
-                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {} read stamps {} dependents {} follower lag {} log drop {}",
+                "; limits decided {} deliveries {} inquiries {} reads {} lock holders {} read stamps {} dependents {} follower lag {} log drop {} forgettable {}",
                 l.decided_max,
                 l.deliveries_max,
                 l.inquiries_max,
@@ -219,7 +223,8 @@ impl FaultPlan {
                 l.read_stamps_max,
                 l.dependents_waiting_max,
                 l.follower_lag_max,
-                l.log_drop_min
+                l.log_drop_min,
+                l.forgettable_max
             );
         }
         Self {

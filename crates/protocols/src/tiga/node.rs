@@ -907,9 +907,12 @@ struct Hosted {
     checkpointed: usize,
     /// Leader: transactions below the log's base still known as logged, at their
     /// timestamps, to forget once their coordinators decided them and every other shard's
-    /// leader promised past them (at most [`FORGETTABLE_MAX`]; past it, they stay known:
-    /// memory, never safety).
+    /// leader promised past them (at most [`crate::Limits::forgettable_max`]; past it, they
+    /// stay known until there is room again: memory, never safety).
     forgettable: BTreeSet<(Timestamp, TxnId)>,
+    /// Leader: some transaction went below the log's base while `forgettable` was full: once
+    /// it has room again it is filled from the logged set.
+    forgettable_overflowed: bool,
     /// A leader restarted from a checkpoint: the store's rows it holds, applied over the
     /// initial load when the node starts.
     restore_rows: Vec<(Key, Vec<StateVersion>)>,
@@ -1055,11 +1058,6 @@ pub struct TigaNode {
 /// (their transactions stay known as logged: memory, never safety).
 pub const COORDINATORS_TRACKED_MAX: usize = 1 << 12;
 
-/// Transactions below a leader's log base it waits to forget at once (their coordinators
-/// have not decided them, or other leaders not promised past them, yet); past it, the rest
-/// stay known as logged.
-pub const FORGETTABLE_MAX: usize = 1 << 16;
-
 impl TigaNode {
     /// A tiga node of `context` (in memory: a durable driver is refused by the caller).
     pub fn new(context: NodeContext) -> Result<Self, String> {
@@ -1193,6 +1191,7 @@ impl TigaNode {
                     journaled: BTreeMap::new(),
                     checkpointed: 0,
                     forgettable: BTreeSet::new(),
+                    forgettable_overflowed: false,
                     restore_rows: Vec::new(),
                     quiet: false,
                 },
@@ -2954,7 +2953,12 @@ impl TigaNode {
             self.close_for_peers(now, shard, out);
             let covered = self.peers_promised(shard);
             let host = self.hosted.get_mut(&shard).expect("hosted");
-            forget_decided(host, &self.decided_floors, covered);
+            forget_decided(
+                host,
+                &self.decided_floors,
+                covered,
+                self.context.limits.forgettable_max,
+            );
         }
         self.execute_all(now, out);
     }
@@ -3094,8 +3098,10 @@ fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
     if drop_upto >= host.replica.log_base() + limits.log_drop_min {
         // Bounded by the entries dropped.
         for (txn, ts) in host.replica.truncate_leader_log(drop_upto) {
-            if host.forgettable.len() < FORGETTABLE_MAX {
+            if host.forgettable.len() < limits.forgettable_max {
                 host.forgettable.insert((ts, txn));
+            } else {
+                host.forgettable_overflowed = true;
             }
         }
     }
@@ -3107,14 +3113,38 @@ fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
 /// it no more; no other leader proposes it (each finished it) or votes on it again but as a
 /// late copy, which is dropped; a late copy of its body is refused as stale (see `on_body`),
 /// and a late proposal is answered with a refusal the proposer ignores (it released the
-/// transaction). Bounded by [`FORGETTABLE_MAX`].
-fn forget_decided(host: &mut Hosted, floors: &BTreeMap<(NodeId, u64), u64>, covered: Timestamp) {
+/// transaction). Bounded by [`crate::Limits::forgettable_max`].
+fn forget_decided(
+    host: &mut Hosted,
+    floors: &BTreeMap<(NodeId, u64), u64>,
+    covered: Timestamp,
+    forgettable_max: usize,
+) {
     let upto = (covered, TxnId { origin: NodeId(u32::MAX), incarnation: u64::MAX, seq: u64::MAX });
     let decided: Vec<(Timestamp, TxnId)> =
         host.forgettable.range(..=upto).copied().filter(|&(_, t)| is_decided(floors, t)).collect();
     for entry in decided {
         host.forgettable.remove(&entry);
         host.replica.forget_logged(entry.1);
+    }
+    if host.forgettable_overflowed && host.forgettable.len() <= forgettable_max / 2 {
+        // Room again (once per half of the set emptied): a pass over the logged set forgets
+        // what went below the base meanwhile and qualifies now, and takes up the rest.
+        let mut waiting = Vec::new();
+        // Bounded by the transactions logged here.
+        for (txn, ts) in host.replica.logged_below_base_at(|_| true) {
+            if host.forgettable.contains(&(ts, txn)) {
+                continue;
+            }
+            if ts <= covered && is_decided(floors, txn) {
+                host.replica.forget_logged(txn);
+            } else {
+                waiting.push((ts, txn));
+            }
+        }
+        let room = forgettable_max - host.forgettable.len();
+        host.forgettable_overflowed = waiting.len() > room;
+        host.forgettable.extend(waiting.into_iter().take(room));
     }
 }
 
@@ -4089,8 +4119,10 @@ impl TigaNode {
                 }
                 // Those below the base are forgotten once decided and promised past, as
                 // before the restart.
-                let below = c.in_log.iter().map(|&(txn, ts)| (ts, txn)).take(FORGETTABLE_MAX);
+                let forgettable_max = self.context.limits.forgettable_max;
+                let below = c.in_log.iter().map(|&(txn, ts)| (ts, txn)).take(forgettable_max);
                 host.forgettable = below.collect();
+                host.forgettable_overflowed = c.in_log.len() > forgettable_max;
                 start = Some(CheckpointedLog {
                     base,
                     base_ts: c.base_ts,

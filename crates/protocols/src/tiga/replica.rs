@@ -453,9 +453,15 @@ impl Replica {
     /// Leader: the transactions logged below the base (dropped entries) that `keep` picks,
     /// in id order. Goes over every transaction logged.
     pub fn logged_below_base(&self, keep: impl Fn(TxnId) -> bool) -> Vec<TxnId> {
+        self.logged_below_base_at(keep).into_iter().map(|(txn, _)| txn).collect()
+    }
+
+    /// [`Replica::logged_below_base`], with each one's timestamp.
+    pub fn logged_below_base_at(&self, keep: impl Fn(TxnId) -> bool) -> Vec<(TxnId, Timestamp)> {
         let Role::Leader { log, in_log, .. } = &self.role else { return Vec::new() };
         let held: BTreeSet<TxnId> = log.iter().map(|&(txn, _)| txn).collect();
-        in_log.keys().copied().filter(|&t| !held.contains(&t) && keep(t)).collect()
+        let below = in_log.iter().filter(|&(t, _)| !held.contains(t) && keep(*t));
+        below.map(|(&txn, &ts)| (txn, ts)).collect()
     }
 
     /// Follower: drops the synced entries below `upto` (executed here); a dropped transaction
