@@ -131,6 +131,11 @@ pub struct HoldQueue<T> {
     reserved: BTreeMap<Key, Timestamp>,
     held_max: usize,
     keys_max: usize,
+    /// The last [`HoldQueue::release`] walked every due entry and found none to release: until
+    /// the queue changes or the clock reaches this (the next entry it did not walk), another
+    /// walk would find none either. (The walk runs on every event and covers every due entry,
+    /// those waiting for agreement included.)
+    idle_until: Option<Timestamp>,
 }
 
 impl<T> HoldQueue<T> {
@@ -147,6 +152,7 @@ impl<T> HoldQueue<T> {
             reserved: BTreeMap::new(),
             held_max,
             keys_max,
+            idle_until: None,
         }
     }
 
@@ -162,8 +168,9 @@ impl<T> HoldQueue<T> {
 
     /// The earliest timestamp held later than `now`: when the next entry comes due.
     pub fn next_due_after(&self, now: Time) -> Option<Timestamp> {
-        // Bounded by the queue (at most `held_max` entries).
-        self.queue.keys().map(|&(ts, _)| ts).find(|ts| ts.0 > now)
+        let first = TxnId { origin: meridian_core::NodeId(0), incarnation: 0, seq: 0 };
+        let after = (Timestamp(now.checked_add(1)?), first);
+        self.queue.range(after..).next().map(|(&(ts, _), _)| ts)
     }
 
     /// The earliest timestamp held, if any.
@@ -288,6 +295,7 @@ impl<T> HoldQueue<T> {
         let write_digests = writes.iter().map(digest).collect();
         let held = Held { reads, writes, read_digests, write_digests, ready, payload };
         self.queue.insert((ts, txn), held);
+        self.idle_until = None;
     }
 
     /// Marks `txn` ready (or not) for release. False when it is not held.
@@ -295,6 +303,7 @@ impl<T> HoldQueue<T> {
         let Some(&at) = self.at.get(&txn) else { return false };
         let held = self.queue.get_mut(&(at, txn)).expect("`at` and `queue` agree");
         held.ready = ready;
+        self.idle_until = None;
         true
     }
 
@@ -308,12 +317,14 @@ impl<T> HoldQueue<T> {
         let held = self.queue.remove(&(at, txn)).expect("`at` and `queue` agree");
         self.at.insert(txn, ts);
         self.queue.insert((ts, txn), held);
+        self.idle_until = None;
         true
     }
 
     /// Takes `txn` out without releasing it (its coordinator gave up, a view change).
     pub fn remove(&mut self, txn: TxnId) -> Option<T> {
         let at = self.at.remove(&txn)?;
+        self.idle_until = None;
         self.queue.remove(&(at, txn)).map(|held| held.payload)
     }
 
@@ -384,7 +395,14 @@ impl<T> HoldQueue<T> {
     /// Releases, in timestamp order, every ready entry with a timestamp at or below `now`
     /// that no earlier held entry conflicts with, at most `max` of them.
     pub fn release(&mut self, now: Time, max: usize) -> Vec<Released<T>> {
+        if self.idle_until.is_some_and(|until| now < until.0) {
+            debug_assert!(self.pick_due(now, max, None).0.is_empty(), "idle, yet one is due");
+            return Vec::new();
+        }
         let (due, _) = self.pick_due(now, max, None);
+        if due.is_empty() {
+            self.idle_until = Some(self.next_due_after(now).unwrap_or(Timestamp::MAX));
+        }
         self.take_released(due)
     }
 
@@ -395,6 +413,7 @@ impl<T> HoldQueue<T> {
             .map(|(ts, txn)| {
                 let held = self.queue.remove(&(ts, txn)).expect("just seen");
                 self.at.remove(&txn);
+                self.idle_until = None;
                 // Equal timestamps of one batch leave in transaction-id order (the queue's).
                 debug_assert!(
                     ts >= self.remembered_conflict(&held.reads, &held.writes),
@@ -497,6 +516,33 @@ mod tests {
             follower.arrive(a(5, 20, vec![], vec![key(2)]), false, true),
             Arrival::Late(Timestamp(40))
         );
+    }
+
+    /// A walk that releases nothing is not repeated until the queue changes or the clock
+    /// reaches an entry it did not walk; every change counts.
+    #[test]
+    fn an_idle_walk_is_skipped_only_while_nothing_it_saw_changed() {
+        let mut q = HoldQueue::new(16, 64);
+        q.arrive(a(1, 10, vec![], vec![key(1)]), false, false);
+        q.arrive(a(2, 20, vec![key(1)], vec![]), false, true);
+        assert!(q.release(25, 16).is_empty(), "1 waits for its agreement, 2 behind it");
+        assert_eq!(q.idle_until, Some(Timestamp::MAX));
+        assert!(q.release(1_000, 16).is_empty());
+        assert!(q.set_ready(txn(1), true));
+        assert_eq!(ids(&q.release(25, 16)), vec![1, 2], "readiness counts");
+        q.arrive(a(3, 50, vec![], vec![key(2)]), false, true);
+        q.arrive(a(4, 40, vec![], vec![key(2)]), false, false);
+        assert!(q.release(45, 16).is_empty());
+        assert_eq!(q.idle_until, Some(Timestamp(50)), "3 was not walked");
+        assert!(q.release(49, 16).is_empty());
+        assert!(q.release(60, 16).is_empty(), "3 is due, behind 4");
+        assert_eq!(q.remove(txn(4)), Some(4));
+        assert_eq!(ids(&q.release(60, 16)), vec![3], "a removal counts");
+        q.arrive(a(5, 70, vec![], vec![key(3)]), false, false);
+        assert!(q.release(80, 16).is_empty());
+        assert!(q.reposition(txn(5), Timestamp(90)));
+        q.arrive(a(6, 75, vec![key(3)], vec![]), false, true);
+        assert_eq!(ids(&q.release(80, 16)), vec![6], "a move and an arrival count");
     }
 
     #[test]
