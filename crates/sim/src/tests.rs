@@ -1197,15 +1197,30 @@ fn tiga_and_luigi_leaders_forget_decided_transactions_and_refuse_late_copies() {
 /// learns from their next bodies that they decided those, and refuses them when shard 0's
 /// leader proposes again; shard 0's leader drops them, and what they held back on its keys
 /// runs. Every transaction is decided, the history is strictly serializable, and no leader
-/// holds anything at the end.
+/// holds anything at the end: for tiga and luigi, in detective mode (a speculative run of a
+/// dropped transaction is revoked), and under message loss, duplication and reordering.
 #[test]
 fn tiga_and_luigi_leaders_drop_what_another_leader_refused() {
-    for protocol in [ProtocolKind::Tiga, ProtocolKind::Luigi] {
+    let cases = [
+        (ProtocolKind::Tiga, "preventive", false),
+        (ProtocolKind::Luigi, "preventive", false),
+        (ProtocolKind::Tiga, "detective", false),
+        (ProtocolKind::Tiga, "preventive", true),
+        (ProtocolKind::Luigi, "preventive", true),
+    ];
+    for (protocol, mode, chaos) in cases {
         let prefix = if protocol == ProtocolKind::Tiga { "tiga" } else { "luigi" };
         let mut o = tiga(44, 2, 1, "metro");
         o.protocol = protocol;
         o.txns = 600;
         o.attempts_max = Some(3);
+        if protocol == ProtocolKind::Tiga {
+            o.protocol_options = tiga_options(&[("tiga-mode", mode)]);
+        }
+        if chaos {
+            o.chaos =
+                crate::Chaos { loss: 0.01, duplicate: 0.02, reorder: 0.05, until_ns: 4 * NS_PER_S };
+        }
         let (zero, one) = (tiga_leader(&o, 0), tiga_leader(&o, 1));
         for coordinator in o.topology.coordinators() {
             o.faults.push((500 * NS_PER_MS, Fault::Block(coordinator, one)));
@@ -1221,14 +1236,22 @@ fn tiga_and_luigi_leaders_drop_what_another_leader_refused() {
         assert_passed(&report);
         let sum = |name: &str| total(&report, &format!("{prefix}_{name}"));
         let (refused, dropped) = (sum("refusals_sent_total"), sum("refused_total"));
+        let case = format!("{protocol:?} {mode}{}", if chaos { " under chaos" } else { "" });
         eprintln!(
-            "{protocol:?}: {} committed, {} indeterminate, {refused} refusals, {dropped} dropped",
-            report.committed, report.indeterminate
+            "{case}: {} committed, {} indeterminate, {refused} refusals, {dropped} dropped, {} \
+             speculative runs revoked",
+            report.committed,
+            report.indeterminate,
+            sum("revoked_total")
         );
-        assert!(report.indeterminate > 0, "{protocol:?}: coordinators gave up");
-        assert!(dropped > 0 && refused >= dropped, "{protocol:?}: {refused} / {dropped}");
+        assert!(report.indeterminate > 0, "{case}: coordinators gave up");
+        assert!(dropped > 0 && refused >= dropped, "{case}: {refused} / {dropped}");
         assert_eq!(counter(&report, one, &format!("{prefix}_refused_total")), 0);
-        assert_eq!(sum("held"), 0, "{protocol:?}: nothing held for good");
+        assert_eq!(sum("held"), 0, "{case}: nothing held for good");
+        if mode == "detective" {
+            assert!(sum("revoked_total") > 0, "{case}: a speculative run revoked");
+            assert_eq!(sum("speculations"), 0, "{case}: speculations left over");
+        }
     }
 }
 
