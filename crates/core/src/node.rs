@@ -160,7 +160,7 @@ pub fn read_outputs(
         .map(|scan| {
             Datum::List(
                 scan.into_iter()
-                    .map(|(k, v)| Datum::List(vec![Datum::Bytes(k.0), Datum::Bytes(v)]))
+                    .map(|(k, v)| Datum::List(vec![Datum::Bytes(k.into_bytes()), Datum::Bytes(v)]))
                     .collect(),
             )
         })
@@ -189,7 +189,7 @@ pub fn parse_read_outputs(
             scan.as_list()?
                 .iter()
                 .map(|row| match row.as_list()? {
-                    [k, v] => Some((Key(k.as_bytes()?.to_vec()), v.as_bytes()?.to_vec())),
+                    [k, v] => Some((Key::from(k.as_bytes()?.to_vec()), v.as_bytes()?.to_vec())),
                     _ => None,
                 })
                 .collect::<Option<Vec<_>>>()

@@ -235,14 +235,15 @@ static SESSION_READS: std::sync::LazyLock<Arc<dyn Procedure>> =
 impl SessionReads {
     /// The arguments that read `keys`, scan `scans` and lock `writes` for writing.
     pub fn args(keys: &[Key], scans: &[ScanRange], writes: &[Key]) -> Args {
-        let list =
-            |keys: &[Key]| Datum::List(keys.iter().map(|k| Datum::Bytes(k.0.clone())).collect());
+        let list = |keys: &[Key]| {
+            Datum::List(keys.iter().map(|k| Datum::Bytes(k.as_bytes().to_vec())).collect())
+        };
         let scans = scans
             .iter()
             .map(|r| {
                 Datum::List(vec![
-                    Datum::Bytes(r.start.0.clone()),
-                    Datum::Bytes(r.end.0.clone()),
+                    Datum::Bytes(r.start.as_bytes().to_vec()),
+                    Datum::Bytes(r.end.as_bytes().to_vec()),
                     Datum::Uint(u64::from(r.limit)),
                     Datum::Uint(u64::from(r.reverse)),
                 ])
@@ -262,7 +263,9 @@ impl SessionReads {
                 .ok_or_else(|| bad("keys are not a list"))?
                 .iter()
                 .map(|k| {
-                    k.as_bytes().map(|b| Key(b.to_vec())).ok_or_else(|| bad("a key is not bytes"))
+                    k.as_bytes()
+                        .map(|b| Key::from(b.to_vec()))
+                        .ok_or_else(|| bad("a key is not bytes"))
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
@@ -273,8 +276,9 @@ impl SessionReads {
             .iter()
             .map(|scan| match scan.as_list() {
                 Some([start, end, limit, reverse]) => {
-                    let start = Key(start.as_bytes().ok_or_else(|| bad("scan start"))?.to_vec());
-                    let end = Key(end.as_bytes().ok_or_else(|| bad("scan end"))?.to_vec());
+                    let start =
+                        Key::from(start.as_bytes().ok_or_else(|| bad("scan start"))?.to_vec());
+                    let end = Key::from(end.as_bytes().ok_or_else(|| bad("scan end"))?.to_vec());
                     let limit = limit
                         .as_uint()
                         .and_then(|l| u32::try_from(l).ok())

@@ -69,7 +69,7 @@ fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
 
 fn parse_key(word: &str) -> Result<Key, String> {
     if let Some(hex) = word.strip_prefix("0x") {
-        return Ok(Key(parse_hex(hex)?));
+        return Ok(Key::from(parse_hex(hex)?));
     }
     if let Some(rest) = word.strip_prefix('t') {
         if let Some((table, parts)) = rest.split_once(':') {
@@ -89,7 +89,7 @@ fn parse_key(word: &str) -> Result<Key, String> {
         return Err("an empty key".into());
     }
     // Unescaped, so that text keys scan in text order (`scan a b` holds every key from `a`).
-    Ok(Key([&[TEXT_TABLE], word.as_bytes()].concat()))
+    Ok(Key::from([&[TEXT_TABLE], word.as_bytes()].concat()))
 }
 
 fn parse_value(word: &str) -> Result<Value, String> {
@@ -325,13 +325,13 @@ mod tests {
         assert_eq!(statements.len(), 5);
         assert_eq!(
             statements[0],
-            Statement::Get(vec![Key(vec![TEXT_TABLE, b'a']), Key::table(3).u64(7).build()])
+            Statement::Get(vec![Key::from(vec![TEXT_TABLE, b'a']), Key::table(3).u64(7).build()])
         );
         assert_eq!(
             statements[1],
             Statement::Put(parse_key("a").unwrap(), 5i64.to_le_bytes().to_vec())
         );
-        assert_eq!(statements[2], Statement::Delete(Key(vec![0, 255])));
+        assert_eq!(statements[2], Statement::Delete(Key::from(vec![0, 255])));
         assert!(matches!(statements[3], Statement::Scan { limit: 10, reverse: true, .. }));
         let bad = |lines: &[&str]| {
             parse_all(&lines.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap_err()
@@ -347,7 +347,7 @@ mod tests {
         assert!(bad(&["put a 0xabc"]).contains("odd number"));
         assert!(bad(&["get 0x€1"]).contains("not hex"), "a multi-byte character is not a digit");
         assert!(bad(&["get 0x+1+2"]).contains("not hex"));
-        assert_eq!(parse_key("0x00fF").unwrap(), Key(vec![0, 255]));
+        assert_eq!(parse_key("0x00fF").unwrap(), Key::from(vec![0, 255]));
         assert!(bad(&["scan a b 0"]).contains("limit"));
         assert!(bad(&[]).contains("no statements"));
         assert_eq!(show_key(&parse_key("t3:7").unwrap()), "t3:7");

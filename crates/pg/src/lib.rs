@@ -587,7 +587,7 @@ async fn read_back(admin: &Client, shared: &Shared) -> Result<Vec<(ShardId, Mvcc
         let query =
             format!("SELECT k, v FROM {}.{} ORDER BY k", shared.schema, sql::table_name(table));
         for row in admin.query(&query, &[]).await.map_err(|e| e.to_string())? {
-            let key = meridian_core::key::Key(row.get(0));
+            let key = meridian_core::key::Key::from(row.get::<_, Vec<u8>>(0));
             let value: Vec<u8> = row.get(1);
             match shared.partitioner.target_of(&key) {
                 ShardTarget::Shard(s) => {

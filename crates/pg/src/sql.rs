@@ -318,7 +318,7 @@ impl Session<'_> {
         for (table, keys) in by_table {
             let statement = self.get_statement(table).await?;
             for row in self.client.query(&statement, &[&keys]).await.map_err(|e| classify(&e))? {
-                rows.insert(Key(row.get(0)), version(row.get(1)));
+                rows.insert(Key::from(row.get::<_, Vec<u8>>(0)), version(row.get(1)));
             }
         }
         let mut scanned = Vec::with_capacity(scans.len());
@@ -335,7 +335,7 @@ impl Session<'_> {
                     None => self.client.query(&statement, &[&lower, &left]).await,
                 };
                 for row in result.map_err(|e| classify(&e))? {
-                    found.push((Key(row.get(0)), version(row.get(1))));
+                    found.push((Key::from(row.get::<_, Vec<u8>>(0)), version(row.get(1))));
                 }
             }
             scanned.push((range.clone(), found));
@@ -444,7 +444,12 @@ mod tests {
     use super::*;
 
     fn range(start: &[u8], end: &[u8], reverse: bool) -> ScanRange {
-        ScanRange { start: Key(start.to_vec()), end: Key(end.to_vec()), limit: 10, reverse }
+        ScanRange {
+            start: Key::from(start.to_vec()),
+            end: Key::from(end.to_vec()),
+            limit: 10,
+            reverse,
+        }
     }
 
     #[test]

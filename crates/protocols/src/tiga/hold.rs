@@ -80,8 +80,13 @@ fn stamp(
 ) {
     for (stamps, keys) in [(last_read, reads), (last_write, writes)] {
         for key in keys {
-            let stamp = stamps.entry(key.clone()).or_insert(ts);
-            *stamp = (*stamp).max(ts);
+            // Looked up first: a key already stamped is not cloned (this runs on every release).
+            match stamps.get_mut(key) {
+                Some(stamp) => *stamp = (*stamp).max(ts),
+                None => {
+                    stamps.insert(key.clone(), ts);
+                }
+            }
         }
     }
 }

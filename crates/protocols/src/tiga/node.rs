@@ -3435,7 +3435,7 @@ fn store_rows(store: &MvccStore) -> impl Iterator<Item = Vec<(Key, Vec<StateVers
                 .iter()
                 .map(|v| STATE_VERSION_BYTES + v.value.as_ref().map_or(0, Vec::len))
                 .sum();
-            bytes += key.0.len() + values;
+            bytes += key.len() + values;
             rows.push((key.clone(), chain));
         }
         (!rows.is_empty()).then_some(rows)

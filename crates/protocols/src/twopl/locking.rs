@@ -388,7 +388,7 @@ mod tests {
     }
 
     fn k(s: &str) -> Key {
-        Key(s.as_bytes().to_vec())
+        Key::from(s.as_bytes().to_vec())
     }
 
     fn x(key: &str) -> Need {
