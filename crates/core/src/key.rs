@@ -53,7 +53,7 @@ pub type Value = Vec<u8>;
 impl Key {
     /// Starts a key of `table`.
     pub fn table(table: u8) -> KeyBuilder {
-        KeyBuilder { bytes: vec![table] }
+        KeyBuilder::new(table)
     }
 
     /// The key whose bytes are `bytes`.
@@ -171,41 +171,65 @@ impl fmt::Debug for Key {
     }
 }
 
-/// Builds a composite key component by component.
+/// Builds a composite key component by component. A key that fits inline is built without
+/// an allocation; one that outgrows it moves to the heap once.
 #[derive(Clone, Debug)]
 pub struct KeyBuilder {
-    bytes: Vec<u8>,
+    inline: [u8; KEY_INLINE_MAX],
+    len: usize,
+    /// Every byte once the key outgrew `inline`; empty (unallocated) until then.
+    spilled: Vec<u8>,
 }
 
 impl KeyBuilder {
+    fn new(table: u8) -> Self {
+        let mut inline = [0; KEY_INLINE_MAX];
+        inline[0] = table;
+        Self { inline, len: 1, spilled: Vec::new() }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.spilled.is_empty() && self.len + bytes.len() <= KEY_INLINE_MAX {
+            self.inline[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
+        if self.spilled.is_empty() {
+            self.spilled.reserve(2 * KEY_INLINE_MAX);
+            self.spilled.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.spilled.extend_from_slice(bytes);
+    }
+
     /// Appends an unsigned 64-bit integer.
     pub fn u64(mut self, value: u64) -> Self {
-        self.bytes.extend_from_slice(&value.to_be_bytes());
+        self.push(&value.to_be_bytes());
         self
     }
 
     /// Appends an unsigned 32-bit integer.
     pub fn u32(mut self, value: u32) -> Self {
-        self.bytes.extend_from_slice(&value.to_be_bytes());
+        self.push(&value.to_be_bytes());
         self
     }
 
     /// Appends a signed 64-bit integer.
     pub fn i64(mut self, value: i64) -> Self {
         let flipped = (value as u64) ^ (1u64 << 63);
-        self.bytes.extend_from_slice(&flipped.to_be_bytes());
+        self.push(&flipped.to_be_bytes());
         self
     }
 
     /// Appends a byte string (escaped, terminated).
     pub fn bytes(mut self, value: &[u8]) -> Self {
         for &byte in value {
-            self.bytes.push(byte);
             if byte == 0 {
-                self.bytes.push(0xFF);
+                self.push(&[0x00, 0xFF]);
+            } else {
+                self.push(&[byte]);
             }
         }
-        self.bytes.extend_from_slice(&[0x00, 0x01]);
+        self.push(&[0x00, 0x01]);
         self
     }
 
@@ -216,7 +240,11 @@ impl KeyBuilder {
 
     /// Finishes the key.
     pub fn build(self) -> Key {
-        Key::from(self.bytes)
+        if self.spilled.is_empty() {
+            Key::from_slice(&self.inline[..self.len])
+        } else {
+            Key::from(self.spilled)
+        }
     }
 }
 
@@ -343,6 +371,34 @@ mod tests {
         }
         assert_eq!(Key::default(), Key::from(Vec::new()));
         assert!(postcard::from_bytes::<Key>(&[5, 1, 2]).is_err(), "a truncated key is refused");
+    }
+
+    /// The builder gives the same bytes whether the key stays inline or outgrows it midway
+    /// through a component.
+    #[test]
+    fn the_builder_spills_to_the_heap_without_changing_a_byte() {
+        for count in 0..6u64 {
+            for text in ["", "a\0b", "a longer string than fits inline"] {
+                let mut expected = vec![9u8];
+                let mut builder = Key::table(9);
+                for i in 0..count {
+                    expected.extend_from_slice(&(i * 77).to_be_bytes());
+                    builder = builder.u64(i * 77);
+                }
+                for &byte in text.as_bytes() {
+                    expected.push(byte);
+                    if byte == 0 {
+                        expected.push(0xFF);
+                    }
+                }
+                expected.extend_from_slice(&[0, 1]);
+                builder = builder.str(text);
+                expected.extend_from_slice(&7u32.to_be_bytes());
+                let key = builder.u32(7).build();
+                assert_eq!(key.as_bytes(), &expected[..], "{count} integers, {text:?}");
+                assert_eq!(matches!(key.0, Repr::Inline { .. }), expected.len() <= KEY_INLINE_MAX);
+            }
+        }
     }
 
     #[test]

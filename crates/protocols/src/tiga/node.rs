@@ -679,8 +679,13 @@ fn shape_of(
         }
         part.pieces.push(index as u32);
         part.deps.push(piece.deps.clone());
-        part.reads.extend(keys.reads);
-        part.writes.extend(keys.writes);
+        for (into, keys) in [(&mut part.reads, keys.reads), (&mut part.writes, keys.writes)] {
+            if into.is_empty() {
+                *into = keys; // The common case, one piece per shard: no copy.
+            } else {
+                into.extend(keys);
+            }
+        }
     }
     if parts.is_empty() {
         return Err(ProcError::BadArgs("a transaction without pieces".into()));
@@ -1031,6 +1036,8 @@ pub struct TigaNode {
     awaiting: BTreeMap<TxnId, Committed>,
     view: View,
     hosted: BTreeMap<ShardId, Hosted>,
+    /// The keys of `hosted`, which never change: walked on every step without collecting them.
+    hosted_shards: Vec<ShardId>,
     tracker: Tracker,
     ids: AttemptIds,
     requests: BTreeMap<RequestId, InFlight>,
@@ -1207,6 +1214,7 @@ impl TigaNode {
             owd,
             ids: AttemptIds::new(context.id, context.incarnation),
             view,
+            hosted_shards: hosted.keys().copied().collect(),
             hosted,
             requests: BTreeMap::new(),
             by_txn: BTreeMap::new(),
@@ -1626,8 +1634,9 @@ impl TigaNode {
         let from_peer_leader = shards.iter().any(|&s| self.is_leader_node(s, from));
         let hosted_shards: Vec<ShardId> =
             shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
+        let mut parts = shape.parts;
         for shard in hosted_shards {
-            let part = shape.parts[&shard].clone();
+            let part = parts.remove(&shard).expect("a participant");
             let coordinator = body.txn.origin;
             let host = self.hosted.get_mut(&shard).expect("filtered");
             if host.joining.is_some() {
@@ -1712,11 +1721,9 @@ impl TigaNode {
                 host.bodies.insert(txn, known);
                 continue;
             }
-            host.bodies.insert(
-                txn,
-                Known { body: body.clone(), owd_ns, part: part.clone(), shards: shards.clone() },
-            );
             let incoming = incoming(txn, body.ts, &shards, &part);
+            host.bodies
+                .insert(txn, Known { body: body.clone(), owd_ns, part, shards: shards.clone() });
             let actions = if host.replica.leads() {
                 leader_arrive(host, incoming)
             } else {
@@ -2078,12 +2085,11 @@ impl TigaNode {
     /// Executes what every hosted replica can: leaders their released transactions, followers
     /// their synced log; votes between shards led here pass in place.
     fn execute_all(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
-        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
         // Each round executes or finishes at least one transaction, or stops.
         loop {
             let mut progressed = false;
-            for &shard in &shards {
-                progressed |= self.execute(shard, out);
+            for index in 0..self.hosted_shards.len() {
+                progressed |= self.execute(self.hosted_shards[index], out);
             }
             if !progressed {
                 break;
@@ -2273,8 +2279,8 @@ impl TigaNode {
 
     /// Releases what is due on every hosted replica, and arranges the next release.
     fn release(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
-        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
-        for shard in shards {
+        for index in 0..self.hosted_shards.len() {
+            let shard = self.hosted_shards[index];
             let actions = self.hosted.get_mut(&shard).expect("hosted").replica.tick(now);
             let released = !actions.is_empty();
             self.act(now, shard, actions, None, out);
