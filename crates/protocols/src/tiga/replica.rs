@@ -220,6 +220,17 @@ pub struct Replica {
     capped: bool,
 }
 
+/// Every key a part reads or writes, sorted, each once: what the hold queue keeps with a
+/// transaction and the key hashes walk as it is.
+fn part_keys(reads: &[Key], writes: &[Key]) -> Vec<Key> {
+    let mut keys = Vec::with_capacity(reads.len() + writes.len());
+    keys.extend_from_slice(reads);
+    keys.extend_from_slice(writes);
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
 impl Replica {
     /// A replica of `shard`, leading it or not.
     pub fn new(shard: ShardId, leader: bool, limits: ReplicaLimits) -> Self {
@@ -326,8 +337,7 @@ impl Replica {
             }
             entries.push((txn, ts));
             replica.hold.stamp_released(ts, reads, writes);
-            let mut keys = reads.to_vec();
-            keys.extend(writes.iter().cloned());
+            let keys = part_keys(reads, writes);
             replica.hashes.toggle(txn, ts, &keys);
             hashes.push(replica.hashes.reply_hash(&keys));
         }
@@ -344,8 +354,7 @@ impl Replica {
         if !self.leads() || self.logged(txn) || shards.len() < 2 || !shards.contains(&self.shard) {
             return Vec::new();
         }
-        let mut keys = reads.clone();
-        keys.extend(writes.iter().cloned());
+        let keys = part_keys(&reads, &writes);
         let arriving = Arriving { txn, ts: proposed, reads, writes, payload: keys };
         if !self.hold.restore(arriving) {
             return Vec::new();
@@ -609,8 +618,7 @@ impl Replica {
             return Vec::new(); // Not a participant, or shards that do not exist: malformed.
         }
         let multi = shards.len() > 1;
-        let mut keys = reads.clone();
-        keys.extend(writes.iter().cloned());
+        let keys = part_keys(&reads, &writes);
         match &self.role {
             Role::Leader { in_log, .. } if in_log.contains_key(&txn) => {
                 return Vec::new(); // Released here once already: a retry executes nothing.
