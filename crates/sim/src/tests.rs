@@ -1255,6 +1255,44 @@ fn tiga_and_luigi_leaders_drop_what_another_leader_refused() {
     }
 }
 
+/// Coordinators cut off from a shard's leader, but not from its followers, give up after 3
+/// sends: the followers release what only they received, and their leader never lists it.
+/// Each follower drops those entries once its leader's promise (sent every pace with the log
+/// length that covers it) says the log will never list them there; kept, they stayed in the
+/// followers' key hashes and unsynced tails for good, and fast replies on their keys
+/// disagreed with the leader's for the rest of the run.
+#[test]
+fn tiga_followers_drop_what_their_leader_will_never_list() {
+    for shards in [1, 2] {
+        let mut o = tiga(45, shards, 3, "metro");
+        o.txns = 800;
+        o.attempts_max = Some(3);
+        let leader = tiga_leader(&o, 0);
+        for coordinator in o.topology.coordinators() {
+            o.faults.push((500 * NS_PER_MS, Fault::Block(coordinator, leader)));
+        }
+        o.faults.push((2_000 * NS_PER_MS, Fault::Heal));
+        let report = run(&o, workload("list-append", shards, 8)).unwrap();
+        assert_passed(&report);
+        let dropped = total(&report, "tiga_tail_dropped_total");
+        let left = total(&report, "tiga_tail_entries");
+        let fast = total(&report, "tiga_fast_commits_total");
+        eprintln!(
+            "{shards} shard(s): {} committed, {} indeterminate, {dropped} dropped from tails, \
+             {left} left, {fast} fast commits",
+            report.committed, report.indeterminate
+        );
+        assert!(report.indeterminate > 0, "coordinators gave up");
+        assert!(dropped > 0, "followers dropped what their leader never took");
+        assert_eq!(left, 0, "no tail entry left at the end");
+        let kept = total(&report, "tiga_unlisted_kept");
+        assert_eq!(kept, 0, "bodies kept only until their coordinators decided them");
+        // Kept, the entries left followers disagreeing on their keys: 332 of 820 commits
+        // were fast on one shard (against 800 of 812 with them dropped).
+        assert!(fast * 10 >= report.committed * 8, "{fast} of {} fast", report.committed);
+    }
+}
+
 /// Swarm seed 502 of `bank` under luigi (3 × 3): a leader restarts (its clock 100 ms back)
 /// holding again a transaction it had proposed, at its first proposal. Its worker's
 /// watermark had been told at that very timestamp (the hold had moved above it), so the

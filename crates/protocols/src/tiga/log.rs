@@ -9,8 +9,9 @@
 //! own and the leader has not yet listed. Synchronisation extends the prefix with the leader's entries: an entry the
 //! follower released at another timestamp takes the leader's (*retimed*), one it never
 //! received is fetched (the follower needs the body to execute it later), and the tail keeps
-//! only what the leader has not listed yet (it may still come, or be dropped by a later view
-//! change).
+//! only what the leader has not listed yet (it may still come; once the leader's promise
+//! says its log will never list an entry at its timestamp, [`FollowerLog::drop_unlisted`]
+//! drops it).
 //!
 //! The **sync-point** is the length of the prefix whose bodies the follower holds; each entry
 //! passing it earns the coordinator a slow reply. The **commit-point** is the largest position
@@ -188,6 +189,23 @@ impl FollowerLog {
         self.tail.len()
     }
 
+    /// Drops from the tail every transaction released here at or below `listed_through`: the
+    /// caller knows that the leader's log lists, inside this replica's prefix already, every
+    /// entry it will ever hold at or below that timestamp, so these are not in it there
+    /// (a coordinator's copy the leader never received; the leader may still take one later,
+    /// above, and then the log lists it). Returns what was dropped.
+    pub fn drop_unlisted(&mut self, listed_through: Timestamp) -> Vec<(TxnId, Timestamp)> {
+        // Bounded by the tail (`tail_max`).
+        let dropped: Vec<(TxnId, Timestamp)> = (self.tail.iter())
+            .filter(|&(_, &ts)| ts <= listed_through)
+            .map(|(&txn, &ts)| (txn, ts))
+            .collect();
+        for (txn, _) in &dropped {
+            self.tail.remove(txn);
+        }
+        dropped
+    }
+
     /// This replica released `txn` at `ts` on its own. False when the tail is full (nothing
     /// changed) or the transaction is already logged.
     pub fn release(&mut self, txn: TxnId, ts: Timestamp) -> bool {
@@ -296,6 +314,24 @@ mod tests {
         assert_eq!(synced.newly_synced, vec![e(3, 30)]);
         assert_eq!(log.tail_len(), 0);
         assert!(!log.release(t(3), Timestamp(30)), "already logged");
+    }
+
+    #[test]
+    fn the_tail_drops_what_the_leader_listed_through_without_it() {
+        let mut log = FollowerLog::new(8);
+        for (seq, ts) in [(1, 10), (2, 20), (3, 30)] {
+            assert!(log.release(t(seq), Timestamp(ts)));
+        }
+        log.on_sync(0, &[e(2, 25)], |_| true);
+        assert_eq!(log.tail_len(), 2, "2 left the tail: the leader listed it (retimed)");
+        assert_eq!(log.drop_unlisted(Timestamp(9)), vec![], "nothing that low");
+        assert_eq!(log.drop_unlisted(Timestamp(10)), vec![e(1, 10)], "at the bound, dropped");
+        assert_eq!(log.tail_len(), 1);
+        assert!(!log.contains(t(1)), "dropped: not logged here");
+        assert!(log.release(t(1), Timestamp(40)), "released again later, it is taken");
+        assert_eq!(log.drop_unlisted(Timestamp(35)), vec![e(3, 30)]);
+        assert_eq!(log.tail_len(), 1, "the one above the bound stays");
+        assert_eq!(log.len(), 1, "the prefix is untouched");
     }
 
     #[test]

@@ -878,6 +878,10 @@ struct Hosted {
     /// first (at most [`CLOSED_KEPT_MAX`]): a follower serves at the latest one whose log it
     /// executed, which may trail the latest heard while outcomes are awaited.
     closed: VecDeque<(Timestamp, usize)>,
+    /// Follower: transactions dropped from its tail whose bodies it keeps until their
+    /// coordinators decided them (a restarted leader takes such a transaction again above its
+    /// promise, and the log then lists it: the body spares a fetch). At most [`TAIL_MAX`].
+    unlisted: BTreeSet<TxnId>,
     /// Snapshot reads waiting for their timestamp to close here, by (timestamp, id).
     snapshots: BTreeMap<(Timestamp, TxnId), Known>,
     /// Snapshot reads are on: the store keeps every version (see [`apply`]).
@@ -1006,6 +1010,9 @@ struct Counts {
     /// Leaders: proposals answered with a refusal, and proposals dropped on one.
     refused_sent_total: u64,
     refused_total: u64,
+    /// Followers: transactions released here that the leader's log will never list at
+    /// their timestamp, dropped.
+    tail_dropped_total: u64,
     /// Leaders: journal checkpoints written, and restarts that started from one.
     checkpoints_total: u64,
     resumed_from_checkpoint_total: u64,
@@ -1180,6 +1187,7 @@ impl TigaNode {
                     promised: Timestamp::ZERO,
                     closed_sent: Timestamp::ZERO,
                     closed: VecDeque::new(),
+                    unlisted: BTreeSet::new(),
                     snapshots: BTreeMap::new(),
                     keep_history: snapshot_reads,
                     // A follower of a node started before may have vouched for entries it no
@@ -1826,11 +1834,13 @@ impl TigaNode {
         }
     }
 
-    /// Leader, snapshot reads: moves the promised closed timestamp up to what is closed now
-    /// and tells the followers, with the log length that covers it.
+    /// Leader: moves the promised closed timestamp up to what is closed now and tells the
+    /// followers, with the log length that covers it: they serve snapshot reads at it, and
+    /// (tiga) drop what they released at or below it that the log does not list.
     fn close_for_followers(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        if !self.snapshot_reads || !host.replica.leads() || host.followers.is_empty() {
+        let wanted = self.snapshot_reads || self.variant == Variant::Tiga;
+        if !wanted || !host.replica.leads() || host.followers.is_empty() {
             return;
         }
         self.promise_closed(now, shard);
@@ -2567,6 +2577,56 @@ impl TigaNode {
     }
 
     /// True when `node` leads `shard` in the current view.
+    /// Tiga follower of `shard`: drops what it released itself at or below the latest
+    /// closed timestamp its leader promised whose log its synced prefix covers. The leader
+    /// lists every entry it will ever log at or below a promise within the log length it
+    /// sent with it (anything arriving later is held above the promise), so such an entry is
+    /// a copy the leader never took there: a coordinator that gave up or crashed before its
+    /// leader's copy arrived. Kept, it would stay in this replica's key hashes for good, and
+    /// every later fast reply on its keys would disagree with the leader's; and the tail
+    /// would fill, after which this follower replies fast to nothing. Its body stays until
+    /// the coordinator decided the transaction: the leader may still take it, above the
+    /// promise (a restarted leader hearing a resend), and then its log lists it here.
+    /// `sweep`: also let go of the bodies kept that are no longer needed (once per promise
+    /// heard, not on every log message).
+    fn drop_unlisted(&mut self, shard: ShardId, sweep: bool) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if host.replica.leads() || host.joining.is_some() || self.variant != Variant::Tiga {
+            return;
+        }
+        let synced = host.replica.log_len();
+        // Promises grow with their log lengths: the latest one the prefix covers.
+        let Some(&(through, _)) = host.closed.iter().rev().find(|&&(_, upto)| upto <= synced)
+        else {
+            return;
+        };
+        let dropped = host.replica.drop_unlisted(through);
+        self.counts.tail_dropped_total += dropped.len() as u64;
+        host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+        if !sweep {
+            return;
+        }
+        // Bounded by the set: listed since (its body is the log's now), or decided by its
+        // coordinator and so never listed (nothing resends it), or past the bound (the log
+        // fetches it should it list it after all).
+        let floors = &self.decided_floors;
+        let replica = &host.replica;
+        let overflow = host.unlisted.len().saturating_sub(TAIL_MAX);
+        let mut gone = Vec::new();
+        for (index, &txn) in host.unlisted.iter().enumerate() {
+            let listed = replica.logged(txn) || replica.wants_body(txn);
+            if listed || index < overflow || is_decided(floors, txn) {
+                gone.push((txn, listed));
+            }
+        }
+        for (txn, listed) in gone {
+            host.unlisted.remove(&txn);
+            if !listed && replica.held_at(txn).is_none() {
+                host.bodies.remove(&txn);
+            }
+        }
+    }
+
     fn is_leader_node(&self, shard: ShardId, node: NodeId) -> bool {
         shard.0 < self.context.topology.shards && self.leader_of(shard) == Some(node)
     }
@@ -2607,6 +2667,7 @@ impl TigaNode {
         let fetching =
             actions.iter().any(|a| matches!(a, Action::Fetch { .. } | Action::Resend { .. }));
         self.act(now, shard, actions, None, out);
+        self.drop_unlisted(shard, false);
         if !fetching {
             // Bodies asked for before and still missing are asked for again (the fetch or
             // its answer may have been lost).
@@ -2910,6 +2971,7 @@ impl TigaNode {
         host.answer_order.clear();
         host.outcomes.clear();
         host.closed.clear();
+        host.unlisted.clear();
         host.ahead.clear();
         host.executed = 0;
         host.commit = 0;
@@ -4307,6 +4369,7 @@ impl TigaNode {
                         host.closed.pop_front();
                     }
                 }
+                self.drop_unlisted(shard, true);
                 self.serve_snapshots(now, out);
             }
             TigaMsg::PeerClosed { shard, ts, .. } => {
@@ -4486,6 +4549,9 @@ impl Node for TigaNode {
             ("tiga_followers_behind_total", self.counts.behind_total),
             ("tiga_went_behind_total", self.counts.went_behind_total),
             ("tiga_bodies_high_water", self.counts.bodies_high),
+            ("tiga_tail_dropped_total", self.counts.tail_dropped_total),
+            ("tiga_tail_entries", self.hosted.values().map(|h| h.replica.tail_len() as u64).sum()),
+            ("tiga_unlisted_kept", self.hosted.values().map(|h| h.unlisted.len() as u64).sum()),
         ]
     }
 }

@@ -933,6 +933,30 @@ impl Replica {
         actions
     }
 
+    /// Follower: transactions released here that the leader has not listed yet (0 at a
+    /// leader).
+    pub fn tail_len(&self) -> usize {
+        match &self.role {
+            Role::Leader { .. } => 0,
+            Role::Follower { log, .. } => log.tail_len(),
+        }
+    }
+
+    /// Follower: drops the transactions it released at or below `listed_through` that the
+    /// leader's log does not list, given that its synced prefix holds every entry the leader
+    /// will ever log at or below it (see [`FollowerLog::drop_unlisted`]), and takes each out
+    /// of its key hashes again, so the keys' later fast replies match the leader's. Returns
+    /// what was dropped (nothing at a leader).
+    pub fn drop_unlisted(&mut self, listed_through: Timestamp) -> Vec<(TxnId, Timestamp)> {
+        let Role::Follower { log, tail_keys, .. } = &mut self.role else { return Vec::new() };
+        let dropped = log.drop_unlisted(listed_through);
+        for &(txn, ts) in &dropped {
+            let keys = tail_keys.remove(&txn).expect("a tail entry's keys are kept");
+            self.hashes.toggle(txn, ts, &keys);
+        }
+        dropped
+    }
+
     /// Follower: true when `txn` is listed by the leader and its body is awaited here.
     pub fn wants_body(&self, txn: TxnId) -> bool {
         match &self.role {

@@ -509,3 +509,34 @@ fn a_refused_transaction_leaves_only_while_held_and_unheard_from_the_refuser() {
     assert!(b.refused(A, txn(3)).is_none());
     assert!(b.logged(txn(3)));
 }
+
+/// A follower released a transaction its leader never received (only the follower got the
+/// coordinator's copy): the follower's next fast reply on that key disagrees with the
+/// leader's until it drops the entry its leader will never list there; then the two agree
+/// again, and the leader's log lists the rest as before.
+#[test]
+fn a_follower_drops_what_its_leader_never_listed_and_its_replies_match_again() {
+    let mut leader = Replica::new(A, true, limits());
+    let mut follower = Replica::new(A, false, limits());
+    assert!(follower.arrive(rmw(1, 100, &[A], &[7])).is_empty());
+    assert_eq!(fast(&follower.tick(100)).len(), 1, "released at the follower alone");
+    for r in [&mut leader, &mut follower] {
+        assert!(r.arrive(rmw(2, 200, &[A], &[7])).is_empty());
+    }
+    let (at_leader, at_follower) = (fast(&leader.tick(200)), fast(&follower.tick(200)));
+    assert_ne!(at_leader[0].2, at_follower[0].2, "the follower's hash still holds txn 1");
+    follower.on_sync(0, leader.log_since(0), |_| None);
+    assert_eq!(follower.tail_len(), 1, "txn 1 waits for a leader that never lists it");
+    assert_eq!(follower.drop_unlisted(Timestamp(99)), [], "nothing at or below 99");
+    assert_eq!(follower.drop_unlisted(Timestamp(250)), [(txn(1), Timestamp(100))]);
+    assert_eq!(follower.tail_len(), 0);
+    assert_eq!(leader.drop_unlisted(Timestamp(250)), [], "a leader has no tail");
+    for r in [&mut leader, &mut follower] {
+        assert!(r.arrive(rmw(3, 300, &[A], &[7])).is_empty());
+    }
+    let (at_leader, at_follower) = (fast(&leader.tick(300)), fast(&follower.tick(300)));
+    assert_eq!(at_leader, at_follower, "the same entry, timestamp and hash again");
+    // Had the leader taken txn 1 after all, above, its log would list it and the follower
+    // would hash it there: nothing of the dropped entry remains to disagree.
+    assert_eq!(follower.hashes().reply_hash(&[key(7)]), leader.hashes().reply_hash(&[key(7)]));
+}
