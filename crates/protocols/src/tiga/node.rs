@@ -2576,7 +2576,6 @@ impl TigaNode {
         self.release(now, out);
     }
 
-    /// True when `node` leads `shard` in the current view.
     /// Tiga follower of `shard`: drops what it released itself at or below the latest
     /// closed timestamp its leader promised whose log its synced prefix covers. The leader
     /// lists every entry it will ever log at or below a promise within the log length it
@@ -2627,6 +2626,7 @@ impl TigaNode {
         }
     }
 
+    /// True when `node` leads `shard` in the current view.
     fn is_leader_node(&self, shard: ShardId, node: NodeId) -> bool {
         shard.0 < self.context.topology.shards && self.leader_of(shard) == Some(node)
     }
