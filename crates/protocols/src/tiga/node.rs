@@ -878,6 +878,8 @@ struct Hosted {
     /// first (at most [`CLOSED_KEPT_MAX`]): a follower serves at the latest one whose log it
     /// executed, which may trail the latest heard while outcomes are awaited.
     closed: VecDeque<(Timestamp, usize)>,
+    /// Follower: the promise its tail was last cut at (see `drop_unlisted`).
+    tail_cut: Timestamp,
     /// Follower: transactions dropped from its tail whose bodies it keeps until their
     /// coordinators decided them (a restarted leader takes such a transaction again above its
     /// promise, and the log then lists it: the body spares a fetch). At most [`TAIL_MAX`].
@@ -1188,6 +1190,7 @@ impl TigaNode {
                     closed_sent: Timestamp::ZERO,
                     closed: VecDeque::new(),
                     unlisted: BTreeSet::new(),
+                    tail_cut: Timestamp::ZERO,
                     snapshots: BTreeMap::new(),
                     keep_history: snapshot_reads,
                     // A follower of a node started before may have vouched for entries it no
@@ -2599,6 +2602,12 @@ impl TigaNode {
         else {
             return;
         };
+        // The tail is walked once per promise, not on every log message: what this follower
+        // releases at or below a promise it cut at already goes at the next one.
+        if through <= host.tail_cut && !sweep {
+            return;
+        }
+        host.tail_cut = host.tail_cut.max(through);
         let dropped = host.replica.drop_unlisted(through);
         self.counts.tail_dropped_total += dropped.len() as u64;
         host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
@@ -2972,6 +2981,7 @@ impl TigaNode {
         host.outcomes.clear();
         host.closed.clear();
         host.unlisted.clear();
+        host.tail_cut = Timestamp::ZERO;
         host.ahead.clear();
         host.executed = 0;
         host.commit = 0;
@@ -3769,6 +3779,8 @@ fn install(
     host.bodies.clear();
     host.outcomes.clear();
     host.closed.clear();
+    host.unlisted.clear();
+    host.tail_cut = Timestamp::ZERO;
     host.joining = None;
     Ok(floors)
 }
