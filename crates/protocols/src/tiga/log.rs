@@ -195,14 +195,15 @@ impl FollowerLog {
     /// (a coordinator's copy the leader never received; the leader may still take one later,
     /// above, and then the log lists it). Returns what was dropped.
     pub fn drop_unlisted(&mut self, listed_through: Timestamp) -> Vec<(TxnId, Timestamp)> {
+        let mut dropped = Vec::new();
         // Bounded by the tail (`tail_max`).
-        let dropped: Vec<(TxnId, Timestamp)> = (self.tail.iter())
-            .filter(|&(_, &ts)| ts <= listed_through)
-            .map(|(&txn, &ts)| (txn, ts))
-            .collect();
-        for (txn, _) in &dropped {
-            self.tail.remove(txn);
-        }
+        self.tail.retain(|&txn, &mut ts| {
+            let unlisted = ts <= listed_through;
+            if unlisted {
+                dropped.push((txn, ts));
+            }
+            !unlisted
+        });
         dropped
     }
 

@@ -2992,8 +2992,8 @@ impl TigaNode {
     }
 
     fn pace(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
-        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
-        for shard in shards {
+        for index in 0..self.hosted_shards.len() {
+            let shard = self.hosted_shards[index];
             let host = self.hosted.get_mut(&shard).expect("hosted");
             self.counts.bodies_high = self.counts.bodies_high.max(host.bodies.len() as u64);
             if !host.replica.leads() {
