@@ -222,7 +222,7 @@ fn kill_9_under_bank_load_leaves_the_money_whole_in_every_replica_log() {
 /// `chain`'s leaders run ahead of their logs, and commit only what every hop's log holds;
 /// `tiga`'s and `luigi`'s leader, node 0, finds its last checkpoint and the log after it in
 /// its journal and leads on, and checkpoints again in its last start (every 256 entries);
-/// their followers rejoin by a state transfer).
+/// their followers take up their own journals the same way, with no state transfer).
 #[test]
 fn kill_9_of_random_servers_loses_no_acknowledged_commit_under_every_baseline() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -256,14 +256,23 @@ fn kill_9_of_random_servers_loses_no_acknowledged_commit_under_every_baseline() 
             assert!(checkpoints.is_some_and(|n| n > 0), "{protocol} node 0: {metrics}");
             let resumed = counter("resumed_from_checkpoint_total");
             eprintln!("{protocol}: the leader's last start resumed from {resumed:?} checkpoints and wrote {checkpoints:?}");
+            // Node 2, a follower, was killed last: its last start took up its journal.
+            let metrics = http_get(&servers.metrics[2], "/metrics");
+            let name = format!("meridian_{protocol}_followers_resumed_total{{node=\"2\"}} ");
+            let resumed = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name.as_str()))
+                .and_then(|n| n.parse::<u64>().ok());
+            assert_eq!(resumed, Some(1), "{protocol} node 2: {metrics}");
         }
         drop(servers);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
-/// `tiga` and `luigi` keep their logs in memory, so a follower killed with SIGKILL comes back
-/// with nothing and rejoins by a state transfer from its leader. The followers (nodes 1 and
+/// `tiga` and `luigi` servers without durability (`--durability memory`) keep nothing across
+/// a restart, so a follower killed with SIGKILL comes back with nothing and rejoins by a
+/// state transfer from its leader. The followers (nodes 1 and
 /// 2; node 0 leads) are killed in turn under `list-append` load. Every acknowledged append
 /// must be in the history, and each restarted follower must have installed exactly one state
 /// transfer in its current start (its metrics say so): one that never rejoined would leave

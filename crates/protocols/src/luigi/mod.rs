@@ -27,8 +27,8 @@
 //! aborts, resends with the same transaction id and at-most-once execution.
 //!
 //! A leader journals as tiga's do, and the watermarks it tells as well; a restarted one leads
-//! on from its journal (see [`crate::tiga::journal`]), and a follower rejoins by tiga's state
-//! transfer. **Not built yet:** leader failover (it waits for tiga's view change: leaders are
+//! on from its journal (see [`crate::tiga::journal`]), and a follower from its own journal as
+//! tiga's do (one with nothing journaled rejoins by tiga's state transfer). **Not built yet:** leader failover (it waits for tiga's view change: leaders are
 //! fixed for a run, so a crashed leader's shard waits for it).
 
 pub mod streams;
@@ -87,8 +87,7 @@ impl Protocol for Luigi {
         tiga::check_replicas("luigi", topology)
     }
 
-    /// Any node, as for tiga: a leader restarts from its journal, a follower rejoins by a
-    /// state transfer.
+    /// Any node, as for tiga: leaders and followers restart from their journals.
     fn may_crash(_topology: &Topology, _node: NodeId) -> bool {
         true
     }
@@ -138,7 +137,7 @@ impl Protocol for Luigi {
     }
 
     /// As tiga's: a leader leads on from its journal (with the watermarks it told), a
-    /// follower rejoins by a state transfer.
+    /// follower takes up its own (a luigi follower journals its synced entries and outcomes).
     fn restore(context: NodeContext, durable: &Durable) -> Result<TigaNode, String> {
         let (shards, next_seq) = tiga::journal::recover(durable)?;
         let owd = owd_settings(&context.options);

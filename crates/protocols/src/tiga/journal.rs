@@ -1,6 +1,7 @@
-//! A tiga (or luigi) leader's durable journal: what a leader must find again after a crash
-//! to go on leading its shard in the same view (leaders are fixed until the view change
-//! exists), and the rule that nothing it sends runs ahead of it.
+//! A tiga (or luigi) node's durable journal: what a leader must find again after a crash to
+//! go on leading its shard in the same view (leaders are fixed until the view change
+//! exists), what a follower vouched for, and the rule that nothing a node sends runs ahead
+//! of it.
 //!
 //! **What is written** ([`Record`], one persist per node step, group-committed by the
 //! driver):
@@ -26,12 +27,20 @@
 //! before it is durable ([`Journal::defer`], flushed by [`Journal::persisted`]). So a fast
 //! reply, a vote, a log synchronisation or a proposal never speaks of anything a crash can
 //! take back: whatever a coordinator, a follower or another leader heard from this leader is
-//! in its journal. Followers journal nothing: their logs are rebuilt from the leader (a
-//! restarted follower rejoins by a state transfer), which is sound while leaders are fixed.
-//! The view change will need followers' logs durable too.
+//! in its journal.
 //!
-//! **Checkpoints** ([`Checkpoint`]). Every `snapshot_interval_entries` finished log entries a
-//! leader writes its whole journaled state (`Begin`, per shard its parts, the live ordinary
+//! **Followers** write what their replies vouch for: `Released` (a tail entry, with its body
+//! and the fast reply's hash), `Synced` (the leader's entries taken, each with its body
+//! unless a `Released` record holds it or it is not here yet), `Fetched` (such a body once
+//! here), `Outcome` (a multi-shard outcome heard), `Unlisted` (tail entries dropped at a
+//! leader's promise) and `Joining` (the log dropped for a state transfer: a restart rejoins).
+//! A checkpoint holds a followed shard as `Image` parts (its executed prefix in a state
+//! transfer's format) followed by the ordinary records of its live log; [`recover`] returns
+//! them per shard as a [`FollowerRecovered`], in order.
+//!
+//! **Checkpoints** ([`Checkpoint`]). Every `snapshot_interval_entries` log entries a leader
+//! finished or a follower executed (and after a follower installs a state transfer) a node
+//! writes its whole journaled state (`Begin`, per shard its parts, the live ordinary
 //! records, `End`) into the step's persist, which then deletes every earlier record. A
 //! persist becomes durable whole with both drivers, and [`recover`] starts from the last
 //! checkpoint that has its `End`, so the journal holds one checkpoint and what followed it,
@@ -40,7 +49,7 @@
 //! Records are keyed `tiga/` ‖ sequence number (big-endian), so the driver's ordered map
 //! returns them in the order written.
 
-use super::node::{StateVersion, TigaMsg, TxnBody};
+use super::node::{StatePart, StateVersion, SyncOutcome, TigaMsg, TxnBody};
 use meridian_core::key::Key;
 use meridian_core::node::PersistRecord;
 use meridian_core::txn::PieceOutput;
@@ -119,6 +128,97 @@ pub enum Record {
         /// The transaction.
         txn: TxnId,
     },
+    /// A follower of `shard` released `body`'s transaction into its unsynced tail at `ts`;
+    /// its fast reply (with `hash`, when one went out) vouches for it.
+    Released {
+        /// The shard.
+        shard: ShardId,
+        /// Its timestamp here.
+        ts: Timestamp,
+        /// The fast reply's hash (a checkpoint's copy may lack it: no reply is kept then).
+        hash: Option<u64>,
+        /// The transaction.
+        body: TxnBody,
+    },
+    /// A follower of `shard` took its leader's log entries from position `at` on, each with
+    /// its body unless a `Released` record holds it already or it is not here yet (a
+    /// `Fetched` record follows once it is).
+    Synced {
+        /// The shard.
+        shard: ShardId,
+        /// The position of the first entry.
+        at: u64,
+        /// Transactions, timestamps and bodies (at most [`super::log::SYNC_ENTRIES_MAX`]).
+        entries: Vec<SyncedEntry>,
+    },
+    /// A follower of `shard` received the body of a synced entry it lacked.
+    Fetched {
+        /// The shard.
+        shard: ShardId,
+        /// The transaction.
+        body: TxnBody,
+    },
+    /// A follower of `shard` heard a multi-shard transaction's outcome from its leader.
+    Outcome {
+        /// The shard.
+        shard: ShardId,
+        /// The outcome.
+        outcome: SyncOutcome,
+    },
+    /// A follower of `shard` dropped the tail entries it released at or below `through` (its
+    /// leader's log will never list them there).
+    Unlisted {
+        /// The shard.
+        shard: ShardId,
+        /// The leader's promise.
+        through: Timestamp,
+    },
+    /// A follower of `shard` dropped its log for a state transfer: what it journaled of the
+    /// shard before is void, and a restart rejoins.
+    Joining {
+        /// The shard.
+        shard: ShardId,
+    },
+    /// A part of a follower's image of its executed prefix, in a checkpoint (the format of a
+    /// state transfer, whose checks it passes on a restart).
+    Image {
+        /// The shard.
+        shard: ShardId,
+        /// The part.
+        part: StatePart,
+    },
+}
+
+/// A synced entry as a follower journals it: the transaction, its timestamp, and its body
+/// where the record is the one to hold it.
+pub type SyncedEntry = (TxnId, Timestamp, Option<TxnBody>);
+
+/// What a follower journaled of one shard, in the order written (see [`FollowerRecovered`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowerEvent {
+    /// Released into the tail at a timestamp, with the fast reply's hash.
+    Released(Timestamp, Option<u64>, TxnBody),
+    /// The leader's entries from a position on.
+    Synced(u64, Vec<SyncedEntry>),
+    /// A fetched body.
+    Fetched(TxnBody),
+    /// A multi-shard outcome.
+    Outcome(SyncOutcome),
+    /// Tail entries at or below the timestamp dropped.
+    Unlisted(Timestamp),
+}
+
+/// What a follower finds in its journal for one shard: the image of its executed prefix
+/// (from the last checkpoint; none: the shard's initial state at position 0) and what it
+/// journaled since, to run again in order; or that it was rejoining.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FollowerRecovered {
+    /// It had dropped its log for a state transfer: it rejoins.
+    pub joining: bool,
+    /// The executed prefix's image ([`StatePart`]s, head first), if a checkpoint wrote one.
+    pub image: Vec<StatePart>,
+    /// The records after it, in order.
+    pub events: Vec<FollowerEvent>,
 }
 
 /// A checkpoint: the node's whole journaled state at one step, written as one persist that
@@ -320,6 +420,20 @@ pub struct Recovered {
     pub promised: Timestamp,
     /// Luigi: per worker, the highest watermark told.
     pub told: BTreeMap<NodeId, Timestamp>,
+    /// What this node journaled as the shard's follower (nothing else is then).
+    pub follower: Option<FollowerRecovered>,
+}
+
+impl Recovered {
+    /// True when the journal holds something of the shard's leader.
+    pub fn leads(&self) -> bool {
+        self.checkpoint.is_some()
+            || !self.log.is_empty()
+            || !self.proposals.is_empty()
+            || !self.votes.is_empty()
+            || self.promised > Timestamp::ZERO
+            || !self.told.is_empty()
+    }
 }
 
 /// The sequence numbers a journal holds: records `oldest..next` may be present.
@@ -350,6 +464,7 @@ pub fn recover(
             .map_err(|e| format!("tiga journal: record {seq} does not decode: {e}"))?;
         oldest.get_or_insert(seq);
         next = seq + 1;
+        let in_checkpoint = open.is_some();
         let target = match &mut open {
             Some((_, tentative)) => tentative,
             None => &mut shards,
@@ -379,6 +494,44 @@ pub fn recover(
                 let told = target.entry(shard).or_default().told.entry(worker).or_default();
                 *told = (*told).max(ts);
             }
+            Record::Joining { shard } => {
+                let follower = FollowerRecovered { joining: true, ..Default::default() };
+                target.entry(shard).or_default().follower = Some(follower);
+            }
+            Record::Image { shard, part } => {
+                if !in_checkpoint {
+                    return Err(format!("tiga journal: record {seq} is a checkpoint's, alone"));
+                }
+                let follower = target.entry(shard).or_default().follower.get_or_insert_default();
+                if follower.joining || !follower.events.is_empty() {
+                    return Err(format!("tiga journal: record {seq}: an image after its records"));
+                }
+                follower.image.push(part);
+            }
+            Record::Released { shard, ts, hash, body } => {
+                follower_event(target, shard, FollowerEvent::Released(ts, hash, body));
+            }
+            Record::Synced { shard, at, entries } => {
+                if entries.len() > super::log::SYNC_ENTRIES_MAX
+                    || entries
+                        .iter()
+                        .any(|(txn, _, body)| body.as_ref().is_some_and(|b| b.txn != *txn))
+                {
+                    return Err(format!(
+                        "tiga journal: record {seq}: a sync that does not hold together"
+                    ));
+                }
+                follower_event(target, shard, FollowerEvent::Synced(at, entries));
+            }
+            Record::Fetched { shard, body } => {
+                follower_event(target, shard, FollowerEvent::Fetched(body));
+            }
+            Record::Outcome { shard, outcome } => {
+                follower_event(target, shard, FollowerEvent::Outcome(outcome));
+            }
+            Record::Unlisted { shard, through } => {
+                follower_event(target, shard, FollowerEvent::Unlisted(through));
+            }
             Record::Checkpoint(Checkpoint::Begin { seq: begun }) => {
                 if open.is_some() || begun != seq {
                     return Err(format!("tiga journal: record {seq} begins a checkpoint amiss"));
@@ -403,6 +556,9 @@ pub fn recover(
         }
     }
     for (shard, recovered) in &mut shards {
+        if recovered.follower.is_some() && recovered.leads() {
+            return Err(format!("tiga journal: {shard:?} both led and followed"));
+        }
         let mut seen = std::collections::BTreeSet::new();
         let checkpointed = recovered.checkpoint.iter().flat_map(|c| {
             let below = c.in_log.iter().map(|&(txn, _)| txn);
@@ -418,6 +574,14 @@ pub fn recover(
         recovered.proposals.retain(|txn, _| !seen.contains(txn));
     }
     Ok((shards, oldest.unwrap_or(next)..next))
+}
+
+/// Adds a follower's record of `shard` (ignored once it was rejoining: a restart rejoins).
+fn follower_event(shards: &mut BTreeMap<ShardId, Recovered>, shard: ShardId, event: FollowerEvent) {
+    let follower = shards.entry(shard).or_default().follower.get_or_insert_default();
+    if !follower.joining {
+        follower.events.push(event);
+    }
 }
 
 /// Takes one checkpoint part (not `Begin` or `End`) into the checkpoint being read.

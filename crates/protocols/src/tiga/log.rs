@@ -169,6 +169,16 @@ impl FollowerLog {
         }
     }
 
+    /// The transactions dropped below the base that still count as logged.
+    pub fn lingering_txns(&self) -> impl Iterator<Item = TxnId> + '_ {
+        self.lingering.iter().copied()
+    }
+
+    /// The timestamp `txn` was released at here, if it sits in the tail.
+    pub fn tail_ts(&self, txn: TxnId) -> Option<Timestamp> {
+        self.tail.get(&txn).copied()
+    }
+
     /// Dropped transactions still known as logged.
     pub fn lingering(&self) -> usize {
         self.lingering.len()

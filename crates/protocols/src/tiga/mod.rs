@@ -140,7 +140,7 @@ impl Protocol for Tiga {
     }
 
     /// Any node: a leader restarts from its journal and leads on (its shard waits meanwhile),
-    /// a follower rejoins by a state transfer.
+    /// a follower takes up its own journal.
     fn may_crash(_topology: &Topology, _node: NodeId) -> bool {
         true
     }
@@ -192,15 +192,16 @@ impl Protocol for Tiga {
     }
 
     /// A leader finds its log, the votes it heard, its open proposals and its closed-timestamp
-    /// promise in its journal and leads on in the same view ([`journal`]); a follower rejoins
-    /// by a state transfer.
+    /// promise in its journal and leads on in the same view ([`journal`]); a follower finds
+    /// the image of its executed prefix and the log it journaled after it (one with nothing
+    /// journaled of its shard rejoins by a state transfer).
     fn restore(context: NodeContext, durable: &Durable) -> Result<node::TigaNode, String> {
         let (shards, seqs) = journal::recover(durable)?;
         node::TigaNode::restored(context, shards, seqs)
     }
 
-    /// A leader runs its journaled log ([`node::TigaNode::replay_journal`]); a follower has
-    /// nothing durable (it rejoins by a state transfer).
+    /// A leader runs its journaled log ([`node::TigaNode::replay_journal`]); a follower runs
+    /// what it journaled after its image.
     fn replay_committed(node: &mut node::TigaNode) -> Replayed {
         node.replay_journal()
     }

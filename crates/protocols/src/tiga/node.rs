@@ -55,19 +55,23 @@
 //! ([`TigaMsg::view`]); a node drops and counts any of another view before looking at it. A
 //! body (from its coordinator, or a replica passing it on) holds in any view.
 //!
-//! A follower that starts again (incarnation above zero) lost its log and store: it takes no
-//! part in its shard until its leader's state transfer is in ([`StatePart`]: the leader's
-//! finished log prefix, its key hashes over it, its store, and what it executed past the
-//! prefix), then catches up on the log past it like any follower.
-//!
 //! A tiga leader journals its log entries, first proposals, the votes it hears and its
 //! closed-timestamp promises ([`super::journal`]), and every send waits until the records
 //! issued before it are durable (`TigaNode::step`); a restarted leader takes them up
-//! ([`TigaNode::restored`]), runs its log again and leads on in the same view.
+//! ([`TigaNode::restored`]), runs its log again and leads on in the same view. A follower
+//! journals what it vouches for (its tail releases, the synced entries with their bodies, the
+//! outcomes it hears; a checkpoint holds an image of its executed prefix), and a restarted
+//! follower installs that image and runs the rest again.
+//!
+//! A follower that starts again without its shard in a journal (incarnation above zero, in
+//! memory) lost its log and store: it takes no part in its shard until its leader's state
+//! transfer is in ([`StatePart`]: the leader's finished log prefix, its key hashes over it,
+//! its store, and what it executed past the prefix), then catches up on the log past it like
+//! any follower.
 //!
 //! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
 //! manager's choice of co-located leaders given every node alive), so a crashed leader's
-//! shard waits for it to restart; followers' durable logs.
+//! shard waits for it to restart.
 //!
 //! # Memory a run does not grow
 //!
@@ -91,7 +95,7 @@
 //! leaders promised past it.
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
-use super::journal::{Journal, Record, Recovered, Seqs};
+use super::journal::{FollowerEvent, FollowerRecovered, Journal, Record, Recovered, Seqs};
 use super::owd::OwdSettings;
 use super::quorum::slow_followers;
 use super::replica::{Action, CheckpointedLog, Incoming, Replica, ReplicaLimits};
@@ -929,6 +933,21 @@ struct Hosted {
     restore_rows: Vec<(Key, Vec<StateVersion>)>,
     /// Replaying the journal: replies are recorded (to answer resends), not sent.
     quiet: bool,
+    /// A follower restarted from its journal: what it journaled after its image, to run
+    /// again (quietly) once the store is loaded.
+    restore_events: Vec<Restored>,
+    /// Follower: its executed count at its last checkpoint.
+    follower_checkpointed: usize,
+}
+
+/// A follower's journal record, its bodies read back ([`super::journal::FollowerEvent`]).
+#[derive(Debug)]
+enum Restored {
+    Released(Timestamp, Option<u64>, Known),
+    Synced(usize, Vec<(TxnId, Timestamp, Option<Known>)>),
+    Fetched(Known),
+    Outcome(SyncOutcome),
+    Unlisted(Timestamp),
 }
 
 /// What a replica's actions answer: another leader's message naming `shards`; `answer` when
@@ -1018,6 +1037,8 @@ struct Counts {
     /// Leaders: journal checkpoints written, and restarts that started from one.
     checkpoints_total: u64,
     resumed_from_checkpoint_total: u64,
+    /// Followers restarted from their journals (not by a state transfer).
+    followers_resumed_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -1068,6 +1089,8 @@ pub struct TigaNode {
     /// Per shard, the closed timestamp its leader promised ([`TigaMsg::PeerClosed`]); this
     /// node's own led shards included.
     peer_closed: BTreeMap<ShardId, Timestamp>,
+    /// A follower installed a state transfer: the step ends with a checkpoint.
+    checkpoint_wanted: bool,
 }
 
 /// Coordinator starts whose decided floors a node keeps; past it, new ones are not tracked
@@ -1212,6 +1235,8 @@ impl TigaNode {
                     forgettable_overflowed: false,
                     restore_rows: Vec::new(),
                     quiet: false,
+                    restore_events: Vec::new(),
+                    follower_checkpointed: 0,
                 },
             );
         }
@@ -1237,6 +1262,7 @@ impl TigaNode {
             scratch: Outbox::new(),
             decided_floors: BTreeMap::new(),
             peer_closed: BTreeMap::new(),
+            checkpoint_wanted: false,
             context,
         })
     }
@@ -1694,6 +1720,8 @@ impl TigaNode {
                     );
                     let actions = host.replica.on_body(txn, &keys);
                     let synced = actions.iter().any(|a| matches!(a, Action::SlowReply { .. }));
+                    // A synced entry's body: journaled before the replies it lets go.
+                    self.journal.write(&Record::Fetched { shard, body: (*body).clone() });
                     self.act(now, shard, actions, None, out);
                     if synced && self.variant == Variant::Luigi {
                         // A luigi leader counts replicas by their acknowledgements.
@@ -1999,6 +2027,11 @@ impl TigaNode {
                     }
                     let Some(known) = host.bodies.get(&txn) else { continue };
                     let owd_ns = known.owd_ns;
+                    if !host.quiet {
+                        // What this reply vouches for is durable before it goes.
+                        let body = (*known.body).clone();
+                        self.journal.write(&Record::Released { shard, ts, hash: Some(hash), body });
+                    }
                     let msg = TigaMsg::Fast {
                         view: self.view.global,
                         txn,
@@ -2609,6 +2642,9 @@ impl TigaNode {
         }
         host.tail_cut = host.tail_cut.max(through);
         let dropped = host.replica.drop_unlisted(through);
+        if !dropped.is_empty() {
+            self.journal.write(&Record::Unlisted { shard, through });
+        }
         self.counts.tail_dropped_total += dropped.len() as u64;
         host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
         if !sweep {
@@ -2659,15 +2695,40 @@ impl TigaNode {
             return; // No honest leader sends more.
         }
         let Ok(start) = usize::try_from(start) else { return };
+        // Bounded by the message: which of its entries the tail holds (journaled already).
+        let in_tail: BTreeSet<TxnId> =
+            entries.iter().map(|&(txn, _)| txn).filter(|&t| host.replica.in_tail(t)).collect();
+        let before = host.replica.log_len();
         let bodies = &host.bodies;
         let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.keys());
         let actions = host.replica.on_sync(start, &entries, keys_of);
-        for SyncOutcome { txn, ok, inputs } in outcomes {
+        let appended = host.replica.follower_entries(before, usize::MAX);
+        if !appended.is_empty() {
+            // The entries this replica's acknowledgements and slow replies will vouch for,
+            // with the bodies no record holds yet.
+            let entries = appended
+                .into_iter()
+                .map(|(txn, ts)| {
+                    let body = match in_tail.contains(&txn) {
+                        true => None,
+                        false => host.bodies.get(&txn).map(|k| (*k.body).clone()),
+                    };
+                    (txn, ts, body)
+                })
+                .collect();
+            self.journal.write(&Record::Synced { shard, at: before as u64, entries });
+        }
+        for outcome in outcomes {
             // Kept for logged transactions only; an outcome of one executed already may come
             // again (a resend from a stale acknowledgement) and is pushed out first when the
             // map is full (the leader says again what is still needed).
-            if host.replica.logged(txn) && inputs.len() <= PIECES_MAX {
-                host.outcomes.insert(txn, (ok, inputs));
+            if host.replica.logged(outcome.txn) && outcome.inputs.len() <= PIECES_MAX {
+                let SyncOutcome { txn, ok, ref inputs } = outcome;
+                let fresh = host.outcomes.get(&txn).is_none_or(|(was, _)| *was != ok);
+                host.outcomes.insert(txn, (ok, inputs.clone()));
+                if fresh {
+                    self.journal.write(&Record::Outcome { shard, outcome });
+                }
                 if host.outcomes.len() > OUTCOMES_KEPT_MAX {
                     host.outcomes.pop_first();
                 }
@@ -2744,9 +2805,11 @@ impl TigaNode {
         // A late acknowledgement of a follower's earlier start speaks of a log it no longer
         // holds; one of the start being sent a transfer says the image is installed.
         if let Some(transfer) = host.transfers.get(&from) {
-            if start != transfer.start {
+            if start < transfer.start {
                 return;
             }
+            // The start being sent a transfer installed it; a later start restarted from its
+            // journal and needs none.
             host.transfers.remove(&from);
             host.joined.insert(from, start);
         } else if host.joined.get(&from).is_some_and(|&joined| start < joined) {
@@ -2929,6 +2992,8 @@ impl TigaNode {
         match install(&self.context, host, parts) {
             Ok(floors) => {
                 self.counts.rejoined_total += 1;
+                // The installed state is what this replica vouches for from now on.
+                self.checkpoint_wanted = true;
                 // Bounded by the part limits of the transfer.
                 for (node, incarnation, floor) in floors {
                     raise_floor(&mut self.decided_floors, (node, incarnation), floor);
@@ -2987,6 +3052,8 @@ impl TigaNode {
         host.commit = 0;
         host.rejoin_end = 0;
         host.joining = Some(Joining::default());
+        // A restart from here rejoins too: the journaled log is void.
+        self.journal.write(&Record::Joining { shard });
         self.counts.went_behind_total += 1;
         self.ask_state(shard, out);
     }
@@ -3697,21 +3764,35 @@ fn state_image(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> Option<V
     debug_assert!(base <= upto, "the log is dropped below the finished prefix only");
     let floor = host.replica.log_ts_before(upto);
     let head = StatePart::Head { base: base as u64, upto: upto as u64, end, floor };
-    let mut parts = vec![head];
-    let prefix = host.replica.log_prefix(upto);
-    let entries = prefix.chunks(super::log::SYNC_ENTRIES_MAX);
-    parts.extend(entries.map(|c| StatePart::Entries(c.to_vec())));
     // Bounded by the transactions logged here (every one goes by; only the undecided stay).
     let lingering = host.replica.logged_below_base(|t| !is_decided(floors, t));
+    let prefix = host.replica.log_prefix(upto);
+    Some(image_parts(head, prefix, &lingering, floors, &hashes, &host.store, &ahead))
+}
+
+/// An image's parts, in the order [`install`] takes them: `head`, the prefix's entries, the
+/// transactions below its base that still count as logged, the coordinators' decided
+/// floors, the key hashes, the store's rows written since the load, and the entries ahead.
+fn image_parts(
+    head: StatePart,
+    prefix: &[(TxnId, Timestamp)],
+    lingering: &[TxnId],
+    floors: &BTreeMap<(NodeId, u64), u64>,
+    hashes: &super::quorum::KeyHashes,
+    store: &MvccStore,
+    ahead: &[AheadEntry],
+) -> Vec<StatePart> {
     let max = super::log::SYNC_ENTRIES_MAX;
+    let mut parts = vec![head];
+    parts.extend(prefix.chunks(max).map(|c| StatePart::Entries(c.to_vec())));
     parts.extend(lingering.chunks(max).map(|c| StatePart::Lingering(c.to_vec())));
     let floors: Vec<(NodeId, u64, u64)> = floors.iter().map(|(&(n, i), &f)| (n, i, f)).collect();
     parts.extend(floors.chunks(max).map(|c| StatePart::Decided(c.to_vec())));
     let pairs: Vec<(Key, u64)> = hashes.pairs().map(|(key, hash)| (key.clone(), hash)).collect();
     parts.extend(pairs.chunks(STATE_HASHES_MAX).map(|c| StatePart::Hashes(c.to_vec())));
-    parts.extend(store_rows(&host.store).map(StatePart::Rows));
-    parts.extend(ahead.chunks(super::log::SYNC_ENTRIES_MAX).map(|c| StatePart::Ahead(c.to_vec())));
-    Some(parts)
+    parts.extend(store_rows(store).map(StatePart::Rows));
+    parts.extend(ahead.chunks(max).map(|c| StatePart::Ahead(c.to_vec())));
+    parts
 }
 
 /// Rejoining follower: checks the transfer's `parts` and, if they hold together, makes them
@@ -3723,6 +3804,25 @@ fn install(
     host: &mut Hosted,
     parts: Vec<StatePart>,
 ) -> Result<Vec<(NodeId, u64, u64)>, String> {
+    let rows = install_without_rows(context, host, parts)?;
+    for (key, chain) in rows.1 {
+        let versions = chain.into_iter().map(committed_version).collect();
+        host.store.restore_chain(key, versions);
+    }
+    Ok(rows.0)
+}
+
+/// What installing an image leaves to the caller: the coordinators' decided floors it
+/// carried, and the store's rows to put over the store as loaded.
+type Installed = (Vec<(NodeId, u64, u64)>, Vec<(Key, Vec<StateVersion>)>);
+
+/// [`install`], but the image's rows are returned, not put in the store (a restarted node's
+/// store is loaded after the journal is read).
+fn install_without_rows(
+    context: &NodeContext,
+    host: &mut Hosted,
+    parts: Vec<StatePart>,
+) -> Result<Installed, String> {
     let mut parts = parts.into_iter();
     let Some(StatePart::Head { base, upto, end, floor }) = parts.next() else {
         return Err("a state transfer starts with its head".into());
@@ -3768,10 +3868,6 @@ fn install(
     }
     let executed = replica.log_len();
     host.replica = replica;
-    for (key, chain) in rows {
-        let versions = chain.into_iter().map(committed_version).collect();
-        host.store.restore_chain(key, versions);
-    }
     host.executed = executed;
     host.commit = executed;
     host.ahead = ahead;
@@ -3782,7 +3878,79 @@ fn install(
     host.unlisted.clear();
     host.tail_cut = Timestamp::ZERO;
     host.joining = None;
-    Ok(floors)
+    host.follower_checkpointed = executed;
+    Ok((floors, rows))
+}
+
+/// Follower: the records of a checkpoint of this shard: the image of its executed prefix (a
+/// state transfer's parts: the prefix, what lingers below its base, the coordinators' decided
+/// floors, the key hashes over the prefix alone, the store's rows written since the load, and
+/// the entries ahead of it that a transfer brought), then its synced entries past the prefix
+/// with their bodies, the outcomes heard, and its tail. A restart installs the image as a
+/// transfer is installed and runs the rest as the records they are. A rejoining follower's
+/// checkpoint says so, and nothing else. `None` while a synced entry's body that its hashes
+/// hold is missing (the next step checkpoints instead).
+fn follower_checkpoint_records(
+    host: &Hosted,
+    floors: &BTreeMap<(NodeId, u64), u64>,
+) -> Option<Vec<Record>> {
+    let shard = host.shard;
+    if host.joining.is_some() {
+        return Some(vec![Record::Joining { shard }]);
+    }
+    let max = super::log::SYNC_ENTRIES_MAX;
+    let executed = host.executed;
+    let base = host.replica.log_base();
+    debug_assert!(base <= executed, "a follower drops only what it executed");
+    let bodies = &host.bodies;
+    let hashes =
+        host.replica.hashes_below(executed, |txn| bodies.get(&txn).map(|k| k.part.keys()))?;
+    let prefix = host.replica.follower_entries(base, executed);
+    let floor = prefix.last().map_or(Timestamp::ZERO, |&(_, ts)| ts);
+    let end = host.rejoin_end.max(executed) as u64;
+    let head = StatePart::Head { base: base as u64, upto: executed as u64, end, floor };
+    let lingering = host.replica.follower_lingering();
+    let ahead: Vec<AheadEntry> = host
+        .ahead
+        .iter()
+        .map(|(&txn, writes)| {
+            let writes = writes.as_ref().map(|w| w.iter().map(|(k, v)| (k.clone(), v.clone())));
+            (txn, writes.map(Iterator::collect))
+        })
+        .collect();
+    let parts = image_parts(head, &prefix, &lingering, floors, &hashes, &host.store, &ahead);
+    let mut records: Vec<Record> =
+        parts.into_iter().map(|part| Record::Image { shard, part }).collect();
+    // Bounded by the synced prefix past the executed one.
+    let rest = host.replica.follower_entries(executed, usize::MAX);
+    for (index, chunk) in rest.chunks(max).enumerate() {
+        let entries = chunk
+            .iter()
+            .map(|&(txn, ts)| (txn, ts, bodies.get(&txn).map(|k| (*k.body).clone())))
+            .collect();
+        let at = (executed + index * max) as u64;
+        records.push(Record::Synced { shard, at, entries });
+    }
+    // The outcomes of those entries (others may linger, of entries executed already).
+    for &(txn, _) in &rest {
+        if let Some((ok, inputs)) = host.outcomes.get(&txn) {
+            let outcome = SyncOutcome { txn, ok: *ok, inputs: inputs.clone() };
+            records.push(Record::Outcome { shard, outcome });
+        }
+    }
+    // Bounded by the tail.
+    for (txn, ts) in host.replica.tail() {
+        let Some(known) = bodies.get(&txn) else {
+            debug_assert!(false, "{txn} in the tail without its body");
+            return None;
+        };
+        let hash = match host.answers.get(&txn) {
+            Some(&TigaMsg::Fast { ts: said, hash, .. }) if said == ts => Some(hash),
+            _ => None,
+        };
+        records.push(Record::Released { shard, ts, hash, body: (*known.body).clone() });
+    }
+    Some(records)
 }
 
 /// Debug builds: no key `part` declares has a version above `ts`: a follower runs its log in
@@ -4065,12 +4233,15 @@ impl TigaNode {
         let every = usize::try_from(self.context.timing.snapshot_interval_entries)
             .unwrap_or(usize::MAX)
             .max(1);
-        let mut due = false;
-        for host in self.hosted.values().filter(|h| h.replica.leads()) {
+        let mut due = self.checkpoint_wanted;
+        for host in self.hosted.values() {
             if host.quiet {
                 return false;
             }
-            due |= checkpoint_base(host) >= host.checkpointed.saturating_add(every);
+            due |= match host.replica.leads() {
+                true => checkpoint_base(host) >= host.checkpointed.saturating_add(every),
+                false => host.executed >= host.follower_checkpointed.saturating_add(every),
+            };
         }
         due
     }
@@ -4078,8 +4249,33 @@ impl TigaNode {
     /// Writes a checkpoint of every shard led here into the step's persist, and deletes the
     /// journal's records before it ([`super::journal::Checkpoint`]).
     fn write_checkpoint(&mut self) {
+        // Every follower's part first: one whose hashes need a body still missing puts the
+        // checkpoint off (it deletes every record before it, its shard's too).
+        let mut followed = Vec::new();
+        for host in self.hosted.values().filter(|h| !h.replica.leads()) {
+            match follower_checkpoint_records(host, &self.decided_floors) {
+                Some(records) => followed.push((host.shard, records)),
+                None => {
+                    // Every synced entry's body is here until it is executed or fetched.
+                    debug_assert!(false, "{:?}: a synced entry lacks its body", host.shard);
+                    return;
+                }
+            }
+        }
+        self.checkpoint_wanted = false;
         let begin = self.journal.begin_checkpoint();
         let mut written = Vec::new();
+        for (shard, records) in followed {
+            // Bounded by the shard's state: the records of one checkpoint.
+            for record in &records {
+                self.journal.write(record);
+            }
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            host.follower_checkpointed = host.executed;
+            if cfg!(debug_assertions) {
+                written.extend(records);
+            }
+        }
         for host in self.hosted.values_mut().filter(|h| h.replica.leads()) {
             let Some(records) = checkpoint_records(host, &self.decided_floors) else {
                 debug_assert!(false, "a leader checkpoints its own log");
@@ -4125,6 +4321,27 @@ impl TigaNode {
             .expect("the node builds again");
         again.resume(shards, seqs).expect("a checkpoint resumes");
         assert_eq!(again.decided_floors, self.decided_floors, "the coordinators' floors");
+        for (&shard, host) in self.hosted.iter().filter(|(_, h)| !h.replica.leads()) {
+            again.restore_follower(shard);
+            let restored = &again.hosted[&shard];
+            let summary = |h: &Hosted| {
+                let log = h.replica.follower_entries(h.executed, usize::MAX);
+                let hashes: Vec<_> = h.replica.hashes().pairs().collect();
+                let outcomes: Vec<_> =
+                    log.iter().filter_map(|(txn, _)| h.outcomes.get(txn)).collect();
+                format!(
+                    "{:?} {:?} {} {} {log:?} {:?} {hashes:?} {:?} {:?}",
+                    h.joining.is_some(),
+                    h.executed,
+                    h.replica.sync_point(),
+                    h.replica.log_len(),
+                    h.replica.tail(),
+                    outcomes,
+                    h.ahead,
+                )
+            };
+            assert_eq!(summary(host), summary(restored), "{shard:?}: the follower's log");
+        }
         for (shard, host) in self.hosted.iter().filter(|(_, h)| h.replica.leads()) {
             let restored = &again.hosted[shard];
             let base = host.checkpointed;
@@ -4167,7 +4384,11 @@ impl TigaNode {
         self.journal = Journal::new(seqs);
         let limits = replica_limits(self.context.topology.shards);
         let detective = self.view.mode == Mode::Detective;
-        for (shard, recovered) in shards {
+        for (shard, mut recovered) in shards {
+            if let Some(followed) = recovered.follower.take() {
+                self.resume_follower(shard, followed)?;
+                continue;
+            }
             let Some(host) = self.hosted.get_mut(&shard).filter(|h| h.replica.leads()) else {
                 return Err(format!("the tiga journal speaks of {shard:?}, not led here"));
             };
@@ -4291,15 +4512,152 @@ impl TigaNode {
         Ok(())
     }
 
+    /// A restarted follower takes up what its journal holds of `shard`: the image of its
+    /// executed prefix, installed as a state transfer is (its rows wait for the store's
+    /// load), and the records after it, read back here and run when the node starts. One
+    /// that was rejoining rejoins. Errors when the shard is led here, or when the image or a
+    /// body does not hold together.
+    fn resume_follower(
+        &mut self,
+        shard: ShardId,
+        followed: FollowerRecovered,
+    ) -> Result<(), String> {
+        let context = &self.context;
+        let Some(host) = self.hosted.get_mut(&shard).filter(|h| !h.replica.leads()) else {
+            return Err(format!("the tiga journal follows {shard:?}, not followed here"));
+        };
+        if followed.joining {
+            // It rejoins, as a follower restarted without a journal does.
+            host.joining = Some(Joining::default());
+            return Ok(());
+        }
+        host.joining = None;
+        if !followed.image.is_empty() {
+            let (floors, rows) = install_without_rows(context, host, followed.image)
+                .map_err(|e| format!("the tiga journal's image of {shard:?}: {e}"))?;
+            for (node, incarnation, floor) in floors {
+                raise_floor(&mut self.decided_floors, (node, incarnation), floor);
+            }
+            host.restore_rows = rows;
+        }
+        let known = |body: TxnBody| -> Result<Known, String> {
+            let shape = shape_of(context, &body.request, body.home).map_err(|e| {
+                format!("the tiga journal holds {} that does not run: {e}", body.txn)
+            })?;
+            let part = shape.parts.get(&shard).cloned().ok_or_else(|| {
+                format!("the tiga journal holds {} with nothing on {shard:?}", body.txn)
+            })?;
+            Ok(Known { body: Arc::new(body), owd_ns: 0, part, shards: shape.shards() })
+        };
+        let mut events = Vec::with_capacity(followed.events.len());
+        // Bounded by the journal.
+        for event in followed.events {
+            events.push(match event {
+                FollowerEvent::Released(ts, hash, body) => {
+                    Restored::Released(ts, hash, known(body)?)
+                }
+                FollowerEvent::Synced(at, entries) => {
+                    let at = usize::try_from(at).map_err(|_| "a position past this machine's")?;
+                    let entries = entries
+                        .into_iter()
+                        .map(|(txn, ts, body)| Ok((txn, ts, body.map(known).transpose()?)))
+                        .collect::<Result<_, String>>()?;
+                    Restored::Synced(at, entries)
+                }
+                FollowerEvent::Fetched(body) => Restored::Fetched(known(body)?),
+                FollowerEvent::Outcome(outcome) => Restored::Outcome(outcome),
+                FollowerEvent::Unlisted(through) => Restored::Unlisted(through),
+            });
+        }
+        host.restore_events = events;
+        host.quiet = true;
+        self.counts.followers_resumed_total += 1;
+        Ok(())
+    }
+
+    /// A restarted follower runs what it journaled after its image (quietly: the replies
+    /// are kept to answer resends), as it did the first time.
+    fn restore_follower(&mut self, shard: ShardId) {
+        let view = self.view.global;
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let mut scratch = Outbox::new();
+        // Bounded by the journal.
+        for event in std::mem::take(&mut host.restore_events) {
+            let mut slow = Vec::new();
+            match event {
+                Restored::Released(ts, hash, known) => {
+                    let txn = known.body.txn;
+                    let keys = known.part.keys();
+                    host.bodies.insert(txn, known);
+                    if host.replica.restore_released(txn, ts, keys) {
+                        if let Some(hash) = hash {
+                            let msg = TigaMsg::Fast {
+                                view,
+                                txn,
+                                shard,
+                                ts,
+                                hash,
+                                owd_ns: 0,
+                                result: None,
+                            };
+                            reply(host, txn, msg, &mut scratch);
+                        }
+                    }
+                }
+                Restored::Synced(at, entries) => {
+                    let mut listed = Vec::with_capacity(entries.len());
+                    for (txn, ts, known) in entries {
+                        if let Some(known) = known {
+                            host.bodies.entry(txn).or_insert(known);
+                        }
+                        listed.push((txn, ts));
+                    }
+                    let bodies = &host.bodies;
+                    let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.keys());
+                    slow = host.replica.on_sync(at, &listed, keys_of);
+                }
+                Restored::Fetched(known) => {
+                    let txn = known.body.txn;
+                    if host.replica.wants_body(txn) {
+                        let keys = known.part.keys();
+                        host.bodies.insert(txn, known);
+                        slow = host.replica.on_body(txn, &keys);
+                    }
+                }
+                Restored::Outcome(SyncOutcome { txn, ok, inputs }) => {
+                    if host.replica.logged(txn) {
+                        host.outcomes.insert(txn, (ok, inputs));
+                    }
+                }
+                Restored::Unlisted(through) => {
+                    host.tail_cut = host.tail_cut.max(through);
+                    let dropped = host.replica.drop_unlisted(through);
+                    host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+                }
+            }
+            for action in slow {
+                if let Action::SlowReply { txn, ts } = action {
+                    reply(host, txn, TigaMsg::Slow { view, txn, shard, ts }, &mut scratch);
+                }
+            }
+        }
+        debug_assert!(scratch.drain().next().is_none(), "a quiet replica sends nothing");
+    }
+
     /// A restarted leader runs its journaled log again (replies recorded to answer resends,
     /// not sent; votes sent, as peers may wait for them), and proposes again what it had
-    /// proposed.
+    /// proposed. A restarted follower runs its journal's records again.
     fn replay(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
         // A checkpoint's rows go over the initial load, before anything runs.
         for host in self.hosted.values_mut() {
             for (key, chain) in std::mem::take(&mut host.restore_rows) {
                 let versions = chain.into_iter().map(committed_version).collect();
                 host.store.restore_chain(key, versions);
+            }
+        }
+        for shard in self.hosted_shards.clone() {
+            if self.hosted.get(&shard).is_some_and(|h| !h.replica.leads() && h.quiet) {
+                self.restore_follower(shard);
             }
         }
         for (shard, actions) in std::mem::take(&mut self.restored) {
@@ -4512,6 +4870,7 @@ impl Node for TigaNode {
                 ("luigi_journal_live_records", self.journal.live()),
                 ("luigi_checkpoints_total", self.counts.checkpoints_total),
                 ("luigi_resumed_from_checkpoint_total", self.counts.resumed_from_checkpoint_total),
+                ("luigi_followers_resumed_total", self.counts.followers_resumed_total),
                 ("luigi_replayed_total", self.counts.replayed_total),
                 ("luigi_restored_proposals_total", self.counts.restored_proposals_total),
                 ("luigi_followers_behind_total", self.counts.behind_total),
@@ -4556,6 +4915,7 @@ impl Node for TigaNode {
             ("tiga_journal_live_records", self.journal.live()),
             ("tiga_checkpoints_total", self.counts.checkpoints_total),
             ("tiga_resumed_from_checkpoint_total", self.counts.resumed_from_checkpoint_total),
+            ("tiga_followers_resumed_total", self.counts.followers_resumed_total),
             ("tiga_replayed_total", self.counts.replayed_total),
             ("tiga_restored_proposals_total", self.counts.restored_proposals_total),
             ("tiga_followers_behind_total", self.counts.behind_total),
@@ -5099,7 +5459,12 @@ mod tests {
         let value = host.store.read_latest(&key).and_then(|v| v.value.clone());
         assert_eq!(value, Some(vec![2]));
         assert_eq!(follower.counts.rejoined_total, 1);
-        let acked = out.drain().any(|e| {
+        // The installed state is checkpointed before the acknowledgement goes.
+        let effects = out.drain().collect::<Vec<_>>();
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Send { msg: TigaMsg::SyncAck { .. }, .. })));
+        let acked = when_durable(&mut follower, effects).into_iter().any(|e| {
             matches!(e, Effect::Send { to, msg: TigaMsg::SyncAck { synced: 2, executed: 2, .. } }
                 if to == leader)
         });
@@ -5434,6 +5799,38 @@ mod tests {
         let newer = TigaMsg::Join { view: VIEW, shard, start: start(3), transfer: 0, next: 0 };
         leader.on_message(1_006, follower, newer, &mut out);
         assert_eq!(leader.counts.transfers_total, 2, "a new start gets a new image");
+        // The follower restarted again, from its journal: the acknowledgement of that later
+        // start ends the transfer it no longer waits for, and counts.
+        leader.on_message(1_007, follower, ack(4), &mut out);
+        let host = &leader.hosted[&shard];
+        assert!(!host.transfers.contains_key(&follower), "a later start needs no image");
+        assert_eq!(host.joined[&follower], start(4));
+    }
+
+    /// A restarted leader's transfer ids start above every id its earlier starts gave: a
+    /// follower that had begun taking an image from the earlier start must not put its
+    /// parts together with the new start's (swarm seed 9935 of `bank` found that when ids
+    /// restarted at 1).
+    #[test]
+    fn a_restarted_leaders_transfer_ids_start_above_its_earlier_starts() {
+        let shard = ShardId(0);
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader_id = probe.leader_of(shard).unwrap();
+        let mut ids = Vec::new();
+        for incarnation in [0, 1] {
+            let (mut context, workload) = context_in(leader_id.0, 3);
+            context.incarnation = incarnation;
+            let mut leader = TigaNode::new(context).unwrap();
+            for (shard, store) in leader.stores_mut() {
+                workload.load(shard, store);
+            }
+            let follower = leader.hosted[&shard].followers[0];
+            let mut out = Outbox::new();
+            let join = TigaMsg::Join { view: VIEW, shard, start: start(2), transfer: 0, next: 0 };
+            leader.on_message(1_000, follower, join, &mut out);
+            ids.push(leader.hosted[&shard].transfers[&follower].id);
+        }
+        assert!(ids[1] > ids[0] + u64::from(u32::MAX), "{ids:?}");
     }
 
     /// A transfer from a leader whose log no longer starts at 0: the follower's log counts
@@ -5575,8 +5972,13 @@ mod tests {
         assert!(host.joining.is_some() && host.replica.log_len() == 0 && host.executed == 0);
         let next = Start { incarnation: 0, rejoin: 1 };
         assert_eq!(follower_start(0, host), next);
-        let joins: Vec<TigaMsg> = sent(&mut out)
+        // It journals that it rejoins before it asks.
+        let joins: Vec<TigaMsg> = when_durable(&mut follower, out.drain().collect())
             .into_iter()
+            .filter_map(|e| match e {
+                Effect::Send { to, msg } => Some((to, msg)),
+                _ => None,
+            })
             .filter(|(to, m)| *to == leader_id && matches!(m, TigaMsg::Join { .. }))
             .map(|(_, m)| m)
             .collect();

@@ -957,6 +957,84 @@ impl Replica {
         dropped
     }
 
+    /// Follower: true when `txn` sits in the unsynced tail (released here, not listed yet).
+    pub fn in_tail(&self, txn: TxnId) -> bool {
+        match &self.role {
+            Role::Leader { .. } => false,
+            Role::Follower { tail_keys, .. } => tail_keys.contains_key(&txn),
+        }
+    }
+
+    /// Follower: the unsynced tail, in id order, with each entry's timestamp. Empty at a
+    /// leader.
+    pub fn tail(&self) -> Vec<(TxnId, Timestamp)> {
+        match &self.role {
+            Role::Leader { .. } => Vec::new(),
+            Role::Follower { log, tail_keys, .. } => {
+                tail_keys.keys().filter_map(|&txn| log.tail_ts(txn).map(|ts| (txn, ts))).collect()
+            }
+        }
+    }
+
+    /// Follower: the synced prefix's entries from `from` (at least the base) up to `upto`.
+    /// Empty at a leader.
+    pub fn follower_entries(&self, from: usize, upto: usize) -> Vec<(TxnId, Timestamp)> {
+        match &self.role {
+            Role::Leader { .. } => Vec::new(),
+            Role::Follower { log, .. } => {
+                let since = log.since(from);
+                let from = from.max(log.base());
+                since[..upto.saturating_sub(from).min(since.len())].to_vec()
+            }
+        }
+    }
+
+    /// Follower: the transactions dropped below the base that still count as logged. Empty
+    /// at a leader.
+    pub fn follower_lingering(&self) -> Vec<TxnId> {
+        match &self.role {
+            Role::Leader { .. } => Vec::new(),
+            Role::Follower { log, .. } => log.lingering_txns().collect(),
+        }
+    }
+
+    /// Follower: the key hashes over the synced prefix below `position` alone, as a
+    /// journal's image of the executed prefix lists them: the tail's entries and the synced
+    /// ones from `position` on are taken out again (they come back as the journal's later
+    /// records run). `keys_of` gives a synced entry's keys; `None` when one with its keys in
+    /// the hashes has no body here.
+    pub fn hashes_below(
+        &self,
+        position: usize,
+        keys_of: impl Fn(TxnId) -> Option<Vec<Key>>,
+    ) -> Option<KeyHashes> {
+        let Role::Follower { log, tail_keys, fetching } = &self.role else { return None };
+        let mut hashes = self.hashes.clone();
+        // Bounded by the tail and the synced entries past `position`.
+        for (&txn, keys) in tail_keys {
+            hashes.toggle(txn, log.tail_ts(txn)?, keys);
+        }
+        for &(txn, ts) in log.since(position) {
+            if !fetching.contains_key(&txn) {
+                hashes.toggle(txn, ts, &keys_of(txn)?);
+            }
+        }
+        Some(hashes)
+    }
+
+    /// Follower restarting from its journal: `txn` was released here at `ts` on `keys`
+    /// (sorted, each once) and sits in the tail again, in the hashes. False when it is
+    /// logged already or the tail is full (nothing changed).
+    pub fn restore_released(&mut self, txn: TxnId, ts: Timestamp, keys: Vec<Key>) -> bool {
+        let Role::Follower { log, tail_keys, .. } = &mut self.role else { return false };
+        if !log.release(txn, ts) {
+            return false;
+        }
+        self.hashes.toggle(txn, ts, &keys);
+        tail_keys.insert(txn, keys);
+        true
+    }
+
     /// Follower: true when `txn` is listed by the leader and its body is awaited here.
     pub fn wants_body(&self, txn: TxnId) -> bool {
         match &self.role {
