@@ -674,6 +674,8 @@ pub struct Journal<M> {
     pub dropped_total: u64,
     /// Records written.
     pub records_total: u64,
+    /// Bytes of the records written (their values).
+    pub bytes_total: u64,
 }
 
 impl<M> Journal<M> {
@@ -688,6 +690,7 @@ impl<M> Journal<M> {
             deferred: VecDeque::new(),
             dropped_total: 0,
             records_total: 0,
+            bytes_total: 0,
         }
     }
 
@@ -697,8 +700,10 @@ impl<M> Journal<M> {
         key.extend_from_slice(&self.next_seq.to_be_bytes());
         self.next_seq += 1;
         let value = postcard::to_allocvec(record).expect("records encode");
+        let value_len = value.len() as u64;
         self.records.push(PersistRecord { key, value: Some(value) });
         self.records_total += 1;
+        self.bytes_total += value_len;
     }
 
     /// Records the journal holds (written, not deleted).

@@ -1039,6 +1039,10 @@ struct Counts {
     resumed_from_checkpoint_total: u64,
     /// Followers restarted from their journals (not by a state transfer).
     followers_resumed_total: u64,
+    /// Checkpoints put off because a follower's image could not be cut.
+    checkpoints_put_off_total: u64,
+    /// The bytes of the last checkpoint written.
+    checkpoint_bytes_last: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -4240,10 +4244,33 @@ impl TigaNode {
             }
             due |= match host.replica.leads() {
                 true => checkpoint_base(host) >= host.checkpointed.saturating_add(every),
-                false => host.executed >= host.follower_checkpointed.saturating_add(every),
+                false => {
+                    // Past the next multiple of `every`, shifted by this follower's offset.
+                    let offset = self.checkpoint_offset(host.shard, every);
+                    let cycle = host.follower_checkpointed.saturating_add(offset) / every;
+                    host.executed.saturating_add(offset) / every > cycle
+                }
             };
         }
         due
+    }
+
+    /// Where a follower of `shard` checkpoints in a cycle of `every` executed entries: its
+    /// replica's distance from the leader's, in `replicas`ths of the cycle. A checkpoint holds
+    /// back a node's sends until it is durable, and the followers of a shard execute at the
+    /// same pace: checkpointing at the same entry, they stalled both commit paths of the shard
+    /// at once (docs/measurements.md); staggered, the leader and the other followers commit
+    /// on.
+    fn checkpoint_offset(&self, shard: ShardId, every: usize) -> usize {
+        let replicas = self.context.topology.replicas.max(1);
+        let slot = self.context.topology.nodes[self.context.id.0 as usize]
+            .replicas
+            .iter()
+            .find(|s| s.shard == shard)
+            .map_or(0, |s| s.replica);
+        let leader = self.view.leader_slot(shard, replicas);
+        let distance = (slot + replicas - leader) % replicas;
+        every / replicas as usize * distance as usize
     }
 
     /// Writes a checkpoint of every shard led here into the step's persist, and deletes the
@@ -4258,11 +4285,13 @@ impl TigaNode {
                 None => {
                     // Every synced entry's body is here until it is executed or fetched.
                     debug_assert!(false, "{:?}: a synced entry lacks its body", host.shard);
+                    self.counts.checkpoints_put_off_total += 1;
                     return;
                 }
             }
         }
         self.checkpoint_wanted = false;
+        let bytes_before = self.journal.bytes_total;
         let begin = self.journal.begin_checkpoint();
         let mut written = Vec::new();
         for (shard, records) in followed {
@@ -4292,6 +4321,7 @@ impl TigaNode {
         }
         self.journal.end_checkpoint(begin);
         self.counts.checkpoints_total += 1;
+        self.counts.checkpoint_bytes_last = self.journal.bytes_total - bytes_before;
         if cfg!(debug_assertions) {
             self.debug_check_checkpoint(written);
         }
@@ -4871,6 +4901,9 @@ impl Node for TigaNode {
                 ("luigi_checkpoints_total", self.counts.checkpoints_total),
                 ("luigi_resumed_from_checkpoint_total", self.counts.resumed_from_checkpoint_total),
                 ("luigi_followers_resumed_total", self.counts.followers_resumed_total),
+                ("luigi_checkpoints_put_off_total", self.counts.checkpoints_put_off_total),
+                ("luigi_checkpoint_bytes_last", self.counts.checkpoint_bytes_last),
+                ("luigi_journal_bytes_total", self.journal.bytes_total),
                 ("luigi_replayed_total", self.counts.replayed_total),
                 ("luigi_restored_proposals_total", self.counts.restored_proposals_total),
                 ("luigi_followers_behind_total", self.counts.behind_total),
@@ -4916,6 +4949,9 @@ impl Node for TigaNode {
             ("tiga_checkpoints_total", self.counts.checkpoints_total),
             ("tiga_resumed_from_checkpoint_total", self.counts.resumed_from_checkpoint_total),
             ("tiga_followers_resumed_total", self.counts.followers_resumed_total),
+            ("tiga_checkpoints_put_off_total", self.counts.checkpoints_put_off_total),
+            ("tiga_checkpoint_bytes_last", self.counts.checkpoint_bytes_last),
+            ("tiga_journal_bytes_total", self.journal.bytes_total),
             ("tiga_replayed_total", self.counts.replayed_total),
             ("tiga_restored_proposals_total", self.counts.restored_proposals_total),
             ("tiga_followers_behind_total", self.counts.behind_total),
@@ -5805,6 +5841,27 @@ mod tests {
         let host = &leader.hosted[&shard];
         assert!(!host.transfers.contains_key(&follower), "a later start needs no image");
         assert_eq!(host.joined[&follower], start(4));
+    }
+
+    /// The followers of a shard checkpoint at different entries of the cycle (a checkpoint
+    /// holds back a node's sends until it is durable: together they stalled both commit
+    /// paths), a cycle's `replicas`th apart, counting from the leader.
+    #[test]
+    fn followers_of_a_shard_checkpoint_at_different_entries() {
+        let shard = ShardId(0);
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader = probe.leader_of(shard).unwrap();
+        let mut offsets: Vec<usize> = probe
+            .context
+            .topology
+            .shard_nodes(shard)
+            .into_iter()
+            .filter(|&n| n != leader)
+            .map(|n| node_in(n.0, Variant::Tiga, 3).0.checkpoint_offset(shard, 300))
+            .collect();
+        offsets.sort_unstable();
+        assert_eq!(offsets, [100, 200]);
+        assert_eq!(node_in(leader.0, Variant::Tiga, 3).0.checkpoint_offset(shard, 300), 0);
     }
 
     /// A restarted leader's transfer ids start above every id its earlier starts gave: a
