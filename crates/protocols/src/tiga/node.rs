@@ -1144,7 +1144,8 @@ impl TigaNode {
         // The entries run again: those after the checkpoint, if there is one.
         let entries = self.counts.replayed_total;
         let snapshots = self.counts.resumed_from_checkpoint_total;
-        if end > 0 || !self.restored.is_empty() {
+        let followers = self.hosted.values().any(|h| !h.restore_events.is_empty());
+        if end > 0 || !self.restored.is_empty() || followers {
             self.replay(0, &mut out);
         }
         crate::Replayed { snapshots, commands: entries, log_index: end }
@@ -2707,6 +2708,9 @@ impl TigaNode {
         let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.keys());
         let actions = host.replica.on_sync(start, &entries, keys_of);
         let appended = host.replica.follower_entries(before, usize::MAX);
+        // Bounded by the message; nearly always empty.
+        let heard: Vec<TxnId> =
+            appended.iter().map(|&(t, _)| t).filter(|t| host.outcomes.contains_key(t)).collect();
         if !appended.is_empty() {
             // The entries this replica's acknowledgements and slow replies will vouch for,
             // with the bodies no record holds yet.
@@ -2721,6 +2725,15 @@ impl TigaNode {
                 })
                 .collect();
             self.journal.write(&Record::Synced { shard, at: before as u64, entries });
+            // An outcome heard before the leader listed its entry (a sync carries outcomes
+            // past the entries it lists) is journaled again behind the listing: a checkpoint
+            // since may have left it out, and a restart keeps outcomes of logged entries only.
+            for txn in heard {
+                if let Some((ok, inputs)) = host.outcomes.get(&txn) {
+                    let outcome = SyncOutcome { txn, ok: *ok, inputs: inputs.clone() };
+                    self.journal.write(&Record::Outcome { shard, outcome });
+                }
+            }
         }
         for outcome in outcomes {
             // Kept for logged transactions only; an outcome of one executed already may come
@@ -3935,15 +3948,9 @@ fn follower_checkpoint_records(
         let at = (executed + index * max) as u64;
         records.push(Record::Synced { shard, at, entries });
     }
-    // The outcomes of those entries (others may linger, of entries executed already).
-    for &(txn, _) in &rest {
-        if let Some((ok, inputs)) = host.outcomes.get(&txn) {
-            let outcome = SyncOutcome { txn, ok: *ok, inputs: inputs.clone() };
-            records.push(Record::Outcome { shard, outcome });
-        }
-    }
     // Bounded by the tail.
-    for (txn, ts) in host.replica.tail() {
+    let tail = host.replica.tail();
+    for &(txn, ts) in &tail {
         let Some(known) = bodies.get(&txn) else {
             debug_assert!(false, "{txn} in the tail without its body");
             return None;
@@ -3953,6 +3960,16 @@ fn follower_checkpoint_records(
             _ => None,
         };
         records.push(Record::Released { shard, ts, hash, body: (*known.body).clone() });
+    }
+    // Then (a restart keeps the outcomes of logged entries only) the outcomes of those
+    // entries and of the tail's: a leader's sync may carry the outcome of an entry past the
+    // entries it lists, which this replica released already. Others linger, of entries
+    // executed already.
+    for txn in rest.iter().chain(&tail).map(|&(txn, _)| txn) {
+        if let Some((ok, inputs)) = host.outcomes.get(&txn) {
+            let outcome = SyncOutcome { txn, ok: *ok, inputs: inputs.clone() };
+            records.push(Record::Outcome { shard, outcome });
+        }
     }
     Some(records)
 }
@@ -4357,8 +4374,9 @@ impl TigaNode {
             let summary = |h: &Hosted| {
                 let log = h.replica.follower_entries(h.executed, usize::MAX);
                 let hashes: Vec<_> = h.replica.hashes().pairs().collect();
+                let tail = h.replica.tail();
                 let outcomes: Vec<_> =
-                    log.iter().filter_map(|(txn, _)| h.outcomes.get(txn)).collect();
+                    log.iter().chain(&tail).filter_map(|(txn, _)| h.outcomes.get(txn)).collect();
                 format!(
                     "{:?} {:?} {} {} {log:?} {:?} {hashes:?} {:?} {:?}",
                     h.joining.is_some(),
@@ -4608,7 +4626,7 @@ impl TigaNode {
     /// A restarted follower runs what it journaled after its image (quietly: the replies
     /// are kept to answer resends), as it did the first time.
     fn restore_follower(&mut self, shard: ShardId) {
-        let view = self.view.global;
+        let (view, variant) = (self.view.global, self.variant);
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         let mut scratch = Outbox::new();
         // Bounded by the journal.
@@ -4666,7 +4684,8 @@ impl TigaNode {
                 }
             }
             for action in slow {
-                if let Action::SlowReply { txn, ts } = action {
+                // Luigi followers answer their leader only (acknowledgements).
+                if let (Action::SlowReply { txn, ts }, Variant::Tiga) = (action, variant) {
                     reply(host, txn, TigaMsg::Slow { view, txn, shard, ts }, &mut scratch);
                 }
             }
@@ -5841,6 +5860,139 @@ mod tests {
         let host = &leader.hosted[&shard];
         assert!(!host.transfers.contains_key(&follower), "a later start needs no image");
         assert_eq!(host.joined[&follower], start(4));
+    }
+
+    /// A follower restarted from its journal takes up what it vouched for: its tail, the
+    /// entries its leader listed since, and the outcome of a multi-shard entry that it heard
+    /// while the entry was still in its tail, before a checkpoint and before the leader
+    /// listed it, also when it had dropped the entry from its tail at a leader's promise in
+    /// between (a checkpoint once kept only the outcomes of listed entries, and an outcome
+    /// already in memory was not journaled again: the restarted follower, which had
+    /// acknowledged executing the entry, waited for ever for an outcome its leader would not
+    /// send again). It runs the entry again and ends where it was, without a transfer.
+    #[test]
+    fn a_follower_restarts_from_its_journal_with_the_outcomes_it_heard_early() {
+        // A multi-shard transfer from the coordinator at node 0.
+        let mut coordinator = node(0);
+        let bank = context_in(0, 3).1;
+        let mut generator = bank.generator(0, 1);
+        let mut body = None;
+        for id in 1..200 {
+            let mut out = Outbox::new();
+            let request = ClientRequest { id: RequestId(id), txn: generator.next(RequestId(id)) };
+            coordinator.submit(1_000, request, &mut out);
+            let sent = out.drain().find_map(|e| match e {
+                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
+                _ => None,
+            });
+            let Some(sent) = sent else { continue };
+            let shape = shape_of(&coordinator.context, &sent.request, sent.home).unwrap();
+            if shape.parts.len() > 1 {
+                body = Some(sent);
+                break;
+            }
+        }
+        let body = body.expect("a multi-shard transfer");
+        let txn = body.txn;
+        let shape = shape_of(&coordinator.context, &body.request, body.home).unwrap();
+        let shard = *shape.parts.keys().next().unwrap();
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader = probe.leader_of(shard).unwrap();
+        let id = probe.context.topology.shard_nodes(shard).into_iter().find(|&n| n != leader);
+        for unlisted in [false, true] {
+            let (mut follower, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
+            let mut disk = crate::Durable::new();
+            type Step<'a> = &'a dyn Fn(&mut TigaNode, &mut Outbox<TigaMsg>);
+            // Runs `f` on a node, makes its persists durable and returns what it sent.
+            fn step(
+                node: &mut TigaNode,
+                disk: &mut crate::Durable,
+                f: Step<'_>,
+            ) -> Vec<(NodeId, TigaMsg)> {
+                let mut out = Outbox::new();
+                f(node, &mut out);
+                let mut sent = Vec::new();
+                let mut effects: VecDeque<Effect<TigaMsg>> = out.drain().collect();
+                while let Some(effect) = effects.pop_front() {
+                    match effect {
+                        Effect::Persist { token, records, .. } => {
+                            for r in records {
+                                match r.value {
+                                    Some(value) => disk.insert(r.key, value),
+                                    None => disk.remove(&r.key),
+                                };
+                            }
+                            let mut out = Outbox::new();
+                            node.on_persisted(0, token, &mut out);
+                            effects.extend(out.drain());
+                        }
+                        Effect::Send { to, msg } => sent.push((to, msg)),
+                        _ => {}
+                    }
+                }
+                sent
+            }
+            let now = body.ts.0 + 1_000_000;
+            let arrive = TigaMsg::Txn(Box::new(body.clone()));
+            let sent = step(&mut follower, &mut disk, &|n, out| {
+                n.on_message(now, txn.origin, arrive.clone(), out)
+            });
+            let fast =
+                sent.iter().any(|(_, m)| matches!(m, TigaMsg::Fast { txn: t, .. } if *t == txn));
+            assert!(fast, "released into the tail: {sent:?}");
+            let ts = follower.hosted[&shard].replica.tail()[0].1;
+            let outcome = SyncOutcome { txn, ok: true, inputs: Vec::new() };
+            let sync = |entries: Vec<(TxnId, Timestamp)>| TigaMsg::Sync {
+                view: VIEW,
+                shard,
+                from: 0,
+                entries,
+                outcomes: vec![outcome.clone()],
+                commit: 0,
+            };
+            // The outcome comes before the entry is listed; a checkpoint follows.
+            step(&mut follower, &mut disk, &|n, out| {
+                n.on_message(now, leader, sync(Vec::new()), out)
+            });
+            assert!(follower.hosted[&shard].outcomes.contains_key(&txn));
+            if unlisted {
+                // The leader promises its log lists nothing more at or below the entry's
+                // timestamp: the follower drops the entry from its tail (the leader will list it
+                // later, at the same timestamp here for simplicity).
+                let closed = TigaMsg::Closed { view: VIEW, shard, ts, upto: 0 };
+                step(&mut follower, &mut disk, &|n, out| {
+                    n.on_message(now, leader, closed.clone(), out)
+                });
+                assert!(follower.hosted[&shard].replica.tail().is_empty(), "dropped");
+            }
+            follower.checkpoint_wanted = true;
+            step(&mut follower, &mut disk, &|n, out| {
+                n.on_message(now, leader, sync(Vec::new()), out)
+            });
+            assert_eq!(follower.counts.checkpoints_total, 1);
+            // Listed and executed.
+            step(&mut follower, &mut disk, &|n, out| {
+                n.on_message(now, leader, sync(vec![(txn, ts)]), out)
+            });
+            let executed = follower.hosted[&shard].executed;
+            assert_eq!(executed, 1, "executed with the outcome heard early");
+            let rows = |node: &TigaNode| store_rows(&node.hosted[&shard].store).collect::<Vec<_>>();
+            let before = rows(&follower);
+            // The restart.
+            let (shards, seqs) = super::super::journal::recover(&disk).unwrap();
+            let mut context = context_in(follower.context.id.0, 3).0;
+            context.incarnation = 1;
+            let mut again = TigaNode::restored(context, shards, seqs).unwrap();
+            for (shard, store) in again.stores_mut() {
+                bank.load(shard, store);
+            }
+            step(&mut again, &mut disk, &|n, out| n.on_start(now, out));
+            let host = &again.hosted[&shard];
+            assert!(host.joining.is_none(), "no state transfer");
+            assert_eq!((host.executed, host.replica.sync_point()), (1, 1));
+            assert_eq!(rows(&again), before, "the store it had");
+            assert_eq!(again.counts.followers_resumed_total, 1);
+        }
     }
 
     /// The followers of a shard checkpoint at different entries of the cycle (a checkpoint
