@@ -3821,12 +3821,12 @@ fn install(
     host: &mut Hosted,
     parts: Vec<StatePart>,
 ) -> Result<Vec<(NodeId, u64, u64)>, String> {
-    let rows = install_without_rows(context, host, parts)?;
-    for (key, chain) in rows.1 {
+    let (floors, rows) = install_without_rows(context, host, parts)?;
+    for (key, chain) in rows {
         let versions = chain.into_iter().map(committed_version).collect();
         host.store.restore_chain(key, versions);
     }
-    Ok(rows.0)
+    Ok(floors)
 }
 
 /// What installing an image leaves to the caller: the coordinators' decided floors it
