@@ -245,29 +245,25 @@ fn kill_9_of_random_servers_loses_no_acknowledged_commit_under_every_baseline() 
             // once a second.
             std::thread::sleep(Duration::from_millis(1_500));
             let metrics = http_get(&servers.metrics[0], "/metrics");
-            let counter = |counter: &str| {
-                let name = format!("meridian_{protocol}_{counter}{{node=\"0\"}} ");
-                metrics
-                    .lines()
-                    .find_map(|l| l.strip_prefix(name.as_str()))
-                    .and_then(|n| n.parse::<u64>().ok())
-            };
+            let counter = |counter: &str| metric(&metrics, protocol, counter, 0);
             let checkpoints = counter("checkpoints_total");
             assert!(checkpoints.is_some_and(|n| n > 0), "{protocol} node 0: {metrics}");
             let resumed = counter("resumed_from_checkpoint_total");
             eprintln!("{protocol}: the leader's last start resumed from {resumed:?} checkpoints and wrote {checkpoints:?}");
             // Node 2, a follower, was killed last: its last start took up its journal.
             let metrics = http_get(&servers.metrics[2], "/metrics");
-            let name = format!("meridian_{protocol}_followers_resumed_total{{node=\"2\"}} ");
-            let resumed = metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(name.as_str()))
-                .and_then(|n| n.parse::<u64>().ok());
+            let resumed = metric(&metrics, protocol, "followers_resumed_total", 2);
             assert_eq!(resumed, Some(1), "{protocol} node 2: {metrics}");
         }
         drop(servers);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The value of `protocol`'s counter `name` for `node` in a metrics page.
+fn metric(metrics: &str, protocol: &str, name: &str, node: usize) -> Option<u64> {
+    let line = format!("meridian_{protocol}_{name}{{node=\"{node}\"}} ");
+    metrics.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|n| n.parse().ok())
 }
 
 /// `tiga` and `luigi` servers without durability (`--durability memory`) keep nothing across
@@ -296,11 +292,7 @@ fn kill_9_of_tiga_and_luigi_followers_they_rejoin_by_a_state_transfer_and_lose_n
         std::thread::sleep(Duration::from_millis(1_500));
         for node in [1, 2] {
             let metrics = http_get(&servers.metrics[node], "/metrics");
-            let name = format!("meridian_{protocol}_rejoined_total{{node=\"{node}\"}} ");
-            let rejoined = metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(name.as_str()))
-                .and_then(|n| n.parse::<u64>().ok());
+            let rejoined = metric(&metrics, protocol, "rejoined_total", node);
             assert_eq!(rejoined, Some(1), "{protocol} node {node}: {metrics}");
         }
         drop(servers);

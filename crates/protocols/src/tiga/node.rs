@@ -3490,6 +3490,18 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
     host.executed > start
 }
 
+/// What a replica of `shard` knows of a transaction whose body it finds in its journal;
+/// an error when the body does not run here (a journal that is not this cluster's).
+fn journaled_known(context: &NodeContext, shard: ShardId, body: TxnBody) -> Result<Known, String> {
+    let shape = shape_of(context, &body.request, body.home)
+        .map_err(|e| format!("the tiga journal holds {} that does not run: {e}", body.txn))?;
+    let part =
+        shape.parts.get(&shard).cloned().ok_or_else(|| {
+            format!("the tiga journal holds {} with nothing on {shard:?}", body.txn)
+        })?;
+    Ok(Known { body: Arc::new(body), owd_ns: 0, part, shards: shape.shards() })
+}
+
 /// A replica's bounds in a cluster of `shards_total` shards.
 fn replica_limits(shards_total: u32) -> ReplicaLimits {
     ReplicaLimits {
@@ -4440,20 +4452,11 @@ impl TigaNode {
             let Some(host) = self.hosted.get_mut(&shard).filter(|h| h.replica.leads()) else {
                 return Err(format!("the tiga journal speaks of {shard:?}, not led here"));
             };
+            let context = &self.context;
             let known =
                 |ts: Timestamp, body: TxnBody| -> Result<(TxnId, Timestamp, Known), String> {
-                    let shape = shape_of(&self.context, &body.request, body.home).map_err(|e| {
-                        format!("the tiga journal holds {} that does not run: {e}", body.txn)
-                    })?;
-                    let part = shape.parts.get(&shard).cloned().ok_or_else(|| {
-                        format!("the tiga journal holds {} with nothing on {shard:?}", body.txn)
-                    })?;
                     let txn = body.txn;
-                    Ok((
-                        txn,
-                        ts,
-                        Known { body: Arc::new(body), owd_ns: 0, part, shards: shape.shards() },
-                    ))
+                    Ok((txn, ts, journaled_known(context, shard, body)?))
                 };
             // The checkpoint's state, if the journal has one.
             let mut start = None;
@@ -4588,15 +4591,7 @@ impl TigaNode {
             }
             host.restore_rows = rows;
         }
-        let known = |body: TxnBody| -> Result<Known, String> {
-            let shape = shape_of(context, &body.request, body.home).map_err(|e| {
-                format!("the tiga journal holds {} that does not run: {e}", body.txn)
-            })?;
-            let part = shape.parts.get(&shard).cloned().ok_or_else(|| {
-                format!("the tiga journal holds {} with nothing on {shard:?}", body.txn)
-            })?;
-            Ok(Known { body: Arc::new(body), owd_ns: 0, part, shards: shape.shards() })
-        };
+        let known = |body: TxnBody| journaled_known(context, shard, body);
         let mut events = Vec::with_capacity(followed.events.len());
         // Bounded by the journal.
         for event in followed.events {
