@@ -117,6 +117,8 @@ pub struct Released<T> {
     pub txn: TxnId,
     /// The timestamp it was released at.
     pub ts: Timestamp,
+    /// The keys it writes.
+    pub writes: Vec<Key>,
     /// What the caller held with it.
     pub payload: T,
 }
@@ -333,6 +335,57 @@ impl<T> HoldQueue<T> {
         self.queue.remove(&(at, txn)).map(|held| held.payload)
     }
 
+    /// A follower's leader logged a transaction touching `keys` (read or written) and
+    /// writing `writes` at `(ts, txn)`: drops the held entries below it that conflict with
+    /// it (the leader's log holds conflicting entries in timestamp order, so it will not hold
+    /// them there), and returns them. Bounded by the entries held below `ts`.
+    pub fn drop_conflicting_below(
+        &mut self,
+        ts: Timestamp,
+        txn: TxnId,
+        keys: &[Key],
+        writes: &[Key],
+    ) -> Vec<TxnId> {
+        let conflicts = |held: &Held<T>| {
+            writes.iter().any(|k| held.reads.contains(k) || held.writes.contains(k))
+                || keys.iter().any(|k| held.writes.contains(k))
+        };
+        let below: Vec<(Timestamp, TxnId)> = self
+            .queue
+            .range(..(ts, txn))
+            .filter(|(_, held)| conflicts(held))
+            .map(|(&at, _)| at)
+            .collect();
+        for &(at, gone) in &below {
+            self.queue.remove(&(at, gone));
+            self.at.remove(&gone);
+            self.idle_until = None;
+        }
+        below.into_iter().map(|(_, gone)| gone).collect()
+    }
+
+    /// Takes every held entry out, in timestamp order, keeping the stamps.
+    pub fn drain(&mut self) -> Vec<(TxnId, T)> {
+        self.at.clear();
+        self.reserved.clear();
+        self.idle_until = None;
+        std::mem::take(&mut self.queue).into_iter().map(|((_, txn), h)| (txn, h.payload)).collect()
+    }
+
+    /// Every key counts as released up to this: the floor and the largest stamp. Goes over
+    /// every stamp.
+    pub fn ts_high(&self) -> Timestamp {
+        let stamps = self.last_read.values().chain(self.last_write.values());
+        stamps.copied().fold(self.floor, Timestamp::max)
+    }
+
+    /// [`HoldQueue::remove`], with the keys it writes.
+    pub fn remove_writing(&mut self, txn: TxnId) -> Option<(Vec<Key>, T)> {
+        let at = self.at.remove(&txn)?;
+        self.idle_until = None;
+        self.queue.remove(&(at, txn)).map(|held| (held.writes, held.payload))
+    }
+
     /// What `txn` is held with, if it is.
     pub fn payload(&self, txn: TxnId) -> Option<&T> {
         let at = self.at.get(&txn)?;
@@ -425,7 +478,7 @@ impl<T> HoldQueue<T> {
                     "{txn} released at {ts:?} after a conflicting later release"
                 );
                 stamp(&mut self.last_read, &mut self.last_write, ts, &held.reads, &held.writes);
-                Released { txn, ts, payload: held.payload }
+                Released { txn, ts, writes: held.writes, payload: held.payload }
             })
             .collect();
         if self.last_read.len() + self.last_write.len() > self.keys_max {

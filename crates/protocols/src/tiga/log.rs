@@ -217,6 +217,12 @@ impl FollowerLog {
         dropped
     }
 
+    /// Takes `txn` out of the tail (an entry the leader's log will not hold at its
+    /// timestamp); returns that timestamp, or `None` when it is not in the tail.
+    pub fn unrelease(&mut self, txn: TxnId) -> Option<Timestamp> {
+        self.tail.remove(&txn)
+    }
+
     /// This replica released `txn` at `ts` on its own. False when the tail is full (nothing
     /// changed) or the transaction is already logged.
     pub fn release(&mut self, txn: TxnId, ts: Timestamp) -> bool {

@@ -318,6 +318,10 @@ pub enum TigaMsg {
         /// The leader's commit-point: log positions below it are synced by `f + 1` replicas
         /// and survive any view change, so followers may execute them.
         commit: u64,
+        /// The leader's log base: every follower executed the entries below it (or takes a
+        /// state transfer). A follower keeps its entries from there on, which a view change
+        /// gathers from the followers.
+        base: u64,
     },
     /// Leader → coordinator (`luigi` only): every transaction of the coordinator on `shard`
     /// at or below `ts` is replicated to a majority, and every later one will be held above
@@ -525,7 +529,8 @@ pub enum StatePart {
         upto: u64,
         /// The leader's log length (the entries past the prefix come with its log).
         end: u64,
-        /// The timestamp of the prefix's last entry: every key counts as released up to it.
+        /// Every key counts as released up to this: the highest release stamp of the replica
+        /// that cut the image (at least every entry's timestamp in and below the prefix).
         floor: Timestamp,
     },
     /// The next log entries, in log order (at most [`super::log::SYNC_ENTRIES_MAX`]).
@@ -561,8 +566,8 @@ pub struct StateVersion {
     pub value: Option<Vec<u8>>,
 }
 
-/// A sync message's position, entries, outcomes and commit-point.
-type SyncParts = (u64, Vec<(TxnId, Timestamp)>, Vec<SyncOutcome>, u64);
+/// A sync message's position, entries, outcomes, commit-point and the leader's log base.
+type SyncParts = (u64, Vec<(TxnId, Timestamp)>, Vec<SyncOutcome>, u64, u64);
 
 /// Piece outputs carried by one sync message's outcomes, about (more wait for the next).
 pub const SYNC_INPUT_BYTES_MAX: usize = 4 << 20;
@@ -597,6 +602,11 @@ impl Part {
         keys.sort_unstable();
         keys.dedup();
         keys
+    }
+
+    /// Its keys as a follower's log takes them ([`super::replica::PartKeys`]).
+    fn log_keys(&self) -> super::replica::PartKeys {
+        (self.keys(), self.writes.clone())
     }
 
     /// True when the part declared `key` (read or written).
@@ -857,6 +867,8 @@ struct Hosted {
     pruned: usize,
     /// Leader: the commit-point last sent to the followers. Follower: the highest heard.
     commit: usize,
+    /// Follower: the highest log base its leader sent: it drops no entry at or above it.
+    leader_base: usize,
     // Follower.
     /// Synced entries executed here.
     executed: usize,
@@ -1034,6 +1046,9 @@ struct Counts {
     /// Followers: transactions released here that the leader's log will never list at
     /// their timestamp, dropped.
     tail_dropped_total: u64,
+    /// Followers: transactions released here that a conflicting entry above them in the
+    /// synced prefix superseded (the leader's log will not hold them there either).
+    tail_superseded_total: u64,
     /// Leaders: journal checkpoints written, and restarts that started from one.
     checkpoints_total: u64,
     resumed_from_checkpoint_total: u64,
@@ -1207,6 +1222,7 @@ impl TigaNode {
                     bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
                     pruned: 0,
                     commit: 0,
+                    leader_base: 0,
                     executed: 0,
                     outcomes: BTreeMap::new(),
                     leader,
@@ -1713,7 +1729,7 @@ impl TigaNode {
                 // and dropped it must not keep a copy again).
                 let wanted = host.replica.wants_body(txn);
                 if wanted && !host.bodies.contains_key(&txn) && host.bodies.len() < BODIES_MAX {
-                    let keys = part.keys();
+                    let keys = part.log_keys();
                     host.bodies.insert(
                         txn,
                         Known {
@@ -2055,6 +2071,13 @@ impl TigaNode {
                     let msg = TigaMsg::Slow { view: self.view.global, txn, shard, ts };
                     reply(host, txn, msg, out);
                 }
+                Action::Superseded { dropped } => {
+                    // As if dropped at a promise: the body stays until its coordinator
+                    // decided it (see `drop_unlisted`). A restart drops them again, running
+                    // the records of the entries that superseded them.
+                    self.counts.tail_superseded_total += dropped.len() as u64;
+                    host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+                }
                 Action::Fetch { txns } => {
                     let msg = TigaMsg::SyncAck {
                         view: self.view.global,
@@ -2149,11 +2172,13 @@ impl TigaNode {
         // What a follower executed is no longer needed in its log.
         let drop_min = self.context.limits.log_drop_min;
         for host in self.hosted.values_mut() {
-            let executed = host.executed;
-            let due = executed >= host.replica.log_base() + drop_min;
+            // Nor what another follower has not executed yet: the leader's base says what
+            // every follower did (a view change gathers the rest from the followers).
+            let upto = host.executed.min(host.leader_base);
+            let due = upto >= host.replica.log_base() + drop_min;
             if due && !host.replica.leads() && host.joining.is_none() {
                 let floors = &self.decided_floors;
-                host.replica.truncate_follower_log(executed, |t| is_decided(floors, t));
+                host.replica.truncate_follower_log(upto, |t| is_decided(floors, t));
             }
         }
         if self.snapshot_reads {
@@ -2422,6 +2447,7 @@ impl TigaNode {
                 entries,
                 outcomes,
                 commit: commit as u64,
+                base: host.replica.log_base() as u64,
             };
             out.send(follower, msg);
         }
@@ -2689,13 +2715,14 @@ impl TigaNode {
         sync: SyncParts,
         out: &mut Outbox<TigaMsg>,
     ) {
-        let (start, entries, outcomes, commit) = sync;
+        let (start, entries, outcomes, commit, base) = sync;
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         if host.replica.leads() || host.leader != from || host.joining.is_some() {
             return;
         }
-        // Messages may come out of order: the commit-point only rises.
+        // Messages may come out of order: the commit-point and the leader's base only rise.
         host.commit = host.commit.max(usize::try_from(commit).unwrap_or(usize::MAX));
+        host.leader_base = host.leader_base.max(usize::try_from(base).unwrap_or(usize::MAX));
         if entries.len() > super::log::SYNC_ENTRIES_MAX || outcomes.len() > OUTCOMES_WINDOW_MAX {
             return; // No honest leader sends more.
         }
@@ -2705,7 +2732,7 @@ impl TigaNode {
             entries.iter().map(|&(txn, _)| txn).filter(|&t| host.replica.in_tail(t)).collect();
         let before = host.replica.log_len();
         let bodies = &host.bodies;
-        let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.keys());
+        let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.log_keys());
         let actions = host.replica.on_sync(start, &entries, keys_of);
         let appended = host.replica.follower_entries(before, usize::MAX);
         // Bounded by the message; nearly always empty.
@@ -3791,7 +3818,7 @@ fn state_image(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> Option<V
     let end = position as u64;
     let base = host.replica.log_base();
     debug_assert!(base <= upto, "the log is dropped below the finished prefix only");
-    let floor = host.replica.log_ts_before(upto);
+    let floor = host.replica.ts_high();
     let head = StatePart::Head { base: base as u64, upto: upto as u64, end, floor };
     // Bounded by the transactions logged here (every one goes by; only the undecided stay).
     let lingering = host.replica.logged_below_base(|t| !is_decided(floors, t));
@@ -3935,7 +3962,7 @@ fn follower_checkpoint_records(
     let hashes =
         host.replica.hashes_below(executed, |txn| bodies.get(&txn).map(|k| k.part.keys()))?;
     let prefix = host.replica.follower_entries(base, executed);
-    let floor = prefix.last().map_or(Timestamp::ZERO, |&(_, ts)| ts);
+    let floor = host.replica.ts_high();
     let end = host.rejoin_end.max(executed) as u64;
     let head = StatePart::Head { base: base as u64, upto: executed as u64, end, floor };
     let lingering = host.replica.follower_lingering();
@@ -4630,7 +4657,7 @@ impl TigaNode {
             match event {
                 Restored::Released(ts, hash, known) => {
                     let txn = known.body.txn;
-                    let keys = known.part.keys();
+                    let keys = known.part.log_keys();
                     host.bodies.insert(txn, known);
                     if host.replica.restore_released(txn, ts, keys) {
                         if let Some(hash) = hash {
@@ -4656,13 +4683,13 @@ impl TigaNode {
                         listed.push((txn, ts));
                     }
                     let bodies = &host.bodies;
-                    let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.keys());
+                    let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.log_keys());
                     slow = host.replica.on_sync(at, &listed, keys_of);
                 }
                 Restored::Fetched(known) => {
                     let txn = known.body.txn;
                     if host.replica.wants_body(txn) {
-                        let keys = known.part.keys();
+                        let keys = known.part.log_keys();
                         host.bodies.insert(txn, known);
                         slow = host.replica.on_body(txn, &keys);
                     }
@@ -4679,9 +4706,15 @@ impl TigaNode {
                 }
             }
             for action in slow {
-                // Luigi followers answer their leader only (acknowledgements).
-                if let (Action::SlowReply { txn, ts }, Variant::Tiga) = (action, variant) {
-                    reply(host, txn, TigaMsg::Slow { view, txn, shard, ts }, &mut scratch);
+                match (action, variant) {
+                    // Luigi followers answer their leader only (acknowledgements).
+                    (Action::SlowReply { txn, ts }, Variant::Tiga) => {
+                        reply(host, txn, TigaMsg::Slow { view, txn, shard, ts }, &mut scratch);
+                    }
+                    (Action::Superseded { dropped }, _) => {
+                        host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+                    }
+                    _ => {}
                 }
             }
         }
@@ -4746,8 +4779,8 @@ impl TigaNode {
                     self.on_decided(decided, out);
                 }
             }
-            TigaMsg::Sync { shard, from: start, entries, outcomes, commit, .. } => {
-                self.on_sync(now, from, shard, (start, entries, outcomes, commit), out);
+            TigaMsg::Sync { shard, from: start, entries, outcomes, commit, base, .. } => {
+                self.on_sync(now, from, shard, (start, entries, outcomes, commit, base), out);
             }
             TigaMsg::SyncAck { shard, start, synced, executed, fetch, .. } => {
                 self.on_sync_ack(from, (shard, start), synced, executed, fetch, out);
@@ -4972,6 +5005,7 @@ impl Node for TigaNode {
             ("tiga_went_behind_total", self.counts.went_behind_total),
             ("tiga_bodies_high_water", self.counts.bodies_high),
             ("tiga_tail_dropped_total", self.counts.tail_dropped_total),
+            ("tiga_tail_superseded_total", self.counts.tail_superseded_total),
             ("tiga_tail_entries", self.hosted.values().map(|h| h.replica.tail_len() as u64).sum()),
             ("tiga_unlisted_kept", self.hosted.values().map(|h| h.unlisted.len() as u64).sum()),
         ]
@@ -5361,6 +5395,7 @@ mod tests {
                 from: 0,
                 entries: vec![(txn(1), Timestamp(5))],
                 commit: 0,
+                base: 0,
                 outcomes: vec![SyncOutcome { txn: txn(1), ok: false, inputs: Vec::new() }],
             },
             TigaMsg::SyncAck {
@@ -5697,6 +5732,7 @@ mod tests {
                 from: 0,
                 entries: vec![(txn(4), Timestamp(1))],
                 commit: 0,
+                base: 0,
                 outcomes: vec![SyncOutcome {
                     txn: txn(4),
                     ok: true,
@@ -5786,6 +5822,7 @@ mod tests {
             }
             let entries: Vec<(TxnId, Timestamp)> = bodies.iter().map(|b| (b.txn, b.ts)).collect();
             let sync = |commit| TigaMsg::Sync {
+                base: 0,
                 view: VIEW,
                 shard,
                 from: 0,
@@ -5944,6 +5981,7 @@ mod tests {
                 entries,
                 outcomes: vec![outcome.clone()],
                 commit: 0,
+                base: 0,
             };
             // The outcome comes before the entry is listed; a checkpoint follows.
             step(&mut follower, &mut disk, &|n, out| {
@@ -6223,6 +6261,7 @@ mod tests {
             from: 0,
             entries: vec![(txn(1), Timestamp(5))],
             commit: 0,
+            base: 0,
             outcomes: Vec::new(),
         };
         let mut out = Outbox::new();

@@ -38,9 +38,12 @@
 //! past it). If the agreement moves it, [`Action::Revoke`] comes before the confirmation;
 //! otherwise it is released where it ran and what ran stands.
 //!
-//! Not here yet: checkpoints (the logs, the set of logged transactions and
-//! the key hashes grow with the log; a checkpoint truncates them), views (a replica is built
-//! leader or follower).
+//! **View change** (the parts a replica plays; the nodes do not drive them yet): a follower
+//! reports its log ([`Replica::report`]); one promoted to lead the new view takes the log
+//! rebuilt from `f + 1` reports ([`Replica::promote`]). For the merge to need no keys of
+//! entries a follower dropped, a follower keeps its tail consistent with its synced prefix:
+//! an entry joining the prefix supersedes the conflicting tail entries below it, and counts
+//! as released on its keys (nothing conflicting is then held or released below it).
 
 use super::agree::{Agreement, Verdict};
 use super::hold::{Arrival, Arriving, HoldQueue, Stamps};
@@ -129,6 +132,13 @@ pub enum Action {
         /// The leader's timestamp for it.
         ts: Timestamp,
     },
+    /// Follower: these tail entries were superseded by a conflicting synced entry above
+    /// them (see [`Replica::on_sync`]) and left the tail: the leader's log will not hold
+    /// them at these timestamps.
+    Superseded {
+        /// The transactions, each with the timestamp it was released at here.
+        dropped: Vec<(TxnId, Timestamp)>,
+    },
     /// Follower: ask the leader for these transactions' bodies.
     Fetch {
         /// The transactions.
@@ -198,6 +208,10 @@ enum Role {
         log: FollowerLog,
         /// Keys of released transactions the leader has not listed yet (for retiming).
         tail_keys: BTreeMap<TxnId, Vec<Key>>,
+        /// The tail by key: per key, the tail entries touching it, each with whether it
+        /// writes the key (see [`Replica::on_sync`]: a synced entry supersedes the
+        /// conflicting tail entries below it).
+        tail_marks: TailMarks,
         /// Synced entries whose bodies were fetched: where they go in the hashes.
         fetching: BTreeMap<TxnId, Timestamp>,
     },
@@ -216,8 +230,54 @@ pub struct Replica {
     dropped_total: u64,
     /// Detective mode (leaders): multi-shard transactions run before their agreement settles.
     detective: bool,
+    /// Follower: held transactions dropped because a conflicting entry above them joined
+    /// the synced prefix.
+    late_dropped_total: u64,
     /// The last tick stopped at `release_max`: more may be due now.
     capped: bool,
+}
+
+/// What a follower reports of its log at a view change (see [`super::recovery`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogReport {
+    /// The position of `synced[0]`: the entries below were dropped (every follower had
+    /// executed them).
+    pub base: usize,
+    /// The synced prefix from `base` to the sync-point.
+    pub synced: Vec<(TxnId, Timestamp)>,
+    /// What it vouched for past the sync-point: the entries its leader listed there whose
+    /// bodies are here (in log order), then its tail (in `(timestamp, id)` order).
+    pub unsynced: Vec<(TxnId, Timestamp)>,
+}
+
+/// The tail by key: `(key, timestamp, id)` of every tail entry on every key it touches, and
+/// whether it writes the key. One map, so a release inserts an entry per key and allocates
+/// nothing else.
+type TailMarks = BTreeMap<(Key, Timestamp, TxnId), bool>;
+
+/// The least transaction id (a range bound).
+const TXN_MIN: TxnId = TxnId { origin: meridian_core::NodeId(0), incarnation: 0, seq: 0 };
+
+/// A part's keys as a follower's log needs them: every key it touches (sorted, each once),
+/// and the keys it writes (sorted).
+pub type PartKeys = (Vec<Key>, Vec<Key>);
+
+/// Enters a tail entry in the marks.
+fn mark_tail(marks: &mut TailMarks, txn: TxnId, ts: Timestamp, keys: &[Key], writes: &[Key]) {
+    for key in keys {
+        marks.insert((key.clone(), ts, txn), writes.binary_search(key).is_ok());
+    }
+}
+
+/// Takes a tail entry out of the marks; returns the keys it writes.
+fn unmark_tail(marks: &mut TailMarks, txn: TxnId, ts: Timestamp, keys: &[Key]) -> Vec<Key> {
+    let mut writes = Vec::new();
+    for key in keys {
+        if marks.remove(&(key.clone(), ts, txn)) == Some(true) {
+            writes.push(key.clone());
+        }
+    }
+    writes
 }
 
 /// Every key a part reads or writes, sorted, each once: what the hold queue keeps with a
@@ -248,6 +308,7 @@ impl Replica {
             Role::Follower {
                 log: FollowerLog::new(limits.tail_max),
                 tail_keys: BTreeMap::new(),
+                tail_marks: BTreeMap::new(),
                 fetching: BTreeMap::new(),
             }
         };
@@ -258,6 +319,7 @@ impl Replica {
             hashes: KeyHashes::default(),
             role,
             dropped_total: 0,
+            late_dropped_total: 0,
             detective: false,
             capped: false,
         }
@@ -278,8 +340,12 @@ impl Replica {
     ) -> Option<Self> {
         let log = FollowerLog::with_prefix(base, prefix, lingering, limits.tail_max)?;
         let mut replica = Self::new(shard, false, limits);
-        replica.role =
-            Role::Follower { log, tail_keys: BTreeMap::new(), fetching: BTreeMap::new() };
+        replica.role = Role::Follower {
+            log,
+            tail_keys: BTreeMap::new(),
+            tail_marks: BTreeMap::new(),
+            fetching: BTreeMap::new(),
+        };
         replica.hashes = hashes;
         replica.hold.raise_floor(floor);
         Some(replica)
@@ -342,6 +408,102 @@ impl Replica {
             hashes.push(replica.hashes.reply_hash(&keys));
         }
         Some((replica, hashes))
+    }
+
+    /// A follower of the old view becomes the leader of the new one (Tiga App. B), with the
+    /// log a view change rebuilt ([`super::recovery::rebuild_log`]): its own synced prefix,
+    /// then `prefix` (the entries from its sync-point on, each with the keys it reads and
+    /// writes), all as released entries; then `added` (each entry of the rebuilt log's second
+    /// step, held again at its timestamp and released in order; a multi-shard one is
+    /// proposed to the other leaders first, which answer with where they released it). What
+    /// it listed past its sync-point and its tail are dropped (the rebuilt log holds what of
+    /// them may have committed).
+    ///
+    /// Every key counts as released up to the highest stamp it had (what it released or
+    /// synced, see [`Replica::ts_high`]), so a later arrival goes above every entry of the
+    /// log, whatever of it this replica dropped. Returns the actions for the added entries
+    /// and the transactions it held, which it held as a follower: the caller holds them again
+    /// as a leader (bumped where late). `keys_of` gives the keys of an entry listed here
+    /// past the sync-point (its body is here). An error (a transaction listed twice, an
+    /// added one not of this shard or already in the log, more added than the hold queue or
+    /// the open agreements take, a body missing) changes nothing.
+    pub fn promote(
+        &mut self,
+        prefix: Vec<(TxnId, Timestamp, super::recovery::EntryKeys)>,
+        added: Vec<Incoming>,
+        keys_of: impl Fn(TxnId) -> Option<Vec<Key>>,
+    ) -> Result<(Vec<Action>, Vec<TxnId>), String> {
+        let Role::Follower { log, .. } = &self.role else {
+            return Err("a leader is promoted again".into());
+        };
+        let (base, sync_point) = (log.base(), log.sync_point());
+        let synced = &log.since(base)[..sync_point - base];
+        let mut in_log: BTreeMap<TxnId, Timestamp> = synced.iter().copied().collect();
+        // Dropped below the base, still known as logged: their timestamps are gone, and a
+        // proposal for one (long executed everywhere) is answered below any other.
+        in_log.extend(log.lingering_txns().map(|txn| (txn, Timestamp::ZERO)));
+        if in_log.len() != synced.len() + log.lingering() {
+            return Err("the synced prefix lists a transaction twice".into());
+        }
+        for &(txn, ts, _) in &prefix {
+            if in_log.insert(txn, ts).is_some() {
+                return Err(format!("{txn} is in the rebuilt prefix twice"));
+            }
+        }
+        let mut participants = BTreeSet::new();
+        for incoming in &added {
+            if in_log.contains_key(&incoming.txn) || !incoming.shards.contains(&self.shard) {
+                return Err(format!("{} cannot be added to shard {}", incoming.txn, self.shard));
+            }
+            participants.extend(incoming.shards.iter().copied());
+        }
+        if participants.iter().any(|s| s.0 >= self.limits.shards_total) {
+            return Err("an added transaction names a shard outside the cluster".into());
+        }
+        let multi = added.iter().filter(|i| i.shards.len() > 1).count();
+        if added.len() > self.limits.held_max || multi > self.limits.agreements_max {
+            return Err(format!("{} entries to add, {multi} of them to agree on", added.len()));
+        }
+        let synced = synced.to_vec();
+        // The hashes over the synced prefix alone (the tail and what was listed past the
+        // sync-point out), then the rebuilt prefix's entries.
+        let mut hashes = self
+            .hashes_below(sync_point, keys_of)
+            .ok_or("an entry listed past the sync-point without its body")?;
+        let mut entries = synced;
+        let floor = self.hold.ts_high();
+        let held = self.hold.drain().into_iter().map(|(txn, _)| txn).collect();
+        let mut hold = HoldQueue::new(self.limits.held_max, self.limits.keys_max);
+        hold.raise_floor(floor);
+        for (txn, ts, (reads, writes)) in prefix {
+            hashes.toggle(txn, ts, &part_keys(&reads, &writes));
+            hold.stamp_released(ts, &reads, &writes);
+            entries.push((txn, ts));
+        }
+        self.hold = hold;
+        self.hashes = hashes;
+        self.role = Role::Leader {
+            log: entries,
+            base,
+            base_ts: floor,
+            in_log,
+            agreements: BTreeMap::new(),
+            speculated: BTreeMap::new(),
+        };
+        let mut actions = Vec::new();
+        for incoming in added {
+            if incoming.shards.len() > 1 {
+                let ts = incoming.ts;
+                actions.extend(self.restore_proposal(incoming, ts));
+                continue;
+            }
+            let Incoming { txn, ts, reads, writes, .. } = incoming;
+            let payload = part_keys(&reads, &writes);
+            if self.hold.restore(Arriving { txn, ts, reads, writes, payload }) {
+                self.hold.set_ready(txn, true);
+            }
+        }
+        Ok((actions, held))
     }
 
     /// A restarted leader: holds `incoming` at `proposed`, the timestamp it proposed before
@@ -545,6 +707,18 @@ impl Replica {
         self.dropped_total
     }
 
+    /// Follower: held transactions dropped because a conflicting entry above them joined the
+    /// synced prefix (see [`Replica::on_sync`]).
+    pub fn late_dropped_total(&self) -> u64 {
+        self.late_dropped_total
+    }
+
+    /// Every key counts as released up to this here (see [`HoldQueue::ts_high`]): what a
+    /// state transfer or checkpoint cut from this replica gives as its floor.
+    pub fn ts_high(&self) -> Timestamp {
+        self.hold.ts_high()
+    }
+
     /// The leader's log from position `from` on, at most [`SYNC_ENTRIES_MAX`] entries: what a
     /// synchronisation message carries. Empty at a follower.
     /// Empty as well for a position below the base (those entries are dropped).
@@ -624,7 +798,9 @@ impl Replica {
                 return Vec::new(); // Released here once already: a retry executes nothing.
             }
             // Listed by the leader already: if its body was being fetched, this is it.
-            Role::Follower { log, .. } if log.contains(txn) => return self.on_body(txn, &keys),
+            Role::Follower { log, .. } if log.contains(txn) => {
+                return self.on_body(txn, &(keys, writes));
+            }
             _ => {}
         }
         let arriving = Arriving { txn, ts, reads, writes, payload: keys };
@@ -844,6 +1020,7 @@ impl Replica {
         self.capped = released.len() + speculate.len() >= max;
         for released in released {
             let (txn, ts, keys) = (released.txn, released.ts, released.payload);
+            let writes = released.writes;
             match &mut self.role {
                 Role::Leader { log, in_log, agreements, speculated, .. } => {
                     agreements.remove(&txn);
@@ -855,12 +1032,13 @@ impl Replica {
                     log.push((txn, ts));
                     actions.push(Action::Execute { txn, ts });
                 }
-                Role::Follower { log, tail_keys, .. } => {
+                Role::Follower { log, tail_keys, tail_marks, .. } => {
                     if !log.release(txn, ts) {
                         // The tail is full (the leader is silent): no fast reply; the
                         // leader's log will place it.
                         continue;
                     }
+                    mark_tail(tail_marks, txn, ts, &keys, &writes);
                     tail_keys.insert(txn, keys.clone());
                 }
             }
@@ -885,14 +1063,24 @@ impl Replica {
     /// Follower: the leader's log from position `from`. `keys_of`: the keys of a transaction
     /// whose body this replica holds outside the hold queue (one it found late, or fetched),
     /// if it does.
+    ///
+    /// An entry joining the synced prefix **supersedes** every tail entry below it in
+    /// `(timestamp, id)` order that it conflicts with ([`Action::Superseded`]): the leader's
+    /// log holds conflicting entries in that order, and the tail entry is not in the prefix
+    /// before it, so the log will never hold it at its timestamp here (if it lists it, it is
+    /// later, where a retimed entry would go). It leaves the tail and the hashes, so the
+    /// tail this replica would report at a view change agrees with its synced prefix,
+    /// whatever of the prefix it has dropped since.
     pub fn on_sync(
         &mut self,
         from: usize,
         entries: &[(TxnId, Timestamp)],
-        keys_of: impl Fn(TxnId) -> Option<Vec<Key>>,
+        keys_of: impl Fn(TxnId) -> Option<PartKeys>,
     ) -> Vec<Action> {
         let mut actions = Vec::new();
-        let Role::Follower { log, tail_keys, fetching } = &mut self.role else { return actions };
+        let Role::Follower { log, tail_keys, tail_marks, fetching } = &mut self.role else {
+            return actions;
+        };
         let hold = &mut self.hold;
         let before = log.len();
         let synced = {
@@ -903,24 +1091,47 @@ impl Replica {
             };
             log.on_sync(from, entries, known)
         };
+        let mut own_ts: BTreeMap<TxnId, Timestamp> = BTreeMap::new();
         for &(txn, own, leader_ts) in &synced.retimed {
             if let Some(keys) = tail_keys.get(&txn) {
                 self.hashes.toggle(txn, own, keys);
                 self.hashes.toggle(txn, leader_ts, keys);
+                own_ts.insert(txn, own);
             }
         }
-        // Bounded by the message (at most SYNC_ENTRIES_MAX entries joined).
+        // Bounded by the message (at most SYNC_ENTRIES_MAX entries joined). Every entry
+        // listed leaves the tail before any supersedes: the log took them out of its tail.
+        let mut joined = Vec::new();
         for &(txn, ts) in log.since(before) {
-            if tail_keys.remove(&txn).is_some() {
-                continue; // Released here: hashed already (moved above if retimed).
-            }
-            if let Some(keys) = hold.remove(txn) {
+            // `released`: released here at this timestamp, so stamped there already, and
+            // nothing conflicting is held below it (the release order saw to that).
+            let (keys, writes, released) = if let Some(keys) = tail_keys.remove(&txn) {
+                // Released here: hashed already (moved above if retimed).
+                let own = own_ts.get(&txn).copied().unwrap_or(ts);
+                let writes = unmark_tail(tail_marks, txn, own, &keys);
+                (keys, writes, own == ts)
+            } else if let Some((writes, keys)) = hold.remove_writing(txn) {
                 self.hashes.toggle(txn, ts, &keys);
-            } else if let Some(keys) = keys_of(txn) {
+                (keys, writes, false)
+            } else if let Some((keys, writes)) = keys_of(txn) {
                 self.hashes.toggle(txn, ts, &keys);
+                (keys, writes, false)
             } else {
                 fetching.insert(txn, ts);
+                continue;
+            };
+            joined.push((txn, ts, keys, writes, released));
+        }
+        let mut superseded = Vec::new();
+        for (txn, ts, keys, writes, released) in joined {
+            let tail = Tail { log, keys: tail_keys, marks: tail_marks, hashes: &mut self.hashes };
+            superseded.extend(tail.supersede(txn, ts, &keys, &writes));
+            if !released {
+                self.late_dropped_total += settle_synced(hold, txn, ts, &keys, &writes);
             }
+        }
+        if !superseded.is_empty() {
+            actions.push(Action::Superseded { dropped: superseded });
         }
         let slow = synced.newly_synced.into_iter().map(|(txn, ts)| Action::SlowReply { txn, ts });
         actions.extend(slow);
@@ -948,13 +1159,32 @@ impl Replica {
     /// of its key hashes again, so the keys' later fast replies match the leader's. Returns
     /// what was dropped (nothing at a leader).
     pub fn drop_unlisted(&mut self, listed_through: Timestamp) -> Vec<(TxnId, Timestamp)> {
-        let Role::Follower { log, tail_keys, .. } = &mut self.role else { return Vec::new() };
+        let Role::Follower { log, tail_keys, tail_marks, .. } = &mut self.role else {
+            return Vec::new();
+        };
         let dropped = log.drop_unlisted(listed_through);
         for &(txn, ts) in &dropped {
             let keys = tail_keys.remove(&txn).expect("a tail entry's keys are kept");
+            unmark_tail(tail_marks, txn, ts, &keys);
             self.hashes.toggle(txn, ts, &keys);
         }
         dropped
+    }
+
+    /// Follower: its log as a view change gathers it ([`LogReport`]). No tail entry lies
+    /// below a conflicting entry listed here (see [`Replica::on_sync`]), so the report is
+    /// in timestamp order among conflicting entries. `None` at a leader.
+    pub fn report(&self) -> Option<LogReport> {
+        let Role::Follower { log, fetching, .. } = &self.role else { return None };
+        let sync_point = log.sync_point();
+        let listed = log.since(log.base());
+        let (synced, past) = listed.split_at(sync_point - log.base());
+        let mut unsynced: Vec<(TxnId, Timestamp)> =
+            past.iter().filter(|(txn, _)| !fetching.contains_key(txn)).copied().collect();
+        let mut tail = self.tail();
+        tail.sort_unstable_by_key(|&(txn, ts)| (ts, txn));
+        unsynced.extend(tail);
+        Some(LogReport { base: log.base(), synced: synced.to_vec(), unsynced })
     }
 
     /// Follower: true when `txn` sits in the unsynced tail (released here, not listed yet).
@@ -1008,7 +1238,7 @@ impl Replica {
         position: usize,
         keys_of: impl Fn(TxnId) -> Option<Vec<Key>>,
     ) -> Option<KeyHashes> {
-        let Role::Follower { log, tail_keys, fetching } = &self.role else { return None };
+        let Role::Follower { log, tail_keys, fetching, .. } = &self.role else { return None };
         let mut hashes = self.hashes.clone();
         // Bounded by the tail and the synced entries past `position`.
         for (&txn, keys) in tail_keys {
@@ -1023,14 +1253,19 @@ impl Replica {
     }
 
     /// Follower restarting from its journal: `txn` was released here at `ts` on `keys`
-    /// (sorted, each once) and sits in the tail again, in the hashes. False when it is
-    /// logged already or the tail is full (nothing changed).
-    pub fn restore_released(&mut self, txn: TxnId, ts: Timestamp, keys: Vec<Key>) -> bool {
-        let Role::Follower { log, tail_keys, .. } = &mut self.role else { return false };
+    /// and sits in the tail again, in the hashes. False when it is logged already or the
+    /// tail is full (nothing changed).
+    pub fn restore_released(&mut self, txn: TxnId, ts: Timestamp, keys: PartKeys) -> bool {
+        let Role::Follower { log, tail_keys, tail_marks, .. } = &mut self.role else {
+            return false;
+        };
         if !log.release(txn, ts) {
             return false;
         }
+        let (keys, writes) = keys;
         self.hashes.toggle(txn, ts, &keys);
+        mark_tail(tail_marks, txn, ts, &keys, &writes);
+        self.hold.stamp_released(ts, &keys, &writes);
         tail_keys.insert(txn, keys);
         true
     }
@@ -1043,12 +1278,81 @@ impl Replica {
         }
     }
 
-    /// Follower: the body of a fetched transaction arrived, touching `keys` here.
-    pub fn on_body(&mut self, txn: TxnId, keys: &[Key]) -> Vec<Action> {
-        let Role::Follower { log, fetching, .. } = &mut self.role else { return Vec::new() };
+    /// Follower: the body of a fetched transaction arrived, touching `keys` here. It
+    /// supersedes the tail entries below it that it conflicts with (see
+    /// [`Replica::on_sync`]).
+    pub fn on_body(&mut self, txn: TxnId, keys: &PartKeys) -> Vec<Action> {
+        let Role::Follower { log, fetching, tail_keys, tail_marks } = &mut self.role else {
+            return Vec::new();
+        };
         let Some(ts) = fetching.remove(&txn) else { return Vec::new() };
+        let (keys, writes) = keys;
         self.hashes.toggle(txn, ts, keys);
-        log.on_body(txn).into_iter().map(|(txn, ts)| Action::SlowReply { txn, ts }).collect()
+        let mut actions = Vec::new();
+        let tail = Tail { log, keys: tail_keys, marks: tail_marks, hashes: &mut self.hashes };
+        let dropped = tail.supersede(txn, ts, keys, writes);
+        self.late_dropped_total += settle_synced(&mut self.hold, txn, ts, keys, writes);
+        if !dropped.is_empty() {
+            actions.push(Action::Superseded { dropped });
+        }
+        let slow = log.on_body(txn).into_iter().map(|(txn, ts)| Action::SlowReply { txn, ts });
+        actions.extend(slow);
+        actions
+    }
+}
+
+/// Follower: `txn`, touching `keys` and writing `writes`, joined the synced prefix at `ts`:
+/// its keys count as released there (a later arrival below it on them is late here, as at
+/// the leader), and the held entries below it that it conflicts with go (they will not be
+/// released below it). Returns how many went.
+fn settle_synced(
+    hold: &mut HoldQueue<Vec<Key>>,
+    txn: TxnId,
+    ts: Timestamp,
+    keys: &[Key],
+    writes: &[Key],
+) -> u64 {
+    // Its written keys are stamped as read too: the same conflicts, and no list to build.
+    hold.stamp_released(ts, keys, writes);
+    hold.drop_conflicting_below(ts, txn, keys, writes).len() as u64
+}
+
+/// A follower's tail and what indexes it, borrowed together.
+struct Tail<'a> {
+    log: &'a mut FollowerLog,
+    keys: &'a mut BTreeMap<TxnId, Vec<Key>>,
+    marks: &'a mut TailMarks,
+    hashes: &'a mut KeyHashes,
+}
+
+impl Tail<'_> {
+    /// `txn`, touching `keys` and writing `writes`, joined the synced prefix at `ts`: drops
+    /// every tail entry below it in `(timestamp, id)` order that conflicts with it, and
+    /// returns them. Bounded by the tail entries on its keys.
+    fn supersede(
+        self,
+        txn: TxnId,
+        ts: Timestamp,
+        keys: &[Key],
+        writes: &[Key],
+    ) -> Vec<(TxnId, Timestamp)> {
+        let mut below: BTreeSet<(Timestamp, TxnId)> = BTreeSet::new();
+        for key in keys {
+            let writing = writes.binary_search(key).is_ok();
+            let range = (key.clone(), Timestamp::ZERO, TXN_MIN)..(key.clone(), ts, txn);
+            let conflicting = self.marks.range(range).filter(|&(_, &w)| writing || w);
+            below.extend(conflicting.map(|(&(_, at, gone), _)| (at, gone)));
+        }
+        let mut dropped = Vec::with_capacity(below.len());
+        for (at, gone) in below {
+            let removed = self.log.unrelease(gone);
+            debug_assert_eq!(removed, Some(at), "{gone} marked in the tail at {at:?}");
+            let keys = self.keys.remove(&gone).expect("a tail entry's keys are kept");
+            unmark_tail(self.marks, gone, at, &keys);
+            self.hashes.toggle(gone, at, &keys);
+            dropped.push((gone, at));
+        }
+        dropped
     }
 }
 

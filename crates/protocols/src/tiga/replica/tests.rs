@@ -103,7 +103,7 @@ fn a_late_transaction_is_bumped_by_the_leader_and_placed_by_its_log_at_a_followe
     let bumped = leader.tick(101);
     assert_eq!(executed(&bumped), [(txn(2), Timestamp(101))], "bumped just past the release");
     // The leader's log reaches the follower, which holds transaction 2's body (it saw it).
-    let keys = vec![key(7), key(7)];
+    let keys = (vec![key(7)], vec![key(7)]);
     let synced = follower.on_sync(0, leader.log_since(0), |t| (t == txn(2)).then(|| keys.clone()));
     assert_eq!(slow(&synced), [(txn(1), Timestamp(100)), (txn(2), Timestamp(101))]);
     assert_eq!(follower.sync_point(), 2);
@@ -235,7 +235,7 @@ fn replicas_that_saw_different_arrivals_agree_once_synced() {
     let mut rng = child_rng(7, "tiga-replica", 0);
     let mut leader = Replica::new(A, true, limits());
     let mut followers = [Replica::new(A, false, limits()), Replica::new(A, false, limits())];
-    let mut bodies: BTreeMap<TxnId, Vec<Key>> = BTreeMap::new();
+    let mut bodies: BTreeMap<TxnId, PartKeys> = BTreeMap::new();
     let mut now = 100;
     let mut bumped = 0;
     let mut stamps: BTreeMap<TxnId, Timestamp> = BTreeMap::new();
@@ -245,7 +245,8 @@ fn replicas_that_saw_different_arrivals_agree_once_synced() {
         let stamp = now - 15 + uniform_u64(&mut rng, 30);
         let incoming = rmw(seq, stamp, &[A], &[uniform_u64(&mut rng, 3)]);
         stamps.insert(incoming.txn, incoming.ts);
-        bodies.insert(incoming.txn, [incoming.reads.clone(), incoming.writes.clone()].concat());
+        let keys = part_keys(&incoming.reads, &incoming.writes);
+        bodies.insert(incoming.txn, (keys, incoming.writes.clone()));
         leader.arrive(incoming.clone());
         for f in followers.iter_mut() {
             if uniform_u64(&mut rng, 4) != 0 {
@@ -520,11 +521,13 @@ fn a_follower_drops_what_its_leader_never_listed_and_its_replies_match_again() {
     let mut follower = Replica::new(A, false, limits());
     assert!(follower.arrive(rmw(1, 100, &[A], &[7])).is_empty());
     assert_eq!(fast(&follower.tick(100)).len(), 1, "released at the follower alone");
+    // The leader logs a transaction on another key (no conflict: 1 stays in the tail).
     for r in [&mut leader, &mut follower] {
-        assert!(r.arrive(rmw(2, 200, &[A], &[7])).is_empty());
+        assert!(r.arrive(rmw(2, 200, &[A], &[8])).is_empty());
     }
-    let (at_leader, at_follower) = (fast(&leader.tick(200)), fast(&follower.tick(200)));
-    assert_ne!(at_leader[0].2, at_follower[0].2, "the follower's hash still holds txn 1");
+    assert_eq!(fast(&leader.tick(200)), fast(&follower.tick(200)));
+    let hash = |r: &Replica| r.hashes().reply_hash(&[key(7)]);
+    assert_ne!(hash(&leader), hash(&follower), "the follower's hash still holds txn 1");
     follower.on_sync(0, leader.log_since(0), |_| None);
     assert_eq!(follower.tail_len(), 1, "txn 1 waits for a leader that never lists it");
     assert_eq!(follower.drop_unlisted(Timestamp(99)), [], "nothing at or below 99");
@@ -539,4 +542,218 @@ fn a_follower_drops_what_its_leader_never_listed_and_its_replies_match_again() {
     // Had the leader taken txn 1 after all, above, its log would list it and the follower
     // would hash it there: nothing of the dropped entry remains to disagree.
     assert_eq!(follower.hashes().reply_hash(&[key(7)]), leader.hashes().reply_hash(&[key(7)]));
+}
+
+/// A transaction on `keys` of `shards`, reading `reads` and writing `writes` (key numbers).
+fn rw(seq: u64, ts: u64, reads: &[u64], writes: &[u64]) -> Incoming {
+    Incoming {
+        txn: txn(seq),
+        ts: Timestamp(ts),
+        shards: vec![A],
+        reads: reads.iter().map(|&k| key(k)).collect(),
+        writes: writes.iter().map(|&k| key(k)).collect(),
+    }
+}
+
+fn superseded(actions: &[Action]) -> Vec<(TxnId, Timestamp)> {
+    actions
+        .iter()
+        .flat_map(|a| match a {
+            Action::Superseded { dropped } => dropped.clone(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// An entry joining a follower's synced prefix supersedes the tail entries below it that it
+/// conflicts with (the leader's log orders conflicting entries by timestamp, so it will not
+/// hold them there), and no others: readers of a key pass each other, an entry above it
+/// stays, and an entry whose body is fetched supersedes once the body is in.
+#[test]
+fn a_synced_entry_supersedes_the_conflicting_tail_entries_below_it() {
+    let mut leader = Replica::new(A, true, limits());
+    let mut follower = Replica::new(A, false, limits());
+    // Released at the follower alone: 1 writes 7 at 100, 3 reads 9 at 100, 5 reads 11 at
+    // 150, 8 writes 12 at 150 and 11 writes 13 at 150.
+    for incoming in [rw(1, 100, &[], &[7]), rw(3, 100, &[9], &[]), rw(5, 150, &[11], &[])] {
+        follower.arrive(incoming);
+    }
+    follower.arrive(rw(8, 150, &[], &[12]));
+    follower.arrive(rw(11, 150, &[], &[13]));
+    assert_eq!(fast(&follower.tick(150)).len(), 5);
+    // The leader logs 2 writing 7 at 120, 4 reading 9 at 150, 6 writing 9 at 90 (below 3),
+    // 10 writing 12 and 13 at 150 (the follower never got 10: above 8, below 11).
+    for incoming in [rw(2, 120, &[], &[7]), rw(4, 150, &[9], &[]), rw(6, 90, &[], &[9])] {
+        leader.arrive(incoming.clone());
+        follower.arrive(incoming);
+    }
+    leader.arrive(rw(10, 150, &[], &[12, 13]));
+    leader.tick(150);
+    let listed: Vec<TxnId> = leader.log_since(0).iter().map(|&(t, _)| t).collect();
+    assert!(listed.contains(&txn(6)), "6 is not late at the leader: {listed:?}");
+    // 6 came late here (below 3's read of 9): its body is held outside the hold queue.
+    let actions = follower
+        .on_sync(0, leader.log_since(0), |t| (t == txn(6)).then(|| (vec![key(9)], vec![key(9)])));
+    assert_eq!(superseded(&actions), [(txn(1), Timestamp(100))], "only 2 above 1 conflicts");
+    assert!(!follower.in_tail(txn(1)) && follower.in_tail(txn(3)) && follower.in_tail(txn(5)));
+    assert!(follower.in_tail(txn(8)), "10's body is not here yet: 8 waits");
+    // 8 is below 10 (the same timestamp, a smaller id) and 11 above it: the body
+    // supersedes 8 alone.
+    let body = (vec![key(12), key(13)], vec![key(12), key(13)]);
+    assert_eq!(superseded(&follower.on_body(txn(10), &body)), [(txn(8), Timestamp(150))]);
+    assert!(follower.in_tail(txn(11)));
+    // A writer of 9 above 3 supersedes it; 5 (reading 11) stays.
+    leader.arrive(rw(9, 160, &[], &[9]));
+    leader.tick(160);
+    let actions = follower
+        .on_sync(0, leader.log_since(0), |t| (t == txn(9)).then(|| (vec![key(9)], vec![key(9)])));
+    assert_eq!(superseded(&actions), [(txn(3), Timestamp(100))]);
+    assert_eq!(follower.tail(), [(txn(5), Timestamp(150)), (txn(11), Timestamp(150))]);
+    // What is left of the tail is 5 and 11: on every other key the hashes are the leader's.
+    for k in [7, 9, 12] {
+        assert_eq!(
+            follower.hashes().reply_hash(&[key(k)]),
+            leader.hashes().reply_hash(&[key(k)]),
+            "key {k}"
+        );
+    }
+}
+
+/// A follower's synced entries count as released on their keys: a held transaction below a
+/// conflicting synced entry goes (the leader's log will not hold it there), and one arriving
+/// below it later is late; so the tail never holds an entry below a conflicting synced one.
+#[test]
+fn a_follower_holds_and_releases_nothing_below_a_conflicting_synced_entry() {
+    let mut leader = Replica::new(A, true, limits());
+    let mut follower = Replica::new(A, false, limits());
+    // Held at the follower, not due yet: 1 writes 7 at 100, 2 reads 8 at 100.
+    follower.arrive(rw(1, 100, &[], &[7]));
+    follower.arrive(rw(2, 100, &[8], &[]));
+    // The leader logs 3, reading 7 and 8, at 150.
+    leader.arrive(rw(3, 150, &[7, 8], &[]));
+    leader.tick(150);
+    let keys = (vec![key(7), key(8)], Vec::new());
+    follower.on_sync(0, leader.log_since(0), |t| (t == txn(3)).then(|| keys.clone()));
+    assert_eq!((follower.held(), follower.late_dropped_total()), (1, 1), "1 went, 2 stays");
+    assert_eq!(fast(&follower.tick(200)).iter().map(|f| f.0).collect::<Vec<_>>(), [txn(2)]);
+    // A writer of 7 below 3 is late here now; one above it is held.
+    assert!(follower.arrive(rw(4, 120, &[], &[7])).is_empty());
+    follower.arrive(rw(5, 160, &[], &[7]));
+    assert_eq!((follower.held_at(txn(4)), follower.held_at(txn(5))), (None, Some(Timestamp(160))));
+    assert!(follower.ts_high() >= Timestamp(150), "a cut from here covers 3");
+}
+
+/// A shard whose leader is about to die, with two followers: 1 and 2 are logged and synced
+/// everywhere; 3 is released everywhere (the leader's sync of it is lost); 4 at the first
+/// follower alone; 5 writes 8 at 105 at the second, below 2's read (late there); 6 (on
+/// shards A and B) at both followers while the leader waits for B; 7 is held at the first
+/// follower, not due. Returns the replicas and every transaction sent.
+fn before_a_view_change() -> (Replica, [Replica; 2], BTreeMap<TxnId, Incoming>) {
+    let mut leader = Replica::new(A, true, limits());
+    let mut followers = [Replica::new(A, false, limits()), Replica::new(A, false, limits())];
+    let mut sent: BTreeMap<TxnId, Incoming> = BTreeMap::new();
+    let mut send = |i: Incoming, at: &mut [&mut Replica]| {
+        sent.insert(i.txn, i.clone());
+        at.iter_mut().map(|r| r.arrive(i.clone())).collect::<Vec<_>>()
+    };
+    let [f1, f2] = &mut followers;
+    send(rw(1, 100, &[], &[7]), &mut [&mut leader, f1, f2]);
+    send(rw(2, 110, &[8], &[]), &mut [&mut leader, f1, f2]);
+    for r in [&mut leader, &mut *f1, &mut *f2] {
+        r.tick(120);
+    }
+    for f in [&mut *f1, &mut *f2] {
+        f.on_sync(0, leader.log_since(0), |_| None);
+    }
+    send(rw(3, 130, &[], &[9]), &mut [&mut leader, f1, f2]);
+    send(rw(4, 130, &[], &[10]), &mut [f1]);
+    let late = send(rw(5, 105, &[], &[8]), &mut [f2]);
+    assert!(late[0].is_empty() && f2.held_at(txn(5)).is_none(), "late below the synced 2");
+    send(Incoming { shards: vec![A, B], ..rw(6, 135, &[], &[11]) }, &mut [f1, f2]);
+    send(rw(7, 500, &[], &[12]), &mut [f1]);
+    for r in [&mut leader, &mut *f1, &mut *f2] {
+        r.tick(140);
+    }
+    (leader, followers, sent)
+}
+
+/// A follower's report as the merge takes it, with the keys of what was `sent`.
+fn reported(
+    follower: &Replica,
+    sent: &BTreeMap<TxnId, Incoming>,
+) -> super::super::recovery::ReportedLog {
+    use super::super::recovery::{ReportedEntry, ReportedLog};
+    let report = follower.report().expect("a follower reports");
+    let entry = |&(txn, ts): &(TxnId, Timestamp)| ReportedEntry {
+        ts,
+        txn,
+        keys: sent.get(&txn).map(|i| (i.reads.clone(), i.writes.clone())),
+    };
+    ReportedLog {
+        base: report.base,
+        synced: report.synced.iter().map(entry).collect(),
+        unsynced: report.unsynced.iter().map(entry).collect(),
+    }
+}
+
+/// Two followers' reports merge into a log that keeps what may have committed: the synced
+/// prefix, and what both released at one timestamp (maybe fast-committed) though the leader
+/// never synced it; what one follower alone released is not kept.
+#[test]
+fn followers_report_what_they_vouched_for_and_the_merge_keeps_what_may_have_committed() {
+    use super::super::recovery::rebuild_log;
+    let (leader, [f1, f2], sent) = before_a_view_change();
+    let at = |seq: u64, ts: u64| (txn(seq), Timestamp(ts));
+    let report = f1.report().unwrap();
+    assert_eq!((report.base, report.synced), (0, vec![at(1, 100), at(2, 110)]));
+    assert_eq!(report.unsynced, [at(3, 130), at(4, 130), at(6, 135)]);
+    assert_eq!(f2.report().unwrap().unsynced, [at(3, 130), at(6, 135)]);
+    assert!(leader.report().is_none(), "a leader reports nothing");
+    let rebuilt = rebuild_log(3, &[reported(&f1, &sent), reported(&f2, &sent)], 0).unwrap();
+    let txns = |entries: &[super::super::recovery::ReportedEntry]| {
+        entries.iter().map(|e| e.txn.seq).collect::<Vec<_>>()
+    };
+    assert_eq!((txns(&rebuilt.prefix), txns(&rebuilt.added)), (vec![1, 2], vec![3, 6]));
+}
+
+/// A follower promoted with a rebuilt log leads it: its synced prefix and the rebuilt one
+/// are logged, an entry every replica released is released again at its timestamp (a
+/// multi-shard one once the other leader answers), what it released alone is gone, what it
+/// held goes back to its node, and a late arrival goes above everything it knew.
+#[test]
+fn a_promoted_follower_leads_the_rebuilt_log() {
+    use super::super::recovery::rebuild_log;
+    let (_, [mut f1, mut f2], sent) = before_a_view_change();
+    let logs = [reported(&f1, &sent), reported(&f2, &sent)];
+    let rebuilt = rebuild_log(3, &logs, f1.sync_point()).unwrap();
+    assert!(rebuilt.prefix.is_empty(), "the first follower synced the whole prefix");
+    let added: Vec<Incoming> =
+        rebuilt.added.iter().map(|e| Incoming { ts: e.ts, ..sent[&e.txn].clone() }).collect();
+    let keys_of = |t: TxnId| sent.get(&t).map(|i| part_keys(&i.reads, &i.writes));
+    let (actions, held) = f1.promote(Vec::new(), added, keys_of).unwrap();
+    assert!(f1.leads());
+    assert_eq!(held, [txn(7)], "held as a follower: for the node to hold again");
+    assert_eq!(actions, [Action::Propose { txn: txn(6), ts: Timestamp(135), to: vec![B] }]);
+    assert!(f1.logged(txn(1)) && f1.logged(txn(2)) && !f1.logged(txn(4)));
+    assert_eq!(executed(&f1.tick(200)), [(txn(3), Timestamp(130))], "6 waits for B");
+    // B released 6 at 135 already: it answers with its place and a confirmation.
+    f1.on_proposal(B, txn(6), &[A, B], Timestamp(135));
+    f1.on_confirm(B, txn(6), &[A, B]);
+    assert_eq!(executed(&f1.tick(200)), [(txn(6), Timestamp(135))]);
+    // The second follower released the same entries at the same timestamps: the hashes
+    // agree on every key (4, released at the first alone, is gone from them).
+    for k in [7, 8, 9, 10, 11] {
+        let hash = |r: &Replica| r.hashes().reply_hash(&[key(k)]);
+        assert_eq!(hash(&f1), hash(&f2), "key {k}");
+    }
+    // A late arrival on 3's key is bumped above everything this replica knew.
+    assert!(f1.arrive(rw(8, 120, &[], &[9])).is_empty());
+    let bumped = f1.held_at(txn(8)).unwrap();
+    assert!(bumped > Timestamp(135), "bumped to {bumped:?}");
+    // Promoting a leader, or with a transaction twice, is an error and changes nothing.
+    assert!(f1.promote(Vec::new(), Vec::new(), |_| None).is_err());
+    let one = &sent[&txn(1)];
+    let again = vec![(txn(1), Timestamp(100), (one.reads.clone(), one.writes.clone()))];
+    assert!(f2.promote(again, Vec::new(), |_| None).is_err());
+    assert!(!f2.leads() && f2.in_tail(txn(3)));
 }
