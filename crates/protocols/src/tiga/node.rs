@@ -3381,9 +3381,10 @@ fn ack_msg((view, incarnation): (u64, u64), host: &Hosted, fetch: Vec<TxnId>) ->
     }
 }
 
-/// A leader's closed timestamp: below the clock, below everything it holds, and below every
-/// released transaction that has not finished (run, and with its votes in); never below
-/// what it promised (everything past the promise was held above it).
+/// A leader's closed timestamp: below the clock, below everything it holds, below every
+/// released transaction that has not finished (run, and with its votes in), and below every
+/// multi-shard entry fewer than `f` followers executed; never below what it promised
+/// (everything past the promise was held above it).
 fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
     let below = |ts: Timestamp| Timestamp(ts.0.saturating_sub(1));
     let mut closed = Timestamp(now);
@@ -3393,6 +3394,28 @@ fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
     // Bounded by the released transactions not finished.
     for ts in host.queued.values().map(|q| q.ts).chain(host.pending.values().map(|p| p.ts)) {
         closed = closed.min(below(ts));
+    }
+    // A view change's new leader is a former follower: it takes the outcome of a
+    // multi-shard entry from a replica that executed it, since the other leaders drop their
+    // records once every leader promised past it. So the promise stays below every
+    // multi-shard entry that fewer than `f` followers executed: any `f + 1` of the other
+    // replicas then include one that did. Bounded by a sync message's entries; past them
+    // (followers far behind, or not heard since a restart) it does not rise.
+    let f = host.followers.len() / 2;
+    if f > 0 {
+        let mut executed: Vec<usize> =
+            host.followers.iter().map(|n| host.acks.get(n).map_or(0, |&(_, e)| e)).collect();
+        executed.sort_unstable_by(|a, b| b.cmp(a));
+        let from = executed[f - 1].max(host.replica.log_base());
+        let window = host.replica.log_since(from);
+        if from + window.len() < host.replica.log_len() {
+            return host.promised;
+        }
+        // A body pruned already counts as multi-shard: the promise waits.
+        let multi = |txn: &TxnId| host.bodies.get(txn).is_none_or(|k| k.shards.len() > 1);
+        for &(_, ts) in window.iter().filter(|(txn, _)| multi(txn)) {
+            closed = closed.min(below(ts));
+        }
     }
     // Below the promise only while a restarted leader runs again what it had finished
     // before its crash (new arrivals are held above it: see `leader_arrive`).
@@ -6311,6 +6334,55 @@ mod tests {
         let host = &leader.hosted[&ShardId(0)];
         assert_eq!(host.replica.held_at(late.txn), Some(Timestamp(701)), "held above the promise");
         assert_eq!(leader_closed(host, 1_000), Timestamp(700), "and below it again");
+    }
+
+    /// A leader's promise stays below every multi-shard entry fewer than `f` followers
+    /// executed (a new leader after a failover takes its outcome from one that did); a
+    /// single-shard entry does not hold it back, and one whose body is gone counts as
+    /// multi-shard.
+    #[test]
+    fn a_leader_promises_past_a_multi_shard_entry_once_f_followers_executed_it() {
+        let shard = ShardId(0);
+        let (probe, workload) = node_of(0, Variant::Tiga);
+        let (mut leader, _) = node_in(probe.leader_of(shard).unwrap().0, Variant::Tiga, 3);
+        let mut generator = workload.generator(0, 0);
+        let shards_of = |r: &TxnRequest| shape_of(&leader.context, r, shard).unwrap().shards();
+        let requests: Vec<TxnRequest> = (0..1_000).map(|i| generator.next(RequestId(i))).collect();
+        let single = requests.iter().find(|r| shards_of(r) == [shard]).expect("one shard");
+        let multi = requests.iter().find(|r| shards_of(r).len() > 1 && shards_of(r)[0] == shard);
+        let body = |seq: u64, ts: u64, request: &TxnRequest| TxnBody {
+            txn: txn(seq),
+            ts: Timestamp(ts),
+            sent_at: 0,
+            request: request.clone(),
+            home: shard,
+            decided_below: 0,
+        };
+        let bodies = [body(1, 300, single), body(2, 400, multi.expect("a transfer across"))];
+        let knowns: Vec<Known> = bodies
+            .iter()
+            .map(|b| journaled_known(&leader.context, shard, b.clone()).unwrap())
+            .collect();
+        let log: Vec<(TxnId, Timestamp, &[Key], &[Key])> = knowns
+            .iter()
+            .map(|k| (k.body.txn, k.body.ts, &k.part.reads[..], &k.part.writes[..]))
+            .collect();
+        let (replica, _) = Replica::recovered_leader(shard, replica_limits(3), None, &log).unwrap();
+        let host = leader.hosted.get_mut(&shard).unwrap();
+        host.replica = replica;
+        for known in knowns {
+            host.bodies.insert(known.body.txn, known);
+        }
+        let follower = host.followers[0];
+        assert_eq!(leader_closed(host, 1_000), Timestamp(399), "no follower executed 2");
+        host.acks.insert(follower, (2, 1));
+        assert_eq!(leader_closed(host, 1_000), Timestamp(399), "nor past 1");
+        host.acks.insert(follower, (2, 2));
+        assert_eq!(leader_closed(host, 1_000), Timestamp(1_000), "f = 1 follower did");
+        // Bodies dropped (pruned): both count as multi-shard.
+        host.acks.insert(follower, (2, 0));
+        host.bodies.clear();
+        assert_eq!(leader_closed(host, 1_000), Timestamp(299));
     }
 
     /// A replica forgets the replies it kept for a coordinator's decided transactions (those
