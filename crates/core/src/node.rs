@@ -349,6 +349,22 @@ pub trait Message: Clone + Debug + Serialize + for<'de> Deserialize<'de> + Send 
 impl<T> Message for T where T: Clone + Debug + Serialize + for<'de> Deserialize<'de> + Send + 'static
 {}
 
+/// A control service's word to a node, outside the protocol's messages (the simulator's
+/// scenarios give it at a scheduled time; a service hosted in the nodes will give it there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// A view manager's next view: the global view number, per shard its local view number
+    /// (its leader is replica `local % replicas`), and whether leaders agree detectively.
+    View {
+        /// The global view number.
+        global: u64,
+        /// Per shard, its local view number.
+        local: Vec<u64>,
+        /// Detective agreement (else preventive).
+        detective: bool,
+    },
+}
+
 /// A protocol node. See the module documentation for the contract.
 pub trait Node: Send + 'static {
     /// The protocol's message type.
@@ -381,6 +397,9 @@ pub trait Node: Send + 'static {
         let why = "this protocol does not run interactive transactions (occ, 2pl and 2pc-mvto do)";
         out.reply(request.id, TxnOutcome::failed(TxnFailure::Rejected(why.into())));
     }
+    /// A control service's word ([`Control`]). By default ignored: a protocol without
+    /// views has nothing to take from it.
+    fn on_control(&mut self, _now: Time, _control: Control, _out: &mut Outbox<Self::Msg>) {}
     /// The protocol's counters (names ending in `_total`, monotonic) and gauges, for metrics.
     /// Read between calls, never during one; must not change the node.
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -48,6 +48,8 @@ pub enum Fault {
     Block(NodeId, NodeId),
     /// Every block is lifted.
     Heal,
+    /// The node (if up) takes a control service's word.
+    Control(NodeId, meridian_core::node::Control),
 }
 
 /// Simulator settings.
@@ -591,6 +593,15 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             Fault::Heal => {
                 self.hash(8, 0, 0);
                 self.blocked.clear();
+            }
+            Fault::Control(node, control) => {
+                self.hash(10, node.0, 0);
+                let now = self.node_now(node);
+                if let Some(n) = self.nodes[node.0 as usize].as_mut() {
+                    self.outbox.begin_call(self.hops);
+                    n.on_control(now, control, &mut self.outbox);
+                    self.carry_out(node);
+                }
             }
         }
     }

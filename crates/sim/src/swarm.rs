@@ -291,6 +291,7 @@ mod tests {
                     Fault::Restart(_) => "restart",
                     Fault::Block(..) => "block",
                     Fault::Heal => "heal",
+                    Fault::Control(..) => "control",
                 });
             }
             let last_heal = plan.faults.iter().rposition(|(_, f)| *f == Fault::Heal).unwrap();

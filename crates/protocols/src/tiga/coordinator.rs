@@ -199,6 +199,21 @@ impl Tracker {
         self.record(from, txn, shard, |tally, slot| tally.on_slow(slot, ts))
     }
 
+    /// The view changed: every shard's leader is now its replica at `leader_slots[shard]`.
+    /// The replies collected so far are of the old view and count for nothing (a commit
+    /// counts replies of one view only); what was decided on the slow path stops being
+    /// watched.
+    pub fn new_view(&mut self, leader_slots: &BTreeMap<ShardId, u32>) {
+        for open in self.open.values_mut() {
+            for (shard, (replicas, tally)) in open.shards.iter_mut() {
+                let slot = leader_slots.get(shard).copied().unwrap_or(0);
+                *tally = ShardTally::new(replicas.len() as u32, slot);
+            }
+        }
+        self.watched.clear();
+        self.watch_order.clear();
+    }
+
     /// Gives up on `txn` (the node retries it afresh, or answers its client).
     pub fn abandon(&mut self, txn: TxnId) -> bool {
         self.open.remove(&txn).is_some()

@@ -187,7 +187,24 @@ pub enum Record {
         /// The part.
         part: StatePart,
     },
+    /// The node installed this view (a view change); every checkpoint repeats the latest. A
+    /// restart starts in it.
+    View {
+        /// The global view number.
+        global: u64,
+        /// Per shard, its local view number.
+        local: Vec<u64>,
+        /// Detective agreement.
+        detective: bool,
+    },
 }
+
+/// The latest view a journal holds: global number, local numbers, detective.
+pub type JournaledView = (u64, Vec<u64>, bool);
+
+/// What a journal holds: per shard what was journaled of it, the sequence numbers present,
+/// and the latest view installed.
+pub type Journaled = (BTreeMap<ShardId, Recovered>, Seqs, Option<JournaledView>);
 
 /// A synced entry as a follower journals it: the transaction, its timestamp, and its body
 /// where the record is the one to hold it.
@@ -367,6 +384,9 @@ pub struct DecidedRecord {
     pub all: bool,
     /// The other shards' outputs the pieces here took (for followers).
     pub inputs: Vec<(u32, PieceOutput)>,
+    /// Per other shard, the outputs of pieces here that its pieces take (sent with the
+    /// vote; a view change's new leader there may ask again).
+    pub feeds: Vec<(ShardId, Vec<(u32, PieceOutput)>)>,
 }
 
 /// Items per list part of a checkpoint.
@@ -449,6 +469,12 @@ pub type Seqs = std::ops::Range<u64>;
 pub fn recover(
     durable: &BTreeMap<Vec<u8>, Vec<u8>>,
 ) -> Result<(BTreeMap<ShardId, Recovered>, Seqs), String> {
+    recover_with_view(durable).map(|(shards, seqs, _)| (shards, seqs))
+}
+
+/// [`recover`], and the latest view the journal holds ([`Record::View`]).
+pub fn recover_with_view(durable: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<Journaled, String> {
+    let mut view: Option<JournaledView> = None;
     let mut shards: BTreeMap<ShardId, Recovered> = BTreeMap::new();
     // A checkpoint being read: its Begin's sequence number and what it holds so far.
     let mut open: Option<(u64, BTreeMap<ShardId, Recovered>)> = None;
@@ -495,8 +521,17 @@ pub fn recover(
                 *told = (*told).max(ts);
             }
             Record::Joining { shard } => {
+                // Whatever it journaled of the shard before, as a follower or a deposed
+                // leader, is void.
                 let follower = FollowerRecovered { joining: true, ..Default::default() };
-                target.entry(shard).or_default().follower = Some(follower);
+                let recovered = Recovered { follower: Some(follower), ..Default::default() };
+                target.insert(shard, recovered);
+            }
+            Record::View { global, local, detective } => {
+                if view.as_ref().is_some_and(|(had, ..)| *had > global) {
+                    return Err(format!("tiga journal: record {seq} goes back a view"));
+                }
+                view = Some((global, local, detective));
             }
             Record::Image { shard, part } => {
                 if !in_checkpoint {
@@ -557,7 +592,12 @@ pub fn recover(
     }
     for (shard, recovered) in &mut shards {
         if recovered.follower.is_some() && recovered.leads() {
-            return Err(format!("tiga journal: {shard:?} both led and followed"));
+            // A follower promoted at a view change writes a whole checkpoint as a leader
+            // before anything else counts; leader records after its follower records without
+            // one are of a promotion cut short: it restarts as the follower it was (and
+            // gathers the reports again: [`super::node`]).
+            let follower = recovered.follower.take();
+            *recovered = Recovered { follower, ..Default::default() };
         }
         let mut seen = std::collections::BTreeSet::new();
         let checkpointed = recovered.checkpoint.iter().flat_map(|c| {
@@ -573,7 +613,7 @@ pub fn recover(
         // record written after the entry's, as an answer, is not a new one).
         recovered.proposals.retain(|txn, _| !seen.contains(txn));
     }
-    Ok((shards, oldest.unwrap_or(next)..next))
+    Ok((shards, oldest.unwrap_or(next)..next, view))
 }
 
 /// Adds a follower's record of `shard` (ignored once it was rejoining: a restart rejoins).

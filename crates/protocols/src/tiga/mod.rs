@@ -196,8 +196,8 @@ impl Protocol for Tiga {
     /// the image of its executed prefix and the log it journaled after it (one with nothing
     /// journaled of its shard rejoins by a state transfer).
     fn restore(context: NodeContext, durable: &Durable) -> Result<node::TigaNode, String> {
-        let (shards, seqs) = journal::recover(durable)?;
-        node::TigaNode::restored(context, shards, seqs)
+        let (shards, seqs, view) = journal::recover_with_view(durable)?;
+        node::TigaNode::restored_in_view(context, shards, seqs, view)
     }
 
     /// A leader runs its journaled log ([`node::TigaNode::replay_journal`]); a follower runs

@@ -69,9 +69,11 @@
 //! its store, and what it executed past the prefix), then catches up on the log past it like
 //! any follower.
 //!
-//! **Not built yet** (issue 13): the view change (leaders are fixed for the run: the view
-//! manager's choice of co-located leaders given every node alive), so a crashed leader's
-//! shard waits for it to restart.
+//! **View changes** ([`view_change`]): a node takes the view manager's next view
+//! ([`TigaNode::install_view`]; today only the simulator's scenarios give one), a new leader
+//! rebuilds its shard's log from `f + 1` replicas' reports and leads it, and the other
+//! followers rejoin by a state transfer. Not built yet (issue 13): the manager hosted in the
+//! nodes, pulling in-flight cross-shard transactions into a new leader's log, and luigi's.
 //!
 //! # Memory a run does not grow
 //!
@@ -94,10 +96,13 @@
 //! drops it). Outcome records go once the followers executed the transaction and the other
 //! leaders promised past it.
 
+mod view_change;
+
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
 use super::journal::{FollowerEvent, FollowerRecovered, Journal, Record, Recovered, Seqs};
 use super::owd::OwdSettings;
 use super::quorum::slow_followers;
+use super::recovery::{rebuild_log, ReportedEntry, ReportedLog};
 use super::replica::{Action, CheckpointedLog, Incoming, Replica, ReplicaLimits};
 use super::view::{next_view, View};
 use super::waits::Waits;
@@ -108,7 +113,9 @@ use crate::kit::timers::Timers;
 use crate::luigi::streams::Streams;
 use crate::{NodeContext, ProtocolNode};
 use meridian_core::key::Key;
-use meridian_core::node::{ClientRequest, Durability, Effect, Node, Outbox, PersistToken, TimerId};
+use meridian_core::node::{
+    ClientRequest, Control, Durability, Effect, Node, Outbox, PersistToken, TimerId,
+};
 use meridian_core::topology::Topology;
 use meridian_core::txn::{
     AbortCounts, CommitPath, Datum, KeySet, PieceOutput, ProcError, ShardTarget, TxnFailure,
@@ -119,6 +126,8 @@ use meridian_storage::{MvccStore, StoreError, Version, VersionState};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
+pub use view_change::REPORT_ENTRIES_MAX;
+use view_change::{Frozen, Recovering};
 
 /// Transactions held per replica at most.
 pub const HELD_MAX: usize = 1 << 16;
@@ -151,6 +160,10 @@ pub const OUTCOMES_WINDOW_MAX: usize = 1 << 10;
 pub const SNAPSHOTS_WAITING_MAX: usize = 1 << 12;
 /// Closed timestamps a follower keeps from its leader (the oldest go first).
 pub const CLOSED_KEPT_MAX: usize = 64;
+/// Results a tiga follower keeps of entries it executed whose coordinators have not decided
+/// them yet; past it, new ones are not kept (a coordinator waiting on one after a view change
+/// reports its outcome unknown: memory, never safety).
+pub const RESULTS_KEPT_MAX: usize = 1 << 16;
 const _: () = assert!(HELD_MAX <= BODIES_MAX && TAIL_MAX <= BODIES_MAX);
 // A leader keeps the bodies of what it holds and of its log past the slowest follower, or
 // past the lag limit: both fit, so a lagging follower alone never fills its bodies.
@@ -281,6 +294,19 @@ pub enum TigaMsg {
         outputs: Vec<(u32, PieceOutput)>,
         /// The sender still waits for the receiver's vote.
         want_reply: bool,
+    },
+    /// A view change's new leader of `from` → participant leader: send me your vote on
+    /// `txn` (with the outputs pieces of `from` take), if you have one. The new leader runs
+    /// again what the old one ran, and a leader that decided `txn` sends nothing unasked.
+    AskVote {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The transaction.
+        txn: TxnId,
+        /// The asking shard.
+        from: ShardId,
+        /// The shard asked.
+        to: ShardId,
     },
     /// Leader → participant leader, answering its proposal: the leader of `from` never took
     /// `txn` and never will (its coordinator decided it, so no copy of it is taken here any
@@ -426,6 +452,35 @@ pub enum TigaMsg {
         /// Bodies it lacks.
         fetch: Vec<TxnId>,
     },
+    /// New leader at a view change → the shard's other replicas: send me your log from
+    /// position `from` ([`TigaMsg::Report`]).
+    Recover {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The shard.
+        shard: ShardId,
+        /// The new leader's sync-point: the synced entries below it are not needed.
+        from: u64,
+    },
+    /// Replica → the new leader: its log as it stood when the view changed (its synced
+    /// prefix from `base`, then what it vouched for past its sync-point), with the bodies and
+    /// the outcomes it held for those entries.
+    Report {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The shard.
+        shard: ShardId,
+        /// The position of `synced[0]`.
+        base: u64,
+        /// The synced prefix from `base`.
+        synced: Vec<(TxnId, Timestamp)>,
+        /// What it vouched for past its sync-point.
+        unsynced: Vec<(TxnId, Timestamp)>,
+        /// The bodies it holds of those entries.
+        bodies: Vec<TxnBody>,
+        /// The outcomes it heard of those entries.
+        outcomes: Vec<SyncOutcome>,
+    },
     /// Leader → follower: the leader dropped the bodies (and the inputs of the outcomes) of
     /// its log below `upto` ([`crate::Limits::follower_lag_max`]). A follower that executed
     /// less cannot go on from the log: it drops its log and takes a state transfer (as a
@@ -474,6 +529,9 @@ impl TigaMsg {
             | Self::SyncAck { view, .. }
             | Self::Join { view, .. }
             | Self::State { view, .. }
+            | Self::Recover { view, .. }
+            | Self::Report { view, .. }
+            | Self::AskVote { view, .. }
             | Self::Behind { view, .. } => Some(*view),
         }
     }
@@ -498,6 +556,9 @@ impl TigaMsg {
             | Self::SyncAck { view, .. }
             | Self::Join { view, .. }
             | Self::State { view, .. }
+            | Self::Recover { view, .. }
+            | Self::Report { view, .. }
+            | Self::AskVote { view, .. }
             | Self::Behind { view, .. } => *view = to,
         }
     }
@@ -804,6 +865,9 @@ struct Decided {
     all: bool,
     /// With `all`: the other shards' outputs the pieces here took.
     inputs: Vec<(u32, PieceOutput)>,
+    /// Per other shard, the outputs of pieces here that its pieces take: a view change's new
+    /// leader there runs the transaction again and asks for them ([`TigaMsg::AskVote`]).
+    feeds: BTreeMap<ShardId, Vec<(u32, PieceOutput)>>,
 }
 
 /// A follower's state transfer under way: the parts in so far, in order.
@@ -950,6 +1014,21 @@ struct Hosted {
     restore_events: Vec<Restored>,
     /// Follower: its executed count at its last checkpoint.
     follower_checkpointed: usize,
+    // View changes.
+    /// Its log as it stood at a view change that gave the shard a new leader, kept to report
+    /// it to the new leader ([`view_change`]).
+    frozen: Option<Box<Frozen>>,
+    /// New leader: the reports gathered so far.
+    recovering: Option<Recovering>,
+    /// New leader: multi-shard entries it runs again without an outcome, whose votes it asks
+    /// the other leaders for until it has run them ([`TigaMsg::AskVote`]).
+    asking: BTreeSet<TxnId>,
+    /// Tiga follower: the shard's result of each entry it executed, until the entry's
+    /// coordinator decided it (at most [`RESULTS_KEPT_MAX`]): promoted at a view change, it
+    /// answers a coordinator still waiting on one as the leader would have.
+    results: BTreeMap<TxnId, (Timestamp, ShardResult)>,
+    /// The replica takes no part in the shard any more (a deposed leader: [`view_change`]).
+    retired: bool,
 }
 
 /// A follower's journal record, its bodies read back ([`super::journal::FollowerEvent`]).
@@ -983,6 +1062,8 @@ enum Purpose {
     FetchBody(ShardId, TxnId, NodeId),
     /// A rejoining follower asks for the rest of its state transfer.
     Join(ShardId),
+    /// A new leader asks again for the reports it lacks.
+    Recover(ShardId),
 }
 
 /// A request in flight at this coordinator.
@@ -1058,6 +1139,14 @@ struct Counts {
     checkpoints_put_off_total: u64,
     /// The bytes of the last checkpoint written.
     checkpoint_bytes_last: u64,
+    /// Views installed, replicas retired by one, logs rebuilt and led, merges that failed,
+    /// and reports over the limit not sent.
+    views_installed_total: u64,
+    views_refused_total: u64,
+    retired_total: u64,
+    views_led_total: u64,
+    view_changes_failed_total: u64,
+    reports_oversized_total: u64,
 }
 
 /// Which protocol a node runs: the two share everything but dispatch and the commit rule.
@@ -1110,6 +1199,10 @@ pub struct TigaNode {
     peer_closed: BTreeMap<ShardId, Timestamp>,
     /// A follower installed a state transfer: the step ends with a checkpoint.
     checkpoint_wanted: bool,
+    /// The pace timer runs (it does once the node leads a shard).
+    pacing: bool,
+    /// The node restarted in a view its journal held (it installed one at a view change).
+    view_journaled: bool,
 }
 
 /// Coordinator starts whose decided floors a node keeps; past it, new ones are not tracked
@@ -1131,7 +1224,37 @@ impl TigaNode {
         shards: BTreeMap<ShardId, Recovered>,
         seqs: Seqs,
     ) -> Result<Self, String> {
-        let mut node = Self::new(context)?;
+        Self::restored_in_view(context, shards, seqs, None)
+    }
+
+    /// [`TigaNode::restored`], in the view its journal holds (one it installed at a view
+    /// change, [`super::journal::Record::View`]) or, without one, the starting view.
+    pub fn restored_in_view(
+        context: NodeContext,
+        shards: BTreeMap<ShardId, Recovered>,
+        seqs: Seqs,
+        view: Option<super::journal::JournaledView>,
+    ) -> Result<Self, String> {
+        let mut node = match view {
+            None => Self::new(context)?,
+            Some((global, local, detective)) => {
+                if local.len() != context.topology.shards as usize {
+                    return Err(format!("the tiga journal's view has {} shards", local.len()));
+                }
+                let settings = TigaSettings::from_options(&context.options);
+                let mode = if detective { Mode::Detective } else { Mode::Preventive };
+                let view = View { global, local, mode };
+                let mut node = Self::build(
+                    context,
+                    Variant::Tiga,
+                    view,
+                    settings.owd,
+                    settings.snapshot_reads,
+                )?;
+                node.view_journaled = true;
+                node
+            }
+        };
         node.resume(shards, seqs)?;
         Ok(node)
     }
@@ -1258,6 +1381,11 @@ impl TigaNode {
                     quiet: false,
                     restore_events: Vec::new(),
                     follower_checkpointed: 0,
+                    frozen: None,
+                    recovering: None,
+                    asking: BTreeSet::new(),
+                    results: BTreeMap::new(),
+                    retired: false,
                 },
             );
         }
@@ -1284,6 +1412,8 @@ impl TigaNode {
             decided_floors: BTreeMap::new(),
             peer_closed: BTreeMap::new(),
             checkpoint_wanted: false,
+            pacing: false,
+            view_journaled: false,
             context,
         })
     }
@@ -1697,8 +1827,17 @@ impl TigaNode {
             let part = parts.remove(&shard).expect("a participant");
             let coordinator = body.txn.origin;
             let host = self.hosted.get_mut(&shard).expect("filtered");
-            if host.joining.is_some() {
-                continue; // Nothing is taken before the shard's state (the coordinator resends).
+            let wanted = host.recovering.as_ref().is_some_and(|r| r.wanted.contains(&body.txn));
+            if wanted && (from == body.txn.origin || from_peer_leader) {
+                // A new leader waits for this body to rebuild its log.
+                let known = Known { body: body.clone(), owd_ns, part, shards: shards.clone() };
+                self.take_wanted_body(now, shard, known, out);
+                continue;
+            }
+            if host.joining.is_some() || host.recovering.is_some() {
+                // Nothing is taken before the shard's state, or while its new leader gathers
+                // the reports (the coordinator resends).
+                continue;
             }
             let txn = body.txn;
             let trusted = if host.replica.leads() {
@@ -2177,6 +2316,11 @@ impl TigaNode {
             let upto = host.executed.min(host.leader_base);
             let due = upto >= host.replica.log_base() + drop_min;
             if due && !host.replica.leads() && host.joining.is_none() {
+                let base = host.replica.log_base();
+                for (txn, _) in host.replica.follower_entries(base, upto) {
+                    host.outcomes.remove(&txn);
+                    host.bodies.remove(&txn);
+                }
                 let floors = &self.decided_floors;
                 host.replica.truncate_follower_log(upto, |t| is_decided(floors, t));
             }
@@ -2193,7 +2337,8 @@ impl TigaNode {
         let me = self.context.id;
         let Some(host) = self.hosted.get_mut(&shard) else { return false };
         if !host.replica.leads() {
-            return follower_execute(&self.context, host);
+            let keep = self.variant == Variant::Tiga;
+            return follower_execute(&self.context, host, keep, &self.decided_floors);
         }
         let mut progressed = finish_ready(host);
         let mut local = Vec::new();
@@ -2472,8 +2617,10 @@ impl TigaNode {
                 }
                 if let Some(decided) = host.decided.get(&txn) {
                     if want_reply {
-                        // The asker ran its pieces, so it had every output it takes from here.
-                        let (ok, outputs) = (decided.own, Vec::new());
+                        // With the outputs its pieces take from here (a new leader there runs
+                        // the transaction again after a view change).
+                        let outputs = decided.feeds.get(&peer).cloned().unwrap_or_default();
+                        let ok = decided.own;
                         let reply = TigaMsg::Vote {
                             view: self.view.global,
                             txn,
@@ -2527,6 +2674,24 @@ impl TigaNode {
                     deliver_vote(host, txn, peer, PeerVote { ok, outputs });
                 }
                 self.execute_all(now, out);
+            }
+            TigaMsg::AskVote { txn, from: peer, to, .. } => {
+                if !self.is_leader_node(peer, from) {
+                    self.counts.dropped_total += 1;
+                    return;
+                }
+                let Some(host) = self.hosted.get(&to).filter(|h| h.replica.leads()) else { return };
+                let view = self.view.global;
+                let reply = if let Some(decided) = host.decided.get(&txn) {
+                    let outputs = decided.feeds.get(&peer).cloned().unwrap_or_default();
+                    let ok = decided.own;
+                    TigaMsg::Vote { view, txn, from: to, to: peer, ok, outputs, want_reply: false }
+                } else if let Some(pending) = host.pending.get(&txn) {
+                    vote_msg(view, txn, to, peer, pending, false)
+                } else {
+                    return; // Not run here yet: its vote goes out when it runs.
+                };
+                out.send(from, reply);
             }
             TigaMsg::Refused { txn, from: peer, to, .. } => {
                 if !self.is_leader_node(peer, from) {
@@ -2900,7 +3065,7 @@ impl TigaNode {
     /// Rejoining follower: asks the leader for its state transfer (from the next part it
     /// lacks), and asks again later if nothing comes.
     fn ask_state(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
-        let Some(host) = self.hosted.get(&shard) else { return };
+        let Some(host) = self.hosted.get(&shard).filter(|h| !h.retired) else { return };
         let Some(joining) = &host.joining else { return };
         let next = joining.parts.len() as u32;
         let msg = TigaMsg::Join {
@@ -3047,6 +3212,20 @@ impl TigaNode {
                     host.leader,
                     ack_msg((self.view.global, self.context.incarnation), host, Vec::new()),
                 );
+                if self.variant == Variant::Tiga {
+                    // Its log now matches the leader's through the image: a coordinator still
+                    // waiting on an entry there may count it (after a view change, the new
+                    // leader's followers hold no other log to vouch with). The latest
+                    // entries only, those their coordinators have not decided.
+                    let (view, end) = (self.view.global, host.replica.sync_point());
+                    let from = end.saturating_sub(super::log::SYNC_ENTRIES_MAX);
+                    let floors = &self.decided_floors;
+                    for (txn, ts) in host.replica.follower_entries(from, end) {
+                        if !is_decided(floors, txn) {
+                            reply(host, txn, TigaMsg::Slow { view, txn, shard, ts }, out);
+                        }
+                    }
+                }
                 self.execute_all(now, out);
             }
             Err(_) => {
@@ -3064,8 +3243,6 @@ impl TigaNode {
     /// transfer as a restarted follower does. Its store stays: the transfer rewrites every key
     /// the leader wrote since the load, which covers every key this replica wrote.
     fn on_behind(&mut self, from: NodeId, shard: ShardId, upto: u64, out: &mut Outbox<TigaMsg>) {
-        let detective = self.view.mode == Mode::Detective;
-        let limits = replica_limits(self.context.topology.shards);
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         if host.replica.leads() || from != host.leader {
             self.counts.dropped_total += 1;
@@ -3081,25 +3258,40 @@ impl TigaNode {
             out.send(host.leader, ack_msg(view, host, Vec::new()));
             return;
         }
-        let Some(rejoins) = host.rejoins.checked_add(1) else { return };
+        if self.drop_log_to_rejoin(shard, out) {
+            self.counts.went_behind_total += 1;
+        }
+    }
+
+    /// Follower: drops its log, held transactions, replies and what it kept of executed
+    /// entries, and asks its leader for a state transfer under its next start (a fresh
+    /// replica holds and vouches for nothing). Its store stays: the transfer rewrites every
+    /// key the leader wrote since the load. False (nothing done) when its starts ran out.
+    fn drop_log_to_rejoin(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) -> bool {
+        let detective = self.view.mode == Mode::Detective;
+        let limits = replica_limits(self.context.topology.shards);
+        let Some(host) = self.hosted.get_mut(&shard) else { return false };
+        let Some(rejoins) = host.rejoins.checked_add(1) else { return false };
         host.rejoins = rejoins;
         host.replica = Replica::new(shard, false, limits).with_detective(detective);
         host.bodies.clear();
         host.answers.clear();
         host.answer_order.clear();
         host.outcomes.clear();
+        host.results.clear();
         host.closed.clear();
         host.unlisted.clear();
         host.tail_cut = Timestamp::ZERO;
         host.ahead.clear();
         host.executed = 0;
         host.commit = 0;
+        host.leader_base = 0;
         host.rejoin_end = 0;
         host.joining = Some(Joining::default());
         // A restart from here rejoins too: the journaled log is void.
         self.journal.write(&Record::Joining { shard });
-        self.counts.went_behind_total += 1;
         self.ask_state(shard, out);
+        true
     }
 
     fn pace(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
@@ -3124,6 +3316,11 @@ impl TigaNode {
                     }
                 }
             }
+            // A new leader's entries run again: the votes it needs are asked for again.
+            if !host.asking.is_empty() {
+                self.ask_votes(shard, out);
+            }
+            let host = self.hosted.get_mut(&shard).expect("hosted");
             // Agreements this leader proposed in and still waits on.
             let actions = host.replica.repeat_open(AGREEMENTS_REPEATED_MAX);
             self.act(now, shard, actions, None, out);
@@ -3461,6 +3658,13 @@ fn forget_decided_answers(host: &mut Hosted, txn: TxnId, decided_below: u64) {
         host.answers.remove(&id);
     }
     compact_answer_order(host);
+    if !host.results.is_empty() {
+        let decided: Vec<TxnId> =
+            host.results.range(TxnId { seq: 0, ..txn }..below).map(|(&id, _)| id).collect();
+        for id in decided {
+            host.results.remove(&id);
+        }
+    }
 }
 
 /// Drops from the eviction order the ids whose replies are gone (forgotten as decided), and
@@ -3477,7 +3681,13 @@ fn compact_answer_order(host: &mut Hosted) {
 
 /// Follower: executes the synced log in order at the leader's timestamps, as far as bodies
 /// and the outcomes of multi-shard transactions allow. True when it executed any.
-fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
+fn follower_execute(
+    context: &NodeContext,
+    host: &mut Hosted,
+    // Tiga: results, bodies and outcomes of executed entries are kept for a view change.
+    keep_results: bool,
+    floors: &BTreeMap<(NodeId, u64), u64>,
+) -> bool {
     let start = host.executed;
     let synced_len = host.replica.sync_point();
     // An entry this follower and its leader synced survives a view change when `f + 1` is
@@ -3503,8 +3713,10 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
                 }
             }
             host.ahead.remove(&txn);
-            host.outcomes.remove(&txn);
-            host.bodies.remove(&txn);
+            if !keep_results {
+                host.outcomes.remove(&txn);
+                host.bodies.remove(&txn);
+            }
             host.executed += 1;
             continue;
         }
@@ -3521,7 +3733,7 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
         if *ok && host.executed >= host.rejoin_end {
             debug_assert_newest(&host.store, &known.part, ts, txn);
         }
-        if *ok {
+        let result = if *ok {
             let (writes, result) = run_part(context, host.shard, &host.store, known, ts, inputs);
             // A multi-shard transaction that committed ran here too: the leader ran the same
             // pieces over the same state and inputs (a single-shard one may abort here).
@@ -3532,9 +3744,20 @@ fn follower_execute(context: &NodeContext, host: &mut Hosted) -> bool {
             if matches!(result, ShardResult::Ran(_)) {
                 apply(host, txn, ts, &writes);
             }
+            result
+        } else {
+            ShardResult::Skipped
+        };
+        if keep_results && host.results.len() < RESULTS_KEPT_MAX && !is_decided(floors, txn) {
+            host.results.insert(txn, (ts, result));
         }
-        host.outcomes.remove(&txn);
-        host.bodies.remove(&txn);
+        // Tiga: its body and outcome stay until every replica executed it (the leader's base
+        // passes it): a view change's new leader that has not may need them (see
+        // `leader_closed`). Luigi has no view change yet.
+        if !keep_results {
+            host.outcomes.remove(&txn);
+            host.bodies.remove(&txn);
+        }
         host.executed += 1;
     }
     host.executed > start
@@ -3746,7 +3969,8 @@ fn checkpoint_records(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> O
         .iter()
         .map(|(&txn, d)| {
             let (ts, settled, own, all, inputs) = (d.ts, d.settled, d.own, d.all, d.inputs.clone());
-            (txn, DecidedRecord { ts, settled, own, all, inputs })
+            let feeds = d.feeds.iter().map(|(s, o)| (*s, o.clone())).collect();
+            (txn, DecidedRecord { ts, settled, own, all, inputs, feeds })
         })
         .collect();
     records.extend(
@@ -4260,7 +4484,8 @@ fn finish_ready(host: &mut Hosted) -> bool {
         } else {
             host.fresh_outcomes.push(SyncOutcome { txn, ok: all, inputs: inputs.clone() });
         }
-        let decided = Decided { ts: pending.ts, settled: false, own: pending.own_ok, all, inputs };
+        let (ts, own, feeds) = (pending.ts, pending.own_ok, pending.feeds);
+        let decided = Decided { ts, settled: false, own, all, inputs, feeds };
         host.decided.insert(txn, decided);
     }
     !ready.is_empty()
@@ -4318,7 +4543,9 @@ impl TigaNode {
             .max(1);
         let mut due = self.checkpoint_wanted;
         for host in self.hosted.values() {
-            if host.quiet {
+            if host.quiet || host.recovering.is_some() {
+                // Not while a new leader gathers reports: its journal holds the follower it
+                // was until it leads (then a checkpoint is due at once).
                 return false;
             }
             due |= match host.replica.leads() {
@@ -4373,6 +4600,16 @@ impl TigaNode {
         let bytes_before = self.journal.bytes_total;
         let begin = self.journal.begin_checkpoint();
         let mut written = Vec::new();
+        // The view, which a restart starts in (the records before the checkpoint go).
+        let view = Record::View {
+            global: self.view.global,
+            local: self.view.local.clone(),
+            detective: self.view.mode == Mode::Detective,
+        };
+        self.journal.write(&view);
+        if cfg!(debug_assertions) {
+            written.push(view);
+        }
         for (shard, records) in followed {
             // Bounded by the shard's state: the records of one checkpoint.
             for record in &records {
@@ -4496,6 +4733,14 @@ impl TigaNode {
         let detective = self.view.mode == Mode::Detective;
         for (shard, mut recovered) in shards {
             if let Some(followed) = recovered.follower.take() {
+                if self.hosted.get(&shard).is_some_and(|h| h.replica.leads())
+                    && self.view_journaled
+                    && !followed.joining
+                {
+                    // Promoted at a view change and restarted before its first checkpoint as
+                    // the leader: the follower it was gathers the reports again.
+                    self.demote_to_gather(shard);
+                }
                 self.resume_follower(shard, followed)?;
                 continue;
             }
@@ -4570,7 +4815,8 @@ impl TigaNode {
                         host.settling.insert((d.ts, txn));
                     }
                     let (ts, settled, own, all, inputs) = (d.ts, d.settled, d.own, d.all, d.inputs);
-                    host.decided.insert(txn, Decided { ts, settled, own, all, inputs });
+                    let feeds = d.feeds.into_iter().take(PIECES_MAX).collect();
+                    host.decided.insert(txn, Decided { ts, settled, own, all, inputs, feeds });
                 }
             }
             self.counts.replayed_total += log.len() as u64;
@@ -4778,6 +5024,7 @@ impl TigaNode {
         }
         // Leaders pace resends of votes and of the log (followers' share).
         if self.hosted.values().any(|h| h.replica.leads()) {
+            self.pacing = true;
             self.timers.set(Purpose::Pace, self.pace_ns(), out);
         }
         let joining: Vec<ShardId> =
@@ -4785,6 +5032,7 @@ impl TigaNode {
         for shard in joining {
             self.ask_state(shard, out);
         }
+        self.gather_after_restart(out);
     }
 
     fn handle(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
@@ -4825,6 +5073,13 @@ impl TigaNode {
                 self.on_state(now, from, shard, (transfer, index, total), part, out);
             }
             TigaMsg::Behind { shard, upto, .. } => self.on_behind(from, shard, upto, out),
+            TigaMsg::Recover { shard, from: position, .. } => {
+                self.on_recover(from, shard, position, out);
+            }
+            TigaMsg::Report { shard, base, synced, unsynced, bodies, outcomes, .. } => {
+                let log = (base, synced, unsynced);
+                self.on_report(now, from, shard, log, bodies, outcomes, out);
+            }
             TigaMsg::Closed { shard, ts, upto, .. } => {
                 let Some(host) = self.hosted.get_mut(&shard) else { return };
                 if host.replica.leads() || host.leader != from || host.joining.is_some() {
@@ -4879,6 +5134,7 @@ impl TigaNode {
                     self.ask_state(shard, out);
                 }
             }
+            Purpose::Recover(shard) => self.on_recover_timer(now, shard, out),
             Purpose::FetchBody(shard, txn, proposer) => {
                 let Some(host) = self.hosted.get(&shard) else { return };
                 let missing = !host.bodies.contains_key(&txn) && !host.replica.logged(txn);
@@ -4914,6 +5170,17 @@ impl Node for TigaNode {
 
     fn submit(&mut self, now: Time, request: ClientRequest, out: &mut Outbox<TigaMsg>) {
         self.step(out, |node, out| node.start(now, request, out));
+    }
+
+    fn on_control(&mut self, _now: Time, control: Control, out: &mut Outbox<TigaMsg>) {
+        let Control::View { global, local, detective } = control;
+        let mode = if detective { Mode::Detective } else { Mode::Preventive };
+        let view = View { global, local, mode };
+        self.step(out, |node, out| {
+            if node.install_view(view, out).is_err() {
+                node.counts.views_refused_total += 1;
+            }
+        });
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -5031,6 +5298,12 @@ impl Node for TigaNode {
             ("tiga_tail_superseded_total", self.counts.tail_superseded_total),
             ("tiga_tail_entries", self.hosted.values().map(|h| h.replica.tail_len() as u64).sum()),
             ("tiga_unlisted_kept", self.hosted.values().map(|h| h.unlisted.len() as u64).sum()),
+            ("tiga_views_installed_total", self.counts.views_installed_total),
+            ("tiga_views_refused_total", self.counts.views_refused_total),
+            ("tiga_views_led_total", self.counts.views_led_total),
+            ("tiga_view_changes_failed_total", self.counts.view_changes_failed_total),
+            ("tiga_replicas_retired_total", self.counts.retired_total),
+            ("tiga_reports_oversized_total", self.counts.reports_oversized_total),
         ]
     }
 }
@@ -5462,6 +5735,17 @@ mod tests {
                 total: 3,
                 part: StatePart::Ahead(vec![(txn(2), None), (txn(3), Some(Vec::new()))]),
             },
+            TigaMsg::Recover { view: VIEW, shard: ShardId(0), from: 3 },
+            TigaMsg::Report {
+                view: VIEW,
+                shard: ShardId(0),
+                base: 2,
+                synced: vec![(txn(1), Timestamp(5))],
+                unsynced: vec![(txn(2), Timestamp(6))],
+                bodies: Vec::new(),
+                outcomes: vec![SyncOutcome { txn: txn(1), ok: true, inputs: Vec::new() }],
+            },
+            TigaMsg::AskVote { view: VIEW, txn: txn(1), from: ShardId(1), to: ShardId(0) },
         ]
     }
 
@@ -5782,6 +6066,20 @@ mod tests {
             TigaMsg::Refused { view: VIEW, txn: txn(7), from: ShardId(1), to: ShardId(0) },
             TigaMsg::Refused { view: VIEW, txn: txn(7), from: ShardId(300), to: ShardId(0) },
             TigaMsg::Refused { view: VIEW, txn: txn(7), from: ShardId(1), to: ShardId(300) },
+            // View change: a report nobody asked for, from a node of no replica of the
+            // shard; a request for a report, and one for a vote, from a node that leads
+            // nothing.
+            TigaMsg::Report {
+                view: VIEW,
+                shard: ShardId(0),
+                base: 0,
+                synced: vec![(txn(8), Timestamp(1))],
+                unsynced: Vec::new(),
+                bodies: Vec::new(),
+                outcomes: Vec::new(),
+            },
+            TigaMsg::Recover { view: VIEW, shard: ShardId(0), from: 0 },
+            TigaMsg::AskVote { view: VIEW, txn: txn(3), from: ShardId(1), to: ShardId(0) },
         ];
         for (i, msg) in hostile.into_iter().enumerate() {
             leader.on_message(1_000 + i as u64, stranger, msg, &mut out);
@@ -6301,6 +6599,99 @@ mod tests {
         assert!(samples()
             .iter()
             .all(|m| m.view().is_none() == matches!(m, TigaMsg::Txn(_) | TigaMsg::SnapRead(_))));
+    }
+
+    /// A view change at a node: a view not past the node's, of another shard count, or
+    /// changing the agreement mode is refused and changes nothing. In the next view, the
+    /// follower that leads shard 0 now asks its shard's other replicas for their reports,
+    /// takes a report from a replica of the shard only (never twice, never from a stranger),
+    /// and leads the rebuilt log once it holds `f + 1`; the other follower rejoins (its log
+    /// frozen for the report) and answers the new leader's request, no one else's.
+    #[test]
+    fn a_view_change_goes_forward_only_and_takes_reports_from_the_shards_replicas() {
+        let control = |v: &View| Control::View {
+            global: v.global,
+            local: v.local.clone(),
+            detective: v.mode == Mode::Detective,
+        };
+        let shard = ShardId(0);
+        let probe = node(0);
+        let view = probe.view.clone();
+        let replicas = probe.context.topology.shard_nodes(shard);
+        let old_leader = probe.leader_of(shard).unwrap();
+        let mut next = view.clone();
+        next.global += 1;
+        next.local[0] += 1;
+        let new_leader =
+            leader_node(&probe.context, &next, shard).expect("a leader in the next view");
+        assert_ne!(new_leader, old_leader);
+        let other = *replicas.iter().find(|&&n| n != old_leader && n != new_leader).unwrap();
+        let (mut leader, mut follower) = (node(new_leader.0), node(other.0));
+        let mut out = Outbox::new();
+        // Refused: not past the view, another shard count, another mode.
+        let mut short = next.clone();
+        short.local.pop();
+        let mut detective = next.clone();
+        detective.mode = Mode::Detective;
+        for bad in [view.clone(), short, detective] {
+            assert!(leader.install_view(bad, &mut out).is_err());
+        }
+        assert_eq!(leader.view, view, "nothing changed");
+        assert!(out.is_empty());
+        // The new leader asks the others for reports.
+        leader.install_view(next.clone(), &mut out).unwrap();
+        let asked: Vec<NodeId> =
+            out.drain()
+                .filter_map(|e| match e {
+                    Effect::Send {
+                        to, msg: TigaMsg::Recover { shard: s, from: 0, .. }, ..
+                    } if s == shard => Some(to),
+                    _ => None,
+                })
+                .collect();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert!(asked.contains(&other) && asked.contains(&old_leader));
+        assert!(leader.hosted[&shard].recovering.is_some() && !leader.leads(shard));
+        // The other follower rejoins, and answers the new leader only.
+        follower.on_control(10, control(&next), &mut out);
+        assert!(
+            follower.hosted[&shard].joining.is_some() && follower.hosted[&shard].frozen.is_some()
+        );
+        let effects = out.drain().collect();
+        when_durable(&mut follower, effects);
+        let recover = TigaMsg::Recover { view: next.global, shard, from: 0 };
+        follower.on_message(11, NodeId(10), recover.clone(), &mut out);
+        follower.on_message(11, old_leader, recover.clone(), &mut out);
+        let effects = out.drain().collect();
+        let sent = when_durable(&mut follower, effects)
+            .iter()
+            .filter(|e| matches!(e, Effect::Send { .. }))
+            .count();
+        assert_eq!(sent, 0, "a request from a node that does not lead the shard: silence");
+        follower.on_message(11, new_leader, recover, &mut out);
+        let effects = out.drain().collect();
+        let reports: Vec<TigaMsg> = when_durable(&mut follower, effects)
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Send { to, msg, .. } if to == new_leader => Some(msg),
+                _ => None,
+            })
+            .collect();
+        assert!(matches!(reports[..], [TigaMsg::Report { .. }]), "{reports:?}");
+        // The report from a stranger is dropped; the follower's is taken, and with f + 1 = 2
+        // reports (its own included) the new leader leads the rebuilt (empty) log.
+        let dropped = leader.counts.dropped_total;
+        leader.on_message(12, NodeId(10), reports[0].clone(), &mut out);
+        assert_eq!(leader.counts.dropped_total, dropped + 1);
+        assert!(!leader.leads(shard));
+        leader.on_message(12, other, reports[0].clone(), &mut out);
+        assert!(leader.leads(shard), "leads the rebuilt log");
+        assert_eq!(leader.counts.views_led_total, 1);
+        assert!(leader.hosted[&shard].recovering.is_none());
+        assert_eq!(leader.hosted[&shard].followers.len(), 2);
+        // A late copy of the report changes nothing.
+        leader.on_message(13, other, reports[0].clone(), &mut out);
+        assert_eq!(leader.counts.views_led_total, 1);
     }
 
     /// Snapshot reads: a leader's closed timestamp stays below the clock, below what it

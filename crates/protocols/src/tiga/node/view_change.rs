@@ -1,0 +1,631 @@
+//! A view change at one node (Tiga §4, App. B), started by the view manager's word
+//! ([`TigaNode::install_view`]).
+//!
+//! The node takes the new global view number at once, so every message of the old view is
+//! dropped from then on (leaders' logs, agreements and replies of one view mean nothing in
+//! the next). Its coordinator forgets the replies it collected (a commit counts replies of one
+//! view only) and resends as usual. Then, per shard it hosts:
+//!
+//! - **Same leader.** Nothing else changes: the leader's log stands, its followers and the
+//!   other leaders hear it again in the new view (everything it sends is repeated until
+//!   acknowledged), and the replies its replicas kept to answer resends are answered in the
+//!   new view (they speak of the same leader's log).
+//! - **This node leads now.** It freezes its own report ([`Replica::report`]: its synced
+//!   prefix, what it vouched for past it) and asks the shard's other replicas for theirs
+//!   ([`TigaMsg::Recover`], repeated until it leads). With `f + 1` reports (its own included)
+//!   it rebuilds the log ([`rebuild_log`]), takes it as leader ([`Replica::promote`]) and runs
+//!   as leader every entry from what it executed as a follower on. A multi-shard entry whose
+//!   outcome a report carries (a follower that heard it from the old leader) runs to that
+//!   outcome: the other leaders may have dropped their records of it (the promise rule of
+//!   `leader_closed` makes sure one of any `f + 1` replicas has it then). Others run as any
+//!   leader's do, with votes from the other leaders.
+//! - **This node follows a new leader.** It freezes its report and answers the new leader's
+//!   `Recover` from it, and rejoins the shard by a state transfer from the new leader (its
+//!   log may differ from the rebuilt one past what it executed; what it executed is in the
+//!   rebuilt log, so its store is a prefix of the new leader's).
+//! - **This node led and no longer does.** Its store may hold writes of entries the rebuilt
+//!   log does not keep, and the initial load it would fall back to is not at hand here: it
+//!   retires the replica (takes no part in the shard) until the node restarts.
+//!
+//! Not handled yet (issue 13): luigi (its view is refused); a restarted node learning the
+//! view it missed; journaling the new leader's log (a new leader that crashes restarts as the
+//! follower it journaled); a vote that another leader lost and asks again for an entry the
+//! new leader executed as a follower (it no longer holds its vote; the asker waits).
+
+use super::*;
+
+/// Entries (synced or not) a report carries at most.
+pub const REPORT_ENTRIES_MAX: usize = 1 << 15;
+const _: () = assert!(REPORT_ENTRIES_MAX >= super::super::log::SYNC_ENTRIES_MAX);
+
+/// A replica's log as it stood when its view changed, kept to report it.
+#[derive(Debug)]
+pub(super) struct Frozen {
+    log: super::super::replica::LogReport,
+    /// The bodies it held for the entries reported.
+    bodies: BTreeMap<TxnId, Arc<TxnBody>>,
+    /// The outcomes it heard for them.
+    outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
+}
+
+/// A new leader gathering reports.
+#[derive(Debug, Default)]
+pub(super) struct Recovering {
+    /// Per replica node, its report.
+    reports: BTreeMap<NodeId, Report>,
+    /// Bodies of entries of the rebuilt log that no report held: taken from the
+    /// coordinators' resends (an entry without a body on any live replica did not commit
+    /// here, so its coordinator still resends it). At most [`REPORT_ENTRIES_MAX`].
+    pub(super) wanted: BTreeSet<TxnId>,
+}
+
+/// A report's log as the wire carries it: the base, the synced prefix from it, and the
+/// entries past the sync-point.
+type ReportedEntries = (u64, Vec<(TxnId, Timestamp)>, Vec<(TxnId, Timestamp)>);
+
+/// One replica's report as received (checked).
+#[derive(Debug)]
+struct Report {
+    base: usize,
+    synced: Vec<(TxnId, Timestamp)>,
+    unsynced: Vec<(TxnId, Timestamp)>,
+    bodies: Vec<Known>,
+    outcomes: Vec<SyncOutcome>,
+}
+
+impl TigaNode {
+    /// Takes the view manager's next view: a global view number above this node's, and a
+    /// leader per shard. Errors (a stale or malformed view, luigi) change nothing.
+    pub fn install_view(&mut self, view: View, out: &mut Outbox<TigaMsg>) -> Result<(), String> {
+        if self.variant != Variant::Tiga {
+            return Err("luigi's view change is not built yet".into());
+        }
+        if view.global <= self.view.global {
+            return Err(format!("view {} is not past {}", view.global, self.view.global));
+        }
+        if view.local.len() != self.context.topology.shards as usize || view.mode == Mode::Auto {
+            return Err("a view of another shard count, or without a mode".into());
+        }
+        if view.mode != self.view.mode {
+            return Err("a view change of agreement mode is not built yet".into());
+        }
+        let me = self.context.id;
+        let record = Record::View {
+            global: view.global,
+            local: view.local.clone(),
+            detective: view.mode == Mode::Detective,
+        };
+        // Journaled before anything of the new view goes out: a restart starts in it.
+        self.journal.write(&record);
+        let old = std::mem::replace(&mut self.view, view);
+        self.counts.views_installed_total += 1;
+        // The coordinator: replies of the old view count for nothing now.
+        let replicas = self.context.topology.replicas;
+        let slots: BTreeMap<ShardId, u32> = (0..self.context.topology.shards)
+            .map(|s| (ShardId(s), self.view.leader_slot(ShardId(s), replicas)))
+            .collect();
+        self.tracker.new_view(&slots);
+        for flight in self.requests.values_mut() {
+            flight.results.clear();
+        }
+        for shard in self.hosted_shards.clone() {
+            let was = leader_node(&self.context, &old, shard);
+            let now_leader = leader_node(&self.context, &self.view, shard);
+            if was == now_leader {
+                // Its log stands, and so does every reply it sent of it: a resend is answered
+                // in the new view.
+                let global = self.view.global;
+                let host = self.hosted.get_mut(&shard).expect("hosted");
+                for answer in host.answers.values_mut() {
+                    answer.set_view(global);
+                }
+                continue;
+            }
+            let Some(now_leader) = now_leader else { continue };
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            if host.retired {
+                continue; // Out of the shard until it restarts.
+            }
+            if host.recovering.is_some() {
+                // Still gathering when the view moved on: it asks again as the leader, or
+                // follows the next one (its frozen report answers that one too).
+                if now_leader == me {
+                    self.ask_reports(shard, out);
+                } else {
+                    host.recovering = None;
+                    self.rejoin(shard, now_leader, out);
+                }
+                continue;
+            }
+            if was == Some(me) {
+                self.retire(shard);
+            } else if now_leader == me {
+                if host.joining.is_some() {
+                    // It holds no log to lead with: it stays out of the shard.
+                    self.retire(shard);
+                    continue;
+                }
+                host.frozen = Some(Box::new(freeze(host)));
+                host.recovering = Some(Recovering::default());
+                host.answers.clear();
+                host.answer_order.clear();
+                self.ask_reports(shard, out);
+            } else {
+                if host.joining.is_none() && host.frozen.is_none() {
+                    host.frozen = Some(Box::new(freeze(host)));
+                }
+                self.rejoin(shard, now_leader, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// New leader: asks the other leaders for their votes on the entries it runs again
+    /// without an outcome and has not run yet (those it ran are dropped from the set).
+    pub(super) fn ask_votes(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let view = self.view.global;
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let queued = &host.queued;
+        host.asking.retain(|txn| queued.contains_key(txn));
+        for &txn in &host.asking {
+            let Some(k) = host.bodies.get(&txn) else { continue };
+            for &peer in k.shards.iter().filter(|&&s| s != shard) {
+                if let Some(node) = leader_node(&self.context, &self.view, peer) {
+                    out.send(node, TigaMsg::AskVote { view, txn, from: shard, to: peer });
+                }
+            }
+        }
+    }
+
+    /// A replica of `shard` this node led, or one it would lead without a log, takes no part
+    /// in the shard any more (see the module's contract).
+    fn retire(&mut self, shard: ShardId) {
+        let detective = self.view.mode == Mode::Detective;
+        let limits = replica_limits(self.context.topology.shards);
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        host.retired = true;
+        host.replica = Replica::new(shard, false, limits).with_detective(detective);
+        host.joining = Some(Joining { timer_set: true, ..Joining::default() });
+        host.frozen = None;
+        host.recovering = None;
+        host.queued.clear();
+        host.pending.clear();
+        host.speculations.clear();
+        host.complete.clear();
+        host.early_votes.clear();
+        host.decided.clear();
+        host.settling.clear();
+        host.followers.clear();
+        host.answers.clear();
+        host.answer_order.clear();
+        host.streams = None;
+        // A restart rejoins with a store loaded afresh, as a follower that lost its state.
+        self.journal.write(&Record::Joining { shard });
+        self.counts.retired_total += 1;
+    }
+
+    /// A restarted node that its journal's view makes the leader of `shard`, whose journal
+    /// holds the follower it was (promoted and crashed before it checkpointed as the
+    /// leader): it takes up the follower's state and gathers the reports again.
+    pub(super) fn demote_to_gather(&mut self, shard: ShardId) {
+        let detective = self.view.mode == Mode::Detective;
+        let limits = replica_limits(self.context.topology.shards);
+        let me = self.context.id;
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        host.replica = Replica::new(shard, false, limits).with_detective(detective);
+        host.leader = me;
+        host.followers.clear();
+        host.acks.clear();
+        host.sent_to.clear();
+        host.bodies_to.clear();
+        host.streams = None;
+        host.recovering = Some(Recovering::default());
+    }
+
+    /// When the node starts: a new leader restarted while gathering reports gathers them
+    /// again, from its follower state as restored.
+    pub(super) fn gather_after_restart(&mut self, out: &mut Outbox<TigaMsg>) {
+        let gathering: Vec<ShardId> = self
+            .hosted
+            .values()
+            .filter(|h| h.recovering.is_some() && h.frozen.is_none())
+            .map(|h| h.shard)
+            .collect();
+        for shard in gathering {
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            host.frozen = Some(Box::new(freeze(host)));
+            self.ask_reports(shard, out);
+        }
+    }
+
+    /// A follower whose shard has a new leader drops its log and takes the new leader's
+    /// state (its frozen report stays, to answer the new leader).
+    fn rejoin(&mut self, shard: ShardId, leader: NodeId, out: &mut Outbox<TigaMsg>) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        host.leader = leader;
+        self.drop_log_to_rejoin(shard, out);
+    }
+
+    /// New leader: asks the shard's other replicas for their reports, and again after a
+    /// request's timeout until it leads.
+    fn ask_reports(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let Some(host) = self.hosted.get(&shard) else { return };
+        let Some(recovering) = &host.recovering else { return };
+        // From what it executed: the outcomes of the entries it has not run are wanted too.
+        let from = host.executed;
+        let me = self.context.id;
+        for node in self.context.topology.shard_nodes(shard) {
+            if node != me && !recovering.reports.contains_key(&node) {
+                let msg = TigaMsg::Recover { view: self.view.global, shard, from: from as u64 };
+                out.send(node, msg);
+            }
+        }
+        self.timers.set(Purpose::Recover(shard), self.context.timing.rpc_timeout_ns, out);
+    }
+
+    /// The recover timer: asks again while still gathering.
+    pub(super) fn on_recover_timer(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        if self.hosted.get(&shard).is_some_and(|h| h.recovering.is_some()) {
+            self.ask_reports(shard, out);
+            self.try_lead(now, shard, out);
+        }
+    }
+
+    /// New leader: a body arrived for an entry the rebuilt log needs and no report held.
+    /// True when it was wanted (it is kept, and the log is rebuilt again once all are in).
+    pub(super) fn take_wanted_body(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        known: Known,
+        out: &mut Outbox<TigaMsg>,
+    ) -> bool {
+        let Some(host) = self.hosted.get_mut(&shard) else { return false };
+        let Some(recovering) = &mut host.recovering else { return false };
+        if !recovering.wanted.remove(&known.body.txn) {
+            return false;
+        }
+        let done = recovering.wanted.is_empty();
+        host.bodies.insert(known.body.txn, known);
+        if done {
+            self.try_lead(now, shard, out);
+        }
+        true
+    }
+
+    /// A replica: the new leader of `shard` asks for its report, from log position `from`.
+    pub(super) fn on_recover(
+        &mut self,
+        from: NodeId,
+        shard: ShardId,
+        position: u64,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        if !self.is_leader_node(shard, from) || from == self.context.id {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let Some(host) = self.hosted.get(&shard) else { return };
+        let Some(frozen) = &host.frozen else {
+            // Nothing to report (it held no log when the view changed): silence.
+            return;
+        };
+        let position = usize::try_from(position).unwrap_or(usize::MAX);
+        let log = &frozen.log;
+        let skip = position.saturating_sub(log.base).min(log.synced.len());
+        let synced = log.synced[skip..].to_vec();
+        let unsynced = log.unsynced.clone();
+        if synced.len() + unsynced.len() > REPORT_ENTRIES_MAX {
+            self.counts.reports_oversized_total += 1;
+            return;
+        }
+        let listed = synced.iter().chain(&unsynced);
+        let bodies: Vec<TxnBody> = listed
+            .clone()
+            .filter_map(|(txn, _)| frozen.bodies.get(txn).map(|b| (**b).clone()))
+            .collect();
+        let outcomes: Vec<SyncOutcome> = listed
+            .filter_map(|(txn, _)| {
+                frozen.outcomes.get(txn).map(|(ok, inputs)| SyncOutcome {
+                    txn: *txn,
+                    ok: *ok,
+                    inputs: inputs.clone(),
+                })
+            })
+            .collect();
+        let msg = TigaMsg::Report {
+            view: self.view.global,
+            shard,
+            base: (log.base + skip) as u64,
+            synced,
+            unsynced,
+            bodies,
+            outcomes,
+        };
+        out.send(from, msg);
+    }
+
+    /// New leader: a replica's report. Checked whole (a replica of the shard, within the
+    /// limits, every body one of this shard, outcomes only for entries it lists), or dropped.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_report(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        shard: ShardId,
+        (base, synced, unsynced): ReportedEntries,
+        bodies: Vec<TxnBody>,
+        outcomes: Vec<SyncOutcome>,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let replica_of = self.context.topology.shard_nodes(shard).contains(&from);
+        let Some(host) = self.hosted.get(&shard) else { return };
+        let gathering = host.recovering.as_ref().is_some_and(|r| !r.reports.contains_key(&from));
+        let entries = synced.len() + unsynced.len();
+        if !replica_of
+            || !gathering
+            || from == self.context.id
+            || entries > REPORT_ENTRIES_MAX
+            || bodies.len() > entries
+            || outcomes.len() > entries
+        {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let Ok(base) = usize::try_from(base) else { return };
+        let listed: BTreeSet<TxnId> = synced.iter().chain(&unsynced).map(|&(t, _)| t).collect();
+        let mut known = Vec::with_capacity(bodies.len());
+        for body in bodies {
+            if !listed.contains(&body.txn) {
+                self.counts.dropped_total += 1;
+                return;
+            }
+            match journaled_known(&self.context, shard, body) {
+                Ok(k) => known.push(k),
+                Err(_) => {
+                    self.counts.dropped_total += 1;
+                    return;
+                }
+            }
+        }
+        if outcomes.iter().any(|o| !listed.contains(&o.txn) || o.inputs.len() > PIECES_MAX) {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let report = Report { base, synced, unsynced, bodies: known, outcomes };
+        let host = self.hosted.get_mut(&shard).expect("checked");
+        if let Some(recovering) = &mut host.recovering {
+            recovering.reports.insert(from, report);
+        }
+        self.try_lead(now, shard, out);
+    }
+
+    /// New leader: with `f + 1` reports, rebuilds the log and leads it. A merge that fails
+    /// (reports that do not hold together, a gap no report fills) is counted, and the reports
+    /// that came wait for more.
+    fn try_lead(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let replicas = self.context.topology.replicas;
+        let f = (replicas.max(1) as usize - 1) / 2;
+        let Some(host) = self.hosted.get(&shard) else { return };
+        let Some(recovering) = &host.recovering else { return };
+        if recovering.reports.len() < f {
+            return;
+        }
+        match self.lead_rebuilt(now, shard, out) {
+            Ok(()) => self.counts.views_led_total += 1,
+            Err(_) => self.counts.view_changes_failed_total += 1,
+        }
+    }
+
+    fn lead_rebuilt(
+        &mut self,
+        now: Time,
+        shard: ShardId,
+        out: &mut Outbox<TigaMsg>,
+    ) -> Result<(), String> {
+        let me = self.context.id;
+        let replicas = self.context.topology.replicas;
+        let host = self.hosted.get_mut(&shard).expect("hosted");
+        let frozen = host.frozen.as_ref().ok_or("no report of its own")?;
+        let recovering = host.recovering.as_ref().ok_or("not gathering")?;
+        // Every body known: its own, then the reports'.
+        let mut known: BTreeMap<TxnId, &Known> = BTreeMap::new();
+        for report in recovering.reports.values() {
+            for k in &report.bodies {
+                known.entry(k.body.txn).or_insert(k);
+            }
+        }
+        for (txn, k) in &host.bodies {
+            known.insert(*txn, k);
+        }
+        let keys_of =
+            |txn: &TxnId| known.get(txn).map(|k| (k.part.reads.clone(), k.part.writes.clone()));
+        let reported = |(txn, ts): &(TxnId, Timestamp)| ReportedEntry {
+            ts: *ts,
+            txn: *txn,
+            keys: keys_of(txn),
+        };
+        let own = ReportedLog {
+            base: frozen.log.base,
+            synced: frozen.log.synced.iter().map(reported).collect(),
+            unsynced: frozen.log.unsynced.iter().map(reported).collect(),
+        };
+        let from = own.base + own.synced.len();
+        let mut logs = vec![own];
+        for report in recovering.reports.values() {
+            logs.push(ReportedLog {
+                base: report.base,
+                synced: report.synced.iter().map(reported).collect(),
+                unsynced: report.unsynced.iter().map(reported).collect(),
+            });
+        }
+        let rebuilt = rebuild_log(replicas, &logs, from).map_err(|e| format!("{e:?}"))?;
+        // The bodies of what it will run: its own synced entries it has not executed, the
+        // rebuilt prefix, the added entries.
+        let skip = host.executed.saturating_sub(frozen.log.base).min(frozen.log.synced.len());
+        let own_left = frozen.log.synced[skip..].iter().map(|&(txn, _)| txn);
+        let needed: BTreeSet<TxnId> =
+            rebuilt.prefix.iter().chain(&rebuilt.added).map(|e| e.txn).chain(own_left).collect();
+        let missing: BTreeSet<TxnId> =
+            needed.iter().filter(|t| !known.contains_key(t)).copied().collect();
+        if !missing.is_empty() {
+            let count = missing.len();
+            if let Some(recovering) = &mut host.recovering {
+                recovering.wanted = missing.into_iter().take(REPORT_ENTRIES_MAX).collect();
+            }
+            return Err(format!("{count} bodies missing"));
+        }
+        let mut prefix = Vec::with_capacity(rebuilt.prefix.len());
+        for entry in &rebuilt.prefix {
+            let keys = entry.keys.clone().ok_or("a body of the rebuilt prefix is missing")?;
+            prefix.push((entry.txn, entry.ts, keys));
+        }
+        let mut added = Vec::with_capacity(rebuilt.added.len());
+        for entry in &rebuilt.added {
+            let k = known.get(&entry.txn).ok_or("a body of an added entry is missing")?;
+            added.push(incoming(entry.txn, entry.ts, &k.shards, &k.part));
+        }
+        // The bodies it lacks, and the outcomes the reports carry.
+        let new_bodies: Vec<Known> = needed
+            .iter()
+            .filter(|t| !host.bodies.contains_key(t))
+            .filter_map(|t| known.get(t).map(|k| clone_known(k)))
+            .collect();
+        let mut outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)> =
+            frozen.outcomes.clone();
+        for report in recovering.reports.values() {
+            for o in &report.outcomes {
+                outcomes.entry(o.txn).or_insert_with(|| (o.ok, o.inputs.clone()));
+            }
+        }
+        for k in new_bodies {
+            host.bodies.insert(k.body.txn, k);
+        }
+        let bodies = &host.bodies;
+        let (actions, held) =
+            host.replica.promote(prefix, added, |txn| bodies.get(&txn).map(|k| k.part.keys()))?;
+        // The node's state as a leader of the rebuilt log.
+        let followers: Vec<NodeId> =
+            self.context.topology.shard_nodes(shard).into_iter().filter(|&n| n != me).collect();
+        host.leader = me;
+        host.acks = followers.iter().map(|&n| (n, (0, 0))).collect();
+        host.sent_to = followers.iter().map(|&n| (n, 0)).collect();
+        host.bodies_to = followers.iter().map(|&n| (n, 0)).collect();
+        host.followers = followers;
+        host.joined.clear();
+        host.transfers.clear();
+        host.finished = host.executed;
+        host.pruned = host.executed;
+        host.commit = host.executed;
+        host.replicated = host.executed;
+        host.checkpointed = host.executed;
+        host.promised = Timestamp::ZERO;
+        host.closed_sent = Timestamp::ZERO;
+        host.closed.clear();
+        host.unlisted.clear();
+        host.tail_cut = Timestamp::ZERO;
+        host.frozen = None;
+        host.recovering = None;
+        // Every entry from what it executed as a follower runs again as a leader's.
+        let entries: Vec<(TxnId, Timestamp)> = host.replica.log_since(host.executed).to_vec();
+        for (txn, ts) in entries {
+            let Some(k) = host.bodies.get(&txn) else {
+                return Err(format!("{txn} is in the log without its body"));
+            };
+            let keys = k.part.keys();
+            let hash = host.replica.hashes().reply_hash(&keys);
+            host.waits.enqueue((ts, txn), &k.part.reads, &k.part.writes);
+            host.queued.insert(txn, Queued { ts, hash, speculative: false });
+            let others: Vec<ShardId> = k.shards.iter().copied().filter(|&s| s != shard).collect();
+            if let Some((ok, inputs)) = outcomes.get(&txn) {
+                // The old leader decided it: it runs to that outcome (see the contract).
+                for other in others {
+                    let vote = PeerVote { ok: *ok, outputs: inputs.clone() };
+                    host.early_votes.entry(txn).or_default().insert(other, vote);
+                }
+            } else if !others.is_empty() {
+                // The other leaders may have decided it with the old leader's vote: asked.
+                host.asking.insert(txn);
+            }
+        }
+        host.outcomes.clear();
+        // What it executed as a follower and its coordinator may still wait on: answered as
+        // the leader (the result is the old leader's: the same pieces over the same state).
+        // Its hash matches no follower's fast reply; the followers' slow replies commit it.
+        let view = self.view.global;
+        for (txn, (ts, result)) in std::mem::take(&mut host.results) {
+            if host.replica.logged(txn) && !host.queued.contains_key(&txn) {
+                let msg = TigaMsg::Fast {
+                    view,
+                    txn,
+                    shard,
+                    ts,
+                    hash: 0,
+                    owd_ns: 0,
+                    result: Some(result),
+                };
+                reply(host, txn, msg, out);
+            }
+        }
+        // What it held as a follower arrives again at a leader.
+        let mut arrivals = Vec::new();
+        for txn in held {
+            if let Some(k) = host.bodies.get(&txn) {
+                arrivals.push(incoming(txn, k.body.ts, &k.shards, &k.part));
+            }
+        }
+        let mut more = Vec::new();
+        for arriving in arrivals {
+            if arriving.shards.len() > 1 {
+                // Another leader may have agreed on it with the old leader and released it:
+                // proposed again where it was held (its coordinator's timestamp, which no
+                // agreement went below), the answer moves it to the agreed one.
+                let ts = arriving.ts;
+                more.extend(host.replica.restore_proposal(arriving, ts));
+            } else {
+                more.extend(leader_arrive(host, arriving));
+            }
+        }
+        self.act(now, shard, actions, None, out);
+        self.act(now, shard, more, None, out);
+        self.ask_votes(shard, out);
+        if !self.pacing {
+            self.pacing = true;
+            self.timers.set(Purpose::Pace, self.pace_ns(), out);
+        }
+        // Its journal holds the follower it was: the step ends with a checkpoint as the
+        // leader (until it is whole, a restart gathers the reports again).
+        self.checkpoint_wanted = true;
+        self.execute_all(now, out);
+        self.release(now, out);
+        self.sync_followers(shard, false, out);
+        Ok(())
+    }
+}
+
+/// A copy of what the node knows of a transaction.
+fn clone_known(k: &Known) -> Known {
+    Known { body: k.body.clone(), owd_ns: k.owd_ns, part: k.part.clone(), shards: k.shards.clone() }
+}
+
+/// A replica's report of its log now, with the bodies and outcomes it holds for it.
+fn freeze(host: &Hosted) -> Frozen {
+    let log = host.replica.report().unwrap_or(super::super::replica::LogReport {
+        base: host.replica.log_base(),
+        synced: Vec::new(),
+        unsynced: Vec::new(),
+    });
+    let listed = log.synced.iter().chain(&log.unsynced);
+    let bodies = listed
+        .clone()
+        .filter_map(|(txn, _)| host.bodies.get(txn).map(|k| (*txn, k.body.clone())))
+        .collect();
+    let outcomes =
+        listed.filter_map(|(txn, _)| host.outcomes.get(txn).map(|o| (*txn, o.clone()))).collect();
+    Frozen { log, bodies, outcomes }
+}
