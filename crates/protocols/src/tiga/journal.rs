@@ -969,6 +969,49 @@ mod tests {
         assert!(recover(&twice).unwrap_err().contains("twice"));
     }
 
+    /// View changes in the journal: the latest view is read back (one going back is
+    /// refused); a `Joining` voids what came before it of its shard, a deposed leader's
+    /// records too; a leader's records after a follower's without a checkpoint (a promotion
+    /// cut short before its checkpoint) leave the follower.
+    #[test]
+    fn views_are_read_back_and_a_promotion_cut_short_leaves_the_follower() {
+        let (s, t) = (ShardId(0), ShardId(1));
+        let mut journal = Journal::new(0..0);
+        let view = |global| Record::View { global, local: vec![global, 0], detective: false };
+        journal.write(&view(2));
+        // Shard 0: led, then deposed (its replica retired: a restart rejoins).
+        journal.write(&Record::Logged { shard: s, ts: Timestamp(1), body: body(1) });
+        journal.write(&Record::Joining { shard: s });
+        // Shard 1: followed, then promoted, cut short before its checkpoint.
+        journal.write(&Record::Outcome {
+            shard: t,
+            outcome: super::super::node::SyncOutcome {
+                txn: body(2).txn,
+                ok: true,
+                inputs: Vec::new(),
+            },
+        });
+        journal.write(&Record::Proposed { shard: t, ts: Timestamp(30), body: body(3) });
+        journal.write(&view(3));
+        let durable = map(&mut journal);
+        let (shards, _, view_read) = recover_with_view(&durable).expect("recovers");
+        assert_eq!(view_read, Some((3, vec![3, 0], false)));
+        let deposed = &shards[&s];
+        assert!(deposed.follower.as_ref().is_some_and(|f| f.joining), "rejoins");
+        assert!(!deposed.leads() && deposed.log.is_empty(), "its leader records are void");
+        let promoted = &shards[&t];
+        assert!(!promoted.leads(), "the follower it was");
+        assert_eq!(promoted.follower.as_ref().map(|f| f.events.len()), Some(1));
+        // `recover` reads the same journal, without the view.
+        assert_eq!(recover(&durable).expect("recovers").0.len(), 2);
+        // A view going back is a journal that is not this node's.
+        let mut back = Journal::new(0..0);
+        back.write(&view(3));
+        back.write(&view(2));
+        let durable = map(&mut back);
+        assert!(recover_with_view(&durable).unwrap_err().contains("goes back a view"));
+    }
+
     #[test]
     fn sends_wait_for_every_record_issued_before_them() {
         let mut journal: Journal<u32> = Journal::new(0..0);

@@ -6694,6 +6694,56 @@ mod tests {
         assert_eq!(leader.counts.views_led_total, 1);
     }
 
+    /// A node that its journal's view makes a shard's leader, whose journal holds the
+    /// follower it was (promoted at a view change, crashed before its first checkpoint as
+    /// the leader), restarts as that follower and gathers the reports again; without a view
+    /// in the journal the same records on a node leading the shard refuse to start.
+    #[test]
+    fn a_new_leader_restarted_before_its_checkpoint_gathers_the_reports_again() {
+        use super::super::journal::{recover_with_view, Journal};
+        let shard = ShardId(0);
+        let probe = node(0);
+        let mut next = probe.view.clone();
+        next.global += 1;
+        next.local[0] += 1;
+        let new_leader = leader_node(&probe.context, &next, shard).unwrap();
+        let disk = |with_view: bool| {
+            let mut journal: Journal<()> = Journal::new(0..0);
+            if with_view {
+                let (global, local) = (next.global, next.local.clone());
+                journal.write(&Record::View { global, local, detective: false });
+            }
+            journal.write(&Record::Unlisted { shard, through: Timestamp(5) });
+            let (_, records) = journal.take_batch().unwrap();
+            let disk: BTreeMap<Vec<u8>, Vec<u8>> =
+                records.into_iter().map(|r| (r.key, r.value.unwrap())).collect();
+            recover_with_view(&disk).unwrap()
+        };
+        let context = || {
+            let mut context = context_in(new_leader.0, 3).0;
+            context.incarnation = 1;
+            context
+        };
+        let (shards, seqs, view) = disk(true);
+        let mut node = TigaNode::restored_in_view(context(), shards, seqs, view).unwrap();
+        assert_eq!(node.view, next);
+        assert!(!node.leads(shard) && node.hosted[&shard].recovering.is_some());
+        let mut out = Outbox::new();
+        node.on_start(0, &mut out);
+        let asked = out
+            .drain()
+            .filter(|e| matches!(e, Effect::Send { msg: TigaMsg::Recover { .. }, .. }))
+            .count();
+        assert_eq!(asked, 2, "both other replicas are asked for their reports");
+        // The same node in the starting view does not lead the shard: the follower's
+        // records restore a follower. One that leads it in the starting view refuses them.
+        let starting_leader = probe.leader_of(shard).unwrap();
+        let (shards, seqs, _) = disk(false);
+        let mut context = context_in(starting_leader.0, 3).0;
+        context.incarnation = 1;
+        assert!(TigaNode::restored_in_view(context, shards, seqs, None).is_err());
+    }
+
     /// Snapshot reads: a leader's closed timestamp stays below the clock, below what it
     /// holds and below every released transaction not finished, and never falls below what
     /// it promised; an arrival at or below the promise is held above it.
