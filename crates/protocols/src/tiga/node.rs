@@ -69,7 +69,7 @@
 //! its store, and what it executed past the prefix), then catches up on the log past it like
 //! any follower.
 //!
-//! **View changes** ([`view_change`]): a node takes the view manager's next view
+//! **View changes** (module `view_change`): a node takes the view manager's next view
 //! ([`TigaNode::install_view`]; today only the simulator's scenarios give one), a new leader
 //! rebuilds its shard's log from `f + 1` replicas' reports and leads it, and the other
 //! followers rejoin by a state transfer. Not built yet (issue 13): the manager hosted in the
@@ -294,6 +294,27 @@ pub enum TigaMsg {
         outputs: Vec<(u32, PieceOutput)>,
         /// The sender still waits for the receiver's vote.
         want_reply: bool,
+    },
+    /// A view change's new leader of `shard` → the leader of shard `to`: which multi-shard
+    /// transactions on `shard` did you log above its old leader's last promise?
+    Pull {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The asking shard.
+        shard: ShardId,
+        /// The shard asked.
+        to: ShardId,
+    },
+    /// The answer to [`TigaMsg::Pull`]: the leader of `from` logged these on `shard`.
+    Pulled {
+        /// The sender's view ([`TigaMsg::view`]).
+        view: u64,
+        /// The asking shard.
+        shard: ShardId,
+        /// The answering shard.
+        from: ShardId,
+        /// Transactions and where this leader logged them.
+        entries: Vec<(TxnId, Timestamp)>,
     },
     /// A view change's new leader of `from` → participant leader: send me your vote on
     /// `txn` (with the outputs pieces of `from` take), if you have one. The new leader runs
@@ -532,6 +553,8 @@ impl TigaMsg {
             | Self::Recover { view, .. }
             | Self::Report { view, .. }
             | Self::AskVote { view, .. }
+            | Self::Pull { view, .. }
+            | Self::Pulled { view, .. }
             | Self::Behind { view, .. } => Some(*view),
         }
     }
@@ -559,6 +582,8 @@ impl TigaMsg {
             | Self::Recover { view, .. }
             | Self::Report { view, .. }
             | Self::AskVote { view, .. }
+            | Self::Pull { view, .. }
+            | Self::Pulled { view, .. }
             | Self::Behind { view, .. } => *view = to,
         }
     }
@@ -5073,6 +5098,10 @@ impl TigaNode {
                 self.on_state(now, from, shard, (transfer, index, total), part, out);
             }
             TigaMsg::Behind { shard, upto, .. } => self.on_behind(from, shard, upto, out),
+            TigaMsg::Pull { shard, to, .. } => self.on_pull(from, shard, to, out),
+            TigaMsg::Pulled { shard, from: other, entries, .. } => {
+                self.on_pulled(now, from, (shard, other), entries, out);
+            }
             TigaMsg::Recover { shard, from: position, .. } => {
                 self.on_recover(from, shard, position, out);
             }
@@ -5746,6 +5775,13 @@ mod tests {
                 outcomes: vec![SyncOutcome { txn: txn(1), ok: true, inputs: Vec::new() }],
             },
             TigaMsg::AskVote { view: VIEW, txn: txn(1), from: ShardId(1), to: ShardId(0) },
+            TigaMsg::Pull { view: VIEW, shard: ShardId(0), to: ShardId(1) },
+            TigaMsg::Pulled {
+                view: VIEW,
+                shard: ShardId(0),
+                from: ShardId(1),
+                entries: vec![(txn(1), Timestamp(4))],
+            },
         ]
     }
 
@@ -6080,6 +6116,13 @@ mod tests {
             },
             TigaMsg::Recover { view: VIEW, shard: ShardId(0), from: 0 },
             TigaMsg::AskVote { view: VIEW, txn: txn(3), from: ShardId(1), to: ShardId(0) },
+            TigaMsg::Pull { view: VIEW, shard: ShardId(1), to: ShardId(0) },
+            TigaMsg::Pulled {
+                view: VIEW,
+                shard: ShardId(0),
+                from: ShardId(1),
+                entries: vec![(txn(3), Timestamp(4))],
+            },
         ];
         for (i, msg) in hostile.into_iter().enumerate() {
             leader.on_message(1_000 + i as u64, stranger, msg, &mut out);
@@ -6685,6 +6728,14 @@ mod tests {
         assert_eq!(leader.counts.dropped_total, dropped + 1);
         assert!(!leader.leads(shard));
         leader.on_message(12, other, reports[0].clone(), &mut out);
+        assert!(!leader.leads(shard), "waits for the other shards' leaders");
+        for peer in [ShardId(1), ShardId(2)] {
+            let node = leader_node(&probe.context, &next, peer).unwrap();
+            let pulled = TigaMsg::Pulled { view: next.global, shard, from: peer, entries: vec![] };
+            // From a node that does not lead the shard: dropped.
+            leader.on_message(12, NodeId(10), pulled.clone(), &mut out);
+            leader.on_message(12, node, pulled, &mut out);
+        }
         assert!(leader.leads(shard), "leads the rebuilt log");
         assert_eq!(leader.counts.views_led_total, 1);
         assert!(leader.hosted[&shard].recovering.is_none());

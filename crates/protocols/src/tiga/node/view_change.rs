@@ -11,14 +11,18 @@
 //!   acknowledged), and the replies its replicas kept to answer resends are answered in the
 //!   new view (they speak of the same leader's log).
 //! - **This node leads now.** It freezes its own report ([`Replica::report`]: its synced
-//!   prefix, what it vouched for past it) and asks the shard's other replicas for theirs
-//!   ([`TigaMsg::Recover`], repeated until it leads). With `f + 1` reports (its own included)
-//!   it rebuilds the log ([`rebuild_log`]), takes it as leader ([`Replica::promote`]) and runs
-//!   as leader every entry from what it executed as a follower on. A multi-shard entry whose
-//!   outcome a report carries (a follower that heard it from the old leader) runs to that
-//!   outcome: the other leaders may have dropped their records of it (the promise rule of
-//!   `leader_closed` makes sure one of any `f + 1` replicas has it then). Others run as any
-//!   leader's do, with votes from the other leaders.
+//!   prefix, what it vouched for past it), asks the shard's other replicas for theirs
+//!   ([`TigaMsg::Recover`]) and every other shard's leader for the multi-shard transactions on
+//!   this shard it logged above the old leader's last promise ([`TigaMsg::Pull`]), again until
+//!   it leads. With `f + 1` reports (its own included) and every answer it rebuilds the log
+//!   ([`rebuild_log`]), adds what the other leaders logged and the log lacks, takes it as
+//!   leader ([`Replica::promote`]) and runs as leader every entry from what it executed as a
+//!   follower on. A multi-shard entry whose outcome a report carries runs to that outcome
+//!   (the other leaders may have dropped their records of it: the promise rule of
+//!   `leader_closed` makes sure one of any `f + 1` replicas has it then); for the others it
+//!   asks the other leaders for their votes ([`TigaMsg::AskVote`]). Bodies no report held
+//!   are taken from the coordinators' resends. Its first step as leader ends with a
+//!   checkpoint; until then a restart comes back as the follower it was, gathering again.
 //! - **This node follows a new leader.** It freezes its report and answers the new leader's
 //!   `Recover` from it, and rejoins the shard by a state transfer from the new leader (its
 //!   log may differ from the rebuilt one past what it executed; what it executed is in the
@@ -27,10 +31,10 @@
 //!   log does not keep, and the initial load it would fall back to is not at hand here: it
 //!   retires the replica (takes no part in the shard) until the node restarts.
 //!
-//! Not handled yet (issue 13): luigi (its view is refused); a restarted node learning the
-//! view it missed; journaling the new leader's log (a new leader that crashes restarts as the
-//! follower it journaled); a vote that another leader lost and asks again for an entry the
-//! new leader executed as a follower (it no longer holds its vote; the asker waits).
+//! Not handled yet (issue 13): luigi (its view is refused); a change of agreement mode; a
+//! restarted node learning a view it missed (only the manager can tell it); unchanged leaders
+//! re-running agreement for their uncommitted entries (a cross-shard transaction may still
+//! land at different timestamps on two shards: docs/protocols.md).
 
 use super::*;
 
@@ -48,7 +52,7 @@ pub(super) struct Frozen {
     outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
 }
 
-/// A new leader gathering reports.
+/// A new leader gathering reports (and what the other shards' leaders logged on its shard).
 #[derive(Debug, Default)]
 pub(super) struct Recovering {
     /// Per replica node, its report.
@@ -57,6 +61,9 @@ pub(super) struct Recovering {
     /// coordinators' resends (an entry without a body on any live replica did not commit
     /// here, so its coordinator still resends it). At most [`REPORT_ENTRIES_MAX`].
     pub(super) wanted: BTreeSet<TxnId>,
+    /// Per other shard, the multi-shard transactions on this one its leader logged above
+    /// the old leader's last promise ([`TigaMsg::Pulled`]).
+    pulled: BTreeMap<ShardId, Vec<(TxnId, Timestamp)>>,
 }
 
 /// A report's log as the wire carries it: the base, the synced prefix from it, and the
@@ -254,13 +261,102 @@ impl TigaNode {
         // From what it executed: the outcomes of the entries it has not run are wanted too.
         let from = host.executed;
         let me = self.context.id;
+        let view = self.view.global;
         for node in self.context.topology.shard_nodes(shard) {
             if node != me && !recovering.reports.contains_key(&node) {
-                let msg = TigaMsg::Recover { view: self.view.global, shard, from: from as u64 };
-                out.send(node, msg);
+                out.send(node, TigaMsg::Recover { view, shard, from: from as u64 });
+            }
+        }
+        // The other shards' leaders: what they released with the old leader of this shard.
+        let mut local = Vec::new();
+        for other in (0..self.context.topology.shards).map(ShardId) {
+            if other == shard || recovering.pulled.contains_key(&other) {
+                continue;
+            }
+            match leader_node(&self.context, &self.view, other) {
+                Some(node) if node == me => local.push(other),
+                Some(node) => out.send(node, TigaMsg::Pull { view, shard, to: other }),
+                None => {}
+            }
+        }
+        for other in local {
+            let entries = self.pull_answer(other, shard);
+            if let Some(r) = self.hosted.get_mut(&shard).and_then(|h| h.recovering.as_mut()) {
+                r.pulled.insert(other, entries);
             }
         }
         self.timers.set(Purpose::Recover(shard), self.context.timing.rpc_timeout_ns, out);
+    }
+
+    /// The leader of `led`: the multi-shard transactions on `shard` it logged above the last
+    /// promise it heard from `shard`'s old leader (below it, the old leader had finished them
+    /// and `f` of its followers executed them: the rebuilt log holds them), whose bodies it
+    /// holds. A new leader still gathering answers from its frozen report. At most
+    /// [`REPORT_ENTRIES_MAX`], the latest.
+    fn pull_answer(&self, led: ShardId, shard: ShardId) -> Vec<(TxnId, Timestamp)> {
+        let Some(host) = self.hosted.get(&led) else { return Vec::new() };
+        let above = self.peer_closed.get(&shard).copied().unwrap_or(Timestamp::ZERO);
+        let on_shard =
+            |txn: &TxnId| host.bodies.get(txn).is_some_and(|k| k.shards.contains(&shard));
+        let mut entries: Vec<(TxnId, Timestamp)> = match &host.frozen {
+            Some(frozen) => frozen
+                .log
+                .synced
+                .iter()
+                .chain(&frozen.log.unsynced)
+                .filter(|(txn, ts)| *ts > above && on_shard(txn))
+                .copied()
+                .collect(),
+            None if host.replica.leads() => host
+                .replica
+                .log_since(host.replica.log_base())
+                .iter()
+                .filter(|(txn, ts)| *ts > above && on_shard(txn))
+                .copied()
+                .collect(),
+            None => Vec::new(),
+        };
+        if entries.len() > REPORT_ENTRIES_MAX {
+            entries.drain(..entries.len() - REPORT_ENTRIES_MAX);
+        }
+        entries
+    }
+
+    /// A shard's leader: a new leader of `shard` asks what it logged there (see
+    /// [`TigaNode::pull_answer`]).
+    pub(super) fn on_pull(
+        &mut self,
+        from: NodeId,
+        shard: ShardId,
+        to: ShardId,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let leads_to = leader_node(&self.context, &self.view, to) == Some(self.context.id);
+        if !self.is_leader_node(shard, from) || !leads_to || to == shard {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let entries = self.pull_answer(to, shard);
+        out.send(from, TigaMsg::Pulled { view: self.view.global, shard, from: to, entries });
+    }
+
+    /// New leader: another shard's leader answered what it logged on this shard.
+    pub(super) fn on_pulled(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        (shard, other): (ShardId, ShardId),
+        entries: Vec<(TxnId, Timestamp)>,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        if !self.is_leader_node(other, from) || entries.len() > REPORT_ENTRIES_MAX {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let Some(recovering) = &mut host.recovering else { return };
+        recovering.pulled.entry(other).or_insert(entries);
+        self.try_lead(now, shard, out);
     }
 
     /// The recover timer: asks again while still gathering.
@@ -413,7 +509,8 @@ impl TigaNode {
         let f = (replicas.max(1) as usize - 1) / 2;
         let Some(host) = self.hosted.get(&shard) else { return };
         let Some(recovering) = &host.recovering else { return };
-        if recovering.reports.len() < f {
+        let others = self.context.topology.shards as usize - 1;
+        if recovering.reports.len() < f || recovering.pulled.len() < others {
             return;
         }
         match self.lead_rebuilt(now, shard, out) {
@@ -464,7 +561,26 @@ impl TigaNode {
                 unsynced: report.unsynced.iter().map(reported).collect(),
             });
         }
-        let rebuilt = rebuild_log(replicas, &logs, from).map_err(|e| format!("{e:?}"))?;
+        let mut rebuilt = rebuild_log(replicas, &logs, from).map_err(|e| format!("{e:?}"))?;
+        // Pulled in: a transaction another shard's leader released with the old leader of
+        // this one, which the rebuilt log lacks, is added where that leader released it (the
+        // highest such timestamp): it did not commit here, and the agreement that placed it
+        // there placed it above every conflicting entry of the old leader's log.
+        let mut pulled: BTreeMap<TxnId, Timestamp> = BTreeMap::new();
+        for &(txn, ts) in recovering.pulled.values().flatten() {
+            let at = pulled.entry(txn).or_insert(ts);
+            *at = (*at).max(ts);
+        }
+        let in_rebuilt: BTreeSet<TxnId> =
+            rebuilt.prefix.iter().chain(&rebuilt.added).map(|e| e.txn).collect();
+        let own_log: BTreeSet<TxnId> = frozen.log.synced.iter().map(|&(txn, _)| txn).collect();
+        for (txn, ts) in pulled {
+            if in_rebuilt.contains(&txn) || own_log.contains(&txn) || host.replica.logged(txn) {
+                continue;
+            }
+            rebuilt.added.push(ReportedEntry { ts, txn, keys: keys_of(&txn) });
+        }
+        rebuilt.added.sort_unstable_by_key(|e| (e.ts, e.txn));
         // The bodies of what it will run: its own synced entries it has not executed, the
         // rebuilt prefix, the added entries.
         let skip = host.executed.saturating_sub(frozen.log.base).min(frozen.log.synced.len());
