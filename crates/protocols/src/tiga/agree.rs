@@ -18,6 +18,14 @@
 //! second, different proposal from the same shard (a duplicate of a stale view's) does not
 //! replace the first: proposals of one view never change, and messages of other views are
 //! dropped before they get here.
+//!
+//! **A view change** that gives a participant shard a new leader starts the agreement again
+//! ([`Agreement::restart`]): the new leader proposes where it holds the transaction now, which
+//! need not be where its predecessor did, so every participant proposes again and every
+//! proposal and confirmation of the old view goes. A leader's new proposal is where it holds
+//! the transaction, after any move made for the old agreement: no leader's position goes
+//! back, and a leader that released the transaction in the old view answers with its log's
+//! timestamp, which the old agreement made the largest of all.
 
 use meridian_core::{ShardId, Timestamp};
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,6 +97,22 @@ impl Agreement {
     /// This leader's own proposal (the first one stands).
     pub fn propose(&mut self, ts: Timestamp) {
         self.proposals.entry(self.me).or_insert(ts);
+    }
+
+    /// A view change gave a participant a new leader: every proposal and confirmation heard
+    /// goes, and this leader's own proposal becomes `held_at`, where it holds the transaction
+    /// now (none while it has not arrived here). Returns the new proposal.
+    pub fn restart(&mut self, held_at: Option<Timestamp>) -> Option<Timestamp> {
+        if let (Some(own), Some(at)) = (self.own(), held_at) {
+            debug_assert!(at >= own, "a held transaction moved below its proposal");
+        }
+        self.proposals.clear();
+        self.confirmed.clear();
+        self.moved = false;
+        if let Some(at) = held_at {
+            self.proposals.insert(self.me, at);
+        }
+        held_at
     }
 
     /// Another leader's proposal. False when `from` is not a participant (dropped).
@@ -186,6 +210,33 @@ mod tests {
         assert_eq!(a.verdict(), Verdict::Reposition(Timestamp(70)));
         a.repositioned();
         assert_eq!(a.verdict(), Verdict::Release(Timestamp(70)));
+    }
+
+    #[test]
+    fn a_restart_forgets_the_old_view_and_proposes_where_the_transaction_is_held() {
+        let mut a = Agreement::new(A, [A, B, C]);
+        a.propose(Timestamp(50));
+        a.on_proposal(B, Timestamp(70));
+        a.on_proposal(C, Timestamp(60));
+        assert_eq!(a.verdict(), Verdict::Reposition(Timestamp(70)));
+        a.repositioned();
+        // B's leader is replaced: A holds the transaction at 70 now.
+        assert_eq!(a.restart(Some(Timestamp(70))), Some(Timestamp(70)));
+        assert!(!a.moved() && !a.heard(B) && !a.heard(C));
+        assert_eq!(a.verdict(), Verdict::Waiting, "every peer proposes again");
+        a.on_proposal(B, Timestamp(90));
+        a.on_proposal(C, Timestamp(70));
+        assert_eq!(a.verdict(), Verdict::Reposition(Timestamp(90)), "the new leader's is larger");
+        let mut b = Agreement::new(B, [A, B]);
+        b.on_confirm(A);
+        assert_eq!(b.restart(None), None);
+        b.propose(Timestamp(40));
+        b.on_proposal(A, Timestamp(30));
+        assert_eq!(
+            b.verdict(),
+            Verdict::AwaitConfirms(Timestamp(40)),
+            "a confirmation of the old view does not count"
+        );
     }
 
     #[test]

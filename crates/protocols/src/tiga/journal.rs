@@ -387,6 +387,9 @@ pub struct DecidedRecord {
     /// Per other shard, the outputs of pieces here that its pieces take (sent with the
     /// vote; a view change's new leader there may ask again).
     pub feeds: Vec<(ShardId, Vec<(u32, PieceOutput)>)>,
+    /// The other participant shards (a view change's new leader of one asks which of its
+    /// transactions this leader logged, after the body is gone).
+    pub others: Vec<ShardId>,
 }
 
 /// Items per list part of a checkpoint.

@@ -893,6 +893,9 @@ struct Decided {
     /// Per other shard, the outputs of pieces here that its pieces take: a view change's new
     /// leader there runs the transaction again and asks for them ([`TigaMsg::AskVote`]).
     feeds: BTreeMap<ShardId, Vec<(u32, PieceOutput)>>,
+    /// The other participant shards: a view change's new leader of one asks which of its
+    /// transactions this leader logged ([`TigaMsg::Pull`]), and the body may be gone by then.
+    others: Vec<ShardId>,
 }
 
 /// A follower's state transfer under way: the parts in so far, in order.
@@ -964,6 +967,10 @@ struct Hosted {
     /// Final outcomes of multi-shard transactions heard from the leader, with the inputs
     /// their pieces take.
     outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
+    /// Tiga follower: per multi-shard entry it executed, the outputs of its pieces that
+    /// other shards' pieces take (only where there are some), kept as long as its outcome: as
+    /// a view change's new leader it answers the other leaders' votes with them.
+    fed: BTreeMap<TxnId, BTreeMap<ShardId, Vec<(u32, PieceOutput)>>>,
     /// The leader's node.
     leader: NodeId,
     /// The followers' nodes (leaders only).
@@ -1373,6 +1380,7 @@ impl TigaNode {
                     leader_base: 0,
                     executed: 0,
                     outcomes: BTreeMap::new(),
+                    fed: BTreeMap::new(),
                     leader,
                     followers,
                     streams: (leads && variant == Variant::Luigi)
@@ -2344,6 +2352,7 @@ impl TigaNode {
                 let base = host.replica.log_base();
                 for (txn, _) in host.replica.follower_entries(base, upto) {
                     host.outcomes.remove(&txn);
+                    host.fed.remove(&txn);
                     host.bodies.remove(&txn);
                 }
                 let floors = &self.decided_floors;
@@ -3303,6 +3312,7 @@ impl TigaNode {
         host.answers.clear();
         host.answer_order.clear();
         host.outcomes.clear();
+        host.fed.clear();
         host.results.clear();
         host.closed.clear();
         host.unlisted.clear();
@@ -3758,8 +3768,13 @@ fn follower_execute(
         if *ok && host.executed >= host.rejoin_end {
             debug_assert_newest(&host.store, &known.part, ts, txn);
         }
+        let multi = known.shards.len() > 1;
+        let mut feeds = BTreeMap::new();
         let result = if *ok {
             let (writes, result) = run_part(context, host.shard, &host.store, known, ts, inputs);
+            if keep_results && multi {
+                feeds = feed_outputs(&known.part, &result);
+            }
             // A multi-shard transaction that committed ran here too: the leader ran the same
             // pieces over the same state and inputs (a single-shard one may abort here).
             debug_assert!(
@@ -3773,6 +3788,9 @@ fn follower_execute(
         } else {
             ShardResult::Skipped
         };
+        if feeds.values().any(|outputs| !outputs.is_empty()) {
+            host.fed.insert(txn, feeds);
+        }
         if keep_results && host.results.len() < RESULTS_KEPT_MAX && !is_decided(floors, txn) {
             host.results.insert(txn, (ts, result));
         }
@@ -3995,7 +4013,8 @@ fn checkpoint_records(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> O
         .map(|(&txn, d)| {
             let (ts, settled, own, all, inputs) = (d.ts, d.settled, d.own, d.all, d.inputs.clone());
             let feeds = d.feeds.iter().map(|(s, o)| (*s, o.clone())).collect();
-            (txn, DecidedRecord { ts, settled, own, all, inputs, feeds })
+            let others = d.others.clone();
+            (txn, DecidedRecord { ts, settled, own, all, inputs, feeds, others })
         })
         .collect();
     records.extend(
@@ -4202,6 +4221,7 @@ fn install_without_rows(
     host.rejoin_end = usize::try_from(end).unwrap_or(usize::MAX);
     host.bodies.clear();
     host.outcomes.clear();
+    host.fed.clear();
     host.closed.clear();
     host.unlisted.clear();
     host.tail_cut = Timestamp::ZERO;
@@ -4509,8 +4529,8 @@ fn finish_ready(host: &mut Hosted) -> bool {
         } else {
             host.fresh_outcomes.push(SyncOutcome { txn, ok: all, inputs: inputs.clone() });
         }
-        let (ts, own, feeds) = (pending.ts, pending.own_ok, pending.feeds);
-        let decided = Decided { ts, settled: false, own, all, inputs, feeds };
+        let (ts, own, feeds, others) = (pending.ts, pending.own_ok, pending.feeds, pending.others);
+        let decided = Decided { ts, settled: false, own, all, inputs, feeds, others };
         host.decided.insert(txn, decided);
     }
     !ready.is_empty()
@@ -4839,9 +4859,19 @@ impl TigaNode {
                     if d.settled {
                         host.settling.insert((d.ts, txn));
                     }
+                    let others: BTreeSet<ShardId> = d.others.iter().copied().collect();
+                    let shards_total = self.context.topology.shards;
+                    if others.len() != d.others.len()
+                        || others.contains(&host.shard)
+                        || others.iter().any(|s| s.0 >= shards_total)
+                    {
+                        return Err(format!("the tiga checkpoint's {txn} names bad shards"));
+                    }
                     let (ts, settled, own, all, inputs) = (d.ts, d.settled, d.own, d.all, d.inputs);
                     let feeds = d.feeds.into_iter().take(PIECES_MAX).collect();
-                    host.decided.insert(txn, Decided { ts, settled, own, all, inputs, feeds });
+                    let others = d.others;
+                    let decided = Decided { ts, settled, own, all, inputs, feeds, others };
+                    host.decided.insert(txn, decided);
                 }
             }
             self.counts.replayed_total += log.len() as u64;
@@ -5201,12 +5231,12 @@ impl Node for TigaNode {
         self.step(out, |node, out| node.start(now, request, out));
     }
 
-    fn on_control(&mut self, _now: Time, control: Control, out: &mut Outbox<TigaMsg>) {
+    fn on_control(&mut self, now: Time, control: Control, out: &mut Outbox<TigaMsg>) {
         let Control::View { global, local, detective } = control;
         let mode = if detective { Mode::Detective } else { Mode::Preventive };
         let view = View { global, local, mode };
         self.step(out, |node, out| {
-            if node.install_view(view, out).is_err() {
+            if node.install_view(now, view, out).is_err() {
                 node.counts.views_refused_total += 1;
             }
         });
@@ -6677,12 +6707,12 @@ mod tests {
         let mut detective = next.clone();
         detective.mode = Mode::Detective;
         for bad in [view.clone(), short, detective] {
-            assert!(leader.install_view(bad, &mut out).is_err());
+            assert!(leader.install_view(0, bad, &mut out).is_err());
         }
         assert_eq!(leader.view, view, "nothing changed");
         assert!(out.is_empty());
         // The new leader asks the others for reports.
-        leader.install_view(next.clone(), &mut out).unwrap();
+        leader.install_view(0, next.clone(), &mut out).unwrap();
         let asked: Vec<NodeId> =
             out.drain()
                 .filter_map(|e| match e {

@@ -892,6 +892,29 @@ impl Replica {
         open.into_iter().flat_map(|txn| self.repeat(txn)).collect()
     }
 
+    /// Leader, after a view change that gave the shards in `changed` new leaders: every open
+    /// agreement with one of them starts again ([`Agreement::restart`]) at the position this
+    /// leader holds its transaction at, which waits (not ready) for the new agreement, and is
+    /// proposed again to every participant. Bounded by the open agreements
+    /// (`agreements_max`).
+    pub fn restart_agreements(&mut self, changed: &BTreeSet<ShardId>) -> Vec<Action> {
+        let me = self.shard;
+        let Role::Leader { agreements, .. } = &mut self.role else { return Vec::new() };
+        let mut actions = Vec::new();
+        for (&txn, agreement) in agreements.iter_mut() {
+            if !agreement.participants().any(|s| changed.contains(&s)) {
+                continue;
+            }
+            let held_at = self.hold.timestamp_of(txn);
+            if let Some(ts) = agreement.restart(held_at) {
+                self.hold.set_ready(txn, false);
+                let to = agreement_shards(agreement, me);
+                actions.push(Action::Propose { txn, ts, to });
+            }
+        }
+        actions
+    }
+
     /// A leader's messages for a held multi-shard transaction, again: its proposal, and its
     /// confirmation if it moved the transaction.
     fn repeat(&mut self, txn: TxnId) -> Vec<Action> {

@@ -9,7 +9,8 @@
 //! - **Same leader.** Nothing else changes: the leader's log stands, its followers and the
 //!   other leaders hear it again in the new view (everything it sends is repeated until
 //!   acknowledged), and the replies its replicas kept to answer resends are answered in the
-//!   new view (they speak of the same leader's log).
+//!   new view (they speak of the same leader's log). Its agreements with a shard whose leader
+//!   changed start again in the new view ([`Replica::restart_agreements`]).
 //! - **This node leads now.** It freezes its own report ([`Replica::report`]: its synced
 //!   prefix, what it vouched for past it), asks the shard's other replicas for theirs
 //!   ([`TigaMsg::Recover`]) and every other shard's leader for the multi-shard transactions on
@@ -32,9 +33,9 @@
 //!   retires the replica (takes no part in the shard) until the node restarts.
 //!
 //! Not handled yet (issue 13): luigi (its view is refused); a change of agreement mode; a
-//! restarted node learning a view it missed (only the manager can tell it); unchanged leaders
-//! re-running agreement for their uncommitted entries (a cross-shard transaction may still
-//! land at different timestamps on two shards: docs/protocols.md).
+//! restarted node learning a view it missed (only the manager can tell it); votes on entries
+//! whose outcomes the followers dropped before the old leader's vote reached every other
+//! leader (docs/protocols.md).
 
 use super::*;
 
@@ -83,7 +84,12 @@ struct Report {
 impl TigaNode {
     /// Takes the view manager's next view: a global view number above this node's, and a
     /// leader per shard. Errors (a stale or malformed view, luigi) change nothing.
-    pub fn install_view(&mut self, view: View, out: &mut Outbox<TigaMsg>) -> Result<(), String> {
+    pub fn install_view(
+        &mut self,
+        now: Time,
+        view: View,
+        out: &mut Outbox<TigaMsg>,
+    ) -> Result<(), String> {
         if self.variant != Variant::Tiga {
             return Err("luigi's view change is not built yet".into());
         }
@@ -115,6 +121,13 @@ impl TigaNode {
         for flight in self.requests.values_mut() {
             flight.results.clear();
         }
+        // The shards whose leader changed: agreements with them start again.
+        let changed: BTreeSet<ShardId> = (0..self.context.topology.shards)
+            .map(ShardId)
+            .filter(|&s| {
+                leader_node(&self.context, &old, s) != leader_node(&self.context, &self.view, s)
+            })
+            .collect();
         for shard in self.hosted_shards.clone() {
             let was = leader_node(&self.context, &old, shard);
             let now_leader = leader_node(&self.context, &self.view, shard);
@@ -125,6 +138,12 @@ impl TigaNode {
                 let host = self.hosted.get_mut(&shard).expect("hosted");
                 for answer in host.answers.values_mut() {
                     answer.set_view(global);
+                }
+                if was == Some(me) && !host.retired {
+                    // Tiga's view change runs the agreements past the commit-point again:
+                    // those with a new leader start over in this view.
+                    let actions = host.replica.restart_agreements(&changed);
+                    self.act(now, shard, actions, None, out);
                 }
                 continue;
             }
@@ -172,8 +191,9 @@ impl TigaNode {
     pub(super) fn ask_votes(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
         let view = self.view.global;
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        let queued = &host.queued;
-        host.asking.retain(|txn| queued.contains_key(txn));
+        let (queued, replica) = (&host.queued, &host.replica);
+        // Until it runs: queued, or held for the agreement that releases it (pulled in).
+        host.asking.retain(|txn| queued.contains_key(txn) || replica.held_at(*txn).is_some());
         for &txn in &host.asking {
             let Some(k) = host.bodies.get(&txn) else { continue };
             for &peer in k.shards.iter().filter(|&&s| s != shard) {
@@ -296,8 +316,12 @@ impl TigaNode {
     fn pull_answer(&self, led: ShardId, shard: ShardId) -> Vec<(TxnId, Timestamp)> {
         let Some(host) = self.hosted.get(&led) else { return Vec::new() };
         let above = self.peer_closed.get(&shard).copied().unwrap_or(Timestamp::ZERO);
-        let on_shard =
-            |txn: &TxnId| host.bodies.get(txn).is_some_and(|k| k.shards.contains(&shard));
+        // The body says where it runs; once it is dropped (every follower executed the
+        // entry), the decision record kept until every leader promised past it does.
+        let on_shard = |txn: &TxnId| match host.bodies.get(txn) {
+            Some(k) => k.shards.contains(&shard),
+            None => host.decided.get(txn).is_some_and(|d| d.others.contains(&shard)),
+        };
         let mut entries: Vec<(TxnId, Timestamp)> = match &host.frozen {
             Some(frozen) => frozen
                 .log
@@ -573,9 +597,18 @@ impl TigaNode {
         }
         let in_rebuilt: BTreeSet<TxnId> =
             rebuilt.prefix.iter().chain(&rebuilt.added).map(|e| e.txn).collect();
-        let own_log: BTreeSet<TxnId> = frozen.log.synced.iter().map(|&(txn, _)| txn).collect();
+        // What promotion keeps of its own log: the synced prefix and the transactions dropped
+        // below it. Not the tail: an entry it released there on its own is not in the rebuilt
+        // log unless the merge kept it, and a pulled transaction must not be skipped for it
+        // (it would come back from its coordinator as a late arrival, at a later timestamp
+        // than the other shards ran it at).
+        let mut own_log: BTreeSet<TxnId> = frozen.log.synced.iter().map(|&(txn, _)| txn).collect();
+        own_log.extend(host.replica.follower_lingering());
         for (txn, ts) in pulled {
-            if in_rebuilt.contains(&txn) || own_log.contains(&txn) || host.replica.logged(txn) {
+            // A transaction its coordinator decided committed here too: it is in the rebuilt
+            // log, or was executed and dropped below it.
+            let decided = is_decided(&self.decided_floors, txn);
+            if in_rebuilt.contains(&txn) || own_log.contains(&txn) || decided {
                 continue;
             }
             rebuilt.added.push(ReportedEntry { ts, txn, keys: keys_of(&txn) });
@@ -606,6 +639,10 @@ impl TigaNode {
             let k = known.get(&entry.txn).ok_or("a body of an added entry is missing")?;
             added.push(incoming(entry.txn, entry.ts, &k.shards, &k.part));
         }
+        // A multi-shard entry added here may have been decided by the other leaders with the
+        // old leader's vote: they send theirs no more unless asked.
+        let asked: Vec<TxnId> =
+            added.iter().filter(|i| i.shards.len() > 1).map(|i| i.txn).collect();
         // The bodies it lacks, and the outcomes the reports carry.
         let new_bodies: Vec<Known> = needed
             .iter()
@@ -669,7 +706,38 @@ impl TigaNode {
                 host.asking.insert(txn);
             }
         }
+        // The multi-shard entries it executed as a follower: the old leader decided them, and
+        // its vote may not have reached every other leader before it failed (one still
+        // waiting asks this one). Each gets the record the old leader kept: this shard's vote
+        // is the outcome (with every vote a yes it was a yes; with a no somewhere, a no
+        // decides the same), with the outputs its pieces gave. Settled: every follower that
+        // stays takes a state transfer from here.
+        let executed: Vec<(TxnId, Timestamp)> = host
+            .replica
+            .log_since(host.replica.log_base())
+            .iter()
+            .take(host.executed.saturating_sub(host.replica.log_base()))
+            .copied()
+            .collect();
+        for (txn, ts) in executed {
+            let Some(k) = host.bodies.get(&txn) else { continue };
+            let Some(&(ok, _)) = outcomes.get(&txn).or_else(|| host.outcomes.get(&txn)) else {
+                continue;
+            };
+            if k.shards.len() < 2 || host.decided.contains_key(&txn) {
+                continue;
+            }
+            let others: Vec<ShardId> = k.shards.iter().copied().filter(|&s| s != shard).collect();
+            let feeds = host.fed.remove(&txn).unwrap_or_default();
+            let own = ok;
+            let record =
+                Decided { ts, settled: true, own, all: ok, inputs: Vec::new(), feeds, others };
+            host.decided.insert(txn, record);
+            host.settling.insert((ts, txn));
+        }
         host.outcomes.clear();
+        host.fed.clear();
+        host.asking.extend(asked);
         // What it executed as a follower and its coordinator may still wait on: answered as
         // the leader (the result is the old leader's: the same pieces over the same state).
         // Its hash matches no follower's fast reply; the followers' slow replies commit it.
