@@ -332,6 +332,14 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
         })
     }
 
+    /// Numbers its persist tokens from `first` on, so that a node persisting for itself as
+    /// well (tiga's journal beside its view manager's log) can tell the two apart.
+    pub fn with_persist_tokens_from(mut self, first: u64) -> Self {
+        debug_assert!(self.persists.is_empty(), "before the first persist");
+        self.persist_next = first;
+        self
+    }
+
     /// [`Hosts::restore`] with speculative hosting (see the module comment): every replicated
     /// shard's leader answers from a speculative machine ahead of its log, which starts as
     /// `fork` of its committed machine (a copy of the replicated state).

@@ -66,7 +66,7 @@ pub const KEY_PREFIX: &[u8] = b"tiga/";
 pub const DEFERRED_SENDS_MAX: usize = 1 << 16;
 
 /// One journal record.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Record {
     /// The leader of `shard` appended `body`'s transaction to its log at `ts`.
     Logged {
@@ -245,7 +245,7 @@ pub struct FollowerRecovered {
 /// transactions not decided yet, the open proposals, the promise and the watermarks told).
 /// Recovery starts from the last checkpoint that has its `End`; what comes before it is
 /// superseded.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Checkpoint {
     /// A checkpoint starts; `seq` is this record's own sequence number.
     Begin {

@@ -16,17 +16,17 @@
 //! the node's durable map, so a node that also hosts shard logs keeps the manager's records
 //! apart (its own persist tokens and key space); Tiga's shards do not run Raft.
 //!
-//! Not here yet: the node that drives it (heartbeats, proposing [`next_install`] on the
-//! group's leader) and the view change it starts (the new leaders rebuild their logs with
-//! [`super::recovery::rebuild_log`]).
+//! The node that drives it (heartbeats, detection, proposing [`next_install`] on the group's
+//! leader, announcing views) is `super::node::manage`; the members are chosen by
+//! [`manager_members`].
 
-use super::view::{leaderless, next_view, View};
+use super::view::{leaderless_where, next_view_where, View};
 use super::Mode;
 use crate::kit::host::StateMachine;
 use crate::NodeContext;
 use meridian_core::node::Outbox;
 use meridian_core::topology::Topology;
-use meridian_core::NodeId;
+use meridian_core::{NodeId, ShardId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -59,7 +59,7 @@ impl ViewRecord {
     }
 
     /// Checks it against the topology's shard count.
-    fn check(&self, shards: u32) -> Result<(), String> {
+    pub fn check(&self, shards: u32) -> Result<(), String> {
         if self.local.len() != shards as usize {
             return Err(format!("a view of {} shards in a cluster of {shards}", self.local.len()));
         }
@@ -74,13 +74,60 @@ pub enum ManagerCommand {
     Install(ViewRecord),
 }
 
-/// What the manager sends.
-#[derive(Clone, Debug)]
+/// What the manager's members and the nodes send each other (inside
+/// [`super::node::TigaMsg::Manager`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ManagerMsg {
-    /// The current view, to a node.
+    /// Member → node: the current view (an announcement, or the answer to a heartbeat that
+    /// carried an older one).
     View(ViewRecord),
-    /// The group's log messages.
+    /// Between members: the group's log messages.
     Raft(Vec<crate::kit::host::RaftGroupMsgs>),
+    /// Node → every member: alive, in global view `view`.
+    Heartbeat {
+        /// The sender's global view number.
+        view: u64,
+        /// The shards it hosts a replica of but could not lead (rejoining by a state
+        /// transfer, or retired): at most one per shard.
+        unable: Vec<ShardId>,
+        /// The sender's incarnation and its heartbeat's number in it: a member takes a
+        /// node's heartbeats in this order only (a late copy must not undo a newer one).
+        beat: (u64, u64),
+    },
+}
+
+/// The members of the manager group of `topology` (whose shards start in `view`): `replicas`
+/// server nodes (`2f + 1`, so the group survives as many failures as a shard; nodes that
+/// host no replica, a remote region's coordinators, take no part), one per region while
+/// regions last, preferring nodes that lead no shard in `view` (a leader's crash then costs
+/// the group no member), then the lowest node id. Member 0 is the group's preferred leader.
+pub fn manager_members(topology: &Topology, view: &View) -> Vec<NodeId> {
+    let leaders: BTreeSet<NodeId> = (0..topology.shards)
+        .map(ShardId)
+        .filter_map(|s| topology.replica_node(s, view.leader_slot(s, topology.replicas)))
+        .collect();
+    let mut candidates: Vec<NodeId> = server_nodes(topology);
+    candidates.sort_by_key(|n| (leaders.contains(n), n.0));
+    let count = (topology.replicas as usize).min(candidates.len());
+    let mut members: Vec<NodeId> = Vec::with_capacity(count);
+    let mut regions = BTreeSet::new();
+    // First one per region, then anyone left, each pass in the candidates' order.
+    for &node in &candidates {
+        if members.len() < count && regions.insert(topology.region_of(node)) {
+            members.push(node);
+        }
+    }
+    for &node in &candidates {
+        if members.len() < count && !members.contains(&node) {
+            members.push(node);
+        }
+    }
+    members
+}
+
+/// The nodes that host a replica: those that send heartbeats and may lead.
+pub fn server_nodes(topology: &Topology) -> Vec<NodeId> {
+    topology.node_ids().filter(|n| !topology.nodes[n.0 as usize].replicas.is_empty()).collect()
 }
 
 /// The topology the manager group is hosted by: `topology`'s nodes and regions, one group
@@ -125,12 +172,13 @@ pub struct ManagerMachine {
 }
 
 impl ManagerMachine {
-    /// The manager of `topology` in its first view.
-    pub fn new(topology: &Topology, mode: Mode) -> Self {
+    /// The manager of `topology`, whose nodes start in `view`.
+    pub fn new(topology: &Topology, view: View) -> Self {
+        debug_assert_eq!(view.local.len(), topology.shards as usize);
         Self {
             shards: topology.shards,
             nodes: topology.node_ids().collect(),
-            view: View::initial(topology.shards, mode),
+            view,
             skipped_total: 0,
         }
     }
@@ -199,19 +247,32 @@ impl StateMachine for ManagerMachine {
 }
 
 /// What the manager group's leader proposes when some shard's leader is not `alive`: the
-/// next view ([`next_view`]), or nothing while every leader lives or while some shard has no
-/// live replica. `configured`: the mode setting; `owd_ns`: measured one-way delays.
+/// next view ([`next_view`]) for the shards whose leader is dead, or nothing while every
+/// leader lives or while some shard has no live replica. `configured`: the mode setting;
+/// `owd_ns`: measured one-way delays.
+///
+/// A live leader keeps its shard even where [`next_view`] would move it to sit with the
+/// others: a deposed live leader retires its replica until its node restarts (its store may
+/// hold writes the rebuilt log drops), so moving it would cost its shard a replica, and
+/// with three replicas every fast path.
+///
+/// `eligible(shard, node)`: the node is alive and able to lead the shard (a replica that
+/// holds no log, rejoining or retired, is not: it would only retire again).
 pub fn next_install(
     view: &View,
     topology: &Topology,
-    alive: &BTreeSet<NodeId>,
+    eligible: &dyn Fn(ShardId, NodeId) -> bool,
     configured: Mode,
     owd_ns: impl Fn(NodeId, NodeId) -> u64,
 ) -> Option<ManagerCommand> {
-    if leaderless(view, topology, alive).is_empty() {
+    let dead: BTreeSet<ShardId> = leaderless_where(view, topology, eligible).into_iter().collect();
+    if dead.is_empty() {
         return None;
     }
-    let next = next_view(view, topology, alive, configured, owd_ns)?;
+    let mut next = next_view_where(view, topology, eligible, configured, owd_ns)?;
+    for shard in (0..topology.shards).map(ShardId).filter(|s| !dead.contains(s)) {
+        next.local[shard.0 as usize] = view.local[shard.0 as usize];
+    }
     Some(ManagerCommand::Install(ViewRecord::of(&next)))
 }
 
@@ -219,7 +280,7 @@ pub fn next_install(
 mod tests {
     use super::*;
     use meridian_core::time::NS_PER_MS;
-    use meridian_core::ShardId;
+    use meridian_core::RegionId;
 
     fn topology() -> Topology {
         Topology::standard(vec!["a".into(), "b".into(), "c".into()], 2, 3).unwrap()
@@ -248,15 +309,20 @@ mod tests {
     #[test]
     fn a_dead_leader_gets_the_next_view_and_every_member_installs_it_alike() {
         let t = topology();
-        let mut members: Vec<ManagerMachine> =
-            (0..3).map(|_| ManagerMachine::new(&t, Mode::Preventive)).collect();
+        let mut members: Vec<ManagerMachine> = (0..3)
+            .map(|_| ManagerMachine::new(&t, View::initial(t.shards, Mode::Preventive)))
+            .collect();
         let everyone: BTreeSet<NodeId> = t.node_ids().collect();
         let view = members[0].view().clone();
-        assert_eq!(next_install(&view, &t, &everyone, Mode::Preventive, owd), None);
+        assert_eq!(
+            next_install(&view, &t, &|_, n| everyone.contains(&n), Mode::Preventive, owd),
+            None
+        );
         let leader0 = t.replica_node(ShardId(0), view.leader_slot(ShardId(0), 3)).unwrap();
         let mut alive = everyone.clone();
         alive.remove(&leader0);
-        let install = next_install(&view, &t, &alive, Mode::Preventive, owd).unwrap();
+        let install =
+            next_install(&view, &t, &|_, n| alive.contains(&n), Mode::Preventive, owd).unwrap();
         assert_eq!(members[0].validate(&install), Ok(()));
         let mut out = Outbox::new();
         for (i, m) in members.iter_mut().enumerate() {
@@ -277,9 +343,62 @@ mod tests {
     }
 
     #[test]
+    fn members_sit_in_distinct_regions_away_from_the_leaders() {
+        let regions = vec!["a".into(), "b".into(), "c".into(), "remote".into()];
+        let servers = [RegionId(0), RegionId(1), RegionId(2)];
+        let t = Topology::placed(regions, &servers, 3, 3).unwrap();
+        let view = crate::tiga::node::initial_view(&t).unwrap();
+        let members = manager_members(&t, &view);
+        assert_eq!(members.len(), 3);
+        let regions: BTreeSet<RegionId> = members.iter().map(|&n| t.region_of(n)).collect();
+        assert_eq!(regions.len(), 3, "{members:?}: one per server region");
+        let leaders: BTreeSet<NodeId> = (0..3)
+            .map(|s| t.replica_node(ShardId(s), view.leader_slot(ShardId(s), 3)).unwrap())
+            .collect();
+        // The leaders sit together in one region: its member must be one of them, the
+        // others are not.
+        let leading = members.iter().filter(|n| leaders.contains(n)).count();
+        assert_eq!(leading, 1, "{members:?} against leaders {leaders:?}");
+        assert!(members.iter().all(|n| !t.nodes[n.0 as usize].replicas.is_empty()));
+        assert_eq!(members, manager_members(&t, &view), "the same choice every time");
+        // One replica per shard: a group of one.
+        let single = Topology::standard(vec!["a".into()], 2, 1).unwrap();
+        let view = View::initial(2, Mode::Preventive);
+        assert_eq!(manager_members(&single, &view).len(), 1);
+    }
+
+    /// Only shards whose leader is dead or says it cannot lead move, never onto a replica
+    /// that cannot lead; live leaders stay where they are.
+    #[test]
+    fn only_dead_or_unable_leaders_move() {
+        let t = topology();
+        let view = View::initial(t.shards, Mode::Preventive);
+        let leader = |s: u32| t.replica_node(ShardId(s), view.leader_slot(ShardId(s), 3)).unwrap();
+        let local = |c: ManagerCommand| {
+            let ManagerCommand::Install(record) = c;
+            record.local
+        };
+        // Shard 0's leader is dead: shard 1 keeps its live leader, wherever it sits.
+        let dead = leader(0);
+        let moved =
+            local(next_install(&view, &t, &|_, n| n != dead, Mode::Preventive, owd).unwrap());
+        assert_ne!(moved[0], view.local[0]);
+        assert_eq!(moved[1], view.local[1]);
+        // Shard 1's leader lives but cannot lead, nor can its replica 1: replica 2 leads.
+        let unable = [leader(1), t.replica_node(ShardId(1), 1).unwrap()];
+        let eligible = |s: ShardId, n: NodeId| !(s == ShardId(1) && unable.contains(&n));
+        let moved = local(next_install(&view, &t, &eligible, Mode::Preventive, owd).unwrap());
+        assert_eq!(moved[0], view.local[0]);
+        assert_eq!(moved[1] % 3, 2);
+        // No replica of shard 1 could lead: no view serves it, nothing is proposed.
+        let none = |s: ShardId, _: NodeId| s != ShardId(1);
+        assert_eq!(next_install(&view, &t, &none, Mode::Preventive, owd), None);
+    }
+
+    #[test]
     fn installs_that_do_not_fit_are_refused_or_skipped() {
         let t = topology();
-        let mut m = ManagerMachine::new(&t, Mode::Detective);
+        let mut m = ManagerMachine::new(&t, View::initial(t.shards, Mode::Detective));
         let wrong_shards = ManagerCommand::Install(ViewRecord {
             global: 1,
             local: vec![1, 0, 0],
@@ -318,7 +437,7 @@ mod tests {
             let mut ctx = context(&group);
             ctx.id = node;
             let made = Hosts::restore(&ctx, &BTreeMap::new(), ManagerMsg::Raft, |_| {
-                ManagerMachine::new(&cluster, Mode::Preventive)
+                ManagerMachine::new(&cluster, View::initial(cluster.shards, Mode::Preventive))
             });
             hosts.insert(node, made.unwrap());
         }
@@ -391,13 +510,13 @@ mod tests {
     fn images_carry_the_view_and_bad_ones_are_errors() {
         let t = topology();
         let ctx = context(&t);
-        let mut m = ManagerMachine::new(&t, Mode::Preventive);
+        let mut m = ManagerMachine::new(&t, View::initial(t.shards, Mode::Preventive));
         let record = ViewRecord { global: 1, local: vec![1, 0], detective: true };
         let mut out = Outbox::new();
         m.apply(ManagerCommand::Install(record.clone()), false, &mut out);
         let image = m.image();
         let decoded = ManagerMachine::decode_image(&ctx, &image).unwrap();
-        let mut fresh = ManagerMachine::new(&t, Mode::Preventive);
+        let mut fresh = ManagerMachine::new(&t, View::initial(t.shards, Mode::Preventive));
         fresh.install(decoded);
         assert_eq!(fresh.view(), m.view());
         assert_eq!(fresh.view().mode, Mode::Detective);

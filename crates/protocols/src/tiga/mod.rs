@@ -63,6 +63,11 @@ pub const OPTION_MODE: &str = "tiga-mode";
 pub const OPTION_SNAPSHOT_READS: &str = "tiga-snapshot-reads";
 /// `tiga-leaders`: where the shards' leaders sit at the start.
 pub const OPTION_LEADERS: &str = "tiga-leaders";
+/// `tiga-view-manager`: whether the nodes host the view manager.
+pub const OPTION_VIEW_MANAGER: &str = "tiga-view-manager";
+/// `tiga-detect-ms`: how long a shard leader may stay silent before the view manager
+/// replaces it.
+pub const OPTION_DETECT_MS: &str = "tiga-detect-ms";
 
 /// No one-way delay estimate exceeds this (Tiga's scripts cap theirs at 400 ms).
 pub const OWD_CAP_NS: u64 = 400 * NS_PER_MS;
@@ -106,6 +111,20 @@ pub const OPTIONS: &[OptionSpec] = &[
                of each shard, without holding or agreeing (serializable, not strictly: the \
                snapshot may be a little stale); off: it runs like any other",
         kind: OptionKind::Choice { values: &["off", "on"], default: "off" },
+    },
+    OptionSpec {
+        name: OPTION_VIEW_MANAGER,
+        help: "on: 2f + 1 server nodes host the view manager (a Raft group), which replaces a \
+               shard leader silent for tiga-detect-ms by the next view; off: views change only \
+               when a test's scenario gives one (one replica per shard has no manager either \
+               way)",
+        kind: OptionKind::Choice { values: &["on", "off"], default: "on" },
+    },
+    OptionSpec {
+        name: OPTION_DETECT_MS,
+        help: "how long, in milliseconds, a shard leader may go unheard before the view \
+               manager replaces it (heartbeats go five times as often)",
+        kind: OptionKind::Number { min: 100.0, max: 600_000.0, default: 1_500.0 },
     },
 ];
 
@@ -197,7 +216,9 @@ impl Protocol for Tiga {
     /// journaled of its shard rejoins by a state transfer).
     fn restore(context: NodeContext, durable: &Durable) -> Result<node::TigaNode, String> {
         let (shards, seqs, view) = journal::recover_with_view(durable)?;
-        node::TigaNode::restored_in_view(context, shards, seqs, view)
+        let mut node = node::TigaNode::restored_in_view(context, shards, seqs, view)?;
+        node.host_manager(durable)?;
+        Ok(node)
     }
 
     /// A leader runs its journaled log ([`node::TigaNode::replay_journal`]); a follower runs
@@ -240,6 +261,10 @@ pub struct TigaSettings {
     pub snapshot_reads: bool,
     /// `tiga-leaders=spread`: replica 0 of every shard leads.
     pub spread_leaders: bool,
+    /// `tiga-view-manager=on`.
+    pub view_manager: bool,
+    /// `tiga-detect-ms`, in nanoseconds.
+    pub detect_ns: u64,
 }
 
 impl TigaSettings {
@@ -256,7 +281,9 @@ impl TigaSettings {
         };
         let snapshot_reads = options.choice(OPTION_SNAPSHOT_READS, OPTIONS) == "on";
         let spread_leaders = options.choice(OPTION_LEADERS, OPTIONS) == "spread";
-        Self { owd, mode, snapshot_reads, spread_leaders }
+        let view_manager = options.choice(OPTION_VIEW_MANAGER, OPTIONS) == "on";
+        let detect_ns = (options.number(OPTION_DETECT_MS, OPTIONS) * NS_PER_MS as f64) as u64;
+        Self { owd, mode, snapshot_reads, spread_leaders, view_manager, detect_ns }
     }
 }
 

@@ -96,6 +96,7 @@
 //! drops it). Outcome records go once the followers executed the transaction and the other
 //! leaders promised past it.
 
+mod manage;
 mod view_change;
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
@@ -216,7 +217,7 @@ pub enum ShardResult {
 }
 
 /// Tiga's messages.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TigaMsg {
     /// Coordinator → every replica of every participant (also a leader's answer to
     /// [`TigaMsg::GetBody`], and to a follower's fetch).
@@ -514,6 +515,8 @@ pub enum TigaMsg {
         /// The log position below which the leader keeps nothing for followers.
         upto: u64,
     },
+    /// The view manager's heartbeats, group log and views ([`manage`]): of no view.
+    Manager(super::manager::ManagerMsg),
 }
 
 /// One start of a follower replica: the node's incarnation and, within it, how many times its
@@ -534,7 +537,7 @@ impl TigaMsg {
     /// logs and agreements of one view mean nothing in the next.
     pub fn view(&self) -> Option<u64> {
         match self {
-            Self::Txn(_) | Self::SnapRead(_) => None,
+            Self::Txn(_) | Self::SnapRead(_) | Self::Manager(_) => None,
             Self::Fast { view, .. }
             | Self::Slow { view, .. }
             | Self::Propose { view, .. }
@@ -563,7 +566,7 @@ impl TigaMsg {
     /// fuzzing and tests that forge messages of a node's own view.
     pub fn set_view(&mut self, to: u64) {
         match self {
-            Self::Txn(_) | Self::SnapRead(_) => {}
+            Self::Txn(_) | Self::SnapRead(_) | Self::Manager(_) => {}
             Self::Fast { view, .. }
             | Self::Slow { view, .. }
             | Self::Propose { view, .. }
@@ -1096,6 +1099,8 @@ enum Purpose {
     Join(ShardId),
     /// A new leader asks again for the reports it lacks.
     Recover(ShardId),
+    /// The view manager's tick: its group log, heartbeats, detection ([`manage`]).
+    Manage,
 }
 
 /// A request in flight at this coordinator.
@@ -1235,6 +1240,8 @@ pub struct TigaNode {
     pacing: bool,
     /// The node restarted in a view its journal held (it installed one at a view change).
     view_journaled: bool,
+    /// This node's part in the view manager, where the cluster has one ([`manage`]).
+    manager: Option<Box<manage::Managing>>,
 }
 
 /// Coordinator starts whose decided floors a node keeps; past it, new ones are not tracked
@@ -1447,6 +1454,7 @@ impl TigaNode {
             checkpoint_wanted: false,
             pacing: false,
             view_journaled: false,
+            manager: None,
             context,
         })
     }
@@ -4577,6 +4585,7 @@ impl TigaNode {
             }
         }
         self.scratch = inner;
+        self.flush_manager(out);
     }
 
     /// True when a leader here finished [`crate::Timing::snapshot_interval_entries`] log
@@ -5088,6 +5097,7 @@ impl TigaNode {
             self.ask_state(shard, out);
         }
         self.gather_after_restart(out);
+        self.manager_started(now, out);
     }
 
     fn handle(&mut self, now: Time, from: NodeId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
@@ -5129,6 +5139,7 @@ impl TigaNode {
             }
             TigaMsg::Behind { shard, upto, .. } => self.on_behind(from, shard, upto, out),
             TigaMsg::Pull { shard, to, .. } => self.on_pull(from, shard, to, out),
+            TigaMsg::Manager(msg) => self.on_manager(now, from, msg, out),
             TigaMsg::Pulled { shard, from: other, entries, .. } => {
                 self.on_pulled(now, from, (shard, other), entries, out);
             }
@@ -5194,6 +5205,7 @@ impl TigaNode {
                 }
             }
             Purpose::Recover(shard) => self.on_recover_timer(now, shard, out),
+            Purpose::Manage => self.manager_timer(now, out),
             Purpose::FetchBody(shard, txn, proposer) => {
                 let Some(host) = self.hosted.get(&shard) else { return };
                 let missing = !host.bodies.contains_key(&txn) && !host.replica.logged(txn);
@@ -5222,6 +5234,11 @@ impl Node for TigaNode {
     }
 
     fn on_persisted(&mut self, _now: Time, token: PersistToken, out: &mut Outbox<TigaMsg>) {
+        if token.0 >= manage::MANAGER_TOKENS_FROM {
+            self.manager_persisted(token);
+            self.flush_manager(out);
+            return;
+        }
         for (hops, to, msg) in self.journal.persisted(token.0) {
             out.send_after(to, msg, hops);
         }
@@ -5364,6 +5381,9 @@ impl Node for TigaNode {
             ("tiga_replicas_retired_total", self.counts.retired_total),
             ("tiga_reports_oversized_total", self.counts.reports_oversized_total),
         ]
+        .into_iter()
+        .chain(self.manager_counters())
+        .collect()
     }
 }
 
@@ -5373,8 +5393,10 @@ impl ProtocolNode for TigaNode {
         self.hosted.get(&shard).is_some_and(|h| h.replica.leads())
     }
 
+    /// A retired replica's store is no replica's any more (it may hold writes the rebuilt
+    /// log dropped): left out until the node restarts.
     fn stores(&self) -> Vec<(ShardId, &MvccStore)> {
-        self.hosted.iter().map(|(&s, h)| (s, &h.store)).collect()
+        self.hosted.iter().filter(|(_, h)| !h.retired).map(|(&s, h)| (s, &h.store)).collect()
     }
 
     fn stores_mut(&mut self) -> Vec<(ShardId, &mut MvccStore)> {
@@ -6680,6 +6702,74 @@ mod tests {
     /// takes a report from a replica of the shard only (never twice, never from a stranger),
     /// and leads the rebuilt log once it holds `f + 1`; the other follower rejoins (its log
     /// frozen for the report) and answers the new leader's request, no one else's.
+    /// The view manager's messages are taken only from where they may come: a view from a
+    /// member of the manager's group, of the cluster's shard count and past the node's own;
+    /// a heartbeat at a member, from a node of the cluster, naming only shards the sender
+    /// hosts. Anything else changes nothing and is counted.
+    #[test]
+    fn manager_messages_are_taken_only_from_members_and_checked() {
+        use crate::tiga::manager::{manager_members, ManagerMsg, ViewRecord};
+        let counter = |n: &TigaNode, name: &str| {
+            n.counters().into_iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| v)
+        };
+        let probe = node(0);
+        let members = manager_members(&probe.context.topology, &probe.view);
+        assert_eq!(members.len(), 3);
+        let outsider = (0..9).map(NodeId).find(|n| !members.contains(n)).unwrap();
+        let receiver = (0..9).map(NodeId).find(|n| !members.contains(n) && *n != outsider);
+        let mut n = node(receiver.unwrap().0);
+        n.host_manager(&BTreeMap::new()).unwrap();
+        let mut next = ViewRecord::of(&n.view);
+        next.global += 1;
+        next.local[1] += 1;
+        let mut out = Outbox::new();
+        let mut send = |n: &mut TigaNode, from: NodeId, msg: ManagerMsg| {
+            n.on_message(0, from, TigaMsg::Manager(msg), &mut out);
+        };
+        send(&mut n, outsider, ManagerMsg::View(next.clone()));
+        let mut short = next.clone();
+        short.local.pop();
+        send(&mut n, members[0], ManagerMsg::View(short));
+        assert_eq!(n.view_number(), VIEW, "nothing installed");
+        assert_eq!(counter(&n, "tiga_manager_foreign_total"), 2);
+        // A heartbeat at a node outside the group.
+        let beat = (0, 1);
+        send(&mut n, outsider, ManagerMsg::Heartbeat { view: VIEW, unable: Vec::new(), beat });
+        assert_eq!(counter(&n, "tiga_manager_foreign_total"), 3);
+        // The member's view is taken.
+        send(&mut n, members[1], ManagerMsg::View(next.clone()));
+        assert_eq!(n.view_number(), VIEW + 1);
+        assert_eq!(counter(&n, "tiga_views_installed_total"), 1);
+        send(&mut n, members[1], ManagerMsg::View(next));
+        assert_eq!(counter(&n, "tiga_views_installed_total"), 1, "a repeat is ignored");
+        assert_eq!(counter(&n, "tiga_views_refused_total"), 0);
+        // At a member: a heartbeat naming a shard its sender hosts no replica of.
+        let mut m = node(members[0].0);
+        m.host_manager(&BTreeMap::new()).unwrap();
+        let sender = outsider;
+        let hosted: Vec<ShardId> = (0..3)
+            .map(ShardId)
+            .filter(|&s| m.context.topology.shard_nodes(s).contains(&sender))
+            .collect();
+        let foreign = (0..3).map(ShardId).find(|s| !hosted.contains(s)).unwrap();
+        let mut out = Outbox::new();
+        let beat = |unable, count| {
+            TigaMsg::Manager(ManagerMsg::Heartbeat { view: VIEW, unable, beat: (0, count) })
+        };
+        m.on_message(0, sender, beat(vec![foreign], 1), &mut out);
+        m.on_message(0, NodeId(99), beat(Vec::new(), 1), &mut out);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 2);
+        m.on_message(0, sender, beat(hosted.clone(), 2), &mut out);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 2, "a well-formed heartbeat");
+        let unable = |m: &TigaNode| m.manager.as_ref().unwrap().unable_of(sender);
+        assert_eq!(unable(&m), hosted);
+        // A late copy of an older heartbeat changes nothing; a newer one does.
+        m.on_message(0, sender, beat(Vec::new(), 1), &mut out);
+        assert_eq!(unable(&m), hosted);
+        m.on_message(0, sender, beat(Vec::new(), 3), &mut out);
+        assert!(unable(&m).is_empty());
+    }
+
     #[test]
     fn a_view_change_goes_forward_only_and_takes_reports_from_the_shards_replicas() {
         let control = |v: &View| Control::View {

@@ -87,11 +87,21 @@ impl Heartbeats {
 
 /// The shards whose leader in `view` is not alive.
 pub fn leaderless(view: &View, topology: &Topology, alive: &BTreeSet<NodeId>) -> Vec<ShardId> {
+    leaderless_where(view, topology, &|_, n| alive.contains(&n))
+}
+
+/// The shards whose leader in `view` may not lead (`eligible(shard, node)` false: dead, or
+/// unable to lead that shard).
+pub fn leaderless_where(
+    view: &View,
+    topology: &Topology,
+    eligible: &dyn Fn(ShardId, NodeId) -> bool,
+) -> Vec<ShardId> {
     (0..topology.shards)
         .map(ShardId)
         .filter(|&s| {
             let slot = view.leader_slot(s, topology.replicas);
-            topology.replica_node(s, slot).is_none_or(|n| !alive.contains(&n))
+            topology.replica_node(s, slot).is_none_or(|n| !eligible(s, n))
         })
         .collect()
 }
@@ -106,6 +116,17 @@ pub fn next_view(
     configured: Mode,
     owd_ns: impl Fn(NodeId, NodeId) -> u64,
 ) -> Option<View> {
+    next_view_where(view, topology, &|_, n| alive.contains(&n), configured, owd_ns)
+}
+
+/// [`next_view`] where a replica may lead its shard when `eligible(shard, node)`.
+pub fn next_view_where(
+    view: &View,
+    topology: &Topology,
+    eligible: &dyn Fn(ShardId, NodeId) -> bool,
+    configured: Mode,
+    owd_ns: impl Fn(NodeId, NodeId) -> u64,
+) -> Option<View> {
     let replicas = topology.replicas.max(1);
     let shards: Vec<ShardId> = (0..topology.shards).map(ShardId).collect();
     // Per shard, its live replicas (slot and node).
@@ -114,7 +135,7 @@ pub fn next_view(
         .map(|&s| {
             (0..replicas)
                 .filter_map(|slot| topology.replica_node(s, slot).map(|n| (slot, n)))
-                .filter(|(_, n)| alive.contains(n))
+                .filter(|&(_, n)| eligible(s, n))
                 .collect()
         })
         .collect();

@@ -11,7 +11,9 @@
 //!   acknowledged), and the replies its replicas kept to answer resends are answered in the
 //!   new view (they speak of the same leader's log). Its agreements with a shard whose leader
 //!   changed start again in the new view ([`Replica::restart_agreements`]).
-//! - **This node leads now.** It freezes its own report ([`Replica::report`]: its synced
+//! - **This node leads now.** A replica still rejoining by a state transfer holds no log to
+//!   lead with: it stays rejoining and tells the view manager, which moves the shard on. It
+//!   freezes its own report ([`Replica::report`]: its synced
 //!   prefix, what it vouched for past it), asks the shard's other replicas for theirs
 //!   ([`TigaMsg::Recover`]) and every other shard's leader for the multi-shard transactions on
 //!   this shard it logged above the old leader's last promise ([`TigaMsg::Pull`]), again until
@@ -30,7 +32,11 @@
 //!   rebuilt log, so its store is a prefix of the new leader's).
 //! - **This node led and no longer does.** Its store may hold writes of entries the rebuilt
 //!   log does not keep, and the initial load it would fall back to is not at hand here: it
-//!   retires the replica (takes no part in the shard) until the node restarts.
+//!   retires the replica (takes no part in the shard) until the node restarts. It freezes
+//!   its log first, all of it as synced (every follower's synced prefix is a prefix of it),
+//!   with its decision records as outcomes, and answers the new leader's `Recover` from it:
+//!   when the view manager deposed it for silence (a partition) and the other followers
+//!   hold no log (one was rejoining), its report is what lets the new leader gather `f + 1`.
 //!
 //! Not handled yet (issue 13): luigi (its view is refused); a change of agreement mode; a
 //! restarted node learning a view it missed (only the manager can tell it); votes on entries
@@ -164,11 +170,17 @@ impl TigaNode {
                 continue;
             }
             if was == Some(me) {
+                // Retired, it still answers the new leader's `Recover` with its log: the
+                // other replicas may be too few to report without it.
+                let frozen = freeze(host);
                 self.retire(shard);
+                let host = self.hosted.get_mut(&shard).expect("hosted");
+                host.frozen = Some(Box::new(frozen));
             } else if now_leader == me {
                 if host.joining.is_some() {
-                    // It holds no log to lead with: it stays out of the shard.
-                    self.retire(shard);
+                    // It holds no log to lead with, and says so in its heartbeats: the view
+                    // manager moves the shard on, and it rejoins from the next leader. (It
+                    // does not retire: its store holds nothing a rebuilt log could drop.)
                     continue;
                 }
                 host.frozen = Some(Box::new(freeze(host)));
@@ -799,17 +811,36 @@ fn clone_known(k: &Known) -> Known {
 
 /// A replica's report of its log now, with the bodies and outcomes it holds for it.
 fn freeze(host: &Hosted) -> Frozen {
-    let log = host.replica.report().unwrap_or(super::super::replica::LogReport {
-        base: host.replica.log_base(),
-        synced: Vec::new(),
-        unsynced: Vec::new(),
-    });
+    let base = host.replica.log_base();
+    let log = match host.replica.report() {
+        Some(report) => report,
+        // A deposed leader: its log is the shard's order (every follower's synced prefix is
+        // a prefix of it, and every fast commit released here), all of it as synced.
+        None if host.replica.leads() => {
+            let mut synced = Vec::new();
+            // Bounded by the log's length, a chunk at a time.
+            while synced.len() < REPORT_ENTRIES_MAX {
+                let chunk = host.replica.log_since(base + synced.len());
+                if chunk.is_empty() {
+                    break;
+                }
+                synced.extend_from_slice(chunk);
+            }
+            super::super::replica::LogReport { base, synced, unsynced: Vec::new() }
+        }
+        None => super::super::replica::LogReport { base, synced: Vec::new(), unsynced: Vec::new() },
+    };
     let listed = log.synced.iter().chain(&log.unsynced);
     let bodies = listed
         .clone()
         .filter_map(|(txn, _)| host.bodies.get(txn).map(|k| (*txn, k.body.clone())))
         .collect();
-    let outcomes =
-        listed.filter_map(|(txn, _)| host.outcomes.get(txn).map(|o| (*txn, o.clone()))).collect();
+    // A follower's outcomes as it heard them; a leader's from its decision records.
+    let outcomes = listed
+        .filter_map(|(txn, _)| match host.outcomes.get(txn) {
+            Some(o) => Some((*txn, o.clone())),
+            None => host.decided.get(txn).map(|d| (*txn, (d.all, d.inputs.clone()))),
+        })
+        .collect();
     Frozen { log, bodies, outcomes }
 }

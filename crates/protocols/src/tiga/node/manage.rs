@@ -1,0 +1,370 @@
+//! The view manager hosted in the nodes (Tiga §4): detecting a dead shard leader and telling
+//! every node the next view.
+//!
+//! The manager's state ([`ManagerMachine`]: the current view) lives on a Raft group of
+//! `2f + 1` server nodes ([`manager_members`]), run by the kit's hosting as the one group of
+//! a topology of its own ([`manager_topology`]); its records sit under the group's Raft keys,
+//! apart from the tiga journal, and its persist tokens count from [`MANAGER_TOKENS_FROM`].
+//!
+//! - Every node sends a **heartbeat** (its global view number) to every member each
+//!   [`BEATS_PER_TIMEOUT`]th of the detection timeout (in whole Raft ticks). Heartbeats bypass the journal's hold: they speak of liveness
+//!   only.
+//! - Heartbeats are numbered (incarnation, count); a member takes a node's heartbeats in
+//!   that order only, so a late copy never undoes what a newer one said.
+//! - A heartbeat also names the shards whose replica on the node could not lead (rejoining
+//!   by a state transfer, or retired: it holds no log); the manager never picks one, and
+//!   replaces a leader that says so.
+//! - The group's **leader** keeps the heartbeats it hears. Once a shard leader of the
+//!   manager's view has been silent for the detection timeout (`tiga-detect-ms`, counted
+//!   from when this member took the group's lead, so a fresh leader deposes no one early),
+//!   it proposes the next view ([`next_install`]) in the current view's mode (a change of
+//!   agreement mode is not built: nodes refuse one). A proposal not applied within another
+//!   timeout is made again; a stale one (of a deposed group leader) is skipped when applied.
+//! - Every member applies installs in log order and takes each applied view itself at its
+//!   next tick; the leader **announces** each to every node, and answers a heartbeat that carries an older view with the current one (an
+//!   announcement lost, or a node that restarted in the view its journal held).
+//! - A node takes a view only from a member, only a well-formed one, and only one past its
+//!   own ([`TigaNode::install_view`]); anything else is dropped and counted.
+//!
+//! Everything here is driven by the node's calls and its clock as given: no I/O, no time
+//! read.
+
+use super::*;
+use crate::kit::host::Hosts;
+use crate::tiga::manager::{
+    manager_members, manager_topology, next_install, server_nodes, ManagerMachine, ManagerMsg,
+    ViewRecord,
+};
+use crate::tiga::view::{leaderless_where, Heartbeats};
+use crate::Durable;
+
+/// The manager's persist tokens start here; the journal's count from 0 and never reach it.
+pub const MANAGER_TOKENS_FROM: u64 = 1 << 62;
+
+/// Installs the manager's group applies between snapshots of its state (one view each: the
+/// log stays short, and the shards' checkpoint interval, which tests shrink to one entry, is
+/// not the group's).
+pub const MANAGER_SNAPSHOT_INTERVAL_ENTRIES: u64 = 64;
+const _: () = assert!(MANAGER_SNAPSHOT_INTERVAL_ENTRIES >= crate::SNAPSHOT_INTERVAL_ENTRIES_MIN);
+
+/// Heartbeats per detection timeout: a node is deposed only after this many in a row were
+/// lost or late.
+pub const BEATS_PER_TIMEOUT: u64 = 5;
+
+/// One node's part in the view manager.
+pub(super) struct Managing {
+    /// The group's members, member 0 first.
+    members: Vec<NodeId>,
+    /// The server nodes (whose silence counts).
+    servers: Vec<NodeId>,
+    /// This node's member of the group, if it is one.
+    host: Option<Hosts<ManagerMachine>>,
+    /// What this member heard (kept on every member; only the group's leader acts on it).
+    heartbeats: Heartbeats,
+    /// Per node, the shards its latest heartbeat said it could not lead.
+    unable: BTreeMap<NodeId, Vec<ShardId>>,
+    /// Per node, the number (incarnation, count) of its latest heartbeat taken.
+    beats: BTreeMap<NodeId, (u64, u64)>,
+    /// This node's heartbeats sent in this incarnation.
+    beats_sent: u64,
+    /// The global number of the starting view.
+    start_global: u64,
+    /// When this member last took the group's lead (none while it does not lead).
+    leading_since: Option<Time>,
+    /// The install last proposed: its global view number and when.
+    proposed: Option<(u64, Time)>,
+    /// The group's effects, passed on to the node's outbox after every call.
+    out: Outbox<ManagerMsg>,
+    detect_ns: u64,
+    tick_ns: u64,
+    /// Raft ticks between heartbeats.
+    ticks_per_beat: u64,
+    ticks: u64,
+    proposed_total: u64,
+    views_sent_total: u64,
+    foreign_total: u64,
+}
+
+impl std::fmt::Debug for Managing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Managing")
+            .field("members", &self.members)
+            .field("member", &self.host.is_some())
+            .field("leading_since", &self.leading_since)
+            .field("proposed", &self.proposed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Managing {
+    /// The shards `node`'s latest heartbeat said it could not lead (tests).
+    #[cfg(test)]
+    pub(super) fn unable_of(&self, node: NodeId) -> Vec<ShardId> {
+        self.unable.get(&node).cloned().unwrap_or_default()
+    }
+}
+
+impl TigaNode {
+    /// Hosts this node's part in the view manager when the cluster has one (tiga with
+    /// `2f + 1 >= 3` replicas and `tiga-view-manager=on`): a member rebuilds its group
+    /// member from `durable`.
+    pub(crate) fn host_manager(&mut self, durable: &Durable) -> Result<(), String> {
+        let settings = TigaSettings::from_options(&self.context.options);
+        let topology = self.context.topology.clone();
+        if self.variant != Variant::Tiga || !settings.view_manager || topology.replicas < 3 {
+            return Ok(());
+        }
+        // The members are chosen from the starting view, which every node computes alike
+        // (a restarted node may be in a later one).
+        let start = starting_view(&topology, &settings)?;
+        let members = manager_members(&topology, &start);
+        let host = if members.contains(&self.context.id) {
+            let group = Arc::new(manager_topology(&topology, &members)?);
+            let mut context = self.context.clone();
+            context.topology = group;
+            context.timing.snapshot_interval_entries = MANAGER_SNAPSHOT_INTERVAL_ENTRIES;
+            let host = Hosts::restore(&context, durable, ManagerMsg::Raft, |_| {
+                ManagerMachine::new(&topology, start.clone())
+            })?;
+            Some(host.with_persist_tokens_from(MANAGER_TOKENS_FROM))
+        } else {
+            None
+        };
+        let tick_ns = self.context.timing.raft_tick_ns.max(1);
+        let detect_ns = settings.detect_ns;
+        self.manager = Some(Box::new(Managing {
+            members,
+            servers: server_nodes(&topology),
+            host,
+            heartbeats: Heartbeats::default(),
+            unable: BTreeMap::new(),
+            beats: BTreeMap::new(),
+            beats_sent: 0,
+            start_global: start.global,
+            leading_since: None,
+            proposed: None,
+            out: Outbox::new(),
+            detect_ns,
+            tick_ns,
+            ticks_per_beat: (detect_ns / BEATS_PER_TIMEOUT / tick_ns).max(1),
+            ticks: 0,
+            proposed_total: 0,
+            views_sent_total: 0,
+            foreign_total: 0,
+        }));
+        Ok(())
+    }
+
+    /// At start: the member replays its group log, and the node starts beating.
+    pub(super) fn manager_started(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        let Some(m) = self.manager.as_mut() else { return };
+        if let Some(host) = m.host.as_mut() {
+            host.on_start(&mut m.out);
+            host.flush(&mut m.out);
+        }
+        self.timers.set(Purpose::Manage, m.tick_ns, out);
+        self.manager_tick(now, true, out);
+    }
+
+    /// The manager's timer: a Raft tick, a heartbeat every few, and on the group's leader
+    /// the check for dead shard leaders.
+    pub(super) fn manager_timer(&mut self, now: Time, out: &mut Outbox<TigaMsg>) {
+        let Some(m) = self.manager.as_mut() else { return };
+        if let Some(host) = m.host.as_mut() {
+            host.tick(&mut m.out);
+            host.flush(&mut m.out);
+        }
+        m.ticks += 1;
+        let beat = m.ticks.is_multiple_of(m.ticks_per_beat);
+        self.timers.set(Purpose::Manage, m.tick_ns, out);
+        self.manager_tick(now, beat, out);
+    }
+
+    fn manager_tick(&mut self, now: Time, beat: bool, out: &mut Outbox<TigaMsg>) {
+        // A member installs what its group applied (committed views) itself: its own
+        // announcement may be lost like any message.
+        let applied = self
+            .manager
+            .as_ref()
+            .and_then(|m| m.host.as_ref())
+            .and_then(|h| h.get(ShardId(0)))
+            .map(|sm| sm.view().clone())
+            .filter(|v| v.global > self.view.global);
+        if let Some(view) = applied {
+            if self.install_view(now, view, out).is_err() {
+                self.counts.views_refused_total += 1;
+            }
+        }
+        let me = self.context.id;
+        let view = self.view.global;
+        // A replica that holds no log cannot lead its shard: the manager must not pick it.
+        let unable: Vec<ShardId> = self
+            .hosted
+            .values()
+            .filter(|h| h.retired || h.joining.is_some())
+            .map(|h| h.shard)
+            .collect();
+        let incarnation = self.context.incarnation;
+        let Some(m) = self.manager.as_mut() else { return };
+        if beat {
+            m.beats_sent += 1;
+            let beat = (incarnation, m.beats_sent);
+            for &member in &m.members {
+                if member == me {
+                    m.heartbeats.heard(me, now);
+                    m.unable.insert(me, unable.clone());
+                } else {
+                    let unable = unable.clone();
+                    m.out.send(member, ManagerMsg::Heartbeat { view, unable, beat });
+                }
+            }
+        }
+        let Some(host) = m.host.as_mut() else { return };
+        if !host.leads(ShardId(0)) {
+            m.leading_since = None;
+            return;
+        }
+        let since = *m.leading_since.get_or_insert(now);
+        let machine = host.get(ShardId(0)).expect("the member hosts the group");
+        let current = machine.view().clone();
+        let alive = m.heartbeats.alive(&m.servers, now, since, m.detect_ns);
+        let unable = &m.unable;
+        let eligible = |shard: ShardId, node: NodeId| {
+            alive.contains(&node) && unable.get(&node).is_none_or(|u| !u.contains(&shard))
+        };
+        let topology = &self.context.topology;
+        if leaderless_where(&current, topology, &eligible).is_empty() {
+            return;
+        }
+        // The view's mode stays: nodes refuse a change of mode (not built yet).
+        let Some(install) = next_install(&current, topology, &eligible, current.mode, |_, _| 0)
+        else {
+            return; // Some shard has no live replica: no view can serve it yet.
+        };
+        let again = m.proposed.is_none_or(|(global, at)| {
+            global != current.global + 1 || now.saturating_sub(at) >= m.detect_ns
+        });
+        if again && host.submit(ShardId(0), install, &mut m.out).is_ok() {
+            host.flush(&mut m.out);
+            m.proposed = Some((current.global + 1, now));
+            m.proposed_total += 1;
+        }
+    }
+
+    /// A message of the view manager's. `out` is the step's outbox (a view installed here
+    /// sends under the journal's rules).
+    pub(super) fn on_manager(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: ManagerMsg,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(m) = self.manager.as_mut() else {
+            self.counts.dropped_total += 1;
+            return;
+        };
+        match msg {
+            ManagerMsg::Raft(groups) => match m.host.as_mut() {
+                Some(host) => {
+                    host.on_raft(from, groups, &mut m.out);
+                    host.flush(&mut m.out);
+                }
+                None => m.foreign_total += 1,
+            },
+            ManagerMsg::Heartbeat { view, unable, beat } => {
+                let Some(host) = m.host.as_ref() else {
+                    m.foreign_total += 1;
+                    return;
+                };
+                let topology = &self.context.topology;
+                let hosts = |s: &ShardId| topology.shard_nodes(*s).contains(&from);
+                if from.0 as usize >= topology.nodes.len()
+                    || unable.len() > topology.shards as usize
+                    || !unable.iter().all(hosts)
+                {
+                    m.foreign_total += 1;
+                    return;
+                }
+                if m.beats.get(&from).is_some_and(|&last| last >= beat) {
+                    return; // A late or repeated copy: what it says is out of date.
+                }
+                m.beats.insert(from, beat);
+                m.heartbeats.heard(from, now);
+                m.unable.insert(from, unable);
+                if !host.leads(ShardId(0)) {
+                    return;
+                }
+                let current = host.get(ShardId(0)).expect("the member hosts the group").view();
+                if view < current.global {
+                    m.out.send(from, ManagerMsg::View(ViewRecord::of(current)));
+                }
+            }
+            ManagerMsg::View(record) => {
+                let shards = self.context.topology.shards;
+                if !m.members.contains(&from) || record.check(shards).is_err() {
+                    m.foreign_total += 1;
+                    return;
+                }
+                if record.global <= self.view.global {
+                    return; // Installed already (an announcement and an answer both came).
+                }
+                if self.install_view(now, record.view(), out).is_err() {
+                    self.counts.views_refused_total += 1;
+                }
+            }
+        }
+    }
+
+    /// A persist of the manager's group log completed (`token` at or above
+    /// [`MANAGER_TOKENS_FROM`]).
+    pub(super) fn manager_persisted(&mut self, token: PersistToken) {
+        let Some(m) = self.manager.as_mut() else { return };
+        if let Some(host) = m.host.as_mut() {
+            host.on_persisted(token, &mut m.out);
+            host.flush(&mut m.out);
+        }
+    }
+
+    /// Passes the manager's effects on to the node's outbox, outside the journal's hold (the
+    /// group's log keeps its own order of persists and sends).
+    pub(super) fn flush_manager(&mut self, out: &mut Outbox<TigaMsg>) {
+        let Some(m) = self.manager.as_mut() else { return };
+        for effect in m.out.drain() {
+            match effect {
+                Effect::Send { to, msg } => {
+                    if let ManagerMsg::View(_) = &msg {
+                        m.views_sent_total += 1;
+                    }
+                    out.send(to, TigaMsg::Manager(msg));
+                }
+                Effect::Persist { token, records, durability } => {
+                    debug_assert!(token.0 >= MANAGER_TOKENS_FROM);
+                    out.persist(token, records, durability);
+                }
+                Effect::SetTimer { .. } | Effect::Reply { .. } | Effect::DependsOn { .. } => {
+                    debug_assert!(false, "the manager group sets no timer and answers no client");
+                }
+            }
+        }
+    }
+
+    /// The manager's counters (zero where the node takes no part).
+    pub(super) fn manager_counters(&self) -> [(&'static str, u64); 5] {
+        let m = self.manager.as_deref();
+        let host = m.and_then(|m| m.host.as_ref());
+        let leads = host.is_some_and(|h| h.leads(ShardId(0)));
+        // Views the group applied since the start (summed over a cluster: members × views).
+        let applied = host
+            .and_then(|h| h.get(ShardId(0)))
+            .zip(m)
+            .map_or(0, |(sm, m)| sm.view().global.saturating_sub(m.start_global));
+        [
+            ("tiga_manager_leads", u64::from(leads)),
+            ("tiga_manager_views_applied_total", applied),
+            ("tiga_manager_proposed_total", m.map_or(0, |m| m.proposed_total)),
+            ("tiga_manager_views_sent_total", m.map_or(0, |m| m.views_sent_total)),
+            ("tiga_manager_foreign_total", m.map_or(0, |m| m.foreign_total)),
+        ]
+    }
+}
