@@ -127,6 +127,14 @@ impl RaftTiming {
     }
 }
 
+/// True when `durable` holds any record of `group`'s member (a hard state, an entry or a
+/// snapshot): a member restarting without one has lost what it promised and must not vote
+/// as if it never had.
+pub fn has_records(durable: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>, group: u32) -> bool {
+    let prefix = key_prefix(group);
+    durable.range(prefix.clone()..).next().is_some_and(|(key, _)| key.starts_with(&prefix))
+}
+
 fn key_prefix(group: u32) -> Vec<u8> {
     let mut key = vec![KEY_PREFIX];
     key.extend_from_slice(&group.to_be_bytes());

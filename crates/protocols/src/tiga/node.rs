@@ -6768,6 +6768,14 @@ mod tests {
         assert_eq!(unable(&m), hosted);
         m.on_message(0, sender, beat(Vec::new(), 3), &mut out);
         assert!(unable(&m).is_empty());
+        assert!(m.manager.as_ref().unwrap().is_member());
+        // A member restarted without its group's records (nothing kept across restarts)
+        // sits the group out: with its votes forgotten it could elect a second leader.
+        let (mut context, _) = context_in(members[0].0, 3);
+        context.incarnation = 1;
+        let mut amnesiac = TigaNode::new(context).unwrap();
+        amnesiac.host_manager(&BTreeMap::new()).unwrap();
+        assert!(!amnesiac.manager.as_ref().unwrap().is_member());
     }
 
     #[test]

@@ -26,6 +26,11 @@
 //! - A node takes a view only from a member, only a well-formed one, and only one past its
 //!   own ([`TigaNode::install_view`]); anything else is dropped and counted.
 //!
+//! A member that restarts without its group's records (`--durability memory`) lost its
+//! Raft votes and log, so it does not rejoin the group: it only sends heartbeats, and the
+//! group goes on with the members that kept their state (it tolerates one such member with
+//! three).
+//!
 //! Everything here is driven by the node's calls and its clock as given: no I/O, no time
 //! read.
 
@@ -97,6 +102,12 @@ impl std::fmt::Debug for Managing {
 }
 
 impl Managing {
+    /// True when this node hosts its member of the group (tests).
+    #[cfg(test)]
+    pub(super) fn is_member(&self) -> bool {
+        self.host.is_some()
+    }
+
     /// The shards `node`'s latest heartbeat said it could not lead (tests).
     #[cfg(test)]
     pub(super) fn unable_of(&self, node: NodeId) -> Vec<ShardId> {
@@ -118,7 +129,13 @@ impl TigaNode {
         // (a restarted node may be in a later one).
         let start = starting_view(&topology, &settings)?;
         let members = manager_members(&topology, &start);
-        let host = if members.contains(&self.context.id) {
+        // A member that restarts without its group's records (a driver keeping nothing
+        // across restarts) lost its votes and its log: as a voter again it could elect a
+        // second leader in a term or trip its peers' log checks. It sits the group out
+        // (heartbeats only); the others keep a majority with state.
+        let amnesiac =
+            self.context.incarnation > 0 && !meridian_replication::raft::has_records(durable, 0);
+        let host = if members.contains(&self.context.id) && !amnesiac {
             let group = Arc::new(manager_topology(&topology, &members)?);
             let mut context = self.context.clone();
             context.topology = group;
