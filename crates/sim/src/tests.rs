@@ -1203,9 +1203,18 @@ fn tiga_the_view_manager_replaces_a_leader_that_crashed() {
 ///   now numbered, and a member takes a node's newest only.
 #[test]
 fn tiga_view_manager_seeds_found_by_the_swarm() {
-    for (name, seed) in
-        [("bank", 40042), ("smallbank", 40042), ("bank", 41233), ("bank", 41887), ("bank", 43572)]
-    {
+    // 41233 no longer changes views: its manager member n2 crashes before it synced any
+    // record of the group, and a member restarted without its records now sits the group
+    // out (`has_records`), so the other two elect too late to depose the isolated leader.
+    // It stays as a faulty seed that must pass; the rule it found is unit-tested
+    // (`only_dead_or_unable_leaders_move`) and 43572 exercises it.
+    for (name, seed, changes) in [
+        ("bank", 40042, true),
+        ("smallbank", 40042, true),
+        ("bank", 41233, false),
+        ("bank", 41887, true),
+        ("bank", 43572, true),
+    ] {
         let mut base = tiga(seed, 3, 3, "metro");
         base.protocol_options = tiga_options(&[("tiga-detect-ms", "100")]);
         base.txns = 100;
@@ -1213,7 +1222,10 @@ fn tiga_view_manager_seeds_found_by_the_swarm() {
         let (opts, _) = crate::swarm::seed_options(&base, seed, true);
         let report = run(&opts, workload(name, 3, 4)).unwrap();
         assert_passed(&report);
-        assert!(total(&report, "tiga_manager_proposed_total") >= 1, "{name} {seed}: a view change");
+        if changes {
+            let proposed = total(&report, "tiga_manager_proposed_total");
+            assert!(proposed >= 1, "{name} {seed}: a view change");
+        }
     }
 }
 
