@@ -70,10 +70,10 @@
 //! any follower.
 //!
 //! **View changes** (module `view_change`): a node takes the view manager's next view
-//! ([`TigaNode::install_view`]; today only the simulator's scenarios give one), a new leader
-//! rebuilds its shard's log from `f + 1` replicas' reports and leads it, and the other
-//! followers rejoin by a state transfer. Not built yet (issue 13): the manager hosted in the
-//! nodes, pulling in-flight cross-shard transactions into a new leader's log, and luigi's.
+//! ([`TigaNode::install_view`]; the manager is hosted in the nodes, module `manage`, or a
+//! test's scenario gives the view), a new leader rebuilds its shard's log from `f + 1`
+//! replicas' reports, pulls in what the other leaders logged on its shard, and leads it, and
+//! the other followers rejoin by a state transfer. Not built yet (issue 13): luigi's.
 //!
 //! # Memory a run does not grow
 //!

@@ -39,7 +39,7 @@
 //!   hold no log (one was rejoining), its report is what lets the new leader gather `f + 1`.
 //!
 //! Not handled yet (issue 13): luigi (its view is refused); a change of agreement mode; a
-//! restarted node learning a view it missed (only the manager can tell it); votes on entries
+//! shard whose only replica with a log is its retired deposed leader; votes on entries
 //! whose outcomes the followers dropped before the old leader's vote reached every other
 //! leader (docs/protocols.md).
 
