@@ -40,7 +40,7 @@ use crate::tiga::manager::{
     manager_members, manager_topology, next_install, server_nodes, ManagerMachine, ManagerMsg,
     ViewRecord,
 };
-use crate::tiga::view::{leaderless_where, Heartbeats};
+use crate::tiga::view::Heartbeats;
 use crate::Durable;
 
 /// The manager's persist tokens start here; the journal's count from 0 and never reach it.
@@ -214,16 +214,16 @@ impl TigaNode {
         }
         let me = self.context.id;
         let view = self.view.global;
-        // A replica that holds no log cannot lead its shard: the manager must not pick it.
-        let unable: Vec<ShardId> = self
-            .hosted
-            .values()
-            .filter(|h| h.retired || h.joining.is_some())
-            .map(|h| h.shard)
-            .collect();
         let incarnation = self.context.incarnation;
+        let hosted = &self.hosted;
         let Some(m) = self.manager.as_mut() else { return };
         if beat {
+            // A replica that holds no log cannot lead its shard: the manager must not pick it.
+            let unable: Vec<ShardId> = hosted
+                .values()
+                .filter(|h| h.retired || h.joining.is_some())
+                .map(|h| h.shard)
+                .collect();
             m.beats_sent += 1;
             let beat = (incarnation, m.beats_sent);
             for &member in &m.members {
@@ -249,14 +249,12 @@ impl TigaNode {
         let eligible = |shard: ShardId, node: NodeId| {
             alive.contains(&node) && unable.get(&node).is_none_or(|u| !u.contains(&shard))
         };
+        // The view's mode stays: nodes refuse a change of mode (not built yet). Nothing while
+        // every leader lives and can lead, or while some shard has no replica to lead it.
         let topology = &self.context.topology;
-        if leaderless_where(&current, topology, &eligible).is_empty() {
-            return;
-        }
-        // The view's mode stays: nodes refuse a change of mode (not built yet).
         let Some(install) = next_install(&current, topology, &eligible, current.mode, |_, _| 0)
         else {
-            return; // Some shard has no live replica: no view can serve it yet.
+            return;
         };
         let again = m.proposed.is_none_or(|(global, at)| {
             global != current.global + 1 || now.saturating_sub(at) >= m.detect_ns
