@@ -436,13 +436,26 @@ fn run_with<N: ProtocolNode>(
         } else {
             String::new()
         };
+        // The first few by name, to look for in a trace.
+        let named: Vec<String> = sim
+            .clients_mut()
+            .unanswered_requests()
+            .iter()
+            .rev()
+            .take(3)
+            .map(|(client, request, _, at)| {
+                let at_ms = at.saturating_sub(crate::SIM_EPOCH_NS) / NS_PER_MS;
+                format!("client {client} request {} at {at_ms} ms", request.0)
+            })
+            .collect();
         report.checks.push(CheckResult {
             name: "liveness".into(),
             passed: false,
             detail: format!(
-                "{} requests still outstanding after {} ms of virtual time{why}",
+                "{} requests still outstanding after {} ms of virtual time{why} ({})",
                 sim.clients_mut().outstanding(),
-                report.virtual_ns / NS_PER_MS
+                report.virtual_ns / NS_PER_MS,
+                named.join(", ")
             ),
         });
     }

@@ -1104,7 +1104,7 @@ fn tiga_a_new_leader_rebuilds_the_log_after_its_leader_crashes_for_good() {
         ("bank", 8, 3, false),
         ("bank", 8, 4, true),
     ] {
-        let (report, change) = view_change_run(name, keys, seed, chaos);
+        let (report, change) = view_change_run(ProtocolKind::Tiga, name, keys, seed, chaos);
         let label = format!("{name} seed {seed}");
         assert_passed(&report);
         assert_eq!(total(&report, "tiga_views_refused_total"), 0, "{label}");
@@ -1144,7 +1144,8 @@ fn tiga_the_view_manager_replaces_a_leader_that_crashed() {
         ("bank", 8, 2, true, 3),
         ("micro-tiga", 1_000, 3, false, 5),
     ] {
-        let (report, crash) = managed_crash_run(name, keys, seed, chaos, replicas);
+        let (report, crash) =
+            managed_crash_run(ProtocolKind::Tiga, (name, keys), seed, chaos, replicas);
         let label = format!("{name} seed {seed}, {replicas} replicas");
         assert_passed(&report);
         assert!(report.live, "{label}: every request answered");
@@ -1180,6 +1181,61 @@ fn tiga_the_view_manager_replaces_a_leader_that_crashed() {
         if replicas == 5 {
             assert!(fast.is_some_and(|ms| ms < 5_000), "{label}: fast path back within 5 s");
         }
+    }
+}
+
+/// Luigi's leader failover (issue 13), through the scenario's view and through the view
+/// manager hosted in its nodes: shard 0's leader crashes for good under load at 2 s; a
+/// follower rebuilds the shard's log from a majority's reports (every entry a watermark
+/// covered is on a majority, so in one of any two reports), leads it with watermarks that
+/// count from nothing (its coordinators forgot the old leader's), and answers the
+/// transactions it had executed as a follower. Checked: commits resume within 5 s of the
+/// crash, every request is answered, nothing acknowledged is lost (the invariants hold over
+/// exactly what committed) and the live replicas end equal.
+#[test]
+fn luigi_a_new_leader_takes_over_after_its_leader_crashes_for_good() {
+    let start_of = |report: &SimRunReport| {
+        report.completions.iter().map(|(c, _)| c.submitted_at).min().unwrap()
+    };
+    let resumed_after = |report: &SimRunReport, at: u64| {
+        let start = start_of(report);
+        report
+            .completions
+            .iter()
+            .filter(|(c, _)| matches!(c.outcome.result, meridian_core::txn::TxnResult::Committed))
+            .filter(|(c, _)| c.submitted_at - start > at)
+            .map(|(c, _)| (c.completed_at - start - at) / NS_PER_MS)
+            .min()
+    };
+    for (name, keys, seed, chaos) in
+        [("micro-tiga", 1_000, 1, false), ("bank", 8, 2, true), ("smallbank", 8, 3, false)]
+    {
+        let label = format!("{name} seed {seed}");
+        let (report, change) = view_change_run(ProtocolKind::Luigi, name, keys, seed, chaos);
+        assert_passed(&report);
+        assert!(report.live, "{label}: every request answered");
+        assert_eq!(total(&report, "luigi_views_refused_total"), 0, "{label}");
+        assert!(total(&report, "luigi_views_led_total") >= 1, "{label}: the new leader led");
+        let resumed = resumed_after(&report, change);
+        eprintln!(
+            "{label}, scenario: committed {}, resumed {resumed:?} ms after the view change",
+            report.committed
+        );
+        assert!(resumed.is_some_and(|ms| ms < 5_000), "{label}: commits resumed");
+
+        let (report, crash) = managed_crash_run(ProtocolKind::Luigi, (name, keys), seed, chaos, 3);
+        assert_passed(&report);
+        assert!(report.live, "{label}: every request answered");
+        assert!(total(&report, "luigi_manager_proposed_total") >= 1, "{label}: proposed");
+        assert!(total(&report, "luigi_views_led_total") >= 1, "{label}: the new leader led");
+        let live_nodes = report.node_counters.len() as u64;
+        assert_eq!(total(&report, "luigi_views_installed_total"), live_nodes, "{label}");
+        let resumed = resumed_after(&report, crash);
+        eprintln!(
+            "{label}, manager: committed {}, resumed {resumed:?} ms after the crash",
+            report.committed
+        );
+        assert!(resumed.is_some_and(|ms| ms < 5_000), "{label}: commits resumed within 5 s");
     }
 }
 
@@ -1232,8 +1288,8 @@ fn tiga_view_manager_seeds_found_by_the_swarm() {
 /// Tiga's setting with `replicas` per shard, 1,500 transactions and shard 0's leader crashing
 /// for good at 2 s, the clients away from its region (its coordinator goes with it); returns
 /// the options, the crashing leader and the crash's time from the start.
-fn leader_crash(replicas: u32, seed: u64) -> (SimRunOptions, NodeId, u64) {
-    let mut o = tiga_wan(ProtocolKind::Tiga, replicas, 1_500);
+fn leader_crash(protocol: ProtocolKind, replicas: u32, seed: u64) -> (SimRunOptions, NodeId, u64) {
+    let mut o = tiga_wan(protocol, replicas, 1_500);
     o.seed = seed;
     let topology = o.topology.clone();
     let leader = tiga_leader(&o, 0);
@@ -1250,13 +1306,13 @@ fn leader_crash(replicas: u32, seed: u64) -> (SimRunOptions, NodeId, u64) {
 /// Runs `name` on Tiga's setting with `replicas` per shard and shard 0's leader crashing for
 /// good at 2 s, the view manager on; returns the report and the crash's time from the start.
 fn managed_crash_run(
-    name: &str,
-    keys: u64,
+    protocol: ProtocolKind,
+    (name, keys): (&str, u64),
     seed: u64,
     chaos: bool,
     replicas: u32,
 ) -> (SimRunReport, u64) {
-    let (mut o, _, crash) = leader_crash(replicas, seed);
+    let (mut o, _, crash) = leader_crash(protocol, replicas, seed);
     if chaos {
         o.chaos = crate::Chaos {
             loss: 0.05,
@@ -1296,14 +1352,15 @@ fn tiga_view_change_seeds_found_by_the_hunt() {
         ("micro-tiga", 1_000, 194),
         ("smallbank", 8, 352),
     ] {
-        let (report, _) = view_change_run(name, keys, seed, seed % 2 == 0);
+        let (report, _) = view_change_run(ProtocolKind::Tiga, name, keys, seed, seed % 2 == 0);
         assert!(report.live, "{name} seed {seed}: every request answered");
         assert_passed(&report);
     }
 }
 
 /// The hunt over the view-change scenario: `MERIDIAN_VIEW_CHANGE_SEEDS` (`A..B`, default
-/// `10..50`) × `bank`, `micro-tiga`, `smallbank`, even seeds with message chaos. Long: run it
+/// `10..50`) × `bank`, `micro-tiga`, `smallbank`, even seeds with message chaos, for tiga
+/// or, with `MERIDIAN_VIEW_CHANGE_PROTOCOL=luigi`, luigi. Long: run it
 /// on purpose, in release (`cargo test -p meridian-sim --release -- --ignored
 /// tiga_view_change_hunt`); it names every failing run, then fails.
 #[test]
@@ -1312,10 +1369,14 @@ fn tiga_view_change_hunt() {
     let range = std::env::var("MERIDIAN_VIEW_CHANGE_SEEDS").unwrap_or_else(|_| "10..50".into());
     let (from, to) = range.split_once("..").expect("seeds as A..B");
     let seeds = from.parse::<u64>().expect("a seed")..to.parse::<u64>().expect("a seed");
+    let protocol = match std::env::var("MERIDIAN_VIEW_CHANGE_PROTOCOL").as_deref() {
+        Ok("luigi") => ProtocolKind::Luigi,
+        _ => ProtocolKind::Tiga,
+    };
     let mut failed = Vec::new();
     for (name, keys) in [("bank", 8), ("micro-tiga", 1_000), ("smallbank", 8)] {
         for seed in seeds.clone() {
-            let (report, _) = view_change_run(name, keys, seed, seed % 2 == 0);
+            let (report, _) = view_change_run(protocol, name, keys, seed, seed % 2 == 0);
             let bad: Vec<&str> =
                 report.checks.iter().filter(|c| !c.passed).map(|c| c.name.as_str()).collect();
             if !bad.is_empty() {
@@ -1330,11 +1391,20 @@ fn tiga_view_change_hunt() {
 /// Runs `name` on Tiga's setting with shard 0's leader crashing for good at 2 s and the next
 /// view installed at every live node 300 ms later; returns the report and the view change's
 /// time from the start.
-fn view_change_run(name: &str, keys: u64, seed: u64, chaos: bool) -> (SimRunReport, u64) {
+fn view_change_run(
+    protocol: ProtocolKind,
+    name: &str,
+    keys: u64,
+    seed: u64,
+    chaos: bool,
+) -> (SimRunReport, u64) {
     use meridian_core::node::Control;
-    let (mut o, leader, crash) = leader_crash(3, seed);
+    let (mut o, leader, crash) = leader_crash(protocol, 3, seed);
     // The scenario is the view manager here.
-    o.protocol_options = tiga_options(&[("tiga-view-manager", "off")]);
+    o.protocol_options = match protocol {
+        ProtocolKind::Luigi => protocol_options(protocol, &[("luigi-view-manager", "off")]),
+        _ => tiga_options(&[("tiga-view-manager", "off")]),
+    };
     let topology = o.topology.clone();
     let view = meridian_protocols::tiga::node::initial_view(&topology).unwrap();
     let change = crash + 300 * NS_PER_MS;
@@ -1707,9 +1777,17 @@ fn tiga_snapshot_reads_are_serializable() {
 
 /// Tiga's options `given` by name.
 fn tiga_options(given: &[(&str, &str)]) -> meridian_protocols::ProtocolOptions {
+    protocol_options(ProtocolKind::Tiga, given)
+}
+
+/// `protocol`'s options `given` by name.
+fn protocol_options(
+    protocol: ProtocolKind,
+    given: &[(&str, &str)],
+) -> meridian_protocols::ProtocolOptions {
     let given: Vec<(String, String)> =
         given.iter().map(|&(k, v)| (k.to_string(), v.to_string())).collect();
-    ProtocolKind::Tiga.options(&given).unwrap()
+    protocol.options(&given).unwrap()
 }
 
 /// Tiga's setting with each shard's leader in another region (`tiga-leaders=spread`, Tiga's

@@ -28,8 +28,16 @@
 //!
 //! A leader journals as tiga's do, and the watermarks it tells as well; a restarted one leads
 //! on from its journal (see [`crate::tiga::journal`]), and a follower from its own journal as
-//! tiga's do (one with nothing journaled rejoins by tiga's state transfer). **Not built yet:** leader failover (it waits for tiga's view change: leaders are
-//! fixed for a run, so a crashed leader's shard waits for it).
+//! tiga's do (one with nothing journaled rejoins by tiga's state transfer).
+//!
+//! **Leader failover** is tiga's view change through tiga's view manager, hosted in the
+//! nodes (`luigi-view-manager`, `luigi-detect-ms`): a follower rebuilds the shard's log from
+//! a majority's reports (an entry a watermark covered is on a majority, so in one of any
+//! `f + 1` reports) and leads it with watermarks that count from nothing: every entry of the
+//! rebuilt log is unreplicated until a majority of the new view holds it. Coordinators
+//! forget the old leader's watermark and every result of the old view, reopen what waited
+//! for a watermark, and resend to the new leaders; followers keep the results of what they
+//! executed so that a promoted one answers for them.
 
 pub mod streams;
 
@@ -46,6 +54,11 @@ use meridian_core::{ConfigError, NodeId, ShardId};
 pub const OPTION_HEADROOM_MS: &str = "luigi-headroom-ms";
 /// `luigi-owd-percentile`: the percentile of the delay samples taken as the estimate.
 pub const OPTION_OWD_PERCENTILE: &str = "luigi-owd-percentile";
+/// `luigi-view-manager`: whether the nodes host the view manager (tiga's).
+pub const OPTION_VIEW_MANAGER: &str = "luigi-view-manager";
+/// `luigi-detect-ms`: how long a shard leader may stay silent before the view manager
+/// replaces it.
+pub const OPTION_DETECT_MS: &str = "luigi-detect-ms";
 
 /// Luigi's options.
 pub const OPTIONS: &[OptionSpec] = &[
@@ -59,6 +72,15 @@ pub const OPTIONS: &[OptionSpec] = &[
         help: "the percentile of each leader's recent one-way delays taken as its estimate",
         kind: OptionKind::Number { min: 1.0, max: 100.0, default: 50.0 },
     },
+    OptionSpec {
+        name: OPTION_VIEW_MANAGER,
+        help: "on: 2f + 1 server nodes host the view manager (a Raft group), which replaces a \
+               shard leader silent for luigi-detect-ms by the next view; off: views change \
+               only when a test's scenario gives one (one replica per shard has no manager \
+               either way)",
+        kind: OptionKind::Choice { values: &["on", "off"], default: "on" },
+    },
+    OptionSpec { name: OPTION_DETECT_MS, ..tiga::DETECT_MS_OPTION },
 ];
 
 /// How a luigi coordinator stamps, from `options` (parsed against [`OPTIONS`], so in range).
@@ -67,6 +89,14 @@ pub fn owd_settings(options: &ProtocolOptions) -> OwdSettings {
         options.number(OPTION_HEADROOM_MS, OPTIONS),
         options.number(OPTION_OWD_PERCENTILE, OPTIONS),
     )
+}
+
+/// Whether the nodes host the view manager, and its detection timeout in nanoseconds, from
+/// `options` (parsed against [`OPTIONS`]).
+pub fn manager_settings(options: &ProtocolOptions) -> (bool, u64) {
+    let on = options.choice(OPTION_VIEW_MANAGER, OPTIONS) == "on";
+    let detect_ms = options.number(OPTION_DETECT_MS, OPTIONS);
+    (on, (detect_ms * meridian_core::time::NS_PER_MS as f64) as u64)
 }
 
 /// The `luigi` protocol.
@@ -137,11 +167,14 @@ impl Protocol for Luigi {
     }
 
     /// As tiga's: a leader leads on from its journal (with the watermarks it told), a
-    /// follower takes up its own (a luigi follower journals its synced entries and outcomes).
+    /// follower takes up its own (a luigi follower journals its synced entries and outcomes),
+    /// in the view the journal holds; a member of the view manager's group takes up its own.
     fn restore(context: NodeContext, durable: &Durable) -> Result<TigaNode, String> {
-        let (shards, next_seq) = tiga::journal::recover(durable)?;
+        let (shards, next_seq, view) = tiga::journal::recover_with_view(durable)?;
         let owd = owd_settings(&context.options);
-        TigaNode::luigi_restored(context, owd, shards, next_seq)
+        let mut node = TigaNode::luigi_restored_in_view(context, owd, shards, next_seq, view)?;
+        node.host_manager(durable)?;
+        Ok(node)
     }
 
     fn replay_committed(node: &mut TigaNode) -> Replayed {

@@ -199,19 +199,43 @@ impl Tracker {
         self.record(from, txn, shard, |tally, slot| tally.on_slow(slot, ts))
     }
 
-    /// The view changed: every shard's leader is now its replica at `leader_slots[shard]`.
-    /// The replies collected so far are of the old view and count for nothing (a commit
-    /// counts replies of one view only); what was decided on the slow path stops being
-    /// watched.
-    pub fn new_view(&mut self, leader_slots: &BTreeMap<ShardId, u32>) {
+    /// The view changed: every shard is now placed as `placements` say (for tiga the same
+    /// replicas with another leader slot; for luigi, which hears the leader only, the new
+    /// leader). The replies collected so far are of the old view and count for nothing (a
+    /// commit counts replies of one view only); what was decided on the slow path stops
+    /// being watched.
+    pub fn new_view(&mut self, placements: &[ShardPlacement]) {
+        let by_shard: BTreeMap<ShardId, &ShardPlacement> =
+            placements.iter().map(|p| (p.shard, p)).collect();
         for open in self.open.values_mut() {
             for (shard, (replicas, tally)) in open.shards.iter_mut() {
-                let slot = leader_slots.get(shard).copied().unwrap_or(0);
-                *tally = ShardTally::new(replicas.len() as u32, slot);
+                if let Some(placement) = by_shard.get(shard) {
+                    replicas.clone_from(&placement.replicas);
+                    *tally = ShardTally::new(replicas.len() as u32, placement.leader_slot);
+                } else {
+                    *tally = ShardTally::new(replicas.len() as u32, 0);
+                }
             }
         }
         self.watched.clear();
         self.watch_order.clear();
+    }
+
+    /// Luigi: `txn`, decided at `ts` and waiting for watermarks when the view changed, is
+    /// in flight again on the shards `placement` lists (its replies are collected afresh,
+    /// in the new view). Nothing when it is in flight already.
+    pub fn reopen(&mut self, txn: TxnId, ts: Timestamp, placement: &[ShardPlacement]) {
+        if self.open.contains_key(&txn) || check_placement(placement).is_err() {
+            return;
+        }
+        let shards = placement
+            .iter()
+            .map(|p| {
+                let tally = ShardTally::new(p.replicas.len() as u32, p.leader_slot);
+                (p.shard, (p.replicas.clone(), tally))
+            })
+            .collect();
+        self.open.insert(txn, Open { stamped: ts, shards });
     }
 
     /// Gives up on `txn` (the node retries it afresh, or answers its client).
@@ -335,6 +359,41 @@ mod tests {
         assert_eq!(decided, [Committed { txn: txn(1), ts, fast: true }]);
         assert!(t.is_empty(), "decided transactions leave");
         assert_eq!(t.on_fast(NodeId(0), txn(1), ShardId(0), ts, 77), None, "late replies: none");
+    }
+
+    /// Luigi: a transaction decided by its leaders' answers and reopened at a view change is
+    /// decided again by the new leaders only; a tiga view change moves the leader slot and
+    /// keeps the replicas.
+    #[test]
+    fn a_view_change_places_open_and_reopened_transactions_anew() {
+        let mut t = Tracker::new(settings(), 8);
+        let leaders = |leader: u32| {
+            vec![ShardPlacement {
+                shard: ShardId(0),
+                replicas: vec![NodeId(leader)],
+                leader_slot: 0,
+            }]
+        };
+        let (ts, _) = t.start(0, txn(1), &leaders(0)).unwrap();
+        let decided = t.on_fast(NodeId(0), txn(1), ShardId(0), ts, 0);
+        assert_eq!(decided, Some(Committed { txn: txn(1), ts, fast: true }));
+        t.reopen(txn(1), ts, &leaders(1));
+        t.reopen(txn(1), ts, &leaders(2));
+        assert_eq!(t.len(), 1, "reopened once");
+        assert_eq!(t.on_fast(NodeId(0), txn(1), ShardId(0), ts, 0), None, "the old leader");
+        let moved = Timestamp(ts.0 + 9);
+        let decided = t.on_fast(NodeId(1), txn(1), ShardId(0), moved, 0);
+        assert_eq!(decided, Some(Committed { txn: txn(1), ts: moved, fast: true }));
+        // Tiga: the same replicas, led by slot 1 now; the old leader's reply is a follower's
+        // slow reply, which with the new leader's fast one commits on the slow path.
+        let (ts, _) = t.start(0, txn(2), &placement(1)).unwrap();
+        let mut moved = placement(1);
+        moved[0].leader_slot = 1;
+        t.new_view(&moved);
+        let later = Timestamp(ts.0 + 3);
+        assert_eq!(t.on_fast(NodeId(1), txn(2), ShardId(0), later, 5), None);
+        let decided = t.on_slow(NodeId(0), txn(2), ShardId(0), later);
+        assert_eq!(decided, Some(Committed { txn: txn(2), ts: later, fast: false }));
     }
 
     #[test]

@@ -120,13 +120,16 @@ pub const OPTIONS: &[OptionSpec] = &[
                way)",
         kind: OptionKind::Choice { values: &["on", "off"], default: "on" },
     },
-    OptionSpec {
-        name: OPTION_DETECT_MS,
-        help: "how long, in milliseconds, a shard leader may go unheard before the view \
-               manager replaces it (heartbeats go five times as often)",
-        kind: OptionKind::Number { min: 100.0, max: 600_000.0, default: 1_500.0 },
-    },
+    DETECT_MS_OPTION,
 ];
+
+/// `tiga-detect-ms`, and (renamed) luigi's `luigi-detect-ms`.
+pub(crate) const DETECT_MS_OPTION: OptionSpec = OptionSpec {
+    name: OPTION_DETECT_MS,
+    help: "how long, in milliseconds, a shard leader may go unheard before the view manager \
+           replaces it (heartbeats go five times as often)",
+    kind: OptionKind::Number { min: 100.0, max: 600_000.0, default: 1_500.0 },
+};
 
 /// The `tiga` protocol.
 pub struct Tiga;

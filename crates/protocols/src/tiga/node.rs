@@ -73,7 +73,8 @@
 //! ([`TigaNode::install_view`]; the manager is hosted in the nodes, module `manage`, or a
 //! test's scenario gives the view), a new leader rebuilds its shard's log from `f + 1`
 //! replicas' reports, pulls in what the other leaders logged on its shard, and leads it, and
-//! the other followers rejoin by a state transfer. Not built yet (issue 13): luigi's.
+//! the other followers rejoin by a state transfer. Luigi's is the same, with its leader's
+//! watermarks counted afresh and its coordinators resending to the new leaders.
 //!
 //! # Memory a run does not grow
 //!
@@ -1306,7 +1307,32 @@ impl TigaNode {
         shards: BTreeMap<ShardId, Recovered>,
         seqs: Seqs,
     ) -> Result<Self, String> {
-        let mut node = Self::luigi(context, owd)?;
+        Self::luigi_restored_in_view(context, owd, shards, seqs, None)
+    }
+
+    /// [`TigaNode::luigi_restored`], in the view its journal holds (or the starting view).
+    pub fn luigi_restored_in_view(
+        context: NodeContext,
+        owd: OwdSettings,
+        shards: BTreeMap<ShardId, Recovered>,
+        seqs: Seqs,
+        view: Option<super::journal::JournaledView>,
+    ) -> Result<Self, String> {
+        let mut node = match view {
+            None => Self::luigi(context, owd)?,
+            Some((global, local, detective)) => {
+                if local.len() != context.topology.shards as usize || detective {
+                    return Err(format!(
+                        "the luigi journal's view has {} shards or detective mode",
+                        local.len()
+                    ));
+                }
+                let view = View { global, local, mode: Mode::Preventive };
+                let mut node = Self::build(context, Variant::Luigi, view, owd, false)?;
+                node.view_journaled = true;
+                node
+            }
+        };
         node.resume(shards, seqs)?;
         Ok(node)
     }
@@ -1852,7 +1878,14 @@ impl TigaNode {
             return; // Malformed: its coordinator would not have sent it.
         };
         let shards = shape.shards();
-        if from == body.txn.origin {
+        // Luigi: a follower's leader relays the coordinator's body with its log, and with it
+        // what the coordinator had decided when it sent it (the results kept for a view
+        // change go by it).
+        let me = self.context.id;
+        let relayed = self.variant == Variant::Luigi
+            && from != me
+            && self.hosted.values().any(|h| h.leader == from);
+        if from == body.txn.origin || relayed {
             for host in self.hosted.values_mut() {
                 forget_decided_answers(host, body.txn, body.decided_below);
             }
@@ -2379,8 +2412,7 @@ impl TigaNode {
         let me = self.context.id;
         let Some(host) = self.hosted.get_mut(&shard) else { return false };
         if !host.replica.leads() {
-            let keep = self.variant == Variant::Tiga;
-            return follower_execute(&self.context, host, keep, &self.decided_floors);
+            return follower_execute(&self.context, host, &self.decided_floors);
         }
         let mut progressed = finish_ready(host);
         let mut local = Vec::new();
@@ -3727,8 +3759,6 @@ fn compact_answer_order(host: &mut Hosted) {
 fn follower_execute(
     context: &NodeContext,
     host: &mut Hosted,
-    // Tiga: results, bodies and outcomes of executed entries are kept for a view change.
-    keep_results: bool,
     floors: &BTreeMap<(NodeId, u64), u64>,
 ) -> bool {
     let start = host.executed;
@@ -3756,10 +3786,6 @@ fn follower_execute(
                 }
             }
             host.ahead.remove(&txn);
-            if !keep_results {
-                host.outcomes.remove(&txn);
-                host.bodies.remove(&txn);
-            }
             host.executed += 1;
             continue;
         }
@@ -3780,7 +3806,7 @@ fn follower_execute(
         let mut feeds = BTreeMap::new();
         let result = if *ok {
             let (writes, result) = run_part(context, host.shard, &host.store, known, ts, inputs);
-            if keep_results && multi {
+            if multi {
                 feeds = feed_outputs(&known.part, &result);
             }
             // A multi-shard transaction that committed ran here too: the leader ran the same
@@ -3799,16 +3825,14 @@ fn follower_execute(
         if feeds.values().any(|outputs| !outputs.is_empty()) {
             host.fed.insert(txn, feeds);
         }
-        if keep_results && host.results.len() < RESULTS_KEPT_MAX && !is_decided(floors, txn) {
+        // Kept for a view change that promotes this follower: its coordinator may still
+        // wait for the shard's result.
+        if host.results.len() < RESULTS_KEPT_MAX && !is_decided(floors, txn) {
             host.results.insert(txn, (ts, result));
         }
-        // Tiga: its body and outcome stay until every replica executed it (the leader's base
+        // Its body and outcome stay until every replica executed it (the leader's base
         // passes it): a view change's new leader that has not may need them (see
-        // `leader_closed`). Luigi has no view change yet.
-        if !keep_results {
-            host.outcomes.remove(&txn);
-            host.bodies.remove(&txn);
-        }
+        // `leader_closed`).
         host.executed += 1;
     }
     host.executed > start
@@ -5282,7 +5306,7 @@ impl Node for TigaNode {
         let logged = self.hosted.values().map(|h| h.replica.logged_count() as u64).sum();
         if self.variant == Variant::Luigi {
             let open = self.hosted.values().filter_map(|h| h.streams.as_ref()).map(|s| s.open());
-            return vec![
+            return [
                 ("luigi_commits_total", self.counts.slow_total),
                 ("luigi_resends_total", self.counts.resends_total),
                 ("luigi_dropped_total", self.counts.dropped_total + dropped),
@@ -5322,7 +5346,16 @@ impl Node for TigaNode {
                 ("luigi_followers_behind_total", self.counts.behind_total),
                 ("luigi_went_behind_total", self.counts.went_behind_total),
                 ("luigi_bodies_high_water", self.counts.bodies_high),
-            ];
+                ("luigi_views_installed_total", self.counts.views_installed_total),
+                ("luigi_views_refused_total", self.counts.views_refused_total),
+                ("luigi_views_led_total", self.counts.views_led_total),
+                ("luigi_view_changes_failed_total", self.counts.view_changes_failed_total),
+                ("luigi_replicas_retired_total", self.counts.retired_total),
+                ("luigi_reports_oversized_total", self.counts.reports_oversized_total),
+            ]
+            .into_iter()
+            .chain(self.manager_counters())
+            .collect();
         }
         vec![
             ("tiga_fast_commits_total", self.counts.fast_total),
@@ -6776,6 +6809,72 @@ mod tests {
         let mut amnesiac = TigaNode::new(context).unwrap();
         amnesiac.host_manager(&BTreeMap::new()).unwrap();
         assert!(!amnesiac.manager.as_ref().unwrap().is_member());
+    }
+
+    /// Luigi's coordinator at a view change (issue 13): a transaction every leader answered
+    /// and that waits for its watermark starts over in the new view: resent to the new
+    /// leader, its old result and the old leader's watermark forgotten. The old leader's
+    /// word counts for nothing now (a reply of the new view from it either); the new
+    /// leader's result at another timestamp and its watermark commit the transaction.
+    #[test]
+    fn a_luigi_coordinator_starts_over_with_the_new_leader_at_a_view_change() {
+        use meridian_core::node::Effect;
+        let (mut coordinator, workload) = node_of(9, Variant::Luigi);
+        let shard = ShardId(0);
+        let mut generator = workload.generator(0, 0);
+        let request = (0..1_000)
+            .map(|i| generator.next(RequestId(i)))
+            .find(|r| shape_of(&coordinator.context, r, shard).unwrap().shards() == [shard])
+            .expect("a single-shard transfer on shard 0");
+        let mut out = Outbox::new();
+        coordinator.submit(1_000, ClientRequest { id: RequestId(1), txn: request }, &mut out);
+        let old_leader = coordinator.leader_of(shard).unwrap();
+        let txn = out
+            .drain()
+            .find_map(|e| match e {
+                Effect::Send { to, msg: TigaMsg::Txn(body), .. } if to == old_leader => {
+                    Some(body.txn)
+                }
+                _ => None,
+            })
+            .expect("sent to the leader");
+        let fast = |view: u64, ts: u64| TigaMsg::Fast {
+            view,
+            txn,
+            shard,
+            ts: Timestamp(ts),
+            hash: 0,
+            owd_ns: 1,
+            result: Some(ShardResult::Ran(Vec::new())),
+        };
+        coordinator.on_message(2_000, old_leader, fast(VIEW, 500), &mut out);
+        assert_eq!(coordinator.awaiting.len(), 1, "answered, waiting for the watermark");
+        let mut next = coordinator.view.clone();
+        next.global += 1;
+        next.local[0] += 1;
+        let new_leader = leader_node(&coordinator.context, &next, shard).unwrap();
+        assert_ne!(new_leader, old_leader);
+        coordinator.install_view(3_000, next.clone(), &mut out).unwrap();
+        assert!(coordinator.awaiting.is_empty() && !coordinator.watermarks.contains_key(&shard));
+        let flight = coordinator.requests.values().next().expect("still in flight");
+        assert_eq!(flight.to, vec![new_leader], "resent to the new leader");
+        // The old leader's watermark of the old view, and its reply in the new one: nothing.
+        let old_mark = TigaMsg::Watermark { view: VIEW, shard, ts: Timestamp(10_000) };
+        coordinator.on_message(4_000, old_leader, old_mark, &mut out);
+        coordinator.on_message(4_000, old_leader, fast(next.global, 500), &mut out);
+        let mark = TigaMsg::Watermark { view: next.global, shard, ts: Timestamp(10_000) };
+        coordinator.on_message(4_000, old_leader, mark.clone(), &mut out);
+        assert!(coordinator.awaiting.is_empty() && coordinator.watermarks.is_empty());
+        assert_eq!(coordinator.requests.len(), 1);
+        // The new leader ran the resend at 700 and covers it.
+        coordinator.on_message(5_000, new_leader, fast(next.global, 700), &mut out);
+        assert_eq!(coordinator.awaiting.len(), 1);
+        coordinator.on_message(5_000, new_leader, mark, &mut out);
+        assert!(coordinator.requests.is_empty(), "committed");
+        let committed = out.drain().any(|e| {
+            matches!(e, Effect::Reply { outcome, .. } if outcome.result == TxnResult::Committed)
+        });
+        assert!(committed);
     }
 
     #[test]

@@ -116,18 +116,28 @@ impl Managing {
 }
 
 impl TigaNode {
-    /// Hosts this node's part in the view manager when the cluster has one (tiga with
-    /// `2f + 1 >= 3` replicas and `tiga-view-manager=on`): a member rebuilds its group
-    /// member from `durable`.
+    /// Hosts this node's part in the view manager when the cluster has one (`2f + 1 >= 3`
+    /// replicas and `tiga-view-manager=on`, or luigi's `luigi-view-manager=on`): a member
+    /// rebuilds its group member from `durable`. Luigi's views stay preventive.
     pub(crate) fn host_manager(&mut self, durable: &Durable) -> Result<(), String> {
-        let settings = TigaSettings::from_options(&self.context.options);
         let topology = self.context.topology.clone();
-        if self.variant != Variant::Tiga || !settings.view_manager || topology.replicas < 3 {
+        let options = &self.context.options;
+        let (on, detect_ns) = match self.variant {
+            Variant::Tiga => {
+                let settings = TigaSettings::from_options(options);
+                (settings.view_manager, settings.detect_ns)
+            }
+            Variant::Luigi => crate::luigi::manager_settings(options),
+        };
+        if !on || topology.replicas < 3 {
             return Ok(());
         }
         // The members are chosen from the starting view, which every node computes alike
         // (a restarted node may be in a later one).
-        let start = starting_view(&topology, &settings)?;
+        let start = match self.variant {
+            Variant::Tiga => starting_view(&topology, &TigaSettings::from_options(options))?,
+            Variant::Luigi => initial_view(&topology)?,
+        };
         let members = manager_members(&topology, &start);
         // A member that restarts without its group's records (a driver keeping nothing
         // across restarts) lost its votes and its log: as a voter again it could elect a
@@ -148,7 +158,6 @@ impl TigaNode {
             None
         };
         let tick_ns = self.context.timing.raft_tick_ns.max(1);
-        let detect_ns = settings.detect_ns;
         self.manager = Some(Box::new(Managing {
             members,
             servers: server_nodes(&topology),
@@ -374,12 +383,29 @@ impl TigaNode {
             .and_then(|h| h.get(ShardId(0)))
             .zip(m)
             .map_or(0, |(sm, m)| sm.view().global.saturating_sub(m.start_global));
-        [
-            ("tiga_manager_leads", u64::from(leads)),
-            ("tiga_manager_views_applied_total", applied),
-            ("tiga_manager_proposed_total", m.map_or(0, |m| m.proposed_total)),
-            ("tiga_manager_views_sent_total", m.map_or(0, |m| m.views_sent_total)),
-            ("tiga_manager_foreign_total", m.map_or(0, |m| m.foreign_total)),
-        ]
+        let names = match self.variant {
+            Variant::Tiga => [
+                "tiga_manager_leads",
+                "tiga_manager_views_applied_total",
+                "tiga_manager_proposed_total",
+                "tiga_manager_views_sent_total",
+                "tiga_manager_foreign_total",
+            ],
+            Variant::Luigi => [
+                "luigi_manager_leads",
+                "luigi_manager_views_applied_total",
+                "luigi_manager_proposed_total",
+                "luigi_manager_views_sent_total",
+                "luigi_manager_foreign_total",
+            ],
+        };
+        let values = [
+            u64::from(leads),
+            applied,
+            m.map_or(0, |m| m.proposed_total),
+            m.map_or(0, |m| m.views_sent_total),
+            m.map_or(0, |m| m.foreign_total),
+        ];
+        std::array::from_fn(|i| (names[i], values[i]))
     }
 }

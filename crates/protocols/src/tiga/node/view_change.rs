@@ -38,7 +38,15 @@
 //!   when the view manager deposed it for silence (a partition) and the other followers
 //!   hold no log (one was rejoining), its report is what lets the new leader gather `f + 1`.
 //!
-//! Not handled yet (issue 13): luigi (its view is refused); a change of agreement mode; a
+//! **Luigi** changes views the same way. Its coordinators also reopen what waited for
+//! watermarks (every result of the old view is void), forget the watermarks of a shard whose
+//! leader changed and resend to the new leaders; its new leader counts every entry of the
+//! rebuilt log as unreplicated in its watermarks until a majority of the new view holds it.
+//! A body no report held is also fetched from the other leaders that pulled the entry in (a
+//! luigi follower never saw a transaction its old leader had not logged, and a coordinator
+//! that crashed resends nothing).
+//!
+//! Not handled yet (issue 13): a change of agreement mode; a
 //! shard whose only replica with a log is its retired deposed leader; votes on entries
 //! whose outcomes the followers dropped before the old leader's vote reached every other
 //! leader (docs/protocols.md).
@@ -96,9 +104,6 @@ impl TigaNode {
         view: View,
         out: &mut Outbox<TigaMsg>,
     ) -> Result<(), String> {
-        if self.variant != Variant::Tiga {
-            return Err("luigi's view change is not built yet".into());
-        }
         if view.global <= self.view.global {
             return Err(format!("view {} is not past {}", view.global, self.view.global));
         }
@@ -119,13 +124,18 @@ impl TigaNode {
         let old = std::mem::replace(&mut self.view, view);
         self.counts.views_installed_total += 1;
         // The coordinator: replies of the old view count for nothing now.
-        let replicas = self.context.topology.replicas;
-        let slots: BTreeMap<ShardId, u32> = (0..self.context.topology.shards)
-            .map(|s| (ShardId(s), self.view.leader_slot(ShardId(s), replicas)))
-            .collect();
-        self.tracker.new_view(&slots);
+        let shards: Vec<ShardId> = (0..self.context.topology.shards).map(ShardId).collect();
+        let placements = self.placement(&shards);
+        self.tracker.new_view(&placements);
+        let luigi = self.variant == Variant::Luigi;
         for flight in self.requests.values_mut() {
             flight.results.clear();
+            if luigi {
+                // Resent to the shards' leaders of this view.
+                let leaders =
+                    flight.shards.iter().filter_map(|&s| leader_node(&self.context, &self.view, s));
+                flight.to = leaders.collect();
+            }
         }
         // The shards whose leader changed: agreements with them start again.
         let changed: BTreeSet<ShardId> = (0..self.context.topology.shards)
@@ -134,6 +144,21 @@ impl TigaNode {
                 leader_node(&self.context, &old, s) != leader_node(&self.context, &self.view, s)
             })
             .collect();
+        // Luigi's coordinator: what waited for watermarks waits for every leader's result
+        // again (a new leader may run a resent transaction at another timestamp), and a
+        // new leader's watermarks count from nothing. (An old leader's watermark spoke of
+        // its own log: the rebuilt one holds every entry a majority had, but the new leader
+        // may place a resent transaction below it.)
+        for decided in std::mem::take(&mut self.awaiting).into_values() {
+            let flight = self.by_txn.get(&decided.txn).and_then(|id| self.requests.get(id));
+            if let Some(flight) = flight {
+                let placement = self.placement(&flight.shards);
+                self.tracker.reopen(decided.txn, decided.ts, &placement);
+            }
+        }
+        for shard in &changed {
+            self.watermarks.remove(shard);
+        }
         for shard in self.hosted_shards.clone() {
             let was = leader_node(&self.context, &old, shard);
             let now_leader = leader_node(&self.context, &self.view, shard);
@@ -551,7 +576,47 @@ impl TigaNode {
         }
         match self.lead_rebuilt(now, shard, out) {
             Ok(()) => self.counts.views_led_total += 1,
-            Err(_) => self.counts.view_changes_failed_total += 1,
+            Err(_) => {
+                self.counts.view_changes_failed_total += 1;
+                self.fetch_wanted(shard, out);
+            }
+        }
+    }
+
+    /// New leader: asks the other shards' leaders that pulled in a transaction whose body
+    /// no report held for it (its coordinator may have crashed and resend nothing; a luigi
+    /// follower never held the body of a transaction its old leader had not logged). One
+    /// this node holds for another shard it leads is taken from there; the rebuild is tried
+    /// again on the next recover timer.
+    fn fetch_wanted(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let Some(recovering) = self.hosted.get(&shard).and_then(|h| h.recovering.as_ref()) else {
+            return;
+        };
+        let me = self.context.id;
+        let view = self.view.global;
+        let mut local = Vec::new();
+        for (&other, entries) in &recovering.pulled {
+            let Some(node) = leader_node(&self.context, &self.view, other) else { continue };
+            for &(txn, _) in entries.iter().filter(|(t, _)| recovering.wanted.contains(t)) {
+                if node == me {
+                    local.push((other, txn));
+                } else {
+                    out.send(node, TigaMsg::GetBody { view, txn });
+                }
+            }
+        }
+        for (other, txn) in local {
+            let Some(k) = self.hosted.get(&other).and_then(|h| h.bodies.get(&txn)) else {
+                continue;
+            };
+            let Ok(known) = journaled_known(&self.context, shard, (*k.body).clone()) else {
+                continue;
+            };
+            let host = self.hosted.get_mut(&shard).expect("gathering");
+            if let Some(recovering) = &mut host.recovering {
+                recovering.wanted.remove(&txn);
+            }
+            host.bodies.insert(txn, known);
         }
     }
 
@@ -672,8 +737,21 @@ impl TigaNode {
             host.bodies.insert(k.body.txn, k);
         }
         let bodies = &host.bodies;
+        let added_at: Vec<(TxnId, Timestamp)> = added.iter().map(|i| (i.txn, i.ts)).collect();
         let (actions, held) =
             host.replica.promote(prefix, added, |txn| bodies.get(&txn).map(|k| k.part.keys()))?;
+        if self.variant == Variant::Luigi {
+            // Its watermarks count from nothing (the coordinators forgot the old leader's):
+            // every entry of the rebuilt log and every added one is open until a majority of
+            // the shard's replicas in this view holds it, and a new transaction of a worker
+            // is held above every entry of that worker here.
+            let mut streams = Streams::new(self.context.topology.nodes.len());
+            for (txn, ts) in whole_log(&host.replica).into_iter().chain(added_at) {
+                streams.restore_held(txn, ts);
+            }
+            host.streams = Some(streams);
+            host.replicated = host.replica.log_base();
+        }
         // The node's state as a leader of the rebuilt log.
         let followers: Vec<NodeId> =
             self.context.topology.shard_nodes(shard).into_iter().filter(|&n| n != me).collect();
@@ -687,7 +765,9 @@ impl TigaNode {
         host.finished = host.executed;
         host.pruned = host.executed;
         host.commit = host.executed;
-        host.replicated = host.executed;
+        if host.streams.is_none() {
+            host.replicated = host.executed;
+        }
         host.checkpointed = host.executed;
         host.promised = Timestamp::ZERO;
         host.closed_sent = Timestamp::ZERO;
@@ -697,7 +777,10 @@ impl TigaNode {
         host.frozen = None;
         host.recovering = None;
         // Every entry from what it executed as a follower runs again as a leader's.
-        let entries: Vec<(TxnId, Timestamp)> = host.replica.log_since(host.executed).to_vec();
+        let entries: Vec<(TxnId, Timestamp)> = whole_log(&host.replica)
+            .into_iter()
+            .skip(host.executed.saturating_sub(host.replica.log_base()))
+            .collect();
         for (txn, ts) in entries {
             let Some(k) = host.bodies.get(&txn) else {
                 return Err(format!("{txn} is in the log without its body"));
@@ -724,12 +807,9 @@ impl TigaNode {
         // is the outcome (with every vote a yes it was a yes; with a no somewhere, a no
         // decides the same), with the outputs its pieces gave. Settled: every follower that
         // stays takes a state transfer from here.
-        let executed: Vec<(TxnId, Timestamp)> = host
-            .replica
-            .log_since(host.replica.log_base())
-            .iter()
+        let executed: Vec<(TxnId, Timestamp)> = whole_log(&host.replica)
+            .into_iter()
             .take(host.executed.saturating_sub(host.replica.log_base()))
-            .copied()
             .collect();
         for (txn, ts) in executed {
             let Some(k) = host.bodies.get(&txn) else { continue };
@@ -781,8 +861,11 @@ impl TigaNode {
                 // Another leader may have agreed on it with the old leader and released it:
                 // proposed again where it was held (its coordinator's timestamp, which no
                 // agreement went below), the answer moves it to the agreed one.
-                let ts = arriving.ts;
+                let (txn, ts) = (arriving.txn, arriving.ts);
                 more.extend(host.replica.restore_proposal(arriving, ts));
+                if let Some(streams) = &mut host.streams {
+                    streams.restore_held(txn, ts);
+                }
             } else {
                 more.extend(leader_arrive(host, arriving));
             }
@@ -801,6 +884,19 @@ impl TigaNode {
         self.release(now, out);
         self.sync_followers(shard, false, out);
         Ok(())
+    }
+}
+
+/// A leader's whole log from its base, a window at a time (bounded by the log's length).
+fn whole_log(replica: &Replica) -> Vec<(TxnId, Timestamp)> {
+    let base = replica.log_base();
+    let mut entries: Vec<(TxnId, Timestamp)> = Vec::new();
+    loop {
+        let window = replica.log_since(base + entries.len());
+        if window.is_empty() {
+            return entries;
+        }
+        entries.extend_from_slice(window);
     }
 }
 
