@@ -1285,6 +1285,48 @@ fn tiga_view_manager_seeds_found_by_the_swarm() {
     }
 }
 
+/// Faulty swarm seeds whose plans take two of a shard's three replicas out at once (a crash
+/// and a long isolation, or two crashes), beyond the fault budget of one; each stalled for
+/// good before (tiga and luigi alike) and must now recover once the faults end:
+/// - 50039: the leader is isolated, a follower crashes and comes back rejoining; the manager
+///   chooses the rejoining one, and the other follower, sent to rejoin from it, is chosen
+///   next. That one now leads from the state it dropped (no transfer had come), and the
+///   first, chosen while rejoining, no longer retires when the view moves on (it never led;
+///   it reported an empty log as if it held one).
+/// - 50488: the manager deposed a new leader for an "unable" it had said in the view before,
+///   while it still rejoined; a leader's "unable" now counts only when said in the current
+///   view, and a replica that kept its state while rejoining is chosen as a last resort.
+/// - 45894, 46909, 47816: earlier seeds of the same stall.
+#[test]
+fn shards_that_lost_two_replicas_at_once_recover_when_the_faults_end() {
+    let cases = [
+        (ProtocolKind::Tiga, "bank", 50039),
+        (ProtocolKind::Tiga, "bank", 50488),
+        (ProtocolKind::Tiga, "bank", 45894),
+        (ProtocolKind::Tiga, "smallbank", 46909),
+        (ProtocolKind::Tiga, "bank", 47816),
+        (ProtocolKind::Luigi, "bank", 50039),
+        (ProtocolKind::Luigi, "smallbank", 50488),
+    ];
+    for (protocol, name, seed) in cases {
+        let mut base = tiga(seed, 3, 3, "metro");
+        base.protocol = protocol;
+        let prefix = protocol.name();
+        let detect = format!("{prefix}-detect-ms");
+        base.protocol_options = protocol_options(protocol, &[(detect.as_str(), "100")]);
+        base.txns = 100;
+        base.clients = 8;
+        let (opts, _) = crate::swarm::seed_options(&base, seed, true);
+        let report = run(&opts, workload(name, 3, 4)).unwrap();
+        assert_passed(&report);
+        assert!(total(&report, &format!("{prefix}_views_installed_total")) >= 1, "{prefix} {seed}");
+        if seed == 50039 {
+            let stash = total(&report, &format!("{prefix}_views_led_from_stash_total"));
+            assert!(stash >= 1, "{prefix} {name} {seed}: led from the state it dropped");
+        }
+    }
+}
+
 /// Tiga's setting with `replicas` per shard, 1,500 transactions and shard 0's leader crashing
 /// for good at 2 s, the clients away from its region (its coordinator goes with it); returns
 /// the options, the crashing leader and the crash's time from the start.

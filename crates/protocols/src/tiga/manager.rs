@@ -28,7 +28,7 @@ use meridian_core::node::Outbox;
 use meridian_core::topology::Topology;
 use meridian_core::{NodeId, ShardId};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A view as the log and the wire carry it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +90,10 @@ pub enum ManagerMsg {
         /// The shards it hosts a replica of but could not lead (rejoining by a state
         /// transfer, or retired): at most one per shard.
         unable: Vec<ShardId>,
+        /// Of those, the shards it rejoins at a view change that it could still lead from
+        /// the log it held before (see the node's view change): the manager picks one only
+        /// as a last resort, when no other live replica of the shard can lead.
+        stashed: Vec<ShardId>,
         /// The sender's incarnation and its heartbeat's number in it: a member takes a
         /// node's heartbeats in this order only (a late copy must not undo a newer one).
         beat: (u64, u64),
@@ -276,6 +280,45 @@ pub fn next_install(
     Some(ManagerCommand::Install(ViewRecord::of(&next)))
 }
 
+/// What the manager's leader heard the nodes say in their heartbeats: per node, the global
+/// view it spoke in and the shards it could not lead; and of those, the shards it could lead
+/// as a last resort (it rejoins, but kept the log it held).
+#[derive(Clone, Copy, Debug)]
+pub struct Said<'a> {
+    /// Per node: the global view of its latest heartbeat, the shards it could not lead.
+    pub unable: &'a BTreeMap<NodeId, (u64, Vec<ShardId>)>,
+    /// Per node: the shards of those it could lead as a last resort.
+    pub stashed: &'a BTreeMap<NodeId, Vec<ShardId>>,
+}
+
+/// True when `node` may lead `shard` in the view after `view`, or keep leading it: it is
+/// `alive`, and it did not say it could not, or it is the shard's leader in `view` and said
+/// so only in an older view (chosen as it finished rejoining, it said "unable" a moment
+/// before and leads now), or it can lead as a last resort and no other live replica of the
+/// shard can (without it, the shard would wait for good: every other replica rejoins
+/// without a log or is a retired deposed leader).
+pub fn may_lead(
+    view: &View,
+    topology: &Topology,
+    alive: &BTreeSet<NodeId>,
+    said: Said<'_>,
+    (shard, node): (ShardId, NodeId),
+) -> bool {
+    let able = |node: NodeId| {
+        let leads = topology.replica_node(shard, view.leader_slot(shard, topology.replicas));
+        alive.contains(&node)
+            && said.unable.get(&node).is_none_or(|(said_in, unable)| {
+                !unable.contains(&shard) || (leads == Some(node) && *said_in < view.global)
+            })
+    };
+    if able(node) {
+        return true;
+    }
+    alive.contains(&node)
+        && said.stashed.get(&node).is_some_and(|s| s.contains(&shard))
+        && !topology.shard_nodes(shard).into_iter().any(able)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,6 +436,49 @@ mod tests {
         // No replica of shard 1 could lead: no view serves it, nothing is proposed.
         let none = |s: ShardId, _: NodeId| s != ShardId(1);
         assert_eq!(next_install(&view, &t, &none, Mode::Preventive, owd), None);
+    }
+
+    /// A leader's "unable" of an older view is not held against it; a replica that kept its
+    /// log while rejoining leads only when no other live replica of the shard can.
+    #[test]
+    fn a_stale_unable_deposes_no_one_and_a_stashed_replica_is_the_last_resort() {
+        let t = topology();
+        let mut view = View::initial(t.shards, Mode::Preventive);
+        view.global = 5;
+        let shard = ShardId(1);
+        let nodes = t.shard_nodes(shard);
+        let leader = t.replica_node(shard, view.leader_slot(shard, 3)).unwrap();
+        let others: Vec<NodeId> = nodes.iter().copied().filter(|&n| n != leader).collect();
+        let alive: BTreeSet<NodeId> = t.node_ids().collect();
+        let mut unable = BTreeMap::new();
+        let mut stashed = BTreeMap::new();
+        let may = |unable: &BTreeMap<_, _>, stashed: &BTreeMap<_, _>, node| {
+            may_lead(&view, &t, &alive, Said { unable, stashed }, (shard, node))
+        };
+        // The leader said "unable" in view 4: it may go on leading view 5. Said in view 5, it
+        // may not.
+        unable.insert(leader, (4, vec![shard]));
+        assert!(may(&unable, &stashed, leader));
+        unable.insert(leader, (5, vec![shard]));
+        assert!(!may(&unable, &stashed, leader));
+        // A follower's "unable" holds whatever view it was said in.
+        unable.insert(others[0], (4, vec![shard]));
+        assert!(!may(&unable, &stashed, others[0]));
+        assert!(may(&unable, &stashed, others[1]));
+        // Kept its log while rejoining: not while another replica can lead...
+        stashed.insert(others[0], vec![shard]);
+        assert!(!may(&unable, &stashed, others[0]));
+        // ...but once none can.
+        unable.insert(others[1], (5, vec![shard]));
+        assert!(may(&unable, &stashed, others[0]));
+        assert!(!may(&unable, &stashed, others[1]));
+        // A dead one never.
+        let mut dead = alive.clone();
+        dead.remove(&others[0]);
+        let said = Said { unable: &unable, stashed: &stashed };
+        assert!(!may_lead(&view, &t, &dead, said, (shard, others[0])));
+        // Other shards are not touched by what was said of this one.
+        assert!(may(&unable, &stashed, t.replica_node(ShardId(0), 0).unwrap()));
     }
 
     #[test]

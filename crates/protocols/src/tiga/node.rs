@@ -1065,6 +1065,33 @@ struct Hosted {
     results: BTreeMap<TxnId, (Timestamp, ShardResult)>,
     /// The replica takes no part in the shard any more (a deposed leader: [`view_change`]).
     retired: bool,
+    /// Follower rejoining at a view change: the state it dropped to rejoin, kept until a
+    /// transfer is installed (its store is untouched until then). Chosen to lead before
+    /// that, it takes this state up again and gathers reports as a follower would
+    /// ([`view_change`]).
+    stashed: Option<Box<Stashed>>,
+}
+
+/// A follower's state as it stood when a view change sent it to rejoin by a state transfer
+/// (see [`Hosted::stashed`]): its log and what it kept of the entries it executed.
+#[derive(Debug)]
+struct Stashed {
+    replica: Replica,
+    bodies: BTreeMap<TxnId, Known>,
+    answers: BTreeMap<TxnId, TigaMsg>,
+    answer_order: VecDeque<TxnId>,
+    outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
+    fed: BTreeMap<TxnId, BTreeMap<ShardId, Vec<(u32, PieceOutput)>>>,
+    results: BTreeMap<TxnId, (Timestamp, ShardResult)>,
+    closed: VecDeque<(Timestamp, usize)>,
+    unlisted: BTreeSet<TxnId>,
+    tail_cut: Timestamp,
+    ahead: BTreeMap<TxnId, Option<Overlay>>,
+    executed: usize,
+    commit: usize,
+    leader_base: usize,
+    rejoin_end: usize,
+    follower_checkpointed: usize,
 }
 
 /// A follower's journal record, its bodies read back ([`super::journal::FollowerEvent`]).
@@ -1183,6 +1210,9 @@ struct Counts {
     views_refused_total: u64,
     retired_total: u64,
     views_led_total: u64,
+    /// New leaders that took up the state they had dropped to rejoin (see
+    /// [`Hosted::stashed`]).
+    led_from_stash_total: u64,
     view_changes_failed_total: u64,
     reports_oversized_total: u64,
 }
@@ -1452,6 +1482,7 @@ impl TigaNode {
                     asking: BTreeSet::new(),
                     results: BTreeMap::new(),
                     retired: false,
+                    stashed: None,
                 },
             );
         }
@@ -3332,7 +3363,7 @@ impl TigaNode {
             out.send(host.leader, ack_msg(view, host, Vec::new()));
             return;
         }
-        if self.drop_log_to_rejoin(shard, out) {
+        if self.drop_log_to_rejoin(shard, false, out) {
             self.counts.went_behind_total += 1;
         }
     }
@@ -3340,28 +3371,46 @@ impl TigaNode {
     /// Follower: drops its log, held transactions, replies and what it kept of executed
     /// entries, and asks its leader for a state transfer under its next start (a fresh
     /// replica holds and vouches for nothing). Its store stays: the transfer rewrites every
-    /// key the leader wrote since the load. False (nothing done) when its starts ran out.
-    fn drop_log_to_rejoin(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) -> bool {
+    /// key the leader wrote since the load. With `stash` (a view change sends it to rejoin),
+    /// what it dropped is kept until a transfer is installed, unless it was rejoining
+    /// already. False (nothing done) when its starts ran out.
+    fn drop_log_to_rejoin(
+        &mut self,
+        shard: ShardId,
+        stash: bool,
+        out: &mut Outbox<TigaMsg>,
+    ) -> bool {
         let detective = self.view.mode == Mode::Detective;
         let limits = replica_limits(self.context.topology.shards);
         let Some(host) = self.hosted.get_mut(&shard) else { return false };
         let Some(rejoins) = host.rejoins.checked_add(1) else { return false };
         host.rejoins = rejoins;
-        host.replica = Replica::new(shard, false, limits).with_detective(detective);
-        host.bodies.clear();
-        host.answers.clear();
-        host.answer_order.clear();
-        host.outcomes.clear();
-        host.fed.clear();
-        host.results.clear();
-        host.closed.clear();
-        host.unlisted.clear();
-        host.tail_cut = Timestamp::ZERO;
-        host.ahead.clear();
-        host.executed = 0;
-        host.commit = 0;
-        host.leader_base = 0;
-        host.rejoin_end = 0;
+        let fresh = Replica::new(shard, false, limits).with_detective(detective);
+        let dropped = Stashed {
+            replica: std::mem::replace(&mut host.replica, fresh),
+            bodies: std::mem::take(&mut host.bodies),
+            answers: std::mem::take(&mut host.answers),
+            answer_order: std::mem::take(&mut host.answer_order),
+            outcomes: std::mem::take(&mut host.outcomes),
+            fed: std::mem::take(&mut host.fed),
+            results: std::mem::take(&mut host.results),
+            closed: std::mem::take(&mut host.closed),
+            unlisted: std::mem::take(&mut host.unlisted),
+            tail_cut: std::mem::replace(&mut host.tail_cut, Timestamp::ZERO),
+            ahead: std::mem::take(&mut host.ahead),
+            executed: std::mem::take(&mut host.executed),
+            commit: std::mem::take(&mut host.commit),
+            leader_base: std::mem::take(&mut host.leader_base),
+            rejoin_end: std::mem::take(&mut host.rejoin_end),
+            follower_checkpointed: host.follower_checkpointed,
+        };
+        // Kept with three replicas only: leading from it is sound there (see
+        // `take_up_stash`); with more, a report would need to say which view its log was
+        // led in.
+        let three = self.context.topology.replicas == 3;
+        if stash && three && host.joining.is_none() && !host.retired {
+            host.stashed = Some(Box::new(dropped));
+        }
         host.joining = Some(Joining::default());
         // A restart from here rejoins too: the journaled log is void.
         self.journal.write(&Record::Joining { shard });
@@ -4258,6 +4307,7 @@ fn install_without_rows(
     host.unlisted.clear();
     host.tail_cut = Timestamp::ZERO;
     host.joining = None;
+    host.stashed = None;
     host.follower_checkpointed = executed;
     Ok((floors, rows))
 }
@@ -5349,6 +5399,7 @@ impl Node for TigaNode {
                 ("luigi_views_installed_total", self.counts.views_installed_total),
                 ("luigi_views_refused_total", self.counts.views_refused_total),
                 ("luigi_views_led_total", self.counts.views_led_total),
+                ("luigi_views_led_from_stash_total", self.counts.led_from_stash_total),
                 ("luigi_view_changes_failed_total", self.counts.view_changes_failed_total),
                 ("luigi_replicas_retired_total", self.counts.retired_total),
                 ("luigi_reports_oversized_total", self.counts.reports_oversized_total),
@@ -5410,6 +5461,7 @@ impl Node for TigaNode {
             ("tiga_views_installed_total", self.counts.views_installed_total),
             ("tiga_views_refused_total", self.counts.views_refused_total),
             ("tiga_views_led_total", self.counts.views_led_total),
+            ("tiga_views_led_from_stash_total", self.counts.led_from_stash_total),
             ("tiga_view_changes_failed_total", self.counts.view_changes_failed_total),
             ("tiga_replicas_retired_total", self.counts.retired_total),
             ("tiga_reports_oversized_total", self.counts.reports_oversized_total),
@@ -6767,7 +6819,12 @@ mod tests {
         assert_eq!(counter(&n, "tiga_manager_foreign_total"), 2);
         // A heartbeat at a node outside the group.
         let beat = (0, 1);
-        send(&mut n, outsider, ManagerMsg::Heartbeat { view: VIEW, unable: Vec::new(), beat });
+        let stashed = Vec::new();
+        send(
+            &mut n,
+            outsider,
+            ManagerMsg::Heartbeat { view: VIEW, unable: Vec::new(), stashed, beat },
+        );
         assert_eq!(counter(&n, "tiga_manager_foreign_total"), 3);
         // The member's view is taken.
         send(&mut n, members[1], ManagerMsg::View(next.clone()));
@@ -6786,14 +6843,18 @@ mod tests {
             .collect();
         let foreign = (0..3).map(ShardId).find(|s| !hosted.contains(s)).unwrap();
         let mut out = Outbox::new();
-        let beat = |unable, count| {
-            TigaMsg::Manager(ManagerMsg::Heartbeat { view: VIEW, unable, beat: (0, count) })
+        let beat_with = |unable, stashed, count| {
+            let beat = (0, count);
+            TigaMsg::Manager(ManagerMsg::Heartbeat { view: VIEW, unable, stashed, beat })
         };
+        let beat = |unable, count| beat_with(unable, Vec::new(), count);
         m.on_message(0, sender, beat(vec![foreign], 1), &mut out);
         m.on_message(0, NodeId(99), beat(Vec::new(), 1), &mut out);
-        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 2);
+        // A shard it could lead as a last resort is one it says it cannot lead otherwise.
+        m.on_message(0, sender, beat_with(Vec::new(), vec![hosted[0]], 1), &mut out);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 3);
         m.on_message(0, sender, beat(hosted.clone(), 2), &mut out);
-        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 2, "a well-formed heartbeat");
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 3, "a well-formed heartbeat");
         let unable = |m: &TigaNode| m.manager.as_ref().unwrap().unable_of(sender);
         assert_eq!(unable(&m), hosted);
         // A late copy of an older heartbeat changes nothing; a newer one does.
@@ -6970,6 +7031,83 @@ mod tests {
         // A late copy of the report changes nothing.
         leader.on_message(13, other, reports[0].clone(), &mut out);
         assert_eq!(leader.counts.views_led_total, 1);
+    }
+
+    /// A follower a view change sends to rejoin keeps the state it dropped until a transfer
+    /// is in. Chosen to lead before that, it takes that state up again and gathers reports
+    /// like any follower chosen to lead (the stall of a shard whose other replicas hold no
+    /// log). A replica chosen while it rejoined without such state never led: it stays
+    /// rejoining, and when the view moves on it rejoins from the next leader instead of
+    /// retiring as a deposed leader would (its empty "log" must never count as a report).
+    #[test]
+    fn a_follower_sent_to_rejoin_can_lead_from_what_it_dropped_and_one_that_never_led_rejoins() {
+        let shard = ShardId(0);
+        let probe = node(0);
+        let step = |v: &View| {
+            let mut next = v.clone();
+            next.global += 1;
+            next.local[0] += 1;
+            next
+        };
+        let (v1, v2) = (step(&probe.view), step(&step(&probe.view)));
+        let (lead1, lead2) = (
+            leader_node(&probe.context, &v1, shard).unwrap(),
+            leader_node(&probe.context, &v2, shard).unwrap(),
+        );
+        let old_leader = probe.leader_of(shard).unwrap();
+        assert!(lead1 != lead2 && lead2 != old_leader && lead1 != old_leader);
+        let recovers = |node: &mut TigaNode, out: &mut Outbox<TigaMsg>| -> Vec<NodeId> {
+            let effects = out.drain().collect();
+            when_durable(node, effects)
+                .into_iter()
+                .filter_map(|e| match e {
+                    Effect::Send { to, msg: TigaMsg::Recover { .. }, .. } => Some(to),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut out = Outbox::new();
+        // Sent to rejoin from `lead1`: its log dropped, the state kept.
+        let mut b = node(lead2.0);
+        b.install_view(0, v1.clone(), &mut out).unwrap();
+        assert!(recovers(&mut b, &mut out).is_empty());
+        let host = &b.hosted[&shard];
+        assert!(host.joining.is_some() && host.stashed.is_some() && host.frozen.is_some());
+        // Chosen to lead before any transfer: it takes the state up and asks for reports.
+        b.install_view(0, v2.clone(), &mut out).unwrap();
+        let asked = recovers(&mut b, &mut out);
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        let host = &b.hosted[&shard];
+        assert!(host.joining.is_none() && host.stashed.is_none() && host.recovering.is_some());
+        assert!(!host.retired);
+        assert!(b.counters().contains(&("tiga_views_led_from_stash_total", 1)));
+        // A replica rejoining since its restart holds no such state: chosen, it stays
+        // rejoining; moved on from, it rejoins from the next leader and does not retire.
+        let mut a = node(lead1.0);
+        assert!(a.drop_log_to_rejoin(shard, false, &mut out));
+        out.drain().for_each(drop);
+        a.install_view(0, v1.clone(), &mut out).unwrap();
+        assert!(recovers(&mut a, &mut out).is_empty(), "no log to lead with");
+        assert!(a.hosted[&shard].joining.is_some() && a.hosted[&shard].frozen.is_none());
+        a.install_view(0, v2.clone(), &mut out).unwrap();
+        let effects = out.drain().collect();
+        let joins: Vec<NodeId> = when_durable(&mut a, effects)
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Send { to, msg: TigaMsg::Join { .. }, .. } => Some(to),
+                _ => None,
+            })
+            .collect();
+        let host = &a.hosted[&shard];
+        assert!(!host.retired && host.joining.is_some() && host.frozen.is_none());
+        assert_eq!(joins, vec![lead2], "asks the next leader for its state");
+        assert!(a.counters().contains(&("tiga_replicas_retired_total", 0)));
+        // Nor does a report answer for it.
+        a.on_message(1, lead2, TigaMsg::Recover { view: v2.global, shard, from: 0 }, &mut out);
+        let effects = out.drain().collect();
+        assert!(when_durable(&mut a, effects)
+            .iter()
+            .all(|e| !matches!(e, Effect::Send { msg: TigaMsg::Report { .. }, .. })));
     }
 
     /// A node that its journal's view makes a shard's leader, whose journal holds the

@@ -12,8 +12,12 @@
 //! - Heartbeats are numbered (incarnation, count); a member takes a node's heartbeats in
 //!   that order only, so a late copy never undoes what a newer one said.
 //! - A heartbeat also names the shards whose replica on the node could not lead (rejoining
-//!   by a state transfer, or retired: it holds no log); the manager never picks one, and
-//!   replaces a leader that says so.
+//!   by a state transfer, or retired: it holds no log); the manager does not pick one, and
+//!   replaces a leader that says so in the current view (said in an older one, it may be
+//!   stale: a replica chosen as it finished rejoining leads). Of those, it names the ones
+//!   it rejoins at a view change but could lead from the state it dropped
+//!   ([`TigaNode::install_view`]): the manager picks such a replica only as a last resort,
+//!   when no other live replica of the shard can lead ([`may_lead`]).
 //! - The group's **leader** keeps the heartbeats it hears. Once a shard leader of the
 //!   manager's view has been silent for the detection timeout (`tiga-detect-ms`, counted
 //!   from when this member took the group's lead, so a fresh leader deposes no one early),
@@ -37,8 +41,8 @@
 use super::*;
 use crate::kit::host::Hosts;
 use crate::tiga::manager::{
-    manager_members, manager_topology, next_install, server_nodes, ManagerMachine, ManagerMsg,
-    ViewRecord,
+    manager_members, manager_topology, may_lead, next_install, server_nodes, ManagerMachine,
+    ManagerMsg, Said, ViewRecord,
 };
 use crate::tiga::view::Heartbeats;
 use crate::Durable;
@@ -66,8 +70,12 @@ pub(super) struct Managing {
     host: Option<Hosts<ManagerMachine>>,
     /// What this member heard (kept on every member; only the group's leader acts on it).
     heartbeats: Heartbeats,
-    /// Per node, the shards its latest heartbeat said it could not lead.
-    unable: BTreeMap<NodeId, Vec<ShardId>>,
+    /// Per node, the shards its latest heartbeat said it could not lead, and the global view
+    /// it said so in.
+    unable: BTreeMap<NodeId, (u64, Vec<ShardId>)>,
+    /// Per node, the shards of those it could lead as a last resort (its heartbeat's
+    /// `stashed`).
+    stashed: BTreeMap<NodeId, Vec<ShardId>>,
     /// Per node, the number (incarnation, count) of its latest heartbeat taken.
     beats: BTreeMap<NodeId, (u64, u64)>,
     /// This node's heartbeats sent in this incarnation.
@@ -111,7 +119,7 @@ impl Managing {
     /// The shards `node`'s latest heartbeat said it could not lead (tests).
     #[cfg(test)]
     pub(super) fn unable_of(&self, node: NodeId) -> Vec<ShardId> {
-        self.unable.get(&node).cloned().unwrap_or_default()
+        self.unable.get(&node).map(|(_, u)| u.clone()).unwrap_or_default()
     }
 }
 
@@ -164,6 +172,7 @@ impl TigaNode {
             host,
             heartbeats: Heartbeats::default(),
             unable: BTreeMap::new(),
+            stashed: BTreeMap::new(),
             beats: BTreeMap::new(),
             beats_sent: 0,
             start_global: start.global,
@@ -233,15 +242,21 @@ impl TigaNode {
                 .filter(|h| h.retired || h.joining.is_some())
                 .map(|h| h.shard)
                 .collect();
+            let stashed: Vec<ShardId> = hosted
+                .values()
+                .filter(|h| !h.retired && h.joining.is_some() && h.stashed.is_some())
+                .map(|h| h.shard)
+                .collect();
             m.beats_sent += 1;
             let beat = (incarnation, m.beats_sent);
             for &member in &m.members {
                 if member == me {
                     m.heartbeats.heard(me, now);
-                    m.unable.insert(me, unable.clone());
+                    m.unable.insert(me, (view, unable.clone()));
+                    m.stashed.insert(me, stashed.clone());
                 } else {
-                    let unable = unable.clone();
-                    m.out.send(member, ManagerMsg::Heartbeat { view, unable, beat });
+                    let (unable, stashed) = (unable.clone(), stashed.clone());
+                    m.out.send(member, ManagerMsg::Heartbeat { view, unable, stashed, beat });
                 }
             }
         }
@@ -254,13 +269,13 @@ impl TigaNode {
         let machine = host.get(ShardId(0)).expect("the member hosts the group");
         let current = machine.view().clone();
         let alive = m.heartbeats.alive(&m.servers, now, since, m.detect_ns);
-        let unable = &m.unable;
+        let said = Said { unable: &m.unable, stashed: &m.stashed };
+        let topology = &self.context.topology;
         let eligible = |shard: ShardId, node: NodeId| {
-            alive.contains(&node) && unable.get(&node).is_none_or(|u| !u.contains(&shard))
+            may_lead(&current, topology, &alive, said, (shard, node))
         };
         // The view's mode stays: nodes refuse a change of mode (not built yet). Nothing while
         // every leader lives and can lead, or while some shard has no replica to lead it.
-        let topology = &self.context.topology;
         let Some(install) = next_install(&current, topology, &eligible, current.mode, |_, _| 0)
         else {
             return;
@@ -296,7 +311,7 @@ impl TigaNode {
                 }
                 None => m.foreign_total += 1,
             },
-            ManagerMsg::Heartbeat { view, unable, beat } => {
+            ManagerMsg::Heartbeat { view, unable, stashed, beat } => {
                 let Some(host) = m.host.as_ref() else {
                     m.foreign_total += 1;
                     return;
@@ -306,6 +321,7 @@ impl TigaNode {
                 if from.0 as usize >= topology.nodes.len()
                     || unable.len() > topology.shards as usize
                     || !unable.iter().all(hosts)
+                    || !stashed.iter().all(|s| unable.contains(s))
                 {
                     m.foreign_total += 1;
                     return;
@@ -315,7 +331,8 @@ impl TigaNode {
                 }
                 m.beats.insert(from, beat);
                 m.heartbeats.heard(from, now);
-                m.unable.insert(from, unable);
+                m.unable.insert(from, (view, unable));
+                m.stashed.insert(from, stashed);
                 if !host.leads(ShardId(0)) {
                     return;
                 }

@@ -12,8 +12,12 @@
 //!   new view (they speak of the same leader's log). Its agreements with a shard whose leader
 //!   changed start again in the new view ([`Replica::restart_agreements`]).
 //! - **This node leads now.** A replica still rejoining by a state transfer holds no log to
-//!   lead with: it stays rejoining and tells the view manager, which moves the shard on. It
-//!   freezes its own report ([`Replica::report`]: its synced
+//!   lead with: it stays rejoining and tells the view manager, which moves the shard on;
+//!   unless a view change sent it to rejoin and no transfer was installed since, in which
+//!   case it takes up again the follower state it dropped then (kept for this,
+//!   `Hosted::stashed`; its store is untouched until a transfer is installed) and leads as
+//!   a follower chosen to lead does. The manager picks such a replica only when no other
+//!   replica of the shard can lead. It freezes its own report ([`Replica::report`]: its synced
 //!   prefix, what it vouched for past it), asks the shard's other replicas for theirs
 //!   ([`TigaMsg::Recover`]) and every other shard's leader for the multi-shard transactions on
 //!   this shard it logged above the old leader's last promise ([`TigaMsg::Pull`]), again until
@@ -30,7 +34,8 @@
 //!   `Recover` from it, and rejoins the shard by a state transfer from the new leader (its
 //!   log may differ from the rebuilt one past what it executed; what it executed is in the
 //!   rebuilt log, so its store is a prefix of the new leader's).
-//! - **This node led and no longer does.** Its store may hold writes of entries the rebuilt
+//! - **This node led and no longer does.** (One chosen while it rejoined never led: it
+//!   follows the new leader as above, and answers no `Recover`.) Its store may hold writes of entries the rebuilt
 //!   log does not keep, and the initial load it would fall back to is not at hand here: it
 //!   retires the replica (takes no part in the shard) until the node restarts. It freezes
 //!   its log first, all of it as synced (every follower's synced prefix is a prefix of it),
@@ -46,10 +51,10 @@
 //! luigi follower never saw a transaction its old leader had not logged, and a coordinator
 //! that crashed resends nothing).
 //!
-//! Not handled yet (issue 13): a change of agreement mode; a
-//! shard whose only replica with a log is its retired deposed leader; votes on entries
-//! whose outcomes the followers dropped before the old leader's vote reached every other
-//! leader (docs/protocols.md).
+//! Not handled yet (issue 13): a change of agreement mode; a shard whose replicas other than
+//! the leader are all retired deposed leaders (a retired replica rejoins only after a
+//! restart); votes on entries whose outcomes the followers dropped before the old leader's
+//! vote reached every other leader (docs/protocols.md).
 
 use super::*;
 
@@ -194,20 +199,22 @@ impl TigaNode {
                 }
                 continue;
             }
-            if was == Some(me) {
+            if was == Some(me) && host.joining.is_none() {
                 // Retired, it still answers the new leader's `Recover` with its log: the
-                // other replicas may be too few to report without it.
+                // other replicas may be too few to report without it. (One chosen while it
+                // rejoined never led, holds no log to report, and rejoins below.)
                 let frozen = freeze(host);
                 self.retire(shard);
                 let host = self.hosted.get_mut(&shard).expect("hosted");
                 host.frozen = Some(Box::new(frozen));
             } else if now_leader == me {
-                if host.joining.is_some() {
+                if host.joining.is_some() && !self.take_up_stash(shard) {
                     // It holds no log to lead with, and says so in its heartbeats: the view
                     // manager moves the shard on, and it rejoins from the next leader. (It
                     // does not retire: its store holds nothing a rebuilt log could drop.)
                     continue;
                 }
+                let host = self.hosted.get_mut(&shard).expect("hosted");
                 host.frozen = Some(Box::new(freeze(host)));
                 host.recovering = Some(Recovering::default());
                 host.answers.clear();
@@ -263,6 +270,7 @@ impl TigaNode {
         host.answers.clear();
         host.answer_order.clear();
         host.streams = None;
+        host.stashed = None;
         // A restart rejoins with a store loaded afresh, as a follower that lost its state.
         self.journal.write(&Record::Joining { shard });
         self.counts.retired_total += 1;
@@ -307,7 +315,63 @@ impl TigaNode {
     fn rejoin(&mut self, shard: ShardId, leader: NodeId, out: &mut Outbox<TigaMsg>) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         host.leader = leader;
-        self.drop_log_to_rejoin(shard, out);
+        self.drop_log_to_rejoin(shard, true, out);
+    }
+
+    /// A replica told to lead while it rejoins: it takes up again the follower state it
+    /// dropped when a view change sent it to rejoin, if it still holds it (no transfer was
+    /// installed since, so its store is as that state left it), and can then gather reports
+    /// as any follower chosen to lead does. The reports it answered meanwhile came from its
+    /// frozen log, which is that state's. False when it holds none.
+    ///
+    /// Why this is sound with three replicas: a leader chosen after the one it froze under
+    /// could commit nothing without a follower that installed its transfer, and the only
+    /// other replica is the one this node would follow or the deposed one, which retired;
+    /// so what committed is in the old log, which the reports it gathers rebuild.
+    fn take_up_stash(&mut self, shard: ShardId) -> bool {
+        let Some(host) = self.hosted.get_mut(&shard) else { return false };
+        let Some(stashed) = host.stashed.take() else { return false };
+        let Stashed {
+            replica,
+            mut bodies,
+            answers,
+            answer_order,
+            outcomes,
+            fed,
+            results,
+            closed,
+            unlisted,
+            tail_cut,
+            ahead,
+            executed,
+            commit,
+            leader_base,
+            rejoin_end,
+            follower_checkpointed,
+        } = *stashed;
+        // Bodies that arrived while it rejoined are kept too (bounded as they were).
+        for (txn, known) in std::mem::take(&mut host.bodies) {
+            bodies.entry(txn).or_insert(known);
+        }
+        host.replica = replica;
+        host.bodies = bodies;
+        host.answers = answers;
+        host.answer_order = answer_order;
+        host.outcomes = outcomes;
+        host.fed = fed;
+        host.results = results;
+        host.closed = closed;
+        host.unlisted = unlisted;
+        host.tail_cut = tail_cut;
+        host.ahead = ahead;
+        host.executed = executed;
+        host.commit = commit;
+        host.leader_base = leader_base;
+        host.rejoin_end = rejoin_end;
+        host.follower_checkpointed = follower_checkpointed;
+        host.joining = None;
+        self.counts.led_from_stash_total += 1;
+        true
     }
 
     /// New leader: asks the shard's other replicas for their reports, and again after a
