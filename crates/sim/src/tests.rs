@@ -1327,6 +1327,52 @@ fn shards_that_lost_two_replicas_at_once_recover_when_the_faults_end() {
     }
 }
 
+/// A live leader cut off from everyone (at 2 s, for 2.5 s) is deposed by the view manager
+/// (tiga and luigi, Tiga's setting, 1,500 transactions). It rejoins its shard as soon as it
+/// hears the new view, by a state transfer of every key that replaces its store (which may
+/// hold writes the rebuilt log dropped), not only after a restart. So when the shard's other
+/// follower then crashes for good (at 9 s), the new leader and the deposed one still form a
+/// majority and commits go on: every request is answered, nothing acknowledged is lost, and
+/// the deposed replica's store ends equal to the others'. (Before, it took no part until a
+/// restart and the shard stalled.) The first run, without the second crash, tells which
+/// replica the manager chose; the second crashes the other.
+#[test]
+fn a_deposed_live_leader_rejoins_at_once_and_its_shard_survives_losing_another_replica() {
+    for protocol in [ProtocolKind::Tiga, ProtocolKind::Luigi] {
+        let prefix = protocol.name();
+        let mut o = tiga_wan(protocol, 3, 1_500);
+        o.seed = 5;
+        let deposed = tiga_leader(&o, 0);
+        let (cut, heal) = (2 * NS_PER_S, 4 * NS_PER_S + NS_PER_S / 2);
+        for other in o.topology.node_ids().filter(|&n| n != deposed) {
+            o.faults.push((cut, Fault::Block(deposed, other)));
+            o.faults.push((cut, Fault::Block(other, deposed)));
+        }
+        o.faults.push((heal, Fault::Heal));
+        let first = run(&o, workload("bank", 3, 8)).unwrap();
+        assert_passed(&first);
+        assert!(counter(&first, deposed, &format!("{prefix}_replicas_retired_total")) >= 1);
+        assert!(counter(&first, deposed, &format!("{prefix}_rejoined_total")) >= 1, "{prefix}");
+        let led = |n: &NodeId| counter(&first, *n, &format!("{prefix}_views_led_total")) >= 1;
+        let replicas = o.topology.shard_nodes(meridian_core::ShardId(0));
+        let new_leader = *replicas.iter().find(|n| led(n)).expect("a follower led");
+        let other = *replicas.iter().find(|&&n| n != deposed && n != new_leader).unwrap();
+        let crash = 9 * NS_PER_S;
+        o.faults.push((crash, Fault::Crash(other)));
+        let report = run(&o, workload("bank", 3, 8)).unwrap();
+        assert_passed(&report);
+        assert!(report.live, "{prefix}: every request answered");
+        let start = report.completions.iter().map(|(c, _)| c.submitted_at).min().unwrap();
+        let after = report
+            .completions
+            .iter()
+            .filter(|(c, _)| matches!(c.outcome.result, meridian_core::txn::TxnResult::Committed))
+            .filter(|(c, _)| c.submitted_at - start > crash)
+            .count();
+        assert!(after > 0, "{prefix}: commits after the second loss");
+    }
+}
+
 /// Tiga's setting with `replicas` per shard, 1,500 transactions and shard 0's leader crashing
 /// for good at 2 s, the clients away from its region (its coordinator goes with it); returns
 /// the options, the crashing leader and the crash's time from the start.

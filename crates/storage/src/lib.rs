@@ -367,6 +367,12 @@ impl MvccStore {
         self.versions
     }
 
+    /// Every key with a version (pending ones and deletes included), in key order: what a
+    /// snapshot that replaces a store whole must carry.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.order.iter()
+    }
+
     /// Every key with a version in `[start, end)` (pending ones and deletes included), in key
     /// order; nothing for an empty or inverted range. For protocols that read at a view of
     /// their own (pending versions of one writer over committed ones).

@@ -441,6 +441,9 @@ pub enum TigaMsg {
         transfer: u64,
         /// The first part wanted.
         next: u32,
+        /// Its store holds writes no log vouches for (a deposed leader's): the image must
+        /// carry every key, which replaces the store whole.
+        whole: bool,
     },
     /// Leader → rejoining follower: part `index` of the `total` of state transfer `transfer`.
     State {
@@ -622,6 +625,9 @@ pub enum StatePart {
         /// Every key counts as released up to this: the highest release stamp of the replica
         /// that cut the image (at least every entry's timestamp in and below the prefix).
         floor: Timestamp,
+        /// The rows carry every key of the store (they replace the store whole), not only
+        /// those written since the load.
+        whole: bool,
     },
     /// The next log entries, in log order (at most [`super::log::SYNC_ENTRIES_MAX`]).
     Entries(Vec<(TxnId, Timestamp)>),
@@ -3170,7 +3176,7 @@ impl TigaNode {
     /// Rejoining follower: asks the leader for its state transfer (from the next part it
     /// lacks), and asks again later if nothing comes.
     fn ask_state(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
-        let Some(host) = self.hosted.get(&shard).filter(|h| !h.retired) else { return };
+        let Some(host) = self.hosted.get(&shard) else { return };
         let Some(joining) = &host.joining else { return };
         let next = joining.parts.len() as u32;
         let msg = TigaMsg::Join {
@@ -3179,6 +3185,7 @@ impl TigaNode {
             start: follower_start(self.context.incarnation, host),
             transfer: joining.transfer,
             next,
+            whole: host.retired,
         };
         out.send(host.leader, msg);
         if !joining.timer_set {
@@ -3200,8 +3207,8 @@ impl TigaNode {
         &mut self,
         from: NodeId,
         (shard, start): (ShardId, Start),
-        transfer: u64,
-        next: u32,
+        (transfer, next): (u64, u32),
+        whole: bool,
         out: &mut Outbox<TigaMsg>,
     ) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
@@ -3230,7 +3237,7 @@ impl TigaNode {
         } else {
             // Not cut while a body past the finished prefix is missing here (the hashes need
             // its keys): the follower asks again.
-            let Some(parts) = state_image(host, &self.decided_floors) else { return };
+            let Some(parts) = state_image(host, &self.decided_floors, whole) else { return };
             host.transfer_seq += 1;
             let id = host.transfer_seq;
             let upto = host.finished;
@@ -3983,11 +3990,21 @@ fn answer_order(host: &Hosted) -> Vec<TxnId> {
     order
 }
 
-/// Keys written since the load with their committed versions, oldest first, in batches of
-/// about [`STATE_ROW_BYTES_MAX`] bytes: the store as a state transfer or a checkpoint carries
-/// it. Lazy, and bounded by the keys written.
-fn store_rows(store: &MvccStore) -> impl Iterator<Item = Vec<(Key, Vec<StateVersion>)>> + '_ {
-    let mut keys = store.written_keys();
+/// Whether an image's head says its rows replace the store whole.
+fn head_whole(part: &StatePart) -> Option<bool> {
+    match part {
+        StatePart::Head { whole, .. } => Some(*whole),
+        _ => None,
+    }
+}
+
+/// `keys` (those written since the load, or every key) with their committed versions,
+/// oldest first, in batches of about [`STATE_ROW_BYTES_MAX`] bytes: the store as a state
+/// transfer or a checkpoint carries it. Lazy, and bounded by the keys given.
+fn store_rows<'a>(
+    store: &'a MvccStore,
+    mut keys: impl Iterator<Item = &'a Key> + 'a,
+) -> impl Iterator<Item = Vec<(Key, Vec<StateVersion>)>> + 'a {
     std::iter::from_fn(move || {
         let mut rows = Vec::new();
         let mut bytes = 0;
@@ -4061,7 +4078,8 @@ fn checkpoint_records(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> O
     records.extend(
         log.hashes.chunks(LIST_MAX).map(|c| part(Part::Hashes { shard, pairs: c.to_vec() })),
     );
-    records.extend(store_rows(&host.store).map(|rows| part(Part::Rows { shard, rows })));
+    let rows = store_rows(&host.store, host.store.written_keys());
+    records.extend(rows.map(|rows| part(Part::Rows { shard, rows })));
     // Bounded by the log past the base.
     for &(txn, ts) in &log.entries {
         let body = host.bodies.get(&txn).map(|k| (*k.body).clone());
@@ -4165,7 +4183,11 @@ fn advance_finished(host: &mut Hosted) {
 /// while a body of an entry past the prefix is missing here (the hashes need its keys).
 /// `floors`: the coordinators' decided floors known here; the transactions logged below the
 /// base that they do not cover go along, so the follower still knows them as logged.
-fn state_image(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> Option<Vec<StatePart>> {
+fn state_image(
+    host: &Hosted,
+    floors: &BTreeMap<(NodeId, u64), u64>,
+    whole: bool,
+) -> Option<Vec<StatePart>> {
     let upto = host.finished;
     let mut hashes = host.replica.hashes().clone();
     let mut ahead: Vec<AheadEntry> = Vec::new();
@@ -4191,7 +4213,7 @@ fn state_image(host: &Hosted, floors: &BTreeMap<(NodeId, u64), u64>) -> Option<V
     let base = host.replica.log_base();
     debug_assert!(base <= upto, "the log is dropped below the finished prefix only");
     let floor = host.replica.ts_high();
-    let head = StatePart::Head { base: base as u64, upto: upto as u64, end, floor };
+    let head = StatePart::Head { base: base as u64, upto: upto as u64, end, floor, whole };
     // Bounded by the transactions logged here (every one goes by; only the undecided stay).
     let lingering = host.replica.logged_below_base(|t| !is_decided(floors, t));
     let prefix = host.replica.log_prefix(upto);
@@ -4218,7 +4240,10 @@ fn image_parts(
     parts.extend(floors.chunks(max).map(|c| StatePart::Decided(c.to_vec())));
     let pairs: Vec<(Key, u64)> = hashes.pairs().map(|(key, hash)| (key.clone(), hash)).collect();
     parts.extend(pairs.chunks(STATE_HASHES_MAX).map(|c| StatePart::Hashes(c.to_vec())));
-    parts.extend(store_rows(store).map(StatePart::Rows));
+    let whole = matches!(head_whole(&parts[0]), Some(true));
+    let keys: Box<dyn Iterator<Item = &Key>> =
+        if whole { Box::new(store.keys()) } else { Box::new(store.written_keys()) };
+    parts.extend(store_rows(store, keys).map(StatePart::Rows));
     parts.extend(ahead.chunks(max).map(|c| StatePart::Ahead(c.to_vec())));
     parts
 }
@@ -4232,7 +4257,17 @@ fn install(
     host: &mut Hosted,
     parts: Vec<StatePart>,
 ) -> Result<Vec<(NodeId, u64, u64)>, String> {
+    // A deposed leader's store holds writes no log vouches for: only an image of every key
+    // replaces it.
+    let whole = parts.first().and_then(head_whole) == Some(true);
+    if host.retired && !whole {
+        return Err("a deposed leader's store is replaced by a whole image only".into());
+    }
     let (floors, rows) = install_without_rows(context, host, parts)?;
+    if whole {
+        host.store = MvccStore::new();
+        host.retired = false;
+    }
     for (key, chain) in rows {
         let versions = chain.into_iter().map(committed_version).collect();
         host.store.restore_chain(key, versions);
@@ -4252,7 +4287,7 @@ fn install_without_rows(
     parts: Vec<StatePart>,
 ) -> Result<Installed, String> {
     let mut parts = parts.into_iter();
-    let Some(StatePart::Head { base, upto, end, floor }) = parts.next() else {
+    let Some(StatePart::Head { base, upto, end, floor, .. }) = parts.next() else {
         return Err("a state transfer starts with its head".into());
     };
     let (mut entries, mut pairs, mut rows) = (Vec::new(), Vec::new(), Vec::new());
@@ -4308,6 +4343,8 @@ fn install_without_rows(
     host.tail_cut = Timestamp::ZERO;
     host.joining = None;
     host.stashed = None;
+    // What it reported at the view change that sent it here is not what it holds now.
+    host.frozen = None;
     host.follower_checkpointed = executed;
     Ok((floors, rows))
 }
@@ -4338,7 +4375,8 @@ fn follower_checkpoint_records(
     let prefix = host.replica.follower_entries(base, executed);
     let floor = host.replica.ts_high();
     let end = host.rejoin_end.max(executed) as u64;
-    let head = StatePart::Head { base: base as u64, upto: executed as u64, end, floor };
+    let head =
+        StatePart::Head { base: base as u64, upto: executed as u64, end, floor, whole: false };
     let lingering = host.replica.follower_lingering();
     let ahead: Vec<AheadEntry> = host
         .ahead
@@ -5201,8 +5239,8 @@ impl TigaNode {
                 self.tracker.observe(from, owd_ns);
                 self.on_snapshot_reply(from, (txn, shard, result), out);
             }
-            TigaMsg::Join { shard, start, transfer, next, .. } => {
-                self.on_join(from, (shard, start), transfer, next, out);
+            TigaMsg::Join { shard, start, transfer, next, whole, .. } => {
+                self.on_join(from, (shard, start), (transfer, next), whole, out);
             }
             TigaMsg::State { shard, start, transfer, index, total, part, .. } => {
                 let Some(host) = self.hosted.get(&shard) else { return };
@@ -5879,7 +5917,14 @@ mod tests {
             TigaMsg::Closed { view: VIEW, shard: ShardId(0), ts: Timestamp(8), upto: 4 },
             TigaMsg::PeerClosed { view: VIEW, shard: ShardId(2), ts: Timestamp(8) },
             TigaMsg::Behind { view: VIEW, shard: ShardId(1), upto: 17 },
-            TigaMsg::Join { view: VIEW, shard: ShardId(0), start: start(2), transfer: 3, next: 1 },
+            TigaMsg::Join {
+                view: VIEW,
+                shard: ShardId(0),
+                start: start(2),
+                transfer: 3,
+                next: 1,
+                whole: false,
+            },
             TigaMsg::State {
                 view: VIEW,
                 shard: ShardId(0),
@@ -5954,7 +5999,7 @@ mod tests {
         };
         let good = || {
             vec![
-                StatePart::Head { base: 0, upto: 2, end: 3, floor: Timestamp(11) },
+                StatePart::Head { base: 0, upto: 2, end: 3, floor: Timestamp(11), whole: false },
                 StatePart::Entries(vec![(txn(10), Timestamp(10)), (txn(11), Timestamp(11))]),
                 StatePart::Hashes(vec![(key.clone(), 5)]),
                 StatePart::Rows(vec![(key.clone(), vec![version(10, 1), version(11, 2)])]),
@@ -5995,7 +6040,7 @@ mod tests {
         send(&mut follower, &mut out, (leader, 3, 0), bad);
         // A base past the prefix's end; a transaction both listed and lingering below the base.
         let mut bad = good();
-        bad[0] = StatePart::Head { base: 3, upto: 2, end: 3, floor: Timestamp(11) };
+        bad[0] = StatePart::Head { base: 3, upto: 2, end: 3, floor: Timestamp(11), whole: false };
         send(&mut follower, &mut out, (leader, 3, 0), bad);
         let mut bad = good();
         bad.insert(2, StatePart::Lingering(vec![txn(11)]));
@@ -6359,7 +6404,14 @@ mod tests {
         let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
         let follower = leader.hosted[&shard].followers[0];
         let mut out = Outbox::new();
-        let join = TigaMsg::Join { view: VIEW, shard, start: start(2), transfer: 0, next: 0 };
+        let join = TigaMsg::Join {
+            view: VIEW,
+            shard,
+            start: start(2),
+            transfer: 0,
+            next: 0,
+            whole: false,
+        };
         leader.on_message(1_000, follower, join.clone(), &mut out);
         assert_eq!(leader.counts.transfers_total, 1);
         let ack = |incarnation| TigaMsg::SyncAck {
@@ -6380,11 +6432,25 @@ mod tests {
         assert_eq!(host.joined[&follower], start(2));
         leader.on_message(1_004, follower, join, &mut out);
         assert_eq!(leader.counts.transfers_total, 1, "a late request of a start that joined");
-        let older = TigaMsg::Join { view: VIEW, shard, start: start(1), transfer: 0, next: 0 };
+        let older = TigaMsg::Join {
+            view: VIEW,
+            shard,
+            start: start(1),
+            transfer: 0,
+            next: 0,
+            whole: false,
+        };
         leader.on_message(1_005, follower, older, &mut out);
         assert_eq!(leader.counts.transfers_total, 1, "a late request of an earlier start");
         assert!(!leader.hosted[&shard].transfers.contains_key(&follower));
-        let newer = TigaMsg::Join { view: VIEW, shard, start: start(3), transfer: 0, next: 0 };
+        let newer = TigaMsg::Join {
+            view: VIEW,
+            shard,
+            start: start(3),
+            transfer: 0,
+            next: 0,
+            whole: false,
+        };
         leader.on_message(1_006, follower, newer, &mut out);
         assert_eq!(leader.counts.transfers_total, 2, "a new start gets a new image");
         // The follower restarted again, from its journal: the acknowledgement of that later
@@ -6393,6 +6459,63 @@ mod tests {
         let host = &leader.hosted[&shard];
         assert!(!host.transfers.contains_key(&follower), "a later start needs no image");
         assert_eq!(host.joined[&follower], start(4));
+    }
+
+    /// A deposed leader's store may hold writes no log vouches for: it takes only an image
+    /// whose rows carry every key of the leader's store, and that image replaces its store
+    /// whole (a key only it wrote is gone, a key only it overwrote is back at the load's
+    /// value). An image of the keys written since the load is refused and changes nothing.
+    /// Installed, the replica takes part again and drops the report it froze.
+    #[test]
+    fn a_deposed_leaders_store_is_replaced_by_a_whole_image_only() {
+        let shard = ShardId(0);
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader_id = probe.leader_of(shard).unwrap();
+        let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
+        let deposed_id = leader.hosted[&shard].followers[0];
+        let (mut deposed, _) = node_in(deposed_id.0, Variant::Tiga, 3);
+        let key = |k: u64| Key::table(0).u64(k).build();
+        let value = |v: u8| vec![v];
+        let written = |store: &mut MvccStore, k: u64, ts: u64, v: u8, writer: TxnId| {
+            let state = VersionState::Committed;
+            store.write(key(k), Timestamp(ts), Some(value(v)), writer, state).unwrap();
+        };
+        for node in [&mut leader, &mut deposed] {
+            let store = &mut node.hosted.get_mut(&shard).unwrap().store;
+            for k in 1..=3 {
+                store.load(key(k), value(0));
+            }
+        }
+        written(&mut leader.hosted.get_mut(&shard).unwrap().store, 1, 5, 1, txn(1));
+        let host = deposed.hosted.get_mut(&shard).unwrap();
+        written(&mut host.store, 2, 7, 2, txn(2));
+        written(&mut host.store, 9, 8, 9, txn(3));
+        host.retired = true;
+        host.joining = Some(Joining::default());
+        host.frozen = Some(Box::new(view_change::freeze(host)));
+        let floors = BTreeMap::new();
+        let since_load = state_image(&leader.hosted[&shard], &floors, false).unwrap();
+        let whole = state_image(&leader.hosted[&shard], &floors, true).unwrap();
+        let rows = |parts: &[StatePart]| -> usize {
+            parts.iter().map(|p| if let StatePart::Rows(r) = p { r.len() } else { 0 }).sum()
+        };
+        let keys = leader.hosted[&shard].store.key_count();
+        assert!(keys >= 3);
+        assert_eq!((rows(&since_load), rows(&whole)), (1, keys), "written since the load, all");
+        let context = deposed.context.clone();
+        let host = deposed.hosted.get_mut(&shard).unwrap();
+        assert!(install(&context, host, since_load).is_err());
+        assert!(host.retired && host.joining.is_some());
+        assert_eq!(host.store.read_latest(&key(9)).map(|v| v.ts), Some(Timestamp(8)));
+        install(&context, host, whole).unwrap();
+        assert!(!host.retired && host.joining.is_none() && host.frozen.is_none());
+        let latest = |store: &MvccStore, k: u64| store.read_latest(&key(k)).cloned();
+        for k in [1, 2, 3, 9] {
+            let (mine, theirs) = (latest(&host.store, k), latest(&leader.hosted[&shard].store, k));
+            assert_eq!(mine, theirs, "key {k}");
+        }
+        assert_eq!(latest(&host.store, 2).unwrap().value, Some(value(0)), "back at the load");
+        assert!(latest(&host.store, 9).is_none(), "a key only it wrote is gone");
     }
 
     /// A follower restarted from its journal takes up what it vouched for: its tail, the
@@ -6510,7 +6633,10 @@ mod tests {
             });
             let executed = follower.hosted[&shard].executed;
             assert_eq!(executed, 1, "executed with the outcome heard early");
-            let rows = |node: &TigaNode| store_rows(&node.hosted[&shard].store).collect::<Vec<_>>();
+            let rows = |node: &TigaNode| {
+                let store = &node.hosted[&shard].store;
+                store_rows(store, store.written_keys()).collect::<Vec<_>>()
+            };
             let before = rows(&follower);
             // The restart.
             let (shards, seqs) = super::super::journal::recover(&disk).unwrap();
@@ -6569,7 +6695,14 @@ mod tests {
             }
             let follower = leader.hosted[&shard].followers[0];
             let mut out = Outbox::new();
-            let join = TigaMsg::Join { view: VIEW, shard, start: start(2), transfer: 0, next: 0 };
+            let join = TigaMsg::Join {
+                view: VIEW,
+                shard,
+                start: start(2),
+                transfer: 0,
+                next: 0,
+                whole: false,
+            };
             leader.on_message(1_000, follower, join, &mut out);
             ids.push(leader.hosted[&shard].transfers[&follower].id);
         }
@@ -6585,7 +6718,7 @@ mod tests {
         let shard = ShardId(0);
         let (mut follower, leader, _) = joining_follower(shard);
         let parts = vec![
-            StatePart::Head { base: 5, upto: 7, end: 7, floor: Timestamp(70) },
+            StatePart::Head { base: 5, upto: 7, end: 7, floor: Timestamp(70), whole: false },
             StatePart::Entries(vec![(txn(60), Timestamp(60)), (txn(70), Timestamp(70))]),
             StatePart::Lingering(vec![txn(3)]),
             StatePart::Decided(vec![(NodeId(9), 1, 50)]),

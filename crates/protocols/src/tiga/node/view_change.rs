@@ -35,9 +35,10 @@
 //!   log may differ from the rebuilt one past what it executed; what it executed is in the
 //!   rebuilt log, so its store is a prefix of the new leader's).
 //! - **This node led and no longer does.** (One chosen while it rejoined never led: it
-//!   follows the new leader as above, and answers no `Recover`.) Its store may hold writes of entries the rebuilt
-//!   log does not keep, and the initial load it would fall back to is not at hand here: it
-//!   retires the replica (takes no part in the shard) until the node restarts. It freezes
+//!   follows the new leader as above, and answers no `Recover`.) Its store may hold writes
+//!   of entries the rebuilt log does not keep, and the initial load it would fall back to
+//!   is not at hand here: it retires the replica (takes no part in the shard) and rejoins
+//!   at once by a state transfer of every key, which replaces its store whole. It freezes
 //!   its log first, all of it as synced (every follower's synced prefix is a prefix of it),
 //!   with its decision records as outcomes, and answers the new leader's `Recover` from it:
 //!   when the view manager deposed it for silence (a partition) and the other followers
@@ -51,10 +52,9 @@
 //! luigi follower never saw a transaction its old leader had not logged, and a coordinator
 //! that crashed resends nothing).
 //!
-//! Not handled yet (issue 13): a change of agreement mode; a shard whose replicas other than
-//! the leader are all retired deposed leaders (a retired replica rejoins only after a
-//! restart); votes on entries whose outcomes the followers dropped before the old leader's
-//! vote reached every other leader (docs/protocols.md).
+//! Not handled yet (issue 13): a change of agreement mode; leading from dropped state with
+//! more than three replicas; votes on entries whose outcomes the followers dropped before
+//! the old leader's vote reached every other leader (docs/protocols.md).
 
 use super::*;
 
@@ -185,9 +185,6 @@ impl TigaNode {
             }
             let Some(now_leader) = now_leader else { continue };
             let host = self.hosted.get_mut(&shard).expect("hosted");
-            if host.retired {
-                continue; // Out of the shard until it restarts.
-            }
             if host.recovering.is_some() {
                 // Still gathering when the view moved on: it asks again as the leader, or
                 // follows the next one (its frozen report answers that one too).
@@ -207,6 +204,8 @@ impl TigaNode {
                 self.retire(shard);
                 let host = self.hosted.get_mut(&shard).expect("hosted");
                 host.frozen = Some(Box::new(frozen));
+                // It rejoins at once, by an image of every key that replaces its store.
+                self.rejoin(shard, now_leader, out);
             } else if now_leader == me {
                 if host.joining.is_some() && !self.take_up_stash(shard) {
                     // It holds no log to lead with, and says so in its heartbeats: the view
@@ -248,8 +247,9 @@ impl TigaNode {
         }
     }
 
-    /// A replica of `shard` this node led, or one it would lead without a log, takes no part
-    /// in the shard any more (see the module's contract).
+    /// A replica of `shard` this node led drops what it held as the leader and takes no part
+    /// in the shard until a state transfer of every key has replaced its store (see the
+    /// module's contract).
     fn retire(&mut self, shard: ShardId) {
         let detective = self.view.mode == Mode::Detective;
         let limits = replica_limits(self.context.topology.shards);
@@ -970,7 +970,7 @@ fn clone_known(k: &Known) -> Known {
 }
 
 /// A replica's report of its log now, with the bodies and outcomes it holds for it.
-fn freeze(host: &Hosted) -> Frozen {
+pub(super) fn freeze(host: &Hosted) -> Frozen {
     let base = host.replica.log_base();
     let log = match host.replica.report() {
         Some(report) => report,
