@@ -1297,6 +1297,10 @@ fn tiga_view_manager_seeds_found_by_the_swarm() {
 ///   while it still rejoined; a leader's "unable" now counts only when said in the current
 ///   view, and a replica that kept its state while rejoining is chosen as a last resort.
 /// - 45894, 46909, 47816: earlier seeds of the same stall.
+/// - 64932 (luigi, `rw-register`): a deposed leader that had rejoined by a whole transfer was
+///   chosen to lead again and panicked at its first checkpoint: it still held the proposal
+///   records of its first leadership, without their bodies. Retiring now drops every
+///   leader-only record.
 #[test]
 fn shards_that_lost_two_replicas_at_once_recover_when_the_faults_end() {
     let cases = [
@@ -1307,6 +1311,7 @@ fn shards_that_lost_two_replicas_at_once_recover_when_the_faults_end() {
         (ProtocolKind::Tiga, "bank", 47816),
         (ProtocolKind::Luigi, "bank", 50039),
         (ProtocolKind::Luigi, "smallbank", 50488),
+        (ProtocolKind::Luigi, "rw-register", 64932),
     ];
     for (protocol, name, seed) in cases {
         let mut base = tiga(seed, 3, 3, "metro");

@@ -271,6 +271,26 @@ impl TigaNode {
         host.answer_order.clear();
         host.streams = None;
         host.stashed = None;
+        // What it kept as the leader goes too: it rejoins as a follower and may lead again
+        // later, from a rebuilt log (a proposal record without its body once made that
+        // leader's first checkpoint fail).
+        host.waits = Waits::default();
+        host.fresh_outcomes.clear();
+        host.acks.clear();
+        host.sent_to.clear();
+        host.bodies_to.clear();
+        host.transfers.clear();
+        host.joined.clear();
+        host.journaled.clear();
+        host.forgettable.clear();
+        host.forgettable_overflowed = false;
+        host.asking.clear();
+        host.finished = 0;
+        host.pruned = 0;
+        host.replicated = 0;
+        host.checkpointed = 0;
+        host.promised = Timestamp::ZERO;
+        host.closed_sent = Timestamp::ZERO;
         // A restart rejoins with a store loaded afresh, as a follower that lost its state.
         self.journal.write(&Record::Joining { shard });
         self.counts.retired_total += 1;
