@@ -1100,6 +1100,53 @@ struct Stashed {
     follower_checkpointed: usize,
 }
 
+impl Stashed {
+    /// A follower that holds nothing yet: `replica`, empty maps, positions at zero, and the
+    /// executed count of its last checkpoint `follower_checkpointed` (which a drop keeps).
+    fn empty(replica: Replica, follower_checkpointed: usize) -> Self {
+        Self {
+            replica,
+            bodies: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            answer_order: VecDeque::new(),
+            outcomes: BTreeMap::new(),
+            fed: BTreeMap::new(),
+            results: BTreeMap::new(),
+            closed: VecDeque::new(),
+            unlisted: BTreeSet::new(),
+            tail_cut: Timestamp::ZERO,
+            ahead: BTreeMap::new(),
+            executed: 0,
+            commit: 0,
+            leader_base: 0,
+            rejoin_end: 0,
+            follower_checkpointed,
+        }
+    }
+
+    /// Exchanges this state with `host`'s: one way drops a follower's log (into an empty
+    /// one), the other takes a dropped one up again.
+    fn swap_with(&mut self, host: &mut Hosted) {
+        use std::mem::swap;
+        swap(&mut self.replica, &mut host.replica);
+        swap(&mut self.bodies, &mut host.bodies);
+        swap(&mut self.answers, &mut host.answers);
+        swap(&mut self.answer_order, &mut host.answer_order);
+        swap(&mut self.outcomes, &mut host.outcomes);
+        swap(&mut self.fed, &mut host.fed);
+        swap(&mut self.results, &mut host.results);
+        swap(&mut self.closed, &mut host.closed);
+        swap(&mut self.unlisted, &mut host.unlisted);
+        swap(&mut self.tail_cut, &mut host.tail_cut);
+        swap(&mut self.ahead, &mut host.ahead);
+        swap(&mut self.executed, &mut host.executed);
+        swap(&mut self.commit, &mut host.commit);
+        swap(&mut self.leader_base, &mut host.leader_base);
+        swap(&mut self.rejoin_end, &mut host.rejoin_end);
+        swap(&mut self.follower_checkpointed, &mut host.follower_checkpointed);
+    }
+}
+
 /// A follower's journal record, its bodies read back ([`super::journal::FollowerEvent`]).
 #[derive(Debug)]
 enum Restored {
@@ -3393,24 +3440,8 @@ impl TigaNode {
         let Some(rejoins) = host.rejoins.checked_add(1) else { return false };
         host.rejoins = rejoins;
         let fresh = Replica::new(shard, false, limits).with_detective(detective);
-        let dropped = Stashed {
-            replica: std::mem::replace(&mut host.replica, fresh),
-            bodies: std::mem::take(&mut host.bodies),
-            answers: std::mem::take(&mut host.answers),
-            answer_order: std::mem::take(&mut host.answer_order),
-            outcomes: std::mem::take(&mut host.outcomes),
-            fed: std::mem::take(&mut host.fed),
-            results: std::mem::take(&mut host.results),
-            closed: std::mem::take(&mut host.closed),
-            unlisted: std::mem::take(&mut host.unlisted),
-            tail_cut: std::mem::replace(&mut host.tail_cut, Timestamp::ZERO),
-            ahead: std::mem::take(&mut host.ahead),
-            executed: std::mem::take(&mut host.executed),
-            commit: std::mem::take(&mut host.commit),
-            leader_base: std::mem::take(&mut host.leader_base),
-            rejoin_end: std::mem::take(&mut host.rejoin_end),
-            follower_checkpointed: host.follower_checkpointed,
-        };
+        let mut dropped = Stashed::empty(fresh, host.follower_checkpointed);
+        dropped.swap_with(host);
         // Kept with three replicas only: leading from it is sound there (see
         // `take_up_stash`); with more, a report would need to say which view its log was
         // led in.

@@ -350,45 +350,12 @@ impl TigaNode {
     /// so what committed is in the old log, which the reports it gathers rebuild.
     fn take_up_stash(&mut self, shard: ShardId) -> bool {
         let Some(host) = self.hosted.get_mut(&shard) else { return false };
-        let Some(stashed) = host.stashed.take() else { return false };
-        let Stashed {
-            replica,
-            mut bodies,
-            answers,
-            answer_order,
-            outcomes,
-            fed,
-            results,
-            closed,
-            unlisted,
-            tail_cut,
-            ahead,
-            executed,
-            commit,
-            leader_base,
-            rejoin_end,
-            follower_checkpointed,
-        } = *stashed;
+        let Some(mut stashed) = host.stashed.take() else { return false };
         // Bodies that arrived while it rejoined are kept too (bounded as they were).
         for (txn, known) in std::mem::take(&mut host.bodies) {
-            bodies.entry(txn).or_insert(known);
+            stashed.bodies.entry(txn).or_insert(known);
         }
-        host.replica = replica;
-        host.bodies = bodies;
-        host.answers = answers;
-        host.answer_order = answer_order;
-        host.outcomes = outcomes;
-        host.fed = fed;
-        host.results = results;
-        host.closed = closed;
-        host.unlisted = unlisted;
-        host.tail_cut = tail_cut;
-        host.ahead = ahead;
-        host.executed = executed;
-        host.commit = commit;
-        host.leader_base = leader_base;
-        host.rejoin_end = rejoin_end;
-        host.follower_checkpointed = follower_checkpointed;
+        stashed.swap_with(host);
         host.joining = None;
         self.counts.led_from_stash_total += 1;
         true
