@@ -444,6 +444,10 @@ pub enum TigaMsg {
         /// Its store holds writes no log vouches for (a deposed leader's): the image must
         /// carry every key, which replaces the store whole.
         whole: bool,
+        /// The highest global view in which it held the shard's log ([`Hosted::member_view`]):
+        /// a deposed leader chosen again leads on from its own state only when no other
+        /// replica held the log after it led ([`view_change`]).
+        member_view: u64,
     },
     /// Leader → rejoining follower: part `index` of the `total` of state transfer `transfer`.
     State {
@@ -1076,6 +1080,122 @@ struct Hosted {
     /// that, it takes this state up again and gathers reports as a follower would
     /// ([`view_change`]).
     stashed: Option<Box<Stashed>>,
+    /// A deposed leader: the leader state it held when it retired, kept until a transfer is
+    /// installed (its store is untouched until then). Chosen to lead again, it takes this
+    /// state up once every other replica said it held no log in a later view
+    /// ([`view_change`]).
+    deposed: Option<Box<Deposed>>,
+    /// The highest global view in which this replica held the shard's log (led it, or
+    /// followed its leader with a log): it vouched for nothing in a later view. A restart
+    /// takes its journal's view (an upper bound: the view is journaled before anything of it
+    /// goes out).
+    member_view: u64,
+}
+
+/// A deposed leader's state as it stood when it retired (see [`Hosted::deposed`]).
+#[derive(Debug)]
+struct Deposed {
+    /// The leader's replica as it was, but for the store (which the rejoining replica
+    /// keeps, [`Hosted::swap_kept`]).
+    led: Hosted,
+    /// The last global view it led in.
+    led_view: u64,
+    /// Its shard's other replicas that said, in this node's current view, that they held no
+    /// log in a view after `led_view` (with every one of them it leads again).
+    cleared: BTreeSet<NodeId>,
+}
+
+impl Hosted {
+    /// A replica of `shard` led by `leader` (`followers`: those it leads, when it is the
+    /// leader), holding nothing yet, in no view.
+    fn new(
+        shard: ShardId,
+        replica: Replica,
+        leader: NodeId,
+        followers: Vec<NodeId>,
+        keep_history: bool,
+    ) -> Self {
+        Self {
+            shard,
+            replica,
+            store: MvccStore::new(),
+            bodies: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            answer_order: VecDeque::new(),
+            queued: BTreeMap::new(),
+            speculations: BTreeMap::new(),
+            waits: Waits::default(),
+            complete: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            early_votes: BTreeMap::new(),
+            decided: BTreeMap::new(),
+            settling: BTreeSet::new(),
+            fresh_outcomes: Vec::new(),
+            acks: BTreeMap::new(),
+            sent_to: BTreeMap::new(),
+            bodies_to: BTreeMap::new(),
+            pruned: 0,
+            commit: 0,
+            leader_base: 0,
+            executed: 0,
+            outcomes: BTreeMap::new(),
+            fed: BTreeMap::new(),
+            leader,
+            followers,
+            streams: None,
+            replicated: 0,
+            promised: Timestamp::ZERO,
+            closed_sent: Timestamp::ZERO,
+            closed: VecDeque::new(),
+            unlisted: BTreeSet::new(),
+            tail_cut: Timestamp::ZERO,
+            snapshots: BTreeMap::new(),
+            keep_history,
+            joining: None,
+            finished: 0,
+            ahead: BTreeMap::new(),
+            rejoin_end: 0,
+            transfers: BTreeMap::new(),
+            transfer_seq: 0,
+            joined: BTreeMap::new(),
+            rejoins: 0,
+            journaled: BTreeMap::new(),
+            checkpointed: 0,
+            forgettable: BTreeSet::new(),
+            forgettable_overflowed: false,
+            restore_rows: Vec::new(),
+            quiet: false,
+            restore_events: Vec::new(),
+            follower_checkpointed: 0,
+            frozen: None,
+            recovering: None,
+            asking: BTreeSet::new(),
+            results: BTreeMap::new(),
+            retired: false,
+            stashed: None,
+            deposed: None,
+            member_view: 0,
+        }
+    }
+
+    /// Exchanges with `other` what belongs to the replica rather than to its role, which a
+    /// deposed leader keeps while it rejoins and takes back if it leads again: the store
+    /// (untouched until a transfer is installed), the snapshot reads waiting here, the
+    /// transfer ids given and taken, its journal restoration, its follower checkpoint and the
+    /// view it last held the log in.
+    fn swap_kept(&mut self, other: &mut Hosted) {
+        use std::mem::swap;
+        swap(&mut self.store, &mut other.store);
+        swap(&mut self.snapshots, &mut other.snapshots);
+        swap(&mut self.keep_history, &mut other.keep_history);
+        swap(&mut self.transfer_seq, &mut other.transfer_seq);
+        swap(&mut self.rejoins, &mut other.rejoins);
+        swap(&mut self.restore_rows, &mut other.restore_rows);
+        swap(&mut self.restore_events, &mut other.restore_events);
+        swap(&mut self.quiet, &mut other.quiet);
+        swap(&mut self.follower_checkpointed, &mut other.follower_checkpointed);
+        swap(&mut self.member_view, &mut other.member_view);
+    }
 }
 
 /// A follower's state as it stood when a view change sent it to rejoin by a state transfer
@@ -1266,6 +1386,10 @@ struct Counts {
     /// New leaders that took up the state they had dropped to rejoin (see
     /// [`Hosted::stashed`]).
     led_from_stash_total: u64,
+    /// Deposed leaders that led on from the state they kept (see [`Hosted::deposed`]), and
+    /// those whose kept state a replica that held the log later made void.
+    views_resumed_total: u64,
+    deposed_void_total: u64,
     view_changes_failed_total: u64,
     reports_oversized_total: u64,
 }
@@ -1470,74 +1594,25 @@ impl TigaNode {
             } else {
                 Vec::new()
             };
-            hosted.insert(
-                shard,
-                Hosted {
-                    shard,
-                    replica: Replica::new(shard, leads, limits).with_detective(detective),
-                    store: MvccStore::new(),
-                    bodies: BTreeMap::new(),
-                    answers: BTreeMap::new(),
-                    answer_order: VecDeque::new(),
-                    queued: BTreeMap::new(),
-                    speculations: BTreeMap::new(),
-                    waits: Waits::default(),
-                    complete: BTreeSet::new(),
-                    pending: BTreeMap::new(),
-                    early_votes: BTreeMap::new(),
-                    decided: BTreeMap::new(),
-                    settling: BTreeSet::new(),
-                    fresh_outcomes: Vec::new(),
-                    acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
-                    sent_to: followers.iter().map(|&n| (n, 0)).collect(),
-                    bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
-                    pruned: 0,
-                    commit: 0,
-                    leader_base: 0,
-                    executed: 0,
-                    outcomes: BTreeMap::new(),
-                    fed: BTreeMap::new(),
-                    leader,
-                    followers,
-                    streams: (leads && variant == Variant::Luigi)
-                        .then(|| Streams::new(topology.nodes.len())),
-                    replicated: 0,
-                    promised: Timestamp::ZERO,
-                    closed_sent: Timestamp::ZERO,
-                    closed: VecDeque::new(),
-                    unlisted: BTreeSet::new(),
-                    tail_cut: Timestamp::ZERO,
-                    snapshots: BTreeMap::new(),
-                    keep_history: snapshot_reads,
-                    // A follower of a node started before may have vouched for entries it no
-                    // longer holds: it takes the leader's state before anything else.
-                    joining: (!leads && context.incarnation > 0).then(Joining::default),
-                    finished: 0,
-                    ahead: BTreeMap::new(),
-                    rejoin_end: 0,
-                    transfers: BTreeMap::new(),
-                    // Ids grow across the leader's starts too: a restarted leader's first
-                    // image must not take the id of one its previous start had begun to send
-                    // (a follower would mix the parts of the two).
-                    transfer_seq: (context.incarnation & 0xFFFF_FFFF) << 32,
-                    joined: BTreeMap::new(),
-                    rejoins: 0,
-                    journaled: BTreeMap::new(),
-                    checkpointed: 0,
-                    forgettable: BTreeSet::new(),
-                    forgettable_overflowed: false,
-                    restore_rows: Vec::new(),
-                    quiet: false,
-                    restore_events: Vec::new(),
-                    follower_checkpointed: 0,
-                    frozen: None,
-                    recovering: None,
-                    asking: BTreeSet::new(),
-                    results: BTreeMap::new(),
-                    retired: false,
-                    stashed: None,
-                },
-            );
+            let replica = Replica::new(shard, leads, limits).with_detective(detective);
+            let host = Hosted {
+                acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
+                sent_to: followers.iter().map(|&n| (n, 0)).collect(),
+                bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
+                streams: (leads && variant == Variant::Luigi)
+                    .then(|| Streams::new(topology.nodes.len())),
+                // A follower of a node started before may have vouched for entries it no
+                // longer holds: it takes the leader's state before anything else.
+                joining: (!leads && context.incarnation > 0).then(Joining::default),
+                // Ids grow across the leader's starts too: a restarted leader's first image
+                // must not take the id of one its previous start had begun to send (a
+                // follower would mix the parts of the two).
+                transfer_seq: (context.incarnation & 0xFFFF_FFFF) << 32,
+                // A restart in a journaled view may have vouched in it.
+                member_view: view.global,
+                ..Hosted::new(shard, replica, leader, followers, snapshot_reads)
+            };
+            hosted.insert(shard, host);
         }
         let open_max = context.limits.requests_in_flight_max;
         Ok(Self {
@@ -3233,6 +3308,7 @@ impl TigaNode {
             transfer: joining.transfer,
             next,
             whole: host.retired,
+            member_view: host.member_view,
         };
         out.send(host.leader, msg);
         if !joining.timer_set {
@@ -3360,6 +3436,7 @@ impl TigaNode {
         match install(&self.context, host, parts) {
             Ok(floors) => {
                 self.counts.rejoined_total += 1;
+                host.member_view = self.view.global;
                 // The installed state is what this replica vouches for from now on.
                 self.checkpoint_wanted = true;
                 // Bounded by the part limits of the transfer.
@@ -4374,6 +4451,7 @@ fn install_without_rows(
     host.tail_cut = Timestamp::ZERO;
     host.joining = None;
     host.stashed = None;
+    host.deposed = None;
     // What it reported at the view change that sent it here is not what it holds now.
     host.frozen = None;
     host.follower_checkpointed = executed;
@@ -5270,7 +5348,8 @@ impl TigaNode {
                 self.tracker.observe(from, owd_ns);
                 self.on_snapshot_reply(from, (txn, shard, result), out);
             }
-            TigaMsg::Join { shard, start, transfer, next, whole, .. } => {
+            TigaMsg::Join { shard, start, transfer, next, whole, member_view, .. } => {
+                self.clear_deposed(now, from, shard, member_view, out);
                 self.on_join(from, (shard, start), (transfer, next), whole, out);
             }
             TigaMsg::State { shard, start, transfer, index, total, part, .. } => {
@@ -5469,6 +5548,8 @@ impl Node for TigaNode {
                 ("luigi_views_refused_total", self.counts.views_refused_total),
                 ("luigi_views_led_total", self.counts.views_led_total),
                 ("luigi_views_led_from_stash_total", self.counts.led_from_stash_total),
+                ("luigi_views_resumed_total", self.counts.views_resumed_total),
+                ("luigi_deposed_states_void_total", self.counts.deposed_void_total),
                 ("luigi_view_changes_failed_total", self.counts.view_changes_failed_total),
                 ("luigi_replicas_retired_total", self.counts.retired_total),
                 ("luigi_reports_oversized_total", self.counts.reports_oversized_total),
@@ -5531,6 +5612,8 @@ impl Node for TigaNode {
             ("tiga_views_refused_total", self.counts.views_refused_total),
             ("tiga_views_led_total", self.counts.views_led_total),
             ("tiga_views_led_from_stash_total", self.counts.led_from_stash_total),
+            ("tiga_views_resumed_total", self.counts.views_resumed_total),
+            ("tiga_deposed_states_void_total", self.counts.deposed_void_total),
             ("tiga_view_changes_failed_total", self.counts.view_changes_failed_total),
             ("tiga_replicas_retired_total", self.counts.retired_total),
             ("tiga_reports_oversized_total", self.counts.reports_oversized_total),
@@ -5955,6 +6038,7 @@ mod tests {
                 transfer: 3,
                 next: 1,
                 whole: false,
+                member_view: 0,
             },
             TigaMsg::State {
                 view: VIEW,
@@ -6442,6 +6526,7 @@ mod tests {
             transfer: 0,
             next: 0,
             whole: false,
+            member_view: 0,
         };
         leader.on_message(1_000, follower, join.clone(), &mut out);
         assert_eq!(leader.counts.transfers_total, 1);
@@ -6470,6 +6555,7 @@ mod tests {
             transfer: 0,
             next: 0,
             whole: false,
+            member_view: 0,
         };
         leader.on_message(1_005, follower, older, &mut out);
         assert_eq!(leader.counts.transfers_total, 1, "a late request of an earlier start");
@@ -6481,6 +6567,7 @@ mod tests {
             transfer: 0,
             next: 0,
             whole: false,
+            member_view: 0,
         };
         leader.on_message(1_006, follower, newer, &mut out);
         assert_eq!(leader.counts.transfers_total, 2, "a new start gets a new image");
@@ -6733,6 +6820,7 @@ mod tests {
                 transfer: 0,
                 next: 0,
                 whole: false,
+                member_view: 0,
             };
             leader.on_message(1_000, follower, join, &mut out);
             ids.push(leader.hosted[&shard].transfers[&follower].id);
@@ -7272,6 +7360,86 @@ mod tests {
         assert!(when_durable(&mut a, effects)
             .iter()
             .all(|e| !matches!(e, Effect::Send { msg: TigaMsg::Report { .. }, .. })));
+    }
+
+    /// A deposed leader keeps the state it led with. Chosen again while the other replicas
+    /// hold no log (both rejoining since before it was deposed), it does not lead at once,
+    /// nor say it cannot: it leads on from that state once every other replica's `Join`
+    /// says it held the log in no view after the one this node led in, with its store as it
+    /// left it, and answers the `Join` with a transfer. A `Join` from a replica that held the
+    /// log later makes the kept state void: the replica stays retired.
+    #[test]
+    fn a_deposed_leader_chosen_again_leads_on_once_no_replica_held_the_log_since() {
+        let shard = ShardId(0);
+        let probe = node(0);
+        let step = |v: &View, by: u64| {
+            let mut next = v.clone();
+            next.global += 1;
+            next.local[0] += by;
+            next
+        };
+        let v0 = probe.view.clone();
+        let leader = probe.leader_of(shard).unwrap();
+        // Another leader, then this one again (three replicas: three steps come round).
+        let (v1, v2) = (step(&v0, 1), step(&step(&v0, 1), 2));
+        assert_ne!(leader_node(&probe.context, &v1, shard), Some(leader));
+        assert_eq!(leader_node(&probe.context, &v2, shard), Some(leader));
+        let others: Vec<NodeId> = probe
+            .context
+            .topology
+            .shard_nodes(shard)
+            .into_iter()
+            .filter(|&n| n != leader)
+            .collect();
+        let key = Key::table(0).u64(1).build();
+        let join = |member_view| TigaMsg::Join {
+            view: v2.global,
+            shard,
+            start: Start { incarnation: 1, rejoin: 1 },
+            transfer: 0,
+            next: 0,
+            whole: false,
+            member_view,
+        };
+        for void in [false, true] {
+            let mut l = node(leader.0);
+            let store = &mut l.hosted.get_mut(&shard).unwrap().store;
+            store
+                .write(key.clone(), Timestamp(5), Some(vec![7]), txn(1), VersionState::Committed)
+                .unwrap();
+            let mut out = Outbox::new();
+            l.install_view(0, v1.clone(), &mut out).unwrap();
+            let host = &l.hosted[&shard];
+            assert!(host.retired && host.joining.is_some() && host.deposed.is_some());
+            assert_eq!(host.member_view, v0.global);
+            l.install_view(0, v2.clone(), &mut out).unwrap();
+            out.drain().for_each(drop);
+            assert!(!l.hosted[&shard].replica.leads() && l.hosted[&shard].deposed.is_some());
+            l.on_message(1, others[0], join(v0.global), &mut out);
+            assert!(!l.hosted[&shard].replica.leads(), "one replica's word is not enough");
+            let later = if void { v1.global } else { v0.global };
+            l.on_message(2, others[1], join(later), &mut out);
+            let effects = out.drain().collect();
+            let states: Vec<NodeId> = when_durable(&mut l, effects)
+                .into_iter()
+                .filter_map(|e| match e {
+                    Effect::Send { to, msg: TigaMsg::State { .. }, .. } => Some(to),
+                    _ => None,
+                })
+                .collect();
+            let host = &l.hosted[&shard];
+            if void {
+                assert!(host.retired && host.joining.is_some() && !host.replica.leads());
+                assert!(host.deposed.is_none() && states.is_empty());
+                assert!(l.counters().contains(&("tiga_deposed_states_void_total", 1)));
+                continue;
+            }
+            assert!(host.replica.leads() && !host.retired && host.joining.is_none());
+            assert_eq!((host.leader, host.member_view), (leader, v2.global));
+            assert_eq!(host.store.read_latest(&key).map(|v| v.ts), Some(Timestamp(5)));
+            assert!(states.contains(&others[1]), "a transfer for the replica that asked");
+            assert!(l.counters().contains(&("tiga_views_resumed_total", 1)));
+        }
     }
 
     /// A node that its journal's view makes a shard's leader, whose journal holds the

@@ -234,17 +234,24 @@ impl TigaNode {
         let view = self.view.global;
         let incarnation = self.context.incarnation;
         let hosted = &self.hosted;
+        let (context, view_now) = (&self.context, &self.view);
         let Some(m) = self.manager.as_mut() else { return };
         if beat {
             // A replica that holds no log cannot lead its shard: the manager must not pick it.
+            // A deposed leader chosen again waits for the other replicas' word before it
+            // leads on from the state it kept (`clear_deposed`): it is not unable meanwhile.
+            let leads = |h: &Hosted| leader_node(context, view_now, h.shard) == Some(me);
+            let waits = |h: &Hosted| h.deposed.is_some() && leads(h);
             let unable: Vec<ShardId> = hosted
                 .values()
-                .filter(|h| h.retired || h.joining.is_some())
+                .filter(|h| (h.retired || h.joining.is_some()) && !waits(h))
                 .map(|h| h.shard)
                 .collect();
+            // Kept state to lead from, as a last resort.
+            let kept = |h: &Hosted| h.stashed.is_some() || h.deposed.is_some();
             let stashed: Vec<ShardId> = hosted
                 .values()
-                .filter(|h| !h.retired && h.joining.is_some() && h.stashed.is_some())
+                .filter(|h| h.joining.is_some() && kept(h) && !waits(h))
                 .map(|h| h.shard)
                 .collect();
             m.beats_sent += 1;

@@ -43,6 +43,18 @@
 //!   with its decision records as outcomes, and answers the new leader's `Recover` from it:
 //!   when the view manager deposed it for silence (a partition) and the other followers
 //!   hold no log (one was rejoining), its report is what lets the new leader gather `f + 1`.
+//!   Its leader state goes aside whole (`Hosted::deposed`) until a transfer is installed.
+//! - **This node is chosen again while it keeps its deposed state.** It leads on from that
+//!   state, as a leader that kept its shard across the view change, once every other
+//!   replica said in this view (the `member_view` of its `Join`) that it held the shard's
+//!   log in no view after the one this node led in. Why that is enough: a leader that led
+//!   in a later view holds the log in it, and so does every follower it took on, so no one
+//!   led the shard since, nothing committed that this node's log lacks, and no other leader
+//!   agreed on anything with a leader of this shard but this node. A later view in any
+//!   `Join` makes the kept state void. Meanwhile it does not tell the manager it cannot
+//!   lead; elsewhere its kept state lets the manager pick it as a last resort. This is what
+//!   a shard whose three replicas were all out at once (two came back empty, the leader
+//!   was cut off and deposed) recovers by.
 //!
 //! **Luigi** changes views the same way. Its coordinators also reopen what waited for
 //! watermarks (every result of the old view is void), forget the watermarks of a shard whose
@@ -167,11 +179,18 @@ impl TigaNode {
         for shard in self.hosted_shards.clone() {
             let was = leader_node(&self.context, &old, shard);
             let now_leader = leader_node(&self.context, &self.view, shard);
+            let global = self.view.global;
+            let host = self.hosted.get_mut(&shard).expect("hosted");
+            if let Some(deposed) = &mut host.deposed {
+                // What the other replicas said of their logs held in the view it was said in.
+                deposed.cleared.clear();
+            }
             if was == now_leader {
                 // Its log stands, and so does every reply it sent of it: a resend is answered
                 // in the new view.
-                let global = self.view.global;
-                let host = self.hosted.get_mut(&shard).expect("hosted");
+                if host.joining.is_none() && !host.retired && host.recovering.is_none() {
+                    host.member_view = global;
+                }
                 for answer in host.answers.values_mut() {
                     answer.set_view(global);
                 }
@@ -201,12 +220,17 @@ impl TigaNode {
                 // other replicas may be too few to report without it. (One chosen while it
                 // rejoined never led, holds no log to report, and rejoins below.)
                 let frozen = freeze(host);
-                self.retire(shard);
+                self.retire(shard, old.global);
                 let host = self.hosted.get_mut(&shard).expect("hosted");
                 host.frozen = Some(Box::new(frozen));
                 // It rejoins at once, by an image of every key that replaces its store.
                 self.rejoin(shard, now_leader, out);
             } else if now_leader == me {
+                if host.deposed.is_some() {
+                    // A deposed leader leads on from the state it kept once every other
+                    // replica said it held no log since (`Join`s, [`TigaNode::clear_deposed`]).
+                    continue;
+                }
                 if host.joining.is_some() && !self.take_up_stash(shard) {
                     // It holds no log to lead with, and says so in its heartbeats: the view
                     // manager moves the shard on, and it rejoins from the next leader. (It
@@ -249,51 +273,121 @@ impl TigaNode {
 
     /// A replica of `shard` this node led drops what it held as the leader and takes no part
     /// in the shard until a state transfer of every key has replaced its store (see the
-    /// module's contract).
-    fn retire(&mut self, shard: ShardId) {
+    /// module's contract). The leader state goes aside whole ([`Hosted::deposed`]): should
+    /// the node be chosen again before any other replica held the log, it leads on from it.
+    /// `led_view`: the last view it led in.
+    fn retire(&mut self, shard: ShardId, led_view: u64) {
         let detective = self.view.mode == Mode::Detective;
         let limits = replica_limits(self.context.topology.shards);
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        host.retired = true;
-        host.replica = Replica::new(shard, false, limits).with_detective(detective);
-        host.joining = Some(Joining { timer_set: true, ..Joining::default() });
-        host.frozen = None;
-        host.recovering = None;
-        host.queued.clear();
-        host.pending.clear();
-        host.speculations.clear();
-        host.complete.clear();
-        host.early_votes.clear();
-        host.decided.clear();
-        host.settling.clear();
-        host.followers.clear();
-        host.answers.clear();
-        host.answer_order.clear();
-        host.streams = None;
-        host.stashed = None;
-        // What it kept as the leader goes too: it rejoins as a follower and may lead again
-        // later, from a rebuilt log (a proposal record without its body once made that
-        // leader's first checkpoint fail).
-        host.waits = Waits::default();
-        host.fresh_outcomes.clear();
-        host.acks.clear();
-        host.sent_to.clear();
-        host.bodies_to.clear();
-        host.transfers.clear();
-        host.joined.clear();
-        host.journaled.clear();
-        host.forgettable.clear();
-        host.forgettable_overflowed = false;
-        host.asking.clear();
-        host.finished = 0;
-        host.pruned = 0;
-        host.replicated = 0;
-        host.checkpointed = 0;
-        host.promised = Timestamp::ZERO;
-        host.closed_sent = Timestamp::ZERO;
+        let replica = Replica::new(shard, false, limits).with_detective(detective);
+        let blank = Hosted {
+            joining: Some(Joining { timer_set: true, ..Joining::default() }),
+            retired: true,
+            ..Hosted::new(shard, replica, host.leader, Vec::new(), host.keep_history)
+        };
+        let mut led = std::mem::replace(host, blank);
+        // The store and what else belongs to the replica stay with it; everything it held
+        // as the leader goes (a proposal record kept without its body once made a later
+        // leadership's first checkpoint fail).
+        led.swap_kept(host);
+        led.frozen = None;
+        led.recovering = None;
+        led.stashed = None;
+        led.deposed = None;
+        let cleared = BTreeSet::new();
+        host.deposed = Some(Box::new(Deposed { led, led_view, cleared }));
         // A restart rejoins with a store loaded afresh, as a follower that lost its state.
         self.journal.write(&Record::Joining { shard });
         self.counts.retired_total += 1;
+    }
+
+    /// A deposed leader chosen to lead `shard` again hears from replica `from` (its `Join`)
+    /// the last view in which that replica held the shard's log. Once every other replica
+    /// said one no later than the view this node led in, no one led the shard since (a
+    /// leader that led holds the log in its view, and so does every follower it took on),
+    /// so nothing committed here that its own state lacks: it leads on from that state
+    /// ([`TigaNode::resume_deposed`]). One that held the log later makes that state void: it
+    /// is dropped, and the replica stays unable to lead until a transfer is installed.
+    pub(super) fn clear_deposed(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        shard: ShardId,
+        member_view: u64,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let me = self.context.id;
+        let replicas = self.context.topology.shard_nodes(shard);
+        if leader_node(&self.context, &self.view, shard) != Some(me)
+            || from == me
+            || !replicas.contains(&from)
+        {
+            return;
+        }
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let Some(deposed) = &mut host.deposed else { return };
+        if member_view > deposed.led_view {
+            host.deposed = None;
+            self.counts.deposed_void_total += 1;
+            return;
+        }
+        deposed.cleared.insert(from);
+        if replicas.iter().all(|n| *n == me || deposed.cleared.contains(n)) {
+            self.resume_deposed(now, shard, out);
+        }
+    }
+
+    /// A deposed leader takes up the leader state it kept (see [`TigaNode::clear_deposed`])
+    /// and leads on in this view as a leader that kept its shard across a view change does:
+    /// its log and replies stand, its agreements start again with every shard (their leaders
+    /// started theirs with this shard again when it was deposed), and every other replica,
+    /// rejoining, takes a state transfer from it. Luigi: its watermarks count from nothing,
+    /// as a new leader's do. Its journal says it rejoins: the step ends with a checkpoint as
+    /// the leader.
+    fn resume_deposed(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        let me = self.context.id;
+        let global = self.view.global;
+        let others: BTreeSet<ShardId> =
+            (0..self.context.topology.shards).map(ShardId).filter(|&s| s != shard).collect();
+        let nodes = self.context.topology.nodes.len();
+        let luigi = self.variant == Variant::Luigi;
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let Some(deposed) = host.deposed.take() else { return };
+        let mut led = deposed.led;
+        // The store is as the leader left it: no transfer was installed since.
+        led.swap_kept(host);
+        *host = led;
+        debug_assert!(host.replica.leads() && !host.retired && host.joining.is_none());
+        host.leader = me;
+        host.member_view = global;
+        let followers = std::mem::take(&mut host.followers);
+        lead_afresh(host, followers);
+        host.closed_sent = Timestamp::ZERO;
+        for answer in host.answers.values_mut() {
+            answer.set_view(global);
+        }
+        if luigi {
+            count_afresh(host, nodes, Vec::new());
+        }
+        let actions = host.replica.restart_agreements(&others);
+        self.counts.views_resumed_total += 1;
+        self.act(now, shard, actions, None, out);
+        self.start_leading(now, shard, out);
+    }
+
+    /// A leader that took its shard at a view change starts: its pacing timer, a checkpoint
+    /// as the leader at the end of the step (its journal holds a follower), then what it
+    /// can execute, release and sync.
+    fn start_leading(&mut self, now: Time, shard: ShardId, out: &mut Outbox<TigaMsg>) {
+        if !self.pacing {
+            self.pacing = true;
+            self.timers.set(Purpose::Pace, self.pace_ns(), out);
+        }
+        self.checkpoint_wanted = true;
+        self.execute_all(now, out);
+        self.release(now, out);
+        self.sync_followers(shard, false, out);
     }
 
     /// A restarted node that its journal's view makes the leader of `shard`, whose journal
@@ -796,23 +890,14 @@ impl TigaNode {
             // every entry of the rebuilt log and every added one is open until a majority of
             // the shard's replicas in this view holds it, and a new transaction of a worker
             // is held above every entry of that worker here.
-            let mut streams = Streams::new(self.context.topology.nodes.len());
-            for (txn, ts) in whole_log(&host.replica).into_iter().chain(added_at) {
-                streams.restore_held(txn, ts);
-            }
-            host.streams = Some(streams);
-            host.replicated = host.replica.log_base();
+            count_afresh(host, self.context.topology.nodes.len(), added_at);
         }
         // The node's state as a leader of the rebuilt log.
         let followers: Vec<NodeId> =
             self.context.topology.shard_nodes(shard).into_iter().filter(|&n| n != me).collect();
         host.leader = me;
-        host.acks = followers.iter().map(|&n| (n, (0, 0))).collect();
-        host.sent_to = followers.iter().map(|&n| (n, 0)).collect();
-        host.bodies_to = followers.iter().map(|&n| (n, 0)).collect();
-        host.followers = followers;
-        host.joined.clear();
-        host.transfers.clear();
+        host.member_view = self.view.global;
+        lead_afresh(host, followers);
         host.finished = host.executed;
         host.pruned = host.executed;
         host.commit = host.executed;
@@ -924,18 +1009,34 @@ impl TigaNode {
         self.act(now, shard, actions, None, out);
         self.act(now, shard, more, None, out);
         self.ask_votes(shard, out);
-        if !self.pacing {
-            self.pacing = true;
-            self.timers.set(Purpose::Pace, self.pace_ns(), out);
-        }
         // Its journal holds the follower it was: the step ends with a checkpoint as the
         // leader (until it is whole, a restart gathers the reports again).
-        self.checkpoint_wanted = true;
-        self.execute_all(now, out);
-        self.release(now, out);
-        self.sync_followers(shard, false, out);
+        self.start_leading(now, shard, out);
         Ok(())
     }
+}
+
+/// A leader that took its shard at a view change: `followers` have acknowledged nothing,
+/// been sent nothing, and have no transfer under way or installed.
+fn lead_afresh(host: &mut Hosted, followers: Vec<NodeId>) {
+    host.acks = followers.iter().map(|&n| (n, (0, 0))).collect();
+    host.sent_to = followers.iter().map(|&n| (n, 0)).collect();
+    host.bodies_to = followers.iter().map(|&n| (n, 0)).collect();
+    host.followers = followers;
+    host.joined.clear();
+    host.transfers.clear();
+}
+
+/// Luigi: a leader that took its shard at a view change counts its watermarks from nothing:
+/// every entry of its log (and each of `added`) is open until a majority of the shard's
+/// replicas in this view holds it. `nodes`: the cluster's node count (one stream each).
+fn count_afresh(host: &mut Hosted, nodes: usize, added: Vec<(TxnId, Timestamp)>) {
+    let mut streams = Streams::new(nodes);
+    for (txn, ts) in whole_log(&host.replica).into_iter().chain(added) {
+        streams.restore_held(txn, ts);
+    }
+    host.streams = Some(streams);
+    host.replicated = host.replica.log_base();
 }
 
 /// A leader's whole log from its base, a window at a time (bounded by the log's length).
