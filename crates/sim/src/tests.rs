@@ -1137,6 +1137,8 @@ fn tiga_a_new_leader_rebuilds_the_log_after_its_leader_crashes_for_good() {
 /// resume on the slow path; with 5, the shard is back to fast-path commits (4 of 5 match).
 /// Checked: every live node took the view from the manager (none refused), commits resumed
 /// within 5 s of the crash (fast ones with 5 replicas), and the histories and replicas check.
+/// The leaders sat together, so `auto` ran preventive; with three replicas the new view's
+/// leaders do not, and every live node switches to detective mode with it.
 #[test]
 fn tiga_the_view_manager_replaces_a_leader_that_crashed() {
     for (name, keys, seed, chaos, replicas) in [
@@ -1180,6 +1182,18 @@ fn tiga_the_view_manager_replaces_a_leader_that_crashed() {
         assert!(resumed.is_some_and(|ms| ms < 5_000), "{label}: commits resumed within 5 s");
         if replicas == 5 {
             assert!(fast.is_some_and(|ms| ms < 5_000), "{label}: fast path back within 5 s");
+        }
+        // The leaders sat together (`auto`: preventive). With three replicas the crashed
+        // one's shard is led from another region now, so the view is detective and every
+        // live node switched; with five, a second replica in the leaders' region takes over
+        // and the mode stays.
+        let (changes, speculated) =
+            (total(&report, "tiga_mode_changes_total"), total(&report, "tiga_speculated_total"));
+        if replicas == 3 {
+            assert_eq!(changes, live_nodes, "{label}: detective");
+            assert!(speculated >= 1, "{label}: leaders speculate");
+        } else {
+            assert_eq!((changes, speculated), (0, 0), "{label}: still preventive");
         }
     }
 }

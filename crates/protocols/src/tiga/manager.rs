@@ -273,10 +273,16 @@ pub fn next_install(
     if dead.is_empty() {
         return None;
     }
-    let mut next = next_view_where(view, topology, eligible, configured, owd_ns)?;
+    let mut next = next_view_where(view, topology, eligible, configured, &owd_ns)?;
     for shard in (0..topology.shards).map(ShardId).filter(|s| !dead.contains(s)) {
         next.local[shard.0 as usize] = view.local[shard.0 as usize];
     }
+    // The mode of the leaders the view has, not of those it would have had moving every one.
+    let leaders: Vec<NodeId> = (0..topology.shards)
+        .map(ShardId)
+        .filter_map(|s| topology.replica_node(s, next.leader_slot(s, topology.replicas)))
+        .collect();
+    next.mode = super::view::mode_of(&leaders, configured, owd_ns);
     Some(ManagerCommand::Install(ViewRecord::of(&next)))
 }
 

@@ -94,7 +94,8 @@ pub const OPTIONS: &[OptionSpec] = &[
                together); detective: a leader executes a multi-shard transaction when it comes \
                due and answers at once, agreeing meanwhile, and runs it again if the agreed \
                timestamp moved (one wide-area round trip when leaders sit apart); auto: \
-               preventive when every shard's leader is in one region, detective otherwise",
+               preventive when every shard's leader is in one region, detective otherwise \
+               (decided again at every view change)",
         kind: OptionKind::Choice { values: &["auto", "preventive", "detective"], default: "auto" },
     },
     OptionSpec {

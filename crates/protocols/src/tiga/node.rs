@@ -1390,6 +1390,8 @@ struct Counts {
     /// those whose kept state a replica that held the log later made void.
     views_resumed_total: u64,
     deposed_void_total: u64,
+    /// Views installed with another agreement mode than the one before.
+    mode_changes_total: u64,
     view_changes_failed_total: u64,
     reports_oversized_total: u64,
 }
@@ -5614,6 +5616,7 @@ impl Node for TigaNode {
             ("tiga_views_led_from_stash_total", self.counts.led_from_stash_total),
             ("tiga_views_resumed_total", self.counts.views_resumed_total),
             ("tiga_deposed_states_void_total", self.counts.deposed_void_total),
+            ("tiga_mode_changes_total", self.counts.mode_changes_total),
             ("tiga_view_changes_failed_total", self.counts.view_changes_failed_total),
             ("tiga_replicas_retired_total", self.counts.retired_total),
             ("tiga_reports_oversized_total", self.counts.reports_oversized_total),
@@ -7190,6 +7193,43 @@ mod tests {
         assert!(committed);
     }
 
+    /// A view of the other agreement mode switches every replica of a tiga node at once (a
+    /// leader that kept its shard speculates from then on), kept states included, and is
+    /// journaled with its mode; luigi refuses a detective view and changes nothing.
+    #[test]
+    fn a_view_of_another_mode_switches_every_replica_and_luigi_refuses_detective() {
+        let shard = ShardId(0);
+        let probe = node(0);
+        let leader = probe.leader_of(shard).unwrap();
+        assert_eq!(probe.view.mode, Mode::Preventive);
+        let mut next = probe.view.clone();
+        next.global += 1;
+        next.mode = Mode::Detective;
+        let mut l = node(leader.0);
+        assert!(!l.hosted[&shard].replica.detective());
+        let mut out = Outbox::new();
+        l.install_view(0, next.clone(), &mut out).unwrap();
+        assert!(l.hosted.values().all(|h| h.replica.detective()));
+        assert!(l.hosted[&shard].replica.leads(), "the same leader");
+        assert!(l.counters().contains(&("tiga_mode_changes_total", 1)));
+        let (_, records) = l.journal.take_batch().expect("journaled");
+        let journaled = records.iter().any(|r| {
+            let record = r.value.as_deref().and_then(|v| postcard::from_bytes(v).ok());
+            matches!(record, Some(Record::View { detective: true, .. }))
+        });
+        assert!(journaled, "the view is journaled with its mode");
+        // And back.
+        let mut back = next.clone();
+        back.global += 1;
+        back.mode = Mode::Preventive;
+        l.install_view(0, back, &mut out).unwrap();
+        assert!(l.hosted.values().all(|h| !h.replica.detective()));
+        let (mut luigi, _) = node_of(leader.0, Variant::Luigi);
+        let before = luigi.view.clone();
+        assert!(luigi.install_view(0, next, &mut out).is_err());
+        assert_eq!(luigi.view, before);
+    }
+
     #[test]
     fn a_view_change_goes_forward_only_and_takes_reports_from_the_shards_replicas() {
         let control = |v: &View| Control::View {
@@ -7211,12 +7251,12 @@ mod tests {
         let other = *replicas.iter().find(|&&n| n != old_leader && n != new_leader).unwrap();
         let (mut leader, mut follower) = (node(new_leader.0), node(other.0));
         let mut out = Outbox::new();
-        // Refused: not past the view, another shard count, another mode.
+        // Refused: not past the view, another shard count, no mode decided.
         let mut short = next.clone();
         short.local.pop();
-        let mut detective = next.clone();
-        detective.mode = Mode::Detective;
-        for bad in [view.clone(), short, detective] {
+        let mut undecided = next.clone();
+        undecided.mode = Mode::Auto;
+        for bad in [view.clone(), short, undecided] {
             assert!(leader.install_view(0, bad, &mut out).is_err());
         }
         assert_eq!(leader.view, view, "nothing changed");

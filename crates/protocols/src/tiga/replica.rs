@@ -668,6 +668,18 @@ impl Replica {
         self
     }
 
+    /// Switches detective mode `on` or off (a view change of agreement mode). Only whether a
+    /// due transaction runs before its agreement changes: what ran speculatively already is
+    /// still revoked if its agreement moves it, or released where it ran.
+    pub fn set_detective(&mut self, on: bool) {
+        self.detective = on;
+    }
+
+    /// True in detective mode.
+    pub fn detective(&self) -> bool {
+        self.detective
+    }
+
     /// Held transactions a detective leader ran speculatively.
     pub fn speculated(&self) -> usize {
         match &self.role {

@@ -180,24 +180,33 @@ pub fn next_view_where(
         }
         leaders.push(chosen.1);
     }
-    let mode = match configured {
-        Mode::Auto => {
-            let spread = leaders
-                .iter()
-                .flat_map(|&a| leaders.iter().map(move |&b| (a, b)))
-                .filter(|(a, b)| a != b)
-                .map(|(a, b)| owd_ns(a, b))
-                .max()
-                .unwrap_or(0);
-            if spread <= COLOCATED_OWD_NS_MAX {
-                Mode::Preventive
-            } else {
-                Mode::Detective
-            }
-        }
-        fixed => fixed,
-    };
+    let mode = mode_of(&leaders, configured, owd_ns);
     Some(View { global: view.global + 1, local, mode })
+}
+
+/// The agreement mode of a view whose shards are led by `leaders`: the `configured` one, or
+/// for `auto` preventive when every two leaders are within [`COLOCATED_OWD_NS_MAX`] of each
+/// other (`owd_ns`) and detective otherwise.
+pub fn mode_of(
+    leaders: &[NodeId],
+    configured: Mode,
+    owd_ns: impl Fn(NodeId, NodeId) -> u64,
+) -> Mode {
+    if configured != Mode::Auto {
+        return configured;
+    }
+    let spread = leaders
+        .iter()
+        .flat_map(|&a| leaders.iter().map(move |&b| (a, b)))
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| owd_ns(a, b))
+        .max()
+        .unwrap_or(0);
+    if spread <= COLOCATED_OWD_NS_MAX {
+        Mode::Preventive
+    } else {
+        Mode::Detective
+    }
 }
 
 #[cfg(test)]

@@ -89,6 +89,9 @@ pub(super) struct Managing {
     /// The group's effects, passed on to the node's outbox after every call.
     out: Outbox<ManagerMsg>,
     detect_ns: u64,
+    /// The agreement mode as configured: `auto` lets each new view pick it from where its
+    /// leaders sit.
+    mode: Mode,
     tick_ns: u64,
     /// Raft ticks between heartbeats.
     ticks_per_beat: u64,
@@ -130,12 +133,16 @@ impl TigaNode {
     pub(crate) fn host_manager(&mut self, durable: &Durable) -> Result<(), String> {
         let topology = self.context.topology.clone();
         let options = &self.context.options;
-        let (on, detect_ns) = match self.variant {
+        let (on, detect_ns, mode) = match self.variant {
             Variant::Tiga => {
                 let settings = TigaSettings::from_options(options);
-                (settings.view_manager, settings.detect_ns)
+                (settings.view_manager, settings.detect_ns, settings.mode)
             }
-            Variant::Luigi => crate::luigi::manager_settings(options),
+            Variant::Luigi => {
+                // Luigi's leaders always agree before executing.
+                let (on, detect_ns) = crate::luigi::manager_settings(options);
+                (on, detect_ns, Mode::Preventive)
+            }
         };
         if !on || topology.replicas < 3 {
             return Ok(());
@@ -180,6 +187,7 @@ impl TigaNode {
             proposed: None,
             out: Outbox::new(),
             detect_ns,
+            mode,
             tick_ns,
             ticks_per_beat: (detect_ns / BEATS_PER_TIMEOUT / tick_ns).max(1),
             ticks: 0,
@@ -281,10 +289,18 @@ impl TigaNode {
         let eligible = |shard: ShardId, node: NodeId| {
             may_lead(&current, topology, &alive, said, (shard, node))
         };
-        // The view's mode stays: nodes refuse a change of mode (not built yet). Nothing while
-        // every leader lives and can lead, or while some shard has no replica to lead it.
-        let Some(install) = next_install(&current, topology, &eligible, current.mode, |_, _| 0)
-        else {
+        // In `auto` mode the next view's leaders agree before executing when they sit in
+        // one region and detect afterwards when they do not (as the starting view decides:
+        // the manager measures no delays between leaders). Nothing while every leader lives
+        // and can lead, or while some shard has no replica to lead it.
+        let apart = |a: NodeId, b: NodeId| {
+            if topology.region_of(a) == topology.region_of(b) {
+                0
+            } else {
+                u64::MAX
+            }
+        };
+        let Some(install) = next_install(&current, topology, &eligible, m.mode, apart) else {
             return;
         };
         let again = m.proposed.is_none_or(|(global, at)| {

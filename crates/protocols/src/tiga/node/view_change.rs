@@ -64,7 +64,12 @@
 //! luigi follower never saw a transaction its old leader had not logged, and a coordinator
 //! that crashed resends nothing).
 //!
-//! Not handled yet (issue 13): a change of agreement mode; leading from dropped state with
+//! **A change of agreement mode** (the manager picks the mode per view in `auto`) switches
+//! every replica's detective flag at once: the mode decides only whether a leader runs a due
+//! transaction before its agreement, and a speculative run already made is revoked or kept
+//! by the agreement as before.
+//!
+//! Not handled yet (issue 13): leading from dropped state with
 //! more than three replicas; votes on entries whose outcomes the followers dropped before
 //! the old leader's vote reached every other leader (docs/protocols.md).
 
@@ -127,8 +132,8 @@ impl TigaNode {
         if view.local.len() != self.context.topology.shards as usize || view.mode == Mode::Auto {
             return Err("a view of another shard count, or without a mode".into());
         }
-        if view.mode != self.view.mode {
-            return Err("a view change of agreement mode is not built yet".into());
+        if self.variant == Variant::Luigi && view.mode == Mode::Detective {
+            return Err("luigi's leaders agree before executing: no detective view".into());
         }
         let me = self.context.id;
         let record = Record::View {
@@ -140,6 +145,22 @@ impl TigaNode {
         self.journal.write(&record);
         let old = std::mem::replace(&mut self.view, view);
         self.counts.views_installed_total += 1;
+        if self.view.mode != old.mode {
+            // A change of agreement mode: only whether a leader runs a due transaction before
+            // its agreement changes (`Replica::set_detective`), so each replica switches at
+            // once, kept states included; leaders in either mode agree alike.
+            let detective = self.view.mode == Mode::Detective;
+            for host in self.hosted.values_mut() {
+                host.replica.set_detective(detective);
+                if let Some(stashed) = &mut host.stashed {
+                    stashed.replica.set_detective(detective);
+                }
+                if let Some(deposed) = &mut host.deposed {
+                    deposed.led.replica.set_detective(detective);
+                }
+            }
+            self.counts.mode_changes_total += 1;
+        }
         // The coordinator: replies of the old view count for nothing now.
         let shards: Vec<ShardId> = (0..self.context.topology.shards).map(ShardId).collect();
         let placements = self.placement(&shards);
