@@ -5010,13 +5010,17 @@ impl TigaNode {
         let detective = self.view.mode == Mode::Detective;
         for (shard, mut recovered) in shards {
             if let Some(followed) = recovered.follower.take() {
-                if self.hosted.get(&shard).is_some_and(|h| h.replica.leads())
-                    && self.view_journaled
-                    && !followed.joining
-                {
-                    // Promoted at a view change and restarted before its first checkpoint as
-                    // the leader: the follower it was gathers the reports again.
-                    self.demote_to_gather(shard);
+                if self.hosted.get(&shard).is_some_and(|h| h.replica.leads()) {
+                    if followed.joining {
+                        // Chosen to lead while it rejoined (or as a deposed leader waiting to
+                        // lead on from the state it kept, which a restart loses): it holds no
+                        // log, rejoins, and says it cannot lead.
+                        self.demote_to_rejoin(shard);
+                    } else if self.view_journaled {
+                        // Promoted at a view change and restarted before its first checkpoint
+                        // as the leader: the follower it was gathers the reports again.
+                        self.demote_to_gather(shard);
+                    }
                 }
                 self.resume_follower(shard, followed)?;
                 continue;
@@ -7530,6 +7534,75 @@ mod tests {
         let mut context = context_in(starting_leader.0, 3).0;
         context.incarnation = 1;
         assert!(TigaNode::restored_in_view(context, shards, seqs, None).is_err());
+    }
+
+    /// A replica chosen to lead while it rejoined (or a deposed leader chosen again, waiting
+    /// for the other replicas' word) that restarts finds its journal's view naming it the
+    /// leader and its journal saying it rejoins: it starts as a rejoining follower (it used
+    /// to refuse to start: the journal followed a shard the view has it lead).
+    #[test]
+    fn a_replica_chosen_to_lead_while_rejoining_restarts_rejoining() {
+        use super::super::journal::{recover_with_view, Journal};
+        let shard = ShardId(0);
+        let probe = node(0);
+        let mut next = probe.view.clone();
+        next.global += 1;
+        next.local[0] += 1;
+        let chosen = leader_node(&probe.context, &next, shard).unwrap();
+        let mut journal: Journal<()> = Journal::new(0..0);
+        let (global, local) = (next.global, next.local.clone());
+        journal.write(&Record::View { global, local, detective: false });
+        journal.write(&Record::Joining { shard });
+        let (_, records) = journal.take_batch().unwrap();
+        let disk: BTreeMap<Vec<u8>, Vec<u8>> =
+            records.into_iter().map(|r| (r.key, r.value.unwrap())).collect();
+        let (shards, seqs, view) = recover_with_view(&disk).unwrap();
+        let mut context = context_in(chosen.0, 3).0;
+        context.incarnation = 1;
+        let node = TigaNode::restored_in_view(context, shards, seqs, view).unwrap();
+        let host = &node.hosted[&shard];
+        assert!(!node.leads(shard) && host.joining.is_some() && host.recovering.is_none());
+        assert!(host.followers.is_empty() && host.acks.is_empty());
+    }
+
+    /// A node that missed views (partitioned while the shard's leader changed and changed
+    /// back) tells a change of leader by the shard's local view number, not by its leader's
+    /// node: the leader that finds itself leading again does not lead on blindly (another
+    /// leader may have committed in between) but waits, as a deposed leader chosen again,
+    /// for every other replica's word; a follower that finds the same leader drops its log
+    /// and rejoins, saying the last view it held the log in.
+    #[test]
+    fn a_node_that_missed_views_tells_a_leader_change_by_the_local_view_number() {
+        let shard = ShardId(0);
+        let probe = node(0);
+        let v0 = probe.view.clone();
+        let leader = probe.leader_of(shard).unwrap();
+        let mut skipped = v0.clone();
+        skipped.global += 2;
+        skipped.local[0] += 3;
+        assert_eq!(leader_node(&probe.context, &skipped, shard), Some(leader));
+        let mut l = node(leader.0);
+        let mut out = Outbox::new();
+        l.install_view(0, skipped.clone(), &mut out).unwrap();
+        out.drain().for_each(drop);
+        let host = &l.hosted[&shard];
+        assert!(host.retired && host.deposed.is_some() && !host.replica.leads());
+        let replicas = probe.context.topology.shard_nodes(shard);
+        let follower = replicas.into_iter().find(|&n| n != leader).unwrap();
+        let mut f = node(follower.0);
+        f.install_view(0, skipped.clone(), &mut out).unwrap();
+        let effects = out.drain().collect();
+        let joins: Vec<(NodeId, u64)> = when_durable(&mut f, effects)
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Send { to, msg: TigaMsg::Join { member_view, .. }, .. } => {
+                    Some((to, member_view))
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(f.hosted[&shard].joining.is_some());
+        assert_eq!(joins, vec![(leader, v0.global)]);
     }
 
     /// Snapshot reads: a leader's closed timestamp stays below the clock, below what it

@@ -6,7 +6,10 @@
 //! the next). Its coordinator forgets the replies it collected (a commit counts replies of one
 //! view only) and resends as usual. Then, per shard it hosts:
 //!
-//! - **Same leader.** Nothing else changes: the leader's log stands, its followers and the
+//! - **Same leader** (told by the shard's local view number: a node that missed views may
+//!   find the same node leading after others led in between, which is a change of leader;
+//!   the leader then retires and waits as a deposed leader chosen again, below). Nothing
+//!   else changes: the leader's log stands, its followers and the
 //!   other leaders hear it again in the new view (everything it sends is repeated until
 //!   acknowledged), and the replies its replicas kept to answer resends are answered in the
 //!   new view (they speak of the same leader's log). Its agreements with a shard whose leader
@@ -175,12 +178,13 @@ impl TigaNode {
                 flight.to = leaders.collect();
             }
         }
-        // The shards whose leader changed: agreements with them start again.
+        // The shards whose leader changed: agreements with them start again. Told by the
+        // shard's local view number, not by its leader's node: a node that missed views may
+        // find the same node leading after others led in between (a leader deposed and
+        // chosen again, its follower still holding the log of before).
         let changed: BTreeSet<ShardId> = (0..self.context.topology.shards)
             .map(ShardId)
-            .filter(|&s| {
-                leader_node(&self.context, &old, s) != leader_node(&self.context, &self.view, s)
-            })
+            .filter(|&s| old.local.get(s.0 as usize) != self.view.local.get(s.0 as usize))
             .collect();
         // Luigi's coordinator: what waited for watermarks waits for every leader's result
         // again (a new leader may run a resent transaction at another timestamp), and a
@@ -206,7 +210,8 @@ impl TigaNode {
                 // What the other replicas said of their logs held in the view it was said in.
                 deposed.cleared.clear();
             }
-            if was == now_leader {
+            if !changed.contains(&shard) {
+                debug_assert_eq!(was, now_leader);
                 // Its log stands, and so does every reply it sent of it: a resend is answered
                 // in the new view.
                 if host.joining.is_none() && !host.retired && host.recovering.is_none() {
@@ -244,6 +249,12 @@ impl TigaNode {
                 self.retire(shard, old.global);
                 let host = self.hosted.get_mut(&shard).expect("hosted");
                 host.frozen = Some(Box::new(frozen));
+                if now_leader == me {
+                    // It missed the views that deposed it and chose it again: others may have
+                    // led in between, so it waits, as a deposed leader chosen again, for
+                    // every other replica's word before it leads on (below).
+                    continue;
+                }
                 // It rejoins at once, by an image of every key that replaces its store.
                 self.rejoin(shard, now_leader, out);
             } else if now_leader == me {
@@ -415,18 +426,35 @@ impl TigaNode {
     /// holds the follower it was (promoted and crashed before it checkpointed as the
     /// leader): it takes up the follower's state and gathers the reports again.
     pub(super) fn demote_to_gather(&mut self, shard: ShardId) {
+        let me = self.context.id;
+        if let Some(host) = self.demoted(shard) {
+            host.leader = me;
+            host.recovering = Some(Recovering::default());
+        }
+    }
+
+    /// A restarted node that its journal's view makes the leader of `shard`, whose journal
+    /// says the replica was rejoining: it holds no log to lead with, so it starts as a
+    /// rejoining follower (the manager, told it cannot lead, moves the shard on).
+    pub(super) fn demote_to_rejoin(&mut self, shard: ShardId) {
+        if let Some(host) = self.demoted(shard) {
+            host.joining = Some(Joining::default());
+        }
+    }
+
+    /// A restarted node's replica of `shard`, set up as a leader by its view, made a follower
+    /// that holds nothing yet (its journal says what it holds).
+    fn demoted(&mut self, shard: ShardId) -> Option<&mut Hosted> {
         let detective = self.view.mode == Mode::Detective;
         let limits = replica_limits(self.context.topology.shards);
-        let me = self.context.id;
-        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        let host = self.hosted.get_mut(&shard)?;
         host.replica = Replica::new(shard, false, limits).with_detective(detective);
-        host.leader = me;
         host.followers.clear();
         host.acks.clear();
         host.sent_to.clear();
         host.bodies_to.clear();
         host.streams = None;
-        host.recovering = Some(Recovering::default());
+        Some(host)
     }
 
     /// When the node starts: a new leader restarted while gathering reports gathers them
