@@ -229,7 +229,6 @@ impl TigaNode {
                 continue;
             }
             let Some(now_leader) = now_leader else { continue };
-            let host = self.hosted.get_mut(&shard).expect("hosted");
             if host.recovering.is_some() {
                 // Still gathering when the view moved on: it asks again as the leader, or
                 // follows the next one (its frozen report answers that one too).
@@ -350,11 +349,15 @@ impl TigaNode {
         out: &mut Outbox<TigaMsg>,
     ) {
         let me = self.context.id;
-        let replicas = self.context.topology.shard_nodes(shard);
-        if leader_node(&self.context, &self.view, shard) != Some(me)
+        // Most `Join`s reach a leader that keeps no deposed state: nothing to clear.
+        if self.hosted.get(&shard).is_none_or(|h| h.deposed.is_none())
+            || leader_node(&self.context, &self.view, shard) != Some(me)
             || from == me
-            || !replicas.contains(&from)
         {
+            return;
+        }
+        let replicas = self.context.topology.shard_nodes(shard);
+        if !replicas.contains(&from) {
             return;
         }
         let Some(host) = self.hosted.get_mut(&shard) else { return };
