@@ -1973,6 +1973,55 @@ fn tiga_detective_mode_commits_in_one_round_trip_with_its_leaders_apart() {
     assert!(detective + 0.3 < preventive, "mean one-way legs: {preventive} then {detective}");
 }
 
+/// `auto` decides the agreement mode by the delays the nodes measure between the leaders, not
+/// by their regions alone: on `metro` (2 ms between regions, `ntp` clocks) with each shard's
+/// leader in another region, the starting view is detective (by the regions); once the
+/// server nodes have probed one another, the view manager installs a view that only turns the
+/// mode preventive, and every node switches. On Tiga's setting the leaders apart measure
+/// 50–100 ms from one another and the mode stays detective.
+#[test]
+fn tiga_auto_mode_follows_the_measured_delays_between_the_leaders() {
+    for (network, switched) in [("metro", true), ("tiga-wan", false)] {
+        let mut o = if network == "metro" {
+            let mut o = replicated(23, "metro");
+            o.topology = Topology::standard(regions(3), 3, 3).unwrap();
+            o.txns = 600;
+            o
+        } else {
+            tiga_wan(ProtocolKind::Tiga, 3, 600)
+        };
+        o.protocol = ProtocolKind::Tiga;
+        o.protocol_options = tiga_options(&[("tiga-leaders", "spread"), ("tiga-detect-ms", "100")]);
+        let report = run(&o, workload("micro-tiga", 3, 1_000)).unwrap();
+        assert_passed(&report);
+        assert!(report.live, "{network}: every request answered");
+        let nodes = report.node_counters.len() as u64;
+        let (proposed, changes, installed) = (
+            total(&report, "tiga_manager_mode_proposed_total"),
+            total(&report, "tiga_mode_changes_total"),
+            total(&report, "tiga_views_installed_total"),
+        );
+        eprintln!(
+            "{network}: {proposed} mode views proposed, {changes} switches on {nodes} nodes in {} ms",
+            report.virtual_ns / NS_PER_MS
+        );
+        if switched {
+            assert_eq!(proposed, 1, "{network}: one change of mode");
+            assert_eq!(changes, nodes, "{network}: every node switched once");
+            assert_eq!(installed, nodes, "{network}: that was the only view");
+            assert_eq!(total(&report, "tiga_views_led_total"), 0, "{network}: no leader moved");
+        } else {
+            assert_eq!((proposed, changes, installed), (0, 0, 0), "{network}: the mode stays");
+        }
+        eprintln!(
+            "{network}: p50 {} ms, p99 {} ms, {} speculative runs",
+            report.latency_ns_p50 / NS_PER_MS,
+            report.latency_ns_p99 / NS_PER_MS,
+            total(&report, "tiga_speculated_total")
+        );
+    }
+}
+
 /// Detective rollback: on Tiga's wide-area setting with the leaders apart and four hot keys
 /// per shard, leaders often run a transaction at their own timestamp and then learn that
 /// another leader holds it later; what ran is revoked (its writes were aside) and it runs

@@ -20,7 +20,7 @@
 //! leader, announcing views) is `super::node::manage`; the members are chosen by
 //! [`manager_members`].
 
-use super::view::{leaderless_where, next_view_where, View};
+use super::view::{leaderless_where, measured_mode_change, next_view_where, MeasuredDelays, View};
 use super::Mode;
 use crate::kit::host::StateMachine;
 use crate::NodeContext;
@@ -97,6 +97,16 @@ pub enum ManagerMsg {
         /// The sender's incarnation and its heartbeat's number in it: a member takes a
         /// node's heartbeats in this order only (a late copy must not undo a newer one).
         beat: (u64, u64),
+        /// The one-way delays the sender measured from other server nodes' probes (the
+        /// median of its recent samples per sender, ns; signed, as they include the offset
+        /// between the two nodes' clocks): at most one per node.
+        delays: Vec<(NodeId, i64)>,
+    },
+    /// Server node → every other server node, once per detection timeout: the sender's clock
+    /// at sending, from which the receiver measures the delay between them.
+    Probe {
+        /// The sender's clock when it sent the probe.
+        sent_at: meridian_core::Time,
     },
 }
 
@@ -286,6 +296,30 @@ pub fn next_install(
     Some(ManagerCommand::Install(ViewRecord::of(&next)))
 }
 
+/// What the manager group's leader proposes when every shard's leader may lead on and the
+/// mode is `auto` (`configured`): the same leaders in the other agreement mode, when the
+/// delays `measured` between them call for it ([`measured_mode_change`]); otherwise nothing.
+/// A view's mode is decided from the regions where a delay was not measured yet; this is
+/// where measurements correct it, and where a change of the network shows.
+pub fn next_mode_install(
+    view: &View,
+    topology: &Topology,
+    eligible: &dyn Fn(ShardId, NodeId) -> bool,
+    configured: Mode,
+    measured: &MeasuredDelays,
+) -> Option<ManagerCommand> {
+    if configured != Mode::Auto || !leaderless_where(view, topology, eligible).is_empty() {
+        return None;
+    }
+    let leaders: Vec<NodeId> = (0..topology.shards)
+        .map(ShardId)
+        .filter_map(|s| topology.replica_node(s, view.leader_slot(s, topology.replicas)))
+        .collect();
+    let mode = measured_mode_change(&leaders, view.mode, measured)?;
+    let next = View { global: view.global.checked_add(1)?, local: view.local.clone(), mode };
+    Some(ManagerCommand::Install(ViewRecord::of(&next)))
+}
+
 /// What the manager's leader heard the nodes say in their heartbeats: per node, the global
 /// view it spoke in and the shards it could not lead; and of those, the shards it could lead
 /// as a last resort (it rejoins, but kept the log it held).
@@ -353,6 +387,43 @@ mod tests {
             7,
             crate::Timing::for_network(NS_PER_MS),
         )
+    }
+
+    #[test]
+    fn measured_delays_change_the_mode_of_a_view_whose_leaders_all_stay() {
+        let t = topology();
+        let view = View::initial(t.shards, Mode::Preventive);
+        let everyone = |_: ShardId, _: NodeId| true;
+        let leaders: Vec<NodeId> =
+            (0..t.shards).map(|s| t.replica_node(ShardId(s), 0).unwrap()).collect();
+        let mut measured = MeasuredDelays::default();
+        assert_eq!(next_mode_install(&view, &t, &everyone, Mode::Auto, &measured), None);
+        // The two leaders measured 40 ms apart.
+        let far = 40 * NS_PER_MS as i64;
+        measured.report(leaders[0], &[(leaders[1], far)]);
+        measured.report(leaders[1], &[(leaders[0], far)]);
+        let install = next_mode_install(&view, &t, &everyone, Mode::Auto, &measured).unwrap();
+        let ManagerCommand::Install(record) = &install;
+        assert_eq!(record.global, view.global + 1);
+        assert_eq!(record.local, view.local, "every leader stays");
+        assert!(record.detective);
+        // It applies in turn like any install.
+        let mut machine = ManagerMachine::new(&t, view.clone());
+        machine.apply(install.clone(), false, &mut Outbox::new());
+        assert_eq!(machine.view().mode, Mode::Detective);
+        // A configured mode stays; so does the mode while a leader must be replaced (that
+        // view decides the mode itself).
+        for configured in [Mode::Preventive, Mode::Detective] {
+            assert_eq!(next_mode_install(&view, &t, &everyone, configured, &measured), None);
+        }
+        let leader_dead = |_: ShardId, n: NodeId| n != leaders[0];
+        assert_eq!(next_mode_install(&view, &t, &leader_dead, Mode::Auto, &measured), None);
+        // And a view change the leaders' delays take part in.
+        let install =
+            next_install(&view, &t, &leader_dead, Mode::Auto, |a, b| measured.or_regions(&t, a, b))
+                .unwrap();
+        let ManagerCommand::Install(record) = install;
+        assert_ne!(record.local, view.local);
     }
 
     #[test]

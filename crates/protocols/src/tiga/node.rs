@@ -7078,11 +7078,11 @@ mod tests {
         assert_eq!(counter(&n, "tiga_manager_foreign_total"), 2);
         // A heartbeat at a node outside the group.
         let beat = (0, 1);
-        let stashed = Vec::new();
+        let (stashed, delays) = (Vec::new(), Vec::new());
         send(
             &mut n,
             outsider,
-            ManagerMsg::Heartbeat { view: VIEW, unable: Vec::new(), stashed, beat },
+            ManagerMsg::Heartbeat { view: VIEW, unable: Vec::new(), stashed, beat, delays },
         );
         assert_eq!(counter(&n, "tiga_manager_foreign_total"), 3);
         // The member's view is taken.
@@ -7104,7 +7104,8 @@ mod tests {
         let mut out = Outbox::new();
         let beat_with = |unable, stashed, count| {
             let beat = (0, count);
-            TigaMsg::Manager(ManagerMsg::Heartbeat { view: VIEW, unable, stashed, beat })
+            let delays = Vec::new();
+            TigaMsg::Manager(ManagerMsg::Heartbeat { view: VIEW, unable, stashed, beat, delays })
         };
         let beat = |unable, count| beat_with(unable, Vec::new(), count);
         m.on_message(0, sender, beat(vec![foreign], 1), &mut out);
@@ -7121,6 +7122,45 @@ mod tests {
         assert_eq!(unable(&m), hosted);
         m.on_message(0, sender, beat(Vec::new(), 3), &mut out);
         assert!(unable(&m).is_empty());
+        // Measured delays name server nodes only, at most one entry per server; probes come
+        // from other server nodes only. None of these changes anything.
+        let reporting = |delays: Vec<(NodeId, i64)>, count| {
+            let (unable, stashed, beat) = (Vec::new(), Vec::new(), (0, count));
+            TigaMsg::Manager(ManagerMsg::Heartbeat { view: VIEW, unable, stashed, beat, delays })
+        };
+        let probe = || TigaMsg::Manager(ManagerMsg::Probe { sent_at: 0 });
+        m.on_message(0, sender, reporting(vec![(NodeId(99), 5)], 4), &mut out);
+        let flood = (0..10).map(|i| (NodeId(i % 9), 5)).collect();
+        m.on_message(0, sender, reporting(flood, 5), &mut out);
+        m.on_message(0, NodeId(99), probe(), &mut out);
+        m.on_message(0, members[0], probe(), &mut out);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 7);
+        let between = |m: &TigaNode, a, b| m.manager.as_ref().unwrap().measured_between(a, b);
+        assert_eq!(between(&m, members[1], sender), None);
+        // Well-formed reports: the delay from members[1] to the sender as the sender saw it,
+        // and back.
+        m.on_message(0, sender, reporting(vec![(members[1], 7_000)], 6), &mut out);
+        let back = TigaMsg::Manager(ManagerMsg::Heartbeat {
+            view: VIEW,
+            unable: Vec::new(),
+            stashed: Vec::new(),
+            beat: (0, 1),
+            delays: vec![(sender, 3_000)],
+        });
+        m.on_message(0, members[1], back, &mut out);
+        assert_eq!(between(&m, members[1], sender), Some(5_000));
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 7);
+        // A probe from a server is a sample at the receiver (it reports from three on).
+        for at in [10, 20, 30] {
+            m.on_message(
+                at + 4_000,
+                sender,
+                TigaMsg::Manager(ManagerMsg::Probe { sent_at: at }),
+                &mut out,
+            );
+        }
+        assert_eq!(m.manager.as_ref().unwrap().probe_report(), vec![(sender, 4_000)]);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 7);
         assert!(m.manager.as_ref().unwrap().is_member());
         // A member restarted without its group's records (nothing kept across restarts)
         // sits the group out: with its votes forgotten it could elect a second leader.

@@ -12,7 +12,10 @@
 //! shard takes its live replica there, or else its lowest live replica. A shard whose leader
 //! lives keeps it unless moving it is what co-locates the leaders. In `auto` mode the manager
 //! picks preventive agreement when the leaders are within the co-location delay of each
-//! other, detective otherwise.
+//! other, detective otherwise, by the delays the server nodes measured between one another
+//! ([`MeasuredDelays`]; by the regions for a pair not measured yet), and changes the mode of
+//! a view whose leaders stay once the measured delays leave a band around that delay
+//! ([`measured_mode_change`]).
 //!
 //! Everything here is a pure function of the view, the topology, what is alive and the
 //! measured delays, so every member of the manager's group computes the same next view from
@@ -26,6 +29,120 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Leaders whose largest one-way delay to each other is at most this agree before executing
 /// (preventive mode) when the mode is `auto` (Tiga uses about 10 ms).
 pub const COLOCATED_OWD_NS_MAX: u64 = 10 * meridian_core::time::NS_PER_MS;
+/// A view whose leaders stay changes mode only past a band around the co-location delay:
+/// preventive leaders turn detective once some two are further apart than this, detective
+/// ones preventive once all are within [`COLOCATED_OWD_NS_MAX`], so delays that hover near
+/// the threshold do not flip the mode back and forth (each flip is a view change).
+pub const APART_OWD_NS_MIN: u64 = 2 * COLOCATED_OWD_NS_MAX;
+const _: () = assert!(APART_OWD_NS_MIN > COLOCATED_OWD_NS_MAX);
+
+/// Probe samples a node keeps per sender (the newest).
+pub const PROBE_SAMPLES_MAX: usize = 16;
+/// Samples a node needs from a sender before it reports a delay from it.
+pub const PROBE_SAMPLES_MIN: usize = 3;
+const _: () = assert!(PROBE_SAMPLES_MIN >= 1 && PROBE_SAMPLES_MIN <= PROBE_SAMPLES_MAX);
+
+/// One-way delays a node measured from the other server nodes: each probe carries its
+/// sender's clock at sending, and a sample is the receiver's clock at arrival minus it. Clocks
+/// are loosely synchronised, so a sample includes the offset between the two clocks and may
+/// be negative; it is kept signed, so that the two directions of a link, averaged, cancel the
+/// offset ([`MeasuredDelays::between`]).
+#[derive(Clone, Debug, Default)]
+pub struct ProbeDelays {
+    samples: BTreeMap<NodeId, std::collections::VecDeque<i64>>,
+}
+
+impl ProbeDelays {
+    /// A probe `from` sent at `sent_at` (its clock) arrived at `now` (this node's clock). The
+    /// caller checks that `from` is a server node: the map holds one entry per sender.
+    pub fn observe(&mut self, from: NodeId, sent_at: Time, now: Time) {
+        let samples = self.samples.entry(from).or_default();
+        if samples.len() == PROBE_SAMPLES_MAX {
+            samples.pop_front();
+        }
+        let offset = i128::from(now) - i128::from(sent_at);
+        samples.push_back(offset.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64);
+    }
+
+    /// The median delay from every sender heard [`PROBE_SAMPLES_MIN`] times, for the
+    /// heartbeat.
+    pub fn report(&self) -> Vec<(NodeId, i64)> {
+        self.samples
+            .iter()
+            .filter(|(_, s)| s.len() >= PROBE_SAMPLES_MIN)
+            .map(|(&from, s)| {
+                let mut sorted: Vec<i64> = s.iter().copied().collect();
+                sorted.sort_unstable();
+                (from, sorted[sorted.len() / 2])
+            })
+            .collect()
+    }
+}
+
+/// What the manager heard of the delays between server nodes: per directed pair (sender,
+/// receiver), the receiver's latest report (signed: it includes the clocks' offset).
+#[derive(Clone, Debug, Default)]
+pub struct MeasuredDelays {
+    one_way: BTreeMap<(NodeId, NodeId), i64>,
+}
+
+impl MeasuredDelays {
+    /// `receiver`'s report (its heartbeat's delays) replaces its previous one. The caller
+    /// checks the nodes named.
+    pub fn report(&mut self, receiver: NodeId, delays: &[(NodeId, i64)]) {
+        self.one_way.retain(|&(_, to), _| to != receiver);
+        for &(from, ns) in delays {
+            if from != receiver {
+                self.one_way.insert((from, receiver), ns);
+            }
+        }
+    }
+
+    /// The one-way delay between `a` and `b` once both directions were measured: their mean,
+    /// in which the offset between the two clocks cancels (one direction alone says little
+    /// where clocks are tens of milliseconds apart).
+    pub fn between(&self, a: NodeId, b: NodeId) -> Option<u64> {
+        let (&ab, &ba) = (self.one_way.get(&(a, b))?, self.one_way.get(&(b, a))?);
+        let mean = (i128::from(ab) + i128::from(ba)) / 2;
+        Some(mean.clamp(0, i128::from(u64::MAX)) as u64)
+    }
+
+    /// The delay between two nodes as the manager takes it: measured where it was, else by
+    /// the topology's regions (none within one region, unbounded across two).
+    pub fn or_regions(&self, topology: &Topology, a: NodeId, b: NodeId) -> u64 {
+        self.between(a, b).unwrap_or_else(|| {
+            if topology.region_of(a) == topology.region_of(b) {
+                0
+            } else {
+                u64::MAX
+            }
+        })
+    }
+}
+
+/// The mode a view whose `leaders` stay should change to, by the `measured` delays between
+/// them: `None` while some two of them were not measured, or while the largest delay is
+/// inside the band between [`COLOCATED_OWD_NS_MAX`] and [`APART_OWD_NS_MIN`], or when it says
+/// `current` already.
+pub fn measured_mode_change(
+    leaders: &[NodeId],
+    current: Mode,
+    measured: &MeasuredDelays,
+) -> Option<Mode> {
+    let mut spread = 0;
+    for (i, &a) in leaders.iter().enumerate() {
+        for &b in &leaders[i + 1..] {
+            if a != b {
+                spread = spread.max(measured.between(a, b)?);
+            }
+        }
+    }
+    match current {
+        Mode::Preventive if spread > APART_OWD_NS_MIN => Some(Mode::Detective),
+        Mode::Detective if spread <= COLOCATED_OWD_NS_MAX => Some(Mode::Preventive),
+        _ => None,
+    }
+}
 
 /// Who leads every shard, and how leaders agree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -304,5 +421,83 @@ mod tests {
         let nodes = [NodeId(0), NodeId(1), NodeId(2)];
         assert_eq!(beats.alive(&nodes, 120, 0, 30), [NodeId(0)].into());
         assert_eq!(beats.alive(&nodes, 120, 100, 30), [NodeId(0), NodeId(2)].into(), "2 is new");
+    }
+
+    #[test]
+    fn probes_report_the_median_of_recent_samples_once_there_are_enough() {
+        let mut probes = ProbeDelays::default();
+        let (a, b) = (NodeId(1), NodeId(2));
+        probes.observe(a, 100, 130);
+        probes.observe(a, 200, 210);
+        assert_eq!(probes.report(), [], "two samples are too few");
+        probes.observe(a, 300, 350);
+        // A sample from a clock ahead of the receiver's is negative.
+        for at in [500, 600, 700] {
+            probes.observe(b, at, at - 100);
+        }
+        assert_eq!(probes.report(), [(a, 30), (b, -100)]);
+        // Only the newest samples count: a slower link shows once they fill the window.
+        for i in 0..PROBE_SAMPLES_MAX as u64 {
+            probes.observe(a, i * 1_000, i * 1_000 + 900);
+        }
+        assert_eq!(probes.report(), [(a, 900), (b, -100)]);
+    }
+
+    #[test]
+    fn measured_delays_cancel_clock_offsets_and_the_regions_stand_in_for_the_rest() {
+        let t = Topology::standard(vec!["a".into(), "b".into(), "c".into()], 2, 3).unwrap();
+        let mut measured = MeasuredDelays::default();
+        let (a, b) = (NodeId(0), NodeId(1));
+        // b's clock is 8 ms ahead of a's; the link takes 5 ms either way.
+        let ms = |n: i64| n * NS_PER_MS as i64;
+        measured.report(b, &[(a, ms(13))]);
+        assert_eq!(measured.between(a, b), None, "one direction only");
+        measured.report(a, &[(b, ms(-3))]);
+        assert_eq!(measured.between(a, b), Some(5 * NS_PER_MS));
+        assert_eq!(measured.between(b, a), Some(5 * NS_PER_MS));
+        assert_eq!(measured.or_regions(&t, a, b), 5 * NS_PER_MS);
+        // A new report replaces the receiver's old one whole.
+        measured.report(a, &[]);
+        assert_eq!(measured.between(a, b), None);
+        // Unmeasured pairs: none within a region, unbounded across regions.
+        let (c, d) = (NodeId(5), NodeId(4));
+        assert_eq!(t.region_of(c), t.region_of(NodeId(0)), "shard 1's replica 2 sits in a");
+        assert_ne!(t.region_of(c), t.region_of(d));
+        assert_eq!(measured.or_regions(&t, NodeId(0), c), 0);
+        assert_eq!(measured.or_regions(&t, c, d), u64::MAX);
+    }
+
+    #[test]
+    fn a_mode_changes_only_past_the_band_and_only_with_every_pair_measured() {
+        let leaders = [NodeId(0), NodeId(3), NodeId(6)];
+        let mut measured = MeasuredDelays::default();
+        let all = |measured: &mut MeasuredDelays, ms: u64| {
+            for &to in &leaders {
+                let from: Vec<(NodeId, i64)> = leaders
+                    .iter()
+                    .filter(|&&f| f != to)
+                    .map(|&f| (f, (ms * NS_PER_MS) as i64))
+                    .collect();
+                measured.report(to, &from);
+            }
+        };
+        measured.report(NodeId(3), &[(NodeId(0), 50 * NS_PER_MS as i64)]);
+        let change = |m: &MeasuredDelays, current| measured_mode_change(&leaders, current, m);
+        assert_eq!(change(&measured, Mode::Preventive), None, "some pairs not measured");
+        all(&mut measured, 50);
+        assert_eq!(change(&measured, Mode::Preventive), Some(Mode::Detective));
+        assert_eq!(change(&measured, Mode::Detective), None, "already");
+        // Inside the band neither mode moves.
+        all(&mut measured, 15);
+        assert_eq!(change(&measured, Mode::Preventive), None);
+        assert_eq!(change(&measured, Mode::Detective), None);
+        all(&mut measured, 2);
+        assert_eq!(change(&measured, Mode::Detective), Some(Mode::Preventive));
+        assert_eq!(change(&measured, Mode::Preventive), None);
+        // One far pair is enough to be apart.
+        let (far, near) = (60 * NS_PER_MS as i64, NS_PER_MS as i64);
+        measured.report(NodeId(6), &[(NodeId(0), far), (NodeId(3), near)]);
+        measured.report(NodeId(0), &[(NodeId(6), far), (NodeId(3), near)]);
+        assert_eq!(change(&measured, Mode::Preventive), Some(Mode::Detective));
     }
 }

@@ -21,9 +21,15 @@
 //! - The group's **leader** keeps the heartbeats it hears. Once a shard leader of the
 //!   manager's view has been silent for the detection timeout (`tiga-detect-ms`, counted
 //!   from when this member took the group's lead, so a fresh leader deposes no one early),
-//!   it proposes the next view ([`next_install`]) in the current view's mode (a change of
-//!   agreement mode is not built: nodes refuse one). A proposal not applied within another
-//!   timeout is made again; a stale one (of a deposed group leader) is skipped when applied.
+//!   it proposes the next view ([`next_install`]); with `auto` its mode comes from the delays
+//!   measured between its leaders. While every leader may lead on, it proposes a view that
+//!   only changes the mode when those delays call for it ([`next_mode_install`]). A proposal
+//!   not applied within another timeout is made again; a stale one (of a deposed group
+//!   leader) is skipped when applied.
+//! - Once per detection timeout every server node sends every other one a **probe** carrying
+//!   its clock; the receiver keeps the last few samples per sender and its heartbeats report
+//!   their medians, from which the group's leader takes the delay between two nodes
+//!   ([`crate::tiga::view::MeasuredDelays`]).
 //! - Every member applies installs in log order and takes each applied view itself at its
 //!   next tick; the leader **announces** each to every node, and answers a heartbeat that carries an older view with the current one (an
 //!   announcement lost, or a node that restarted in the view its journal held).
@@ -40,11 +46,12 @@
 
 use super::*;
 use crate::kit::host::Hosts;
+use crate::tiga::manager::next_mode_install;
 use crate::tiga::manager::{
     manager_members, manager_topology, may_lead, next_install, server_nodes, ManagerMachine,
     ManagerMsg, Said, ViewRecord,
 };
-use crate::tiga::view::Heartbeats;
+use crate::tiga::view::{Heartbeats, MeasuredDelays, ProbeDelays};
 use crate::Durable;
 
 /// The manager's persist tokens start here; the journal's count from 0 and never reach it.
@@ -80,6 +87,11 @@ pub(super) struct Managing {
     beats: BTreeMap<NodeId, (u64, u64)>,
     /// This node's heartbeats sent in this incarnation.
     beats_sent: u64,
+    /// The delays this node measured from the other server nodes' probes.
+    probes: ProbeDelays,
+    /// The delays between server nodes their heartbeats reported (kept on every member;
+    /// the group's leader decides `auto` modes by them).
+    measured: MeasuredDelays,
     /// The global number of the starting view.
     start_global: u64,
     /// When this member last took the group's lead (none while it does not lead).
@@ -97,6 +109,8 @@ pub(super) struct Managing {
     ticks_per_beat: u64,
     ticks: u64,
     proposed_total: u64,
+    /// Of those, views that only change the agreement mode.
+    mode_proposed_total: u64,
     views_sent_total: u64,
     foreign_total: u64,
 }
@@ -117,6 +131,18 @@ impl Managing {
     #[cfg(test)]
     pub(super) fn is_member(&self) -> bool {
         self.host.is_some()
+    }
+
+    /// The delay between two server nodes as the heartbeats reported it (tests).
+    #[cfg(test)]
+    pub(super) fn measured_between(&self, a: NodeId, b: NodeId) -> Option<u64> {
+        self.measured.between(a, b)
+    }
+
+    /// What this node's next heartbeat reports of the probes it received (tests).
+    #[cfg(test)]
+    pub(super) fn probe_report(&self) -> Vec<(NodeId, i64)> {
+        self.probes.report()
     }
 
     /// The shards `node`'s latest heartbeat said it could not lead (tests).
@@ -182,6 +208,8 @@ impl TigaNode {
             stashed: BTreeMap::new(),
             beats: BTreeMap::new(),
             beats_sent: 0,
+            probes: ProbeDelays::default(),
+            measured: MeasuredDelays::default(),
             start_global: start.global,
             leading_since: None,
             proposed: None,
@@ -192,6 +220,7 @@ impl TigaNode {
             ticks_per_beat: (detect_ns / BEATS_PER_TIMEOUT / tick_ns).max(1),
             ticks: 0,
             proposed_total: 0,
+            mode_proposed_total: 0,
             views_sent_total: 0,
             foreign_total: 0,
         }));
@@ -264,14 +293,25 @@ impl TigaNode {
                 .collect();
             m.beats_sent += 1;
             let beat = (incarnation, m.beats_sent);
+            let delays = m.probes.report();
             for &member in &m.members {
                 if member == me {
                     m.heartbeats.heard(me, now);
                     m.unable.insert(me, (view, unable.clone()));
                     m.stashed.insert(me, stashed.clone());
+                    m.measured.report(me, &delays);
                 } else {
-                    let (unable, stashed) = (unable.clone(), stashed.clone());
-                    m.out.send(member, ManagerMsg::Heartbeat { view, unable, stashed, beat });
+                    let (unable, stashed, delays) =
+                        (unable.clone(), stashed.clone(), delays.clone());
+                    let heartbeat = ManagerMsg::Heartbeat { view, unable, stashed, beat, delays };
+                    m.out.send(member, heartbeat);
+                }
+            }
+            // Once per detection timeout, the server nodes probe one another for the delays
+            // between them (`auto` decides a view's mode by them).
+            if m.beats_sent % BEATS_PER_TIMEOUT == 1 && m.servers.contains(&me) {
+                for &server in m.servers.iter().filter(|&&s| s != me) {
+                    m.out.send(server, ManagerMsg::Probe { sent_at: now });
                 }
             }
         }
@@ -289,19 +329,28 @@ impl TigaNode {
         let eligible = |shard: ShardId, node: NodeId| {
             may_lead(&current, topology, &alive, said, (shard, node))
         };
-        // In `auto` mode the next view's leaders agree before executing when they sit in
-        // one region and detect afterwards when they do not (as the starting view decides:
-        // the manager measures no delays between leaders). Nothing while every leader lives
-        // and can lead, or while some shard has no replica to lead it.
-        let apart = |a: NodeId, b: NodeId| {
-            if topology.region_of(a) == topology.region_of(b) {
-                0
-            } else {
-                u64::MAX
+        // In `auto` mode the next view's leaders agree before executing when they are
+        // within the co-location delay of one another and detect afterwards when they are
+        // not, by the delays the nodes measured (by the regions where none was measured
+        // yet). While every leader lives and can lead, a view only changes the mode, when
+        // the measured delays call for it; nothing while some shard has no replica to lead.
+        let measured = &m.measured;
+        let apart = |a: NodeId, b: NodeId| measured.or_regions(topology, a, b);
+        let mode_only;
+        let install = match next_install(&current, topology, &eligible, m.mode, apart) {
+            Some(install) => {
+                mode_only = false;
+                install
             }
-        };
-        let Some(install) = next_install(&current, topology, &eligible, m.mode, apart) else {
-            return;
+            None => {
+                // A fresh group leader waits a detection timeout first, as for a deposition:
+                // the heartbeats it holds may be older than the view.
+                let settled = now.saturating_sub(since) >= m.detect_ns;
+                let next = next_mode_install(&current, topology, &eligible, m.mode, measured);
+                let Some(install) = next.filter(|_| settled) else { return };
+                mode_only = true;
+                install
+            }
         };
         let again = m.proposed.is_none_or(|(global, at)| {
             global != current.global + 1 || now.saturating_sub(at) >= m.detect_ns
@@ -310,6 +359,7 @@ impl TigaNode {
             host.flush(&mut m.out);
             m.proposed = Some((current.global + 1, now));
             m.proposed_total += 1;
+            m.mode_proposed_total += u64::from(mode_only);
         }
     }
 
@@ -334,17 +384,20 @@ impl TigaNode {
                 }
                 None => m.foreign_total += 1,
             },
-            ManagerMsg::Heartbeat { view, unable, stashed, beat } => {
+            ManagerMsg::Heartbeat { view, unable, stashed, beat, delays } => {
                 let Some(host) = m.host.as_ref() else {
                     m.foreign_total += 1;
                     return;
                 };
                 let topology = &self.context.topology;
                 let hosts = |s: &ShardId| topology.shard_nodes(*s).contains(&from);
+                let server = |n: &NodeId| m.servers.contains(n);
                 if from.0 as usize >= topology.nodes.len()
                     || unable.len() > topology.shards as usize
                     || !unable.iter().all(hosts)
                     || !stashed.iter().all(|s| unable.contains(s))
+                    || delays.len() > m.servers.len()
+                    || !delays.iter().all(|(n, _)| server(n))
                 {
                     m.foreign_total += 1;
                     return;
@@ -356,6 +409,9 @@ impl TigaNode {
                 m.heartbeats.heard(from, now);
                 m.unable.insert(from, (view, unable));
                 m.stashed.insert(from, stashed);
+                if m.servers.contains(&from) {
+                    m.measured.report(from, &delays);
+                }
                 if !host.leads(ShardId(0)) {
                     return;
                 }
@@ -363,6 +419,13 @@ impl TigaNode {
                 if view < current.global {
                     m.out.send(from, ManagerMsg::View(ViewRecord::of(current)));
                 }
+            }
+            ManagerMsg::Probe { sent_at } => {
+                if from == self.context.id || !m.servers.contains(&from) {
+                    m.foreign_total += 1;
+                    return;
+                }
+                m.probes.observe(from, sent_at, now);
             }
             ManagerMsg::View(record) => {
                 let shards = self.context.topology.shards;
@@ -414,7 +477,7 @@ impl TigaNode {
     }
 
     /// The manager's counters (zero where the node takes no part).
-    pub(super) fn manager_counters(&self) -> [(&'static str, u64); 5] {
+    pub(super) fn manager_counters(&self) -> [(&'static str, u64); 6] {
         let m = self.manager.as_deref();
         let host = m.and_then(|m| m.host.as_ref());
         let leads = host.is_some_and(|h| h.leads(ShardId(0)));
@@ -428,6 +491,7 @@ impl TigaNode {
                 "tiga_manager_leads",
                 "tiga_manager_views_applied_total",
                 "tiga_manager_proposed_total",
+                "tiga_manager_mode_proposed_total",
                 "tiga_manager_views_sent_total",
                 "tiga_manager_foreign_total",
             ],
@@ -435,6 +499,7 @@ impl TigaNode {
                 "luigi_manager_leads",
                 "luigi_manager_views_applied_total",
                 "luigi_manager_proposed_total",
+                "luigi_manager_mode_proposed_total",
                 "luigi_manager_views_sent_total",
                 "luigi_manager_foreign_total",
             ],
@@ -443,6 +508,7 @@ impl TigaNode {
             u64::from(leads),
             applied,
             m.map_or(0, |m| m.proposed_total),
+            m.map_or(0, |m| m.mode_proposed_total),
             m.map_or(0, |m| m.views_sent_total),
             m.map_or(0, |m| m.foreign_total),
         ];
