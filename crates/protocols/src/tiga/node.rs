@@ -250,6 +250,12 @@ pub enum TigaMsg {
         shard: ShardId,
         /// The leader's timestamp for it.
         ts: Timestamp,
+        /// How long the body took to arrive, where the follower received it from the
+        /// coordinator. A follower whose clock lags its leader's by more than the delay
+        /// between them places every transaction by the leader's log before its own clock
+        /// releases it, so it never replies fast: without this its coordinator would never
+        /// learn the delay to it and would keep stamping with the initial estimate.
+        owd_ns: Option<u64>,
     },
     /// Leader → participant leader: where `from` holds `txn`.
     Propose {
@@ -1949,13 +1955,16 @@ impl TigaNode {
         out: &mut Outbox<TigaMsg>,
     ) {
         let (txn, shard, ts, hash) = reply;
+        // A sample of the delay to `from` whether or not the transaction is decided: a
+        // replica that replies only after the slow path committed is still one the next
+        // timestamps must wait for.
+        self.tracker.observe(from, owd_ns);
         let Some(&id) = self.by_txn.get(&txn) else {
             // Decided already: on the slow path, the tracker counts a super quorum matching
             // after all.
             let _ = self.tracker.on_fast(from, txn, shard, ts, hash);
             return;
         };
-        self.tracker.observe(from, owd_ns);
         let from_leader = self.leader_of(shard) == Some(from);
         if from_leader && result.is_none() {
             return; // A leader's fast reply carries its shard's result: malformed.
@@ -2442,7 +2451,7 @@ impl TigaNode {
                     // Luigi followers answer their leader only (acknowledgements).
                 }
                 Action::SlowReply { txn, ts } => {
-                    let msg = TigaMsg::Slow { view: self.view.global, txn, shard, ts };
+                    let msg = slow_reply(self.view.global, host, txn, ts);
                     reply(host, txn, msg, out);
                 }
                 Action::Superseded { dropped } => {
@@ -3460,7 +3469,8 @@ impl TigaNode {
                     let floors = &self.decided_floors;
                     for (txn, ts) in host.replica.follower_entries(from, end) {
                         if !is_decided(floors, txn) {
-                            reply(host, txn, TigaMsg::Slow { view, txn, shard, ts }, out);
+                            let msg = slow_reply(view, host, txn, ts);
+                            reply(host, txn, msg, out);
                         }
                     }
                 }
@@ -3872,6 +3882,15 @@ fn refresh_owd(msg: TigaMsg, owd: u64) -> TigaMsg {
 
 /// Sends `msg` to `txn`'s coordinator and remembers it (the last one sent) to repeat on a
 /// resend, forgetting the oldest beyond the bound.
+/// A follower's slow reply for `txn` at `ts` in global view `view`, with the delay its body
+/// took to arrive where the follower has it and its fast reply did not carry it already (a
+/// sample counted twice would halve the window the estimate spans).
+fn slow_reply(view: u64, host: &Hosted, txn: TxnId, ts: Timestamp) -> TigaMsg {
+    let replied_fast = matches!(host.answers.get(&txn), Some(TigaMsg::Fast { .. }));
+    let owd_ns = host.bodies.get(&txn).filter(|_| !replied_fast).map(|known| known.owd_ns);
+    TigaMsg::Slow { view, txn, shard: host.shard, ts, owd_ns }
+}
+
 fn reply(host: &mut Hosted, txn: TxnId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
     if !host.quiet {
         out.send(txn.origin, msg.clone());
@@ -5269,7 +5288,8 @@ impl TigaNode {
                 match (action, variant) {
                     // Luigi followers answer their leader only (acknowledgements).
                     (Action::SlowReply { txn, ts }, Variant::Tiga) => {
-                        reply(host, txn, TigaMsg::Slow { view, txn, shard, ts }, &mut scratch);
+                        let msg = slow_reply(view, host, txn, ts);
+                        reply(host, txn, msg, &mut scratch);
                     }
                     (Action::Superseded { dropped }, _) => {
                         host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
@@ -5337,7 +5357,10 @@ impl TigaNode {
             TigaMsg::Fast { txn, shard, ts, hash, owd_ns, result, .. } => {
                 self.on_fast(from, (txn, shard, ts, hash), owd_ns, result, out);
             }
-            TigaMsg::Slow { txn, shard, ts, .. } => {
+            TigaMsg::Slow { txn, shard, ts, owd_ns, .. } => {
+                if let Some(owd_ns) = owd_ns {
+                    self.tracker.observe(from, owd_ns);
+                }
                 if let Some(decided) = self.tracker.on_slow(from, txn, shard, ts) {
                     self.on_decided(decided, out);
                 }
@@ -5878,7 +5901,7 @@ mod tests {
                 result: Some(ShardResult::Ran(Vec::new())),
             };
             coordinator.on_message(2_000, NodeId(1), reply, &mut out);
-            let slow = TigaMsg::Slow { view: VIEW, txn, shard, ts: Timestamp(5) };
+            let slow = TigaMsg::Slow { view: VIEW, txn, shard, ts: Timestamp(5), owd_ns: None };
             coordinator.on_message(2_000, NodeId(1), slow, &mut out);
         }
         assert_eq!(coordinator.requests.len(), 1, "still in flight, nothing decided");
@@ -6395,7 +6418,13 @@ mod tests {
                 fetch: vec![txn(4)],
             },
             TigaMsg::GetBody { view: VIEW, txn: txn(5) },
-            TigaMsg::Slow { view: VIEW, txn: txn(6), shard: ShardId(2), ts: Timestamp(1) },
+            TigaMsg::Slow {
+                view: VIEW,
+                txn: txn(6),
+                shard: ShardId(2),
+                ts: Timestamp(1),
+                owd_ns: None,
+            },
             // A promise for another shard from a node that does not lead it, one for the
             // shard this node leads, and one for a shard that does not exist.
             TigaMsg::PeerClosed { view: VIEW, shard: ShardId(1), ts: Timestamp::MAX },
@@ -7737,7 +7766,13 @@ mod tests {
         let kept = [id(1, 0), id(1, 1), id(1, 2), id(1, 6), id(1, 7), id(1, 9), id(2, 0)];
         let host = replica.hosted.get_mut(&ShardId(0)).unwrap();
         for &txn in &kept {
-            let slow = TigaMsg::Slow { view: VIEW, txn, shard: ShardId(0), ts: Timestamp(1) };
+            let slow = TigaMsg::Slow {
+                view: VIEW,
+                txn,
+                shard: ShardId(0),
+                ts: Timestamp(1),
+                owd_ns: None,
+            };
             reply(host, txn, slow, &mut Outbox::new());
         }
         let mut generator = workload.generator(0, 0);
@@ -7771,7 +7806,13 @@ mod tests {
         let host = replica.hosted.get_mut(&ShardId(0)).unwrap();
         for seq in 100..5_100 {
             let txn = id(1, seq);
-            let slow = TigaMsg::Slow { view: VIEW, txn, shard: ShardId(0), ts: Timestamp(1) };
+            let slow = TigaMsg::Slow {
+                view: VIEW,
+                txn,
+                shard: ShardId(0),
+                ts: Timestamp(1),
+                owd_ns: None,
+            };
             reply(host, txn, slow, &mut Outbox::new());
             forget_decided_answers(host, id(1, seq + 1), seq + 1);
         }
