@@ -99,7 +99,7 @@ pub enum ManagerMsg {
         beat: (u64, u64),
         /// The one-way delays the sender measured from other server nodes' probes (the
         /// median of its recent samples per sender, ns; signed, as they include the offset
-        /// between the two nodes' clocks): at most one per node.
+        /// between the two nodes' clocks), by increasing node id: at most one per node.
         delays: Vec<(NodeId, i64)>,
     },
     /// Server node → every other server node, once per detection timeout: the sender's clock
@@ -424,6 +424,13 @@ mod tests {
                 .unwrap();
         let ManagerCommand::Install(record) = install;
         assert_ne!(record.local, view.local);
+        let next = record.view();
+        let new_leaders: Vec<NodeId> = (0..t.shards)
+            .map(|s| t.replica_node(ShardId(s), next.leader_slot(ShardId(s), 3)).unwrap())
+            .collect();
+        // The pair measured goes by its delay, any other by the regions.
+        let apart = measured.or_regions(&t, new_leaders[0], new_leaders[1]) > 10 * NS_PER_MS;
+        assert_eq!(record.detective, apart, "{new_leaders:?}");
     }
 
     #[test]

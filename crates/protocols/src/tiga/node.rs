@@ -235,8 +235,9 @@ pub enum TigaMsg {
         ts: Timestamp,
         /// The replica's log hash over the transaction's keys.
         hash: u64,
-        /// How long the body took to arrive (the replica's clock minus the send time).
-        owd_ns: u64,
+        /// How long the body took to arrive (the replica's clock minus the send time), where
+        /// the replica received it from the coordinator and no earlier reply carried it.
+        owd_ns: Option<u64>,
         /// The shard's result: leaders only.
         result: Option<ShardResult>,
     },
@@ -250,11 +251,11 @@ pub enum TigaMsg {
         shard: ShardId,
         /// The leader's timestamp for it.
         ts: Timestamp,
-        /// How long the body took to arrive, where the follower received it from the
-        /// coordinator. A follower whose clock lags its leader's by more than the delay
-        /// between them places every transaction by the leader's log before its own clock
-        /// releases it, so it never replies fast: without this its coordinator would never
-        /// learn the delay to it and would keep stamping with the initial estimate.
+        /// As for a fast reply: a follower's first reply for a transaction carries the delay.
+        /// A follower whose clock lags its leader's by more than the delay between them
+        /// places every transaction by the leader's log before its own clock releases it, so
+        /// it never replies fast: without this its coordinator would never learn the delay
+        /// to it and would keep stamping with the initial estimate.
         owd_ns: Option<u64>,
     },
     /// Leader → participant leader: where `from` holds `txn`.
@@ -845,8 +846,10 @@ pub fn check_request(context: &NodeContext, request: &TxnRequest) -> Result<(), 
 #[derive(Debug)]
 struct Known {
     body: Arc<TxnBody>,
-    /// How long the copy that brought it took to arrive (replies carry it).
-    owd_ns: u64,
+    /// How long the copy its coordinator sent took to arrive, until a reply carried it (a
+    /// follower's first reply takes it; a leader's only reply reads it); none for a body
+    /// that came from elsewhere (a peer, the journal, a view change).
+    owd_ns: Option<u64>,
     part: Part,
     shards: Vec<ShardId>,
 }
@@ -1950,7 +1953,7 @@ impl TigaNode {
         &mut self,
         from: NodeId,
         reply: (TxnId, ShardId, Timestamp, u64),
-        owd_ns: u64,
+        owd_ns: Option<u64>,
         result: Option<ShardResult>,
         out: &mut Outbox<TigaMsg>,
     ) {
@@ -1958,7 +1961,9 @@ impl TigaNode {
         // A sample of the delay to `from` whether or not the transaction is decided: a
         // replica that replies only after the slow path committed is still one the next
         // timestamps must wait for.
-        self.tracker.observe(from, owd_ns);
+        if let Some(owd_ns) = owd_ns {
+            self.tracker.observe(from, owd_ns);
+        }
         let Some(&id) = self.by_txn.get(&txn) else {
             // Decided already: on the slow path, the tracker counts a super quorum matching
             // after all.
@@ -2062,7 +2067,8 @@ impl TigaNode {
             note_decided(&mut self.decided_floors, body.txn, body.decided_below);
         }
         let body = Arc::new(body);
-        let owd_ns = now.saturating_sub(body.sent_at);
+        // A sample of the delay from the coordinator only where it sent this copy.
+        let owd_ns = (from == body.txn.origin).then(|| now.saturating_sub(body.sent_at));
         let from_peer_leader = shards.iter().any(|&s| self.is_leader_node(s, from));
         let hosted_shards: Vec<ShardId> =
             shards.iter().copied().filter(|s| self.hosted.contains_key(s)).collect();
@@ -2208,8 +2214,12 @@ impl TigaNode {
                 self.counts.dropped_total += 1;
                 continue;
             }
-            let known =
-                Known { body: body.clone(), owd_ns, part: part.clone(), shards: shards.clone() };
+            let known = Known {
+                body: body.clone(),
+                owd_ns: Some(owd_ns),
+                part: part.clone(),
+                shards: shards.clone(),
+            };
             host.snapshots.entry(key).or_insert(known);
         }
         self.serve_snapshots(now, out);
@@ -2256,7 +2266,7 @@ impl TigaNode {
                 if txn.origin == me {
                     local.push((txn, shard, result));
                 } else {
-                    let owd_ns = known.owd_ns;
+                    let owd_ns = known.owd_ns.unwrap_or(0);
                     out.send(
                         txn.origin,
                         TigaMsg::SnapReply { view: self.view.global, txn, shard, result, owd_ns },
@@ -2429,8 +2439,8 @@ impl TigaNode {
                         }
                         continue;
                     }
-                    let Some(known) = host.bodies.get(&txn) else { continue };
-                    let owd_ns = known.owd_ns;
+                    let Some(known) = host.bodies.get_mut(&txn) else { continue };
+                    let owd_ns = known.owd_ns.take();
                     if !host.quiet {
                         // What this reply vouches for is durable before it goes.
                         let body = (*known.body).clone();
@@ -3870,27 +3880,30 @@ fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
     closed.max(host.promised)
 }
 
-/// A remembered fast reply sent again carries the delay of the copy it answers.
-fn refresh_owd(msg: TigaMsg, owd: u64) -> TigaMsg {
+/// A remembered reply sent again carries the delay of the copy it answers (none where that
+/// copy came from elsewhere than the coordinator): one sample per copy.
+fn refresh_owd(msg: TigaMsg, owd: Option<u64>) -> TigaMsg {
     match msg {
         TigaMsg::Fast { view, txn, shard, ts, hash, result, .. } => {
             TigaMsg::Fast { view, txn, shard, ts, hash, owd_ns: owd, result }
+        }
+        TigaMsg::Slow { view, txn, shard, ts, .. } => {
+            TigaMsg::Slow { view, txn, shard, ts, owd_ns: owd }
         }
         other => other,
     }
 }
 
-/// Sends `msg` to `txn`'s coordinator and remembers it (the last one sent) to repeat on a
-/// resend, forgetting the oldest beyond the bound.
 /// A follower's slow reply for `txn` at `ts` in global view `view`, with the delay its body
-/// took to arrive where the follower has it and its fast reply did not carry it already (a
-/// sample counted twice would halve the window the estimate spans).
-fn slow_reply(view: u64, host: &Hosted, txn: TxnId, ts: Timestamp) -> TigaMsg {
-    let replied_fast = matches!(host.answers.get(&txn), Some(TigaMsg::Fast { .. }));
-    let owd_ns = host.bodies.get(&txn).filter(|_| !replied_fast).map(|known| known.owd_ns);
+/// took to arrive if no earlier reply carried it (a sample counted twice would halve the
+/// window the estimate spans).
+fn slow_reply(view: u64, host: &mut Hosted, txn: TxnId, ts: Timestamp) -> TigaMsg {
+    let owd_ns = host.bodies.get_mut(&txn).and_then(|known| known.owd_ns.take());
     TigaMsg::Slow { view, txn, shard: host.shard, ts, owd_ns }
 }
 
+/// Sends `msg` to `txn`'s coordinator and remembers it (the last one sent) to repeat on a
+/// resend, forgetting the oldest beyond the bound.
 fn reply(host: &mut Hosted, txn: TxnId, msg: TigaMsg, out: &mut Outbox<TigaMsg>) {
     if !host.quiet {
         out.send(txn.origin, msg.clone());
@@ -4032,7 +4045,7 @@ fn journaled_known(context: &NodeContext, shard: ShardId, body: TxnBody) -> Resu
         shape.parts.get(&shard).cloned().ok_or_else(|| {
             format!("the tiga journal holds {} with nothing on {shard:?}", body.txn)
         })?;
-    Ok(Known { body: Arc::new(body), owd_ns: 0, part, shards: shape.shards() })
+    Ok(Known { body: Arc::new(body), owd_ns: None, part, shards: shape.shards() })
 }
 
 /// A replica's bounds in a cluster of `shards_total` shards.
@@ -5246,7 +5259,7 @@ impl TigaNode {
                                 shard,
                                 ts,
                                 hash,
-                                owd_ns: 0,
+                                owd_ns: None,
                                 result: None,
                             };
                             reply(host, txn, msg, &mut scratch);
@@ -5897,7 +5910,7 @@ mod tests {
                 shard,
                 ts: Timestamp(5),
                 hash: 0,
-                owd_ns: 1,
+                owd_ns: Some(1),
                 result: Some(ShardResult::Ran(Vec::new())),
             };
             coordinator.on_message(2_000, NodeId(1), reply, &mut out);
@@ -5945,7 +5958,7 @@ mod tests {
             shard,
             ts: Timestamp(ts),
             hash: 0,
-            owd_ns: 1,
+            owd_ns: Some(1),
             result,
         };
         // A result for a shard the transaction does not touch is no participant's: ignored
@@ -6013,7 +6026,7 @@ mod tests {
                 shard: ShardId(0),
                 ts: Timestamp(5),
                 hash: 7,
-                owd_ns: 3,
+                owd_ns: Some(3),
                 result: Some(ShardResult::UserAbort("no".into())),
             },
             TigaMsg::Propose {
@@ -6672,6 +6685,67 @@ mod tests {
         assert!(latest(&host.store, 9).is_none(), "a key only it wrote is gone");
     }
 
+    /// The delay samples a follower's replies carry: its first reply for a transaction
+    /// carries how long the coordinator's copy took to arrive, a reply repeated for a resend
+    /// carries the resent copy's delay, and a copy that came from elsewhere than the
+    /// coordinator (a peer answering a fetch) carries none.
+    #[test]
+    fn a_followers_replies_carry_one_delay_sample_per_copy_from_the_coordinator() {
+        let mut coordinator = node(0);
+        let bank = context_in(0, 3).1;
+        let mut generator = bank.generator(0, 1);
+        let mut out = Outbox::new();
+        let request = ClientRequest { id: RequestId(1), txn: generator.next(RequestId(1)) };
+        coordinator.submit(1_000, request, &mut out);
+        let body = out
+            .drain()
+            .find_map(|e| match e {
+                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
+                _ => None,
+            })
+            .expect("a body went out");
+        let txn = body.txn;
+        let shape = shape_of(&coordinator.context, &body.request, body.home).unwrap();
+        let shard = *shape.parts.keys().next().unwrap();
+        let (probe, _) = node_in(0, Variant::Tiga, 3);
+        let leader = probe.leader_of(shard).unwrap();
+        let id = probe.context.topology.shard_nodes(shard).into_iter().find(|&n| n != leader);
+        // Delivers `body` from `from` at `now`, completes the persists, returns the delays
+        // the replies to the coordinator carried.
+        let deliver = |node: &mut TigaNode, from: NodeId, now: Time| {
+            let mut out = Outbox::new();
+            node.on_message(now, from, TigaMsg::Txn(Box::new(body.clone())), &mut out);
+            let mut effects: VecDeque<Effect<TigaMsg>> = out.drain().collect();
+            let mut delays = Vec::new();
+            while let Some(effect) = effects.pop_front() {
+                match effect {
+                    Effect::Persist { token, .. } => {
+                        let mut out = Outbox::new();
+                        node.on_persisted(now, token, &mut out);
+                        effects.extend(out.drain());
+                    }
+                    Effect::Send { to, msg: TigaMsg::Fast { owd_ns, .. } } if to == txn.origin => {
+                        delays.push(owd_ns)
+                    }
+                    Effect::Send { to, msg: TigaMsg::Slow { owd_ns, .. } } if to == txn.origin => {
+                        delays.push(owd_ns)
+                    }
+                    _ => {}
+                }
+            }
+            delays
+        };
+        let (mut follower, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
+        let now = body.ts.0 + 1_000_000;
+        assert_eq!(deliver(&mut follower, txn.origin, now), [Some(now - body.sent_at)]);
+        let later = now + 7_000_000;
+        let resent = deliver(&mut follower, txn.origin, later);
+        assert_eq!(resent, [Some(later - body.sent_at)], "the resent copy's own delay");
+        // The same body from the shard's leader (a fetch answered): no sample.
+        let (mut other, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
+        assert_eq!(deliver(&mut other, leader, now), [None]);
+    }
+
     /// A follower restarted from its journal takes up what it vouched for: its tail, the
     /// entries its leader listed since, and the outcome of a multi-shard entry that it heard
     /// while the entry was still in its tail, before a checkpoint and before the leader
@@ -7159,11 +7233,14 @@ mod tests {
         };
         let probe = || TigaMsg::Manager(ManagerMsg::Probe { sent_at: 0 });
         m.on_message(0, sender, reporting(vec![(NodeId(99), 5)], 4), &mut out);
+        // Two entries for one node (within the count of servers), then more entries than
+        // there are servers.
+        m.on_message(0, sender, reporting(vec![(members[1], 5), (members[1], 6)], 5), &mut out);
         let flood = (0..10).map(|i| (NodeId(i % 9), 5)).collect();
         m.on_message(0, sender, reporting(flood, 5), &mut out);
         m.on_message(0, NodeId(99), probe(), &mut out);
         m.on_message(0, members[0], probe(), &mut out);
-        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 7);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 8);
         let between = |m: &TigaNode, a, b| m.manager.as_ref().unwrap().measured_between(a, b);
         assert_eq!(between(&m, members[1], sender), None);
         // Well-formed reports: the delay from members[1] to the sender as the sender saw it,
@@ -7178,7 +7255,7 @@ mod tests {
         });
         m.on_message(0, members[1], back, &mut out);
         assert_eq!(between(&m, members[1], sender), Some(5_000));
-        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 7);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 8);
         // A probe from a server is a sample at the receiver (it reports from three on).
         for at in [10, 20, 30] {
             m.on_message(
@@ -7189,7 +7266,7 @@ mod tests {
             );
         }
         assert_eq!(m.manager.as_ref().unwrap().probe_report(), vec![(sender, 4_000)]);
-        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 7);
+        assert_eq!(counter(&m, "tiga_manager_foreign_total"), 8);
         assert!(m.manager.as_ref().unwrap().is_member());
         // A member restarted without its group's records (nothing kept across restarts)
         // sits the group out: with its votes forgotten it could elect a second leader.
@@ -7233,7 +7310,7 @@ mod tests {
             shard,
             ts: Timestamp(ts),
             hash: 0,
-            owd_ns: 1,
+            owd_ns: Some(1),
             result: Some(ShardResult::Ran(Vec::new())),
         };
         coordinator.on_message(2_000, old_leader, fast(VIEW, 500), &mut out);

@@ -18,8 +18,9 @@
 //! ([`measured_mode_change`]).
 //!
 //! Everything here is a pure function of the view, the topology, what is alive and the
-//! measured delays, so every member of the manager's group computes the same next view from
-//! the same log.
+//! measured delays. Only the manager group's leader decides (members may have heard
+//! different heartbeats); its proposal goes through the group's log, so every member
+//! applies the same views.
 
 use super::Mode;
 use meridian_core::topology::Topology;
@@ -79,8 +80,8 @@ impl ProbeDelays {
     }
 }
 
-/// What the manager heard of the delays between server nodes: per directed pair (sender,
-/// receiver), the receiver's latest report (signed: it includes the clocks' offset).
+/// What the manager heard of the delays between server nodes: per directed pair, keyed
+/// (receiver, sender), the receiver's latest report (signed: it includes the clocks' offset).
 #[derive(Clone, Debug, Default)]
 pub struct MeasuredDelays {
     one_way: BTreeMap<(NodeId, NodeId), i64>,
@@ -90,10 +91,17 @@ impl MeasuredDelays {
     /// `receiver`'s report (its heartbeat's delays) replaces its previous one. The caller
     /// checks the nodes named.
     pub fn report(&mut self, receiver: NodeId, delays: &[(NodeId, i64)]) {
-        self.one_way.retain(|&(_, to), _| to != receiver);
+        let old: Vec<(NodeId, NodeId)> = self
+            .one_way
+            .range((receiver, NodeId(0))..=(receiver, NodeId(u32::MAX)))
+            .map(|(&pair, _)| pair)
+            .collect();
+        for pair in old {
+            self.one_way.remove(&pair);
+        }
         for &(from, ns) in delays {
             if from != receiver {
-                self.one_way.insert((from, receiver), ns);
+                self.one_way.insert((receiver, from), ns);
             }
         }
     }
@@ -102,7 +110,7 @@ impl MeasuredDelays {
     /// in which the offset between the two clocks cancels (one direction alone says little
     /// where clocks are tens of milliseconds apart).
     pub fn between(&self, a: NodeId, b: NodeId) -> Option<u64> {
-        let (&ab, &ba) = (self.one_way.get(&(a, b))?, self.one_way.get(&(b, a))?);
+        let (&ab, &ba) = (self.one_way.get(&(b, a))?, self.one_way.get(&(a, b))?);
         let mean = (i128::from(ab) + i128::from(ba)) / 2;
         Some(mean.clamp(0, i128::from(u64::MAX)) as u64)
     }

@@ -96,6 +96,8 @@ pub(super) struct Managing {
     start_global: u64,
     /// When this member last took the group's lead (none while it does not lead).
     leading_since: Option<Time>,
+    /// The global number of the group's current view and when this member first saw it.
+    view_seen: (u64, Time),
     /// The install last proposed: its global view number and when.
     proposed: Option<(u64, Time)>,
     /// The group's effects, passed on to the node's outbox after every call.
@@ -212,6 +214,7 @@ impl TigaNode {
             measured: MeasuredDelays::default(),
             start_global: start.global,
             leading_since: None,
+            view_seen: (start.global, 0),
             proposed: None,
             out: Outbox::new(),
             detect_ns,
@@ -323,6 +326,9 @@ impl TigaNode {
         let since = *m.leading_since.get_or_insert(now);
         let machine = host.get(ShardId(0)).expect("the member hosts the group");
         let current = machine.view().clone();
+        if m.view_seen.0 != current.global {
+            m.view_seen = (current.global, now);
+        }
         let alive = m.heartbeats.alive(&m.servers, now, since, m.detect_ns);
         let said = Said { unable: &m.unable, stashed: &m.stashed };
         let topology = &self.context.topology;
@@ -343,9 +349,11 @@ impl TigaNode {
                 install
             }
             None => {
-                // A fresh group leader waits a detection timeout first, as for a deposition:
-                // the heartbeats it holds may be older than the view.
-                let settled = now.saturating_sub(since) >= m.detect_ns;
+                // A fresh group leader waits a detection timeout first, as for a deposition
+                // (the heartbeats it holds may be older than the view), and every view stands
+                // for a detection timeout before its mode changes: each change is a view
+                // change, which costs the coordinators the replies they were collecting.
+                let settled = now.saturating_sub(since.max(m.view_seen.1)) >= m.detect_ns;
                 let next = next_mode_install(&current, topology, &eligible, m.mode, measured);
                 let Some(install) = next.filter(|_| settled) else { return };
                 mode_only = true;
@@ -398,6 +406,7 @@ impl TigaNode {
                     || !stashed.iter().all(|s| unable.contains(s))
                     || delays.len() > m.servers.len()
                     || !delays.iter().all(|(n, _)| server(n))
+                    || !delays.windows(2).all(|w| w[0].0 < w[1].0)
                 {
                     m.foreign_total += 1;
                     return;

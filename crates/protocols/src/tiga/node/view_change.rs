@@ -1030,7 +1030,7 @@ impl TigaNode {
                     shard,
                     ts,
                     hash: 0,
-                    owd_ns: 0,
+                    owd_ns: None,
                     result: Some(result),
                 };
                 reply(host, txn, msg, out);
