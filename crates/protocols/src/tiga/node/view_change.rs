@@ -880,9 +880,14 @@ impl TigaNode {
         own_log.extend(host.replica.follower_lingering());
         for (txn, ts) in pulled {
             // A transaction its coordinator decided committed here too: it is in the rebuilt
-            // log, or was executed and dropped below it.
+            // log, or was executed and dropped below it (its body with it). Not when its body
+            // is still here and no log holds it: the old leader may have run it only as a
+            // detective speculation, held for its agreement, and reported no log entry for
+            // it, while the coordinator committed it on the fast path (a faulty swarm stalled
+            // on that: the other leader waited for this shard's vote for ever).
             let decided = is_decided(&self.decided_floors, txn);
-            if in_rebuilt.contains(&txn) || own_log.contains(&txn) || decided {
+            let dropped = decided && !host.bodies.contains_key(&txn);
+            if in_rebuilt.contains(&txn) || own_log.contains(&txn) || dropped {
                 continue;
             }
             rebuilt.added.push(ReportedEntry { ts, txn, keys: keys_of(&txn) });
