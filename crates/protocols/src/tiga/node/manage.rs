@@ -46,10 +46,9 @@
 
 use super::*;
 use crate::kit::host::Hosts;
-use crate::tiga::manager::next_mode_install;
 use crate::tiga::manager::{
-    manager_members, manager_topology, may_lead, next_install, server_nodes, ManagerMachine,
-    ManagerMsg, Said, ViewRecord,
+    manager_members, manager_topology, may_lead, next_install, next_mode_install, server_nodes,
+    ManagerMachine, ManagerMsg, Said, ViewRecord,
 };
 use crate::tiga::view::{Heartbeats, MeasuredDelays, ProbeDelays};
 use crate::Durable;
@@ -312,7 +311,7 @@ impl TigaNode {
             }
             // Once per detection timeout, the server nodes probe one another for the delays
             // between them (`auto` decides a view's mode by them).
-            if m.beats_sent % BEATS_PER_TIMEOUT == 1 && m.servers.contains(&me) {
+            if (m.beats_sent - 1).is_multiple_of(BEATS_PER_TIMEOUT) && m.servers.contains(&me) {
                 for &server in m.servers.iter().filter(|&&s| s != me) {
                     m.out.send(server, ManagerMsg::Probe { sent_at: now });
                 }
