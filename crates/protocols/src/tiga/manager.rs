@@ -116,10 +116,7 @@ pub enum ManagerMsg {
 /// regions last, preferring nodes that lead no shard in `view` (a leader's crash then costs
 /// the group no member), then the lowest node id. Member 0 is the group's preferred leader.
 pub fn manager_members(topology: &Topology, view: &View) -> Vec<NodeId> {
-    let leaders: BTreeSet<NodeId> = (0..topology.shards)
-        .map(ShardId)
-        .filter_map(|s| topology.replica_node(s, view.leader_slot(s, topology.replicas)))
-        .collect();
+    let leaders: BTreeSet<NodeId> = view.leaders(topology).into_iter().collect();
     let mut candidates: Vec<NodeId> = server_nodes(topology);
     candidates.sort_by_key(|n| (leaders.contains(n), n.0));
     let count = (topology.replicas as usize).min(candidates.len());
@@ -288,11 +285,7 @@ pub fn next_install(
         next.local[shard.0 as usize] = view.local[shard.0 as usize];
     }
     // The mode of the leaders the view has, not of those it would have had moving every one.
-    let leaders: Vec<NodeId> = (0..topology.shards)
-        .map(ShardId)
-        .filter_map(|s| topology.replica_node(s, next.leader_slot(s, topology.replicas)))
-        .collect();
-    next.mode = super::view::mode_of(&leaders, configured, owd_ns);
+    next.mode = super::view::mode_of(&next.leaders(topology), configured, owd_ns);
     Some(ManagerCommand::Install(ViewRecord::of(&next)))
 }
 
@@ -311,11 +304,7 @@ pub fn next_mode_install(
     if configured != Mode::Auto || !leaderless_where(view, topology, eligible).is_empty() {
         return None;
     }
-    let leaders: Vec<NodeId> = (0..topology.shards)
-        .map(ShardId)
-        .filter_map(|s| topology.replica_node(s, view.leader_slot(s, topology.replicas)))
-        .collect();
-    let mode = measured_mode_change(&leaders, view.mode, measured)?;
+    let mode = measured_mode_change(&view.leaders(topology), view.mode, measured)?;
     let next = View { global: view.global.checked_add(1)?, local: view.local.clone(), mode };
     Some(ManagerCommand::Install(ViewRecord::of(&next)))
 }

@@ -5769,13 +5769,7 @@ mod tests {
             ClientRequest { id: RequestId(1), txn: generator.next(RequestId(1)) },
             &mut out,
         );
-        let body = out
-            .drain()
-            .find_map(|e| match e {
-                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
-                _ => None,
-            })
-            .expect("a body went out");
+        let body = sent_body(&mut out).expect("a body went out");
         let shape = shape_of(&coordinator.context, &body.request, body.home).unwrap();
         let shard = *shape.parts.keys().next().unwrap();
         let leader = (0..9).find(|&n| node(n).leads(shard)).unwrap();
@@ -5831,11 +5825,7 @@ mod tests {
             let mut out = Outbox::new();
             let request = ClientRequest { id: RequestId(id), txn: generator.next(RequestId(id)) };
             coordinator.submit(id * 1_000_000, request, &mut out);
-            let body = out.drain().find_map(|e| match e {
-                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
-                _ => None,
-            });
-            let body = body.expect("a body went out");
+            let body = sent_body(&mut out).expect("a body went out");
             let shards = shape_of(&coordinator.context, &body.request, body.home).unwrap().shards();
             if shards.len() == 1 && shard.is_none_or(|s| s == shards[0]) {
                 shard = Some(shards[0]);
@@ -6685,6 +6675,42 @@ mod tests {
         assert!(latest(&host.store, 9).is_none(), "a key only it wrote is gone");
     }
 
+    /// The first transaction body among what `out` holds (draining it).
+    fn sent_body(out: &mut Outbox<TigaMsg>) -> Option<TxnBody> {
+        out.drain().find_map(|e| match e {
+            Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
+            _ => None,
+        })
+    }
+
+    type Step<'a> = &'a dyn Fn(&mut TigaNode, &mut Outbox<TigaMsg>);
+
+    /// Runs `f` on a node, makes its persists durable in `disk` and returns what it sent.
+    fn step(node: &mut TigaNode, disk: &mut crate::Durable, f: Step<'_>) -> Vec<(NodeId, TigaMsg)> {
+        let mut out = Outbox::new();
+        f(node, &mut out);
+        let mut sent = Vec::new();
+        let mut effects: VecDeque<Effect<TigaMsg>> = out.drain().collect();
+        while let Some(effect) = effects.pop_front() {
+            match effect {
+                Effect::Persist { token, records, .. } => {
+                    for r in records {
+                        match r.value {
+                            Some(value) => disk.insert(r.key, value),
+                            None => disk.remove(&r.key),
+                        };
+                    }
+                    let mut out = Outbox::new();
+                    node.on_persisted(0, token, &mut out);
+                    effects.extend(out.drain());
+                }
+                Effect::Send { to, msg } => sent.push((to, msg)),
+                _ => {}
+            }
+        }
+        sent
+    }
+
     /// The delay samples a follower's replies carry: its first reply for a transaction
     /// carries how long the coordinator's copy took to arrive, a reply repeated for a resend
     /// carries the resent copy's delay, and a copy that came from elsewhere than the
@@ -6697,13 +6723,7 @@ mod tests {
         let mut out = Outbox::new();
         let request = ClientRequest { id: RequestId(1), txn: generator.next(RequestId(1)) };
         coordinator.submit(1_000, request, &mut out);
-        let body = out
-            .drain()
-            .find_map(|e| match e {
-                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
-                _ => None,
-            })
-            .expect("a body went out");
+        let body = sent_body(&mut out).expect("a body went out");
         let txn = body.txn;
         let shape = shape_of(&coordinator.context, &body.request, body.home).unwrap();
         let shard = *shape.parts.keys().next().unwrap();
@@ -6713,27 +6733,17 @@ mod tests {
         // Delivers `body` from `from` at `now`, completes the persists, returns the delays
         // the replies to the coordinator carried.
         let deliver = |node: &mut TigaNode, from: NodeId, now: Time| {
-            let mut out = Outbox::new();
-            node.on_message(now, from, TigaMsg::Txn(Box::new(body.clone())), &mut out);
-            let mut effects: VecDeque<Effect<TigaMsg>> = out.drain().collect();
-            let mut delays = Vec::new();
-            while let Some(effect) = effects.pop_front() {
-                match effect {
-                    Effect::Persist { token, .. } => {
-                        let mut out = Outbox::new();
-                        node.on_persisted(now, token, &mut out);
-                        effects.extend(out.drain());
-                    }
-                    Effect::Send { to, msg: TigaMsg::Fast { owd_ns, .. } } if to == txn.origin => {
-                        delays.push(owd_ns)
-                    }
-                    Effect::Send { to, msg: TigaMsg::Slow { owd_ns, .. } } if to == txn.origin => {
-                        delays.push(owd_ns)
-                    }
-                    _ => {}
-                }
-            }
+            let arrive = TigaMsg::Txn(Box::new(body.clone()));
+            let mut disk = crate::Durable::new();
+            let sent =
+                step(node, &mut disk, &|n, out| n.on_message(now, from, arrive.clone(), out));
+            let delays = sent.into_iter().filter(|(to, _)| *to == txn.origin);
             delays
+                .filter_map(|(_, msg)| match msg {
+                    TigaMsg::Fast { owd_ns, .. } | TigaMsg::Slow { owd_ns, .. } => Some(owd_ns),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
         };
         let (mut follower, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
         let now = body.ts.0 + 1_000_000;
@@ -6765,11 +6775,7 @@ mod tests {
             let mut out = Outbox::new();
             let request = ClientRequest { id: RequestId(id), txn: generator.next(RequestId(id)) };
             coordinator.submit(1_000, request, &mut out);
-            let sent = out.drain().find_map(|e| match e {
-                Effect::Send { msg: TigaMsg::Txn(body), .. } => Some(*body),
-                _ => None,
-            });
-            let Some(sent) = sent else { continue };
+            let Some(sent) = sent_body(&mut out) else { continue };
             let shape = shape_of(&coordinator.context, &sent.request, sent.home).unwrap();
             if shape.parts.len() > 1 {
                 body = Some(sent);
@@ -6786,36 +6792,6 @@ mod tests {
         for unlisted in [false, true] {
             let (mut follower, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
             let mut disk = crate::Durable::new();
-            type Step<'a> = &'a dyn Fn(&mut TigaNode, &mut Outbox<TigaMsg>);
-            // Runs `f` on a node, makes its persists durable and returns what it sent.
-            fn step(
-                node: &mut TigaNode,
-                disk: &mut crate::Durable,
-                f: Step<'_>,
-            ) -> Vec<(NodeId, TigaMsg)> {
-                let mut out = Outbox::new();
-                f(node, &mut out);
-                let mut sent = Vec::new();
-                let mut effects: VecDeque<Effect<TigaMsg>> = out.drain().collect();
-                while let Some(effect) = effects.pop_front() {
-                    match effect {
-                        Effect::Persist { token, records, .. } => {
-                            for r in records {
-                                match r.value {
-                                    Some(value) => disk.insert(r.key, value),
-                                    None => disk.remove(&r.key),
-                                };
-                            }
-                            let mut out = Outbox::new();
-                            node.on_persisted(0, token, &mut out);
-                            effects.extend(out.drain());
-                        }
-                        Effect::Send { to, msg } => sent.push((to, msg)),
-                        _ => {}
-                    }
-                }
-                sent
-            }
             let now = body.ts.0 + 1_000_000;
             let arrive = TigaMsg::Txn(Box::new(body.clone()));
             let sent = step(&mut follower, &mut disk, &|n, out| {

@@ -174,6 +174,14 @@ impl View {
     pub fn leader_slot(&self, shard: ShardId, replicas: u32) -> u32 {
         (self.local[shard.0 as usize] % u64::from(replicas.max(1))) as u32
     }
+
+    /// The node leading each shard of `topology`, in shard order.
+    pub fn leaders(&self, topology: &Topology) -> Vec<NodeId> {
+        (0..topology.shards)
+            .map(ShardId)
+            .filter_map(|s| topology.replica_node(s, self.leader_slot(s, topology.replicas)))
+            .collect()
+    }
 }
 
 /// Heartbeats the manager has heard: each replica node's latest.
