@@ -322,10 +322,11 @@ impl Procedure for SessionReads {
         _piece: u32,
         _args: &Args,
         _inputs: &[&PieceOutput],
-        reads: &Reads,
+        reads: &Reads<'_>,
     ) -> Result<PieceEffects, UserAbort> {
         // `[values, scans]`, each as one list (the coordinator merges shards' answers).
-        let output = crate::node::read_outputs(reads.values.clone(), reads.scans.clone())
+        let values = reads.values.iter().map(|v| v.map(<[u8]>::to_vec)).collect();
+        let output = crate::node::read_outputs(values, reads.scans.clone())
             .into_iter()
             .map(Datum::List)
             .collect();
@@ -392,11 +393,13 @@ pub struct KeySet {
     pub scans: Vec<ScanRange>,
 }
 
-/// What a piece read.
+/// What a piece read. Point reads borrow the values where they lie (the store, or the
+/// attempt's own earlier writes): a piece often only looks at part of a value, and copying a
+/// kilobyte record per read was the largest cost of running a piece.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Reads {
+pub struct Reads<'a> {
     /// One entry per `KeySet::reads` key; `None` when absent.
-    pub values: Vec<Option<Value>>,
+    pub values: Vec<Option<&'a [u8]>>,
     /// One entry per `KeySet::scans` range: the rows found.
     pub scans: Vec<Vec<(Key, Value)>>,
 }
@@ -465,7 +468,7 @@ pub trait Procedure: Send + Sync + fmt::Debug {
         piece: u32,
         args: &Args,
         inputs: &[&PieceOutput],
-        reads: &Reads,
+        reads: &Reads<'_>,
     ) -> Result<PieceEffects, UserAbort>;
     /// For a piece whose keys need its inputs (an order row keyed by the order number the
     /// district row handed out): keys known from the arguments, on the piece's shard, that a

@@ -138,12 +138,19 @@ impl MvccStore {
     }
 
     fn visible(chain: &[Version], ts: Timestamp) -> Option<&Version> {
-        chain.iter().rev().find(|v| v.ts <= ts && v.state == VersionState::Committed)
+        // Chains of hot keys are long (a retention's worth of versions): find the versions at
+        // or below `ts` by binary search unless every one is (a read of the latest state).
+        let end = match chain.last() {
+            Some(last) if last.ts <= ts => chain.len(),
+            _ => chain.partition_point(|v| v.ts <= ts),
+        };
+        chain[..end].iter().rev().find(|v| v.state == VersionState::Committed)
     }
 
     /// Adds a version. Fails if the key already has a version at `ts` or `ts` is at or below the
     /// GC watermark (its history there is gone). Prunes the key's old versions below the
-    /// watermark as it goes, so chains stay short without a full sweep.
+    /// watermark as it goes (once half its chain can go), so chains stay short without a
+    /// full sweep.
     pub fn write(
         &mut self,
         key: Key,
@@ -177,7 +184,7 @@ impl MvccStore {
         let position = chain.partition_point(|v| v.ts < ts);
         chain.insert(position, Version { ts, value, writer, state });
         self.versions += 1;
-        let removed = Self::prune_chain(chain, watermark);
+        let removed = Self::prune_chain(chain, watermark, true);
         self.versions -= removed;
         debug_assert!(chain.windows(2).all(|w| w[0].ts < w[1].ts));
         Ok(())
@@ -210,7 +217,12 @@ impl MvccStore {
         let Some(chain) = self.map.get_mut(key) else {
             return false;
         };
-        match chain.iter_mut().find(|v| v.writer == writer && v.state == VersionState::Pending) {
+        // Pending versions are recent: look from the newest end.
+        match chain
+            .iter_mut()
+            .rev()
+            .find(|v| v.writer == writer && v.state == VersionState::Pending)
+        {
             Some(version) => {
                 version.state = VersionState::Committed;
                 true
@@ -225,7 +237,7 @@ impl MvccStore {
             return false;
         };
         let Some(index) =
-            chain.iter().position(|v| v.writer == writer && v.state == VersionState::Pending)
+            chain.iter().rposition(|v| v.writer == writer && v.state == VersionState::Pending)
         else {
             return false;
         };
@@ -276,7 +288,7 @@ impl MvccStore {
         // Walk in key order (not hash order) so the sweep is the same in every process.
         self.order.retain(|key| {
             let Some(chain) = map.get_mut(key) else { return false };
-            removed += Self::prune_chain(chain, watermark);
+            removed += Self::prune_chain(chain, watermark, false);
             // A key whose only version is an old delete is gone for every reader.
             let dead = chain.len() == 1
                 && chain[0].value.is_none()
@@ -299,18 +311,33 @@ impl MvccStore {
     /// removed.
     pub fn prune_key(&mut self, key: &Key, watermark: Timestamp) -> u64 {
         let Some(chain) = self.map.get_mut(key) else { return 0 };
-        let removed = Self::prune_chain(chain, watermark);
+        let removed = Self::prune_chain(chain, watermark, false);
         self.versions -= removed;
         removed
     }
 
-    /// Drops committed versions older than the newest committed one at or below `watermark`.
-    fn prune_chain(chain: &mut Vec<Version>, watermark: Timestamp) -> u64 {
+    /// Drops committed versions older than the newest committed one at or below `watermark`;
+    /// with `lazy`, only once at least half of the chain can go.
+    ///
+    /// A hot key keeps a retention's worth of versions (a second of commits: thousands under
+    /// Zipf), and every write to it prunes (lazily), so the work here must not grow with the
+    /// chain: the boundary is found by binary search, and compacting only when half the
+    /// chain goes makes moving the survivors cost O(1) per write amortised (leaving at most
+    /// twice the versions the watermark needs).
+    fn prune_chain(chain: &mut Vec<Version>, watermark: Timestamp, lazy: bool) -> u64 {
+        let above = chain.partition_point(|v| v.ts <= watermark);
         let Some(keep_from) =
-            chain.iter().rposition(|v| v.ts <= watermark && v.state == VersionState::Committed)
+            chain[..above].iter().rposition(|v| v.state == VersionState::Committed)
         else {
             return 0;
         };
+        if keep_from == 0 || (lazy && keep_from * 2 < chain.len()) {
+            return 0;
+        }
+        if chain[..keep_from].iter().all(|v| v.state == VersionState::Committed) {
+            chain.drain(..keep_from);
+            return keep_from as u64;
+        }
         let before = chain.len();
         let mut index = 0;
         chain.retain(|v| {
@@ -709,6 +736,37 @@ mod tests {
         put(&mut store, 1, 1_101, "v", 101);
         assert_eq!(store.versions(&key(1)).len(), 12, "1090..=1101");
         assert_eq!(store.version_count(), 12);
+    }
+
+    /// A hot key under a moving watermark: writes compact its chain only once half of it can
+    /// go, so it never holds more than twice the versions the watermark needs, and reads at
+    /// or above the watermark (and of the latest state) are what they would be unpruned.
+    #[test]
+    fn writes_under_a_moving_watermark_keep_at_most_twice_what_the_watermark_needs() {
+        let mut store = MvccStore::new();
+        let mut unpruned = MvccStore::new();
+        store.load(key(1), b"load".to_vec());
+        unpruned.load(key(1), b"load".to_vec());
+        let retention = 50;
+        for ts in 1..=2_000u64 {
+            let watermark = Timestamp(ts.saturating_sub(retention));
+            store.set_gc_watermark(watermark);
+            put(&mut store, 1, ts, &format!("v{ts}"), ts);
+            put(&mut unpruned, 1, ts, &format!("v{ts}"), ts);
+            let needed = store.versions(&key(1)).iter().filter(|v| v.ts >= watermark).count() + 1;
+            let held = store.versions(&key(1)).len();
+            assert!(held <= 2 * needed, "{held} versions held, {needed} needed at {ts}");
+            for read in [watermark.0, ts - ts % 7, ts, u64::MAX] {
+                let read = Timestamp(read.max(watermark.0));
+                assert_eq!(store.get_at(&key(1), read), unpruned.get_at(&key(1), read));
+            }
+        }
+        assert!(store.version_count() < 2 * (retention + 1));
+        assert_eq!(store.version_count(), store.versions(&key(1)).len() as u64);
+        // An explicit sweep prunes whatever the watermark allows.
+        let watermark = store.gc_watermark();
+        store.gc(watermark);
+        assert_eq!(store.versions(&key(1)).len() as u64, retention + 1);
     }
 
     #[test]

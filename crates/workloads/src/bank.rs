@@ -50,8 +50,8 @@ pub fn account_key(account: u64) -> Key {
     Key::table(BANK_TABLE).u64(account).build()
 }
 
-fn balance_of(value: Option<&Vec<u8>>) -> Option<i64> {
-    let bytes: [u8; 8] = value?.as_slice().try_into().ok()?;
+fn balance_of(value: Option<&[u8]>) -> Option<i64> {
+    let bytes: [u8; 8] = value?.try_into().ok()?;
     Some(i64::from_le_bytes(bytes))
 }
 
@@ -233,7 +233,7 @@ impl Procedure for Transfer {
         let accounts = self.accounts_of(piece, args).map_err(|e| UserAbort(e.to_string()))?;
         let mut effects = PieceEffects::default();
         for (account, value) in accounts.into_iter().zip(&reads.values) {
-            let balance = balance_of(value.as_ref())
+            let balance = balance_of(value.as_deref())
                 .ok_or_else(|| UserAbort(format!("account {account} is missing or corrupt")))?;
             let after = if account == from {
                 if balance < cents {
@@ -308,7 +308,7 @@ impl Procedure for Audit {
         let output = reads
             .values
             .iter()
-            .map(|v| balance_of(v.as_ref()).map_or(Datum::List(Vec::new()), Datum::Int))
+            .map(|v| balance_of(v.as_deref()).map_or(Datum::List(Vec::new()), Datum::Int))
             .collect();
         Ok(PieceEffects { writes: Vec::new(), output })
     }
@@ -351,7 +351,7 @@ impl BankCheck {
         for (_, store) in stores {
             for (key, version) in store.latest_values() {
                 let Ok(account) = key.reader().u64() else { continue };
-                let Some(balance) = balance_of(version.value.as_ref()) else { continue };
+                let Some(balance) = balance_of(version.value.as_deref()) else { continue };
                 let expected = INITIAL_BALANCE_CENTS + self.committed.get(&account).unwrap_or(&0);
                 let off = balance - expected;
                 let uncertain = self.uncertain.get(&account).map_or(&[][..], Vec::as_slice);
@@ -430,7 +430,7 @@ impl InvariantCheck for BankCheck {
             for (key, version) in store.latest_values() {
                 found += 1;
                 let account = key.reader().u64().unwrap_or(u64::MAX);
-                match balance_of(version.value.as_ref()) {
+                match balance_of(version.value.as_deref()) {
                     Some(b) if b < 0 && problems.len() < 5 => {
                         problems.push(format!("account {account} is overdrawn: {b} cents"));
                         total += i128::from(b);

@@ -387,7 +387,7 @@ mod tests {
             Datum::Uint(9),
         ];
         let run = |seen: Option<Vec<u8>>| {
-            let reads = Reads { values: vec![seen], scans: vec![] };
+            let reads = Reads { values: vec![seen.as_deref()], scans: vec![] };
             let first = procedure.execute(0, &args, &[], &reads).unwrap();
             let none = Reads::default();
             let second = procedure.execute(1, &args, &[&first.output], &none).unwrap();

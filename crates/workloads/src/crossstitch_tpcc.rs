@@ -443,7 +443,9 @@ mod tests {
                 values: keys
                     .reads
                     .iter()
-                    .map(|k| stores[shard.0 as usize].read_latest(k).and_then(|v| v.value.clone()))
+                    .map(|k| {
+                        stores[shard.0 as usize].read_latest(k).and_then(|v| v.value.as_deref())
+                    })
                     .collect(),
                 scans: vec![],
             };

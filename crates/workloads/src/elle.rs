@@ -212,7 +212,7 @@ impl ElleTxn {
     }
 }
 
-fn decode_list(value: Option<&Vec<u8>>) -> Vec<u64> {
+fn decode_list(value: Option<&[u8]>) -> Vec<u64> {
     value
         .map(|v| {
             v.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
@@ -263,10 +263,10 @@ impl Procedure for ElleTxn {
             };
             match (self.kind, kind) {
                 (Kind::ListAppend, READ) => effects.output.push(Datum::List(
-                    decode_list(read.as_ref()).into_iter().map(Datum::Uint).collect(),
+                    decode_list(read.as_deref()).into_iter().map(Datum::Uint).collect(),
                 )),
                 (Kind::ListAppend, _) => {
-                    let mut list = read.clone().unwrap_or_default();
+                    let mut list = read.map(<[u8]>::to_vec).unwrap_or_default();
                     if list.len() / 8 >= LIST_ELEMENTS_MAX {
                         return Err(UserAbort(format!("list {id} is full")));
                     }
@@ -274,7 +274,7 @@ impl Procedure for ElleTxn {
                     effects.writes.push(Write { key: elle_key(id), value: Some(list) });
                 }
                 (Kind::RwRegister, READ) => {
-                    effects.output.push(match decode_list(read.as_ref()).first() {
+                    effects.output.push(match decode_list(read.as_deref()).first() {
                         Some(&v) => Datum::Uint(v),
                         None => Datum::List(Vec::new()),
                     })
@@ -552,7 +552,7 @@ mod tests {
             for piece in 0..plan.len() as u32 {
                 let keys = procedure.keys(piece, &txn.args, &[]).unwrap();
                 let reads = Reads {
-                    values: keys.reads.iter().map(|k| store.get(k).cloned()).collect(),
+                    values: keys.reads.iter().map(|k| store.get(k).map(Vec::as_slice)).collect(),
                     scans: Vec::new(),
                 };
                 let effects = procedure.execute(piece, &txn.args, &[], &reads).unwrap();

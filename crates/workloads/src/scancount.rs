@@ -97,8 +97,8 @@ impl Layout {
     }
 }
 
-fn count_value(value: Option<&Vec<u8>>) -> Option<i64> {
-    Some(i64::from_le_bytes(value?.as_slice().try_into().ok()?))
+fn count_value(value: Option<&[u8]>) -> Option<i64> {
+    Some(i64::from_le_bytes(value?.try_into().ok()?))
 }
 
 /// The workload.
@@ -329,7 +329,7 @@ impl Procedure for Audit {
         let value = if piece == 0 {
             reads.scans.first().map_or(0, Vec::len) as i64
         } else {
-            count_value(reads.values.first().and_then(Option::as_ref)).unwrap_or(-1)
+            count_value(reads.values.first().copied().flatten()).unwrap_or(-1)
         };
         Ok(PieceEffects { writes: Vec::new(), output: vec![Datum::Int(value)] })
     }

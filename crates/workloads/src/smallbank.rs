@@ -122,9 +122,9 @@ fn opening_cents(table: u8, customer: u64) -> i64 {
     OPENING_CENTS_MIN + (h % (OPENING_CENTS_MAX - OPENING_CENTS_MIN + 1) as u64) as i64
 }
 
-fn cents(value: Option<&Vec<u8>>) -> Result<i64, UserAbort> {
+fn cents(value: Option<&[u8]>) -> Result<i64, UserAbort> {
     let bytes: [u8; 8] = value
-        .and_then(|v| v.as_slice().try_into().ok())
+        .and_then(|v| v.try_into().ok())
         .ok_or_else(|| UserAbort("missing or corrupt balance".into()))?;
     Ok(i64::from_le_bytes(bytes))
 }
@@ -318,7 +318,7 @@ impl Procedure for SmallBankTxn {
     ) -> Result<PieceEffects, UserAbort> {
         let customers = self.customers(args).map_err(|e| UserAbort(e.to_string()))?;
         let c = customers[piece as usize];
-        let value = |i: usize| cents(reads.values.get(i).and_then(Option::as_ref));
+        let value = |i: usize| cents(reads.values.get(i).copied().flatten());
         let mut effects = PieceEffects::default();
         // Every piece outputs the money it added to the total (negative when it took some).
         let added = match (self.kind, piece) {
@@ -422,7 +422,7 @@ impl InvariantCheck for MoneyCheck {
         for (_, store) in stores {
             for (key, version) in store.latest_values() {
                 balances += 1;
-                match cents(version.value.as_ref()) {
+                match cents(version.value.as_deref()) {
                     Ok(c) => total += i128::from(c),
                     Err(_) if problems.len() < 5 => {
                         problems.push(format!("{key:?} holds no balance"))
@@ -499,7 +499,7 @@ mod tests {
         assert!(result.passed, "{}", result.detail);
         // Undo one check's debit on a checking account: the books no longer balance.
         let key = checking_key(3);
-        let current = cents(stores[0].get_at(&key, Timestamp::MAX)).unwrap();
+        let current = cents(stores[0].get_at(&key, Timestamp::MAX).map(Vec::as_slice)).unwrap();
         stores[0].load(key, (current + PAYMENT_CENTS).to_le_bytes().to_vec());
         let result = run_check(check.as_ref(), &stores);
         assert!(!result.passed && result.detail.contains("allowed"), "{}", result.detail);
@@ -526,15 +526,22 @@ mod tests {
         ));
         // WriteCheck with 300 cents in all: 500 plus the 100 penalty.
         apply(&w, &mut stores, &txn(5, &[1]), 3);
-        assert_eq!(cents(stores[0].get_at(&checking_key(1), Timestamp::MAX)).unwrap(), 200 - 600);
+        assert_eq!(
+            cents(stores[0].get_at(&checking_key(1), Timestamp::MAX).map(Vec::as_slice)).unwrap(),
+            200 - 600
+        );
         // Amalgamate across shards moves everything into the other customer's checking.
-        let before = cents(stores[1].get_at(&checking_key(7), Timestamp::MAX)).unwrap();
+        let before =
+            cents(stores[1].get_at(&checking_key(7), Timestamp::MAX).map(Vec::as_slice)).unwrap();
         apply(&w, &mut stores, &txn(0, &[1, 7]), 4);
         assert_eq!(
-            cents(stores[1].get_at(&checking_key(7), Timestamp::MAX)).unwrap(),
+            cents(stores[1].get_at(&checking_key(7), Timestamp::MAX).map(Vec::as_slice)).unwrap(),
             before + 100 - 400
         );
-        assert_eq!(cents(stores[0].get_at(&savings_key(1), Timestamp::MAX)).unwrap(), 0);
+        assert_eq!(
+            cents(stores[0].get_at(&savings_key(1), Timestamp::MAX).map(Vec::as_slice)).unwrap(),
+            0
+        );
         let bad = SmallBank::new(&WorkloadOptions {
             shards: 1,
             keys_per_shard: 1,

@@ -51,8 +51,8 @@ pub(crate) fn apply_serially(
             .reads
             .iter()
             .map(|k| match pending.get(&(shard, k.clone())) {
-                Some(own) => own.clone(),
-                None => store.get_at(k, Timestamp::MAX).cloned(),
+                Some(own) => own.as_deref(),
+                None => store.get_at(k, Timestamp::MAX).map(Vec::as_slice),
             })
             .collect();
         let scans = keys

@@ -38,10 +38,10 @@ pub fn counter_key(id: u64) -> Key {
     Key::table(TIGA_TABLE).u64(id).build()
 }
 
-fn counter_of(value: Option<&Vec<u8>>) -> Option<u64> {
+fn counter_of(value: Option<&[u8]>) -> Option<u64> {
     match value {
         None => Some(0),
-        Some(v) => Some(u64::from_le_bytes(v.as_slice().try_into().ok()?)),
+        Some(v) => Some(u64::from_le_bytes(v.try_into().ok()?)),
     }
 }
 
@@ -202,7 +202,7 @@ impl Procedure for Increments {
         let ids = ids.map_err(|e| UserAbort(e.to_string()))?;
         let mut effects = PieceEffects::default();
         for (id, value) in ids.into_iter().zip(&reads.values) {
-            let next = counter_of(value.as_ref())
+            let next = counter_of(value.as_deref())
                 .ok_or_else(|| UserAbort(format!("counter {id} is corrupt")))?
                 .saturating_add(1);
             effects
@@ -258,7 +258,7 @@ impl InvariantCheck for TigaCheck {
             for (key, version) in store.latest_values() {
                 counters += 1;
                 let id = key.reader().u64().unwrap_or(u64::MAX);
-                let found = counter_of(version.value.as_ref());
+                let found = counter_of(version.value.as_deref());
                 let want = expected.remove(&id).unwrap_or(0);
                 let maybe = self.unknown.get(&id).copied().unwrap_or(0);
                 let ok = found.is_some_and(|f| f >= want && f <= want + maybe);
@@ -320,7 +320,7 @@ mod tests {
         // A lost update: one counter falls back by one.
         let (key, version) =
             stores[1].latest_values().next().map(|(k, v)| (k.clone(), v.clone())).unwrap();
-        let lower = counter_of(version.value.as_ref()).unwrap() - 1;
+        let lower = counter_of(version.value.as_deref()).unwrap() - 1;
         stores[1].load(key, lower.to_le_bytes().to_vec());
         let result = check_stores(check.as_ref(), &stores);
         assert!(

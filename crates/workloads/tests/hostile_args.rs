@@ -50,15 +50,20 @@ fn mutate(rng: &mut Rng, data: &mut Vec<Datum>, depth: u32) {
     }
 }
 
-/// Reads of the declared shape (the executor builds them from the declared keys: their values
+/// Values of the declared reads' shape (the executor reads them from the declared keys: they
 /// come from the store, which holds whatever was written, so they are arbitrary bytes).
-fn random_reads(rng: &mut Rng, keys: &KeySet) -> Reads {
-    let values = (0..keys.reads.len())
+fn random_values(rng: &mut Rng, keys: &KeySet) -> Vec<Option<Vec<u8>>> {
+    (0..keys.reads.len())
         .map(|_| match uniform_u64(rng, 3) {
             0 => None,
             _ => Some((0..uniform_u64(rng, 24)).map(|_| uniform_u64(rng, 256) as u8).collect()),
         })
-        .collect();
+        .collect()
+}
+
+/// Reads of the declared shape over `values` (from [`random_values`]).
+fn random_reads<'a>(rng: &mut Rng, keys: &KeySet, values: &'a [Option<Vec<u8>>]) -> Reads<'a> {
+    let values = values.iter().map(|v| v.as_deref()).collect();
     let scans = (0..keys.scans.len())
         .map(|_| {
             (0..uniform_u64(rng, 4))
@@ -124,7 +129,8 @@ fn no_procedure_panics_on_hostile_arguments_inputs_or_reads() {
                     // A piece whose keys are refused never runs.
                     let mut output = Vec::new();
                     if let Ok(keys) = procedure.keys(piece, &txn.args, &refs) {
-                        let reads = random_reads(&mut rng, &keys);
+                        let values = random_values(&mut rng, &keys);
+                        let reads = random_reads(&mut rng, &keys, &values);
                         if let Ok(effects) = procedure.execute(piece, &txn.args, &refs, &reads) {
                             output = effects.output;
                         }

@@ -700,7 +700,7 @@ mod tests {
             if writes.iter().any(|&(_, v)| v == u64::MAX) {
                 return Err(UserAbort("asked".into()));
             }
-            let read = |v: &Option<Vec<u8>>| {
+            let read = |v: &Option<&[u8]>| {
                 Datum::Uint(
                     v.as_ref().map_or(0, |b| u64::from_le_bytes(b[..8].try_into().unwrap())),
                 )

@@ -159,10 +159,10 @@ pub fn run_piece(
     let mut read_tags = Vec::with_capacity(keys.reads.len());
     for key in &keys.reads {
         match overlay.get(key) {
-            Some(own) => reads.values.push(own.clone()),
+            Some(own) => reads.values.push(own.as_deref()),
             None => {
                 let version = source.read(key);
-                reads.values.push(version.and_then(|v| v.value.clone()));
+                reads.values.push(version.and_then(|v| v.value.as_deref()));
                 read_tags.push((key.clone(), VersionTag::of(version)));
             }
         }
@@ -221,7 +221,8 @@ pub fn run_calls(
 /// What running a whole single-shard plan produced.
 #[derive(Debug)]
 pub struct PlanRun {
-    /// One run per piece, in plan order (up to a user abort).
+    /// One run per piece, in plan order (up to a user abort). Their effects carry no writes:
+    /// those are in `writes` (moved there, not copied: a value may be a kilobyte).
     pub runs: Vec<PieceRun>,
     /// The attempt's writes, by key.
     pub writes: Overlay,
@@ -259,11 +260,12 @@ pub fn run_plan(
             return Err(ProcError::Contract(format!("piece {index} depends on a later piece")));
         }
         let inputs: Vec<&PieceOutput> = spec.deps.iter().map(|&d| &outputs[d as usize]).collect();
-        let run = run_piece(procedure, placement, (index as u32, args, &inputs), source, &overlay)?;
-        match &run.effects {
+        let mut run =
+            run_piece(procedure, placement, (index as u32, args, &inputs), source, &overlay)?;
+        match &mut run.effects {
             Ok(effects) => {
-                for write in &effects.writes {
-                    overlay.insert(write.key.clone(), write.value.clone());
+                for write in std::mem::take(&mut effects.writes) {
+                    overlay.insert(write.key, write.value);
                 }
                 outputs.push(effects.output.clone());
                 runs.push(run);

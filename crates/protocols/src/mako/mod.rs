@@ -83,7 +83,8 @@ impl Protocol for Mako {
 pub enum Entry {
     /// Raise the shard's watermark to its candidate, the clock counting as handed out.
     Tick {
-        /// The leader's clock.
+        /// The leader's clock, or the highest watermark it heard in the epoch if that is
+        /// later.
         now: u64,
     },
     /// Close `epoch` here: the shard's watermark becomes its final.

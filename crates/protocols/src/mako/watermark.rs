@@ -193,6 +193,14 @@ impl Watermarks {
         self.current.values().copied().min()
     }
 
+    /// The highest watermark any shard reported in the newest epoch: a leader whose clock is
+    /// behind ticks at least this far, so its shard does not hold every commit's durability
+    /// back by its clock's lag (a hybrid clock; ticking higher is always safe, since every
+    /// later proposal on the shard is above what it handed out).
+    pub fn highest(&self) -> Option<Timestamp> {
+        self.current.values().copied().max()
+    }
+
     /// A timestamp at or below which every commit known here is durable for good (history
     /// below it may be collected): the global watermark of the newest epoch, or the newest
     /// stable point.

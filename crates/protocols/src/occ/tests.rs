@@ -25,8 +25,8 @@ fn shard_of(id: u64) -> ShardId {
     ShardId((id / KEYS_PER_SHARD) as u32)
 }
 
-fn as_u64(value: &Option<Vec<u8>>) -> u64 {
-    value.as_ref().map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap()))
+fn as_u64(value: &Option<impl AsRef<[u8]>>) -> u64 {
+    value.as_ref().map_or(0, |v| u64::from_le_bytes(v.as_ref()[..8].try_into().unwrap()))
 }
 
 /// Reads `args[0]` ids and writes `args[1]` (id, value) pairs; a piece per shard touched. A
@@ -2142,4 +2142,78 @@ fn mako_a_copy_behind_the_node_keeps_the_history_its_epoch_start_needs() {
     p.set_gc_cap(&tracker);
     p.on_gc_tick(late, false, &mut out);
     assert_eq!(p.store().gc_watermark(), Timestamp(late - r));
+}
+
+/// A leader whose clock is far behind the other shards' ticks at the highest watermark they
+/// reported in its epoch (its clock when that is later), and proposes above it: the global
+/// watermark is not held back by its clock's lag. Reports of another epoch do not count.
+#[test]
+fn mako_a_leader_with_its_clock_behind_ticks_at_the_highest_watermark_heard() {
+    use crate::mako::watermark::{Report, Watermarks};
+    use crate::mako::Entry;
+    let context = Net::new().nodes[0].context.clone();
+    let shards = context.topology.shards;
+    assert!(shards >= 2, "the test needs another shard");
+    let mut p = Participant::new(ShardId(0), context, CcMode::Speculative);
+    let mut tracker = Watermarks::new(shards);
+    let ahead = 20_000_000_000;
+    assert_eq!(p.mako_next(&tracker, 1_000), Some(Entry::Tick { now: 1_000 }), "nothing heard");
+    let report = |w: u64| Report {
+        shard: ShardId(1),
+        epoch: 0,
+        w: Timestamp(w),
+        final_w: None,
+        stables: vec![],
+    };
+    assert!(tracker.on_report(&report(ahead)));
+    let tick = p.mako_next(&tracker, 1_000).expect("a tick");
+    assert_eq!(tick, Entry::Tick { now: ahead });
+    p.apply_mako(tick);
+    assert_eq!(p.mako_report(ShardId(0)).unwrap().0.w, Timestamp(ahead));
+    assert_eq!(
+        p.on_prepare(2_000, attempt(1), mako_args(0, &[(1, 10)], true)),
+        Vote::Committed(Timestamp(ahead + 1)),
+        "proposals stay above the tick"
+    );
+    assert_eq!(
+        p.mako_next(&tracker, ahead + 5_000),
+        Some(Entry::Tick { now: ahead + 5_000 }),
+        "a clock ahead of every report ticks at the clock"
+    );
+    // The tracker moves on to epoch 1 (stable point 0): this copy must close, not tick.
+    let later = Report { epoch: 1, stables: vec![(0, Timestamp::ZERO)], ..report(2 * ahead) };
+    assert!(tracker.on_report(&later));
+    assert_eq!(p.mako_next(&tracker, 1_000), Some(Entry::EpochEnd { epoch: 0 }));
+}
+
+/// `occ` and `2pl` read only the newest version, so a tick collects every older one: the
+/// watermark follows the newest commit, stays below a prepared attempt's proposal, and the
+/// next write of a key leaves it one version older than the newest at most.
+#[test]
+fn latest_reading_shards_keep_no_history_below_the_newest_commit() {
+    for mode in [CcMode::Validation, CcMode::Locking(crate::kit::locks::Policy::NoWait)] {
+        let mut p = Participant::new(ShardId(0), Net::new().nodes[0].context.clone(), mode);
+        let mut out = Outbox::new();
+        for seq in 1..=20 {
+            let now = seq * 1_000;
+            let vote = p.on_prepare(now, attempt(seq), mvto_args(0, &[], &[(1, seq)], true));
+            assert_eq!(vote, Vote::Committed(Timestamp(now)), "{mode:?}");
+            p.on_gc_tick(now, false, &mut out);
+            // The newest and the one at the watermark are needed; lazy pruning keeps at most
+            // twice that.
+            assert!(p.store().versions(&key(1)).len() <= 4, "{mode:?}: old versions pruned");
+        }
+        assert_eq!(p.store().gc_watermark(), Timestamp(20_000), "{mode:?}: no retention");
+        assert_eq!(mako_value(&p, 1), Some(20));
+        // A prepared attempt holds the watermark below its proposal; its commit is accepted.
+        let vote = p.on_prepare(21_000, attempt(21), mvto_args(0, &[], &[(2, 7)], false));
+        assert_eq!(vote, Vote::Yes(Timestamp(21_000)), "{mode:?}");
+        let vote = p.on_prepare(22_000, attempt(22), mvto_args(0, &[], &[(3, 8)], true));
+        assert_eq!(vote, Vote::Committed(Timestamp(22_000)), "{mode:?}");
+        p.on_gc_tick(22_000, false, &mut out);
+        assert_eq!(p.store().gc_watermark(), Timestamp(20_999), "{mode:?}");
+        let decided = p.on_decision(23_000, attempt(21), Decision::Committed(Timestamp(21_000)));
+        assert_eq!(decided, Some(PeerState::Decided(Decision::Committed(Timestamp(21_000)))));
+        assert_eq!(mako_value(&p, 2), Some(7), "{mode:?}");
+    }
 }

@@ -290,7 +290,7 @@ impl NewOrder {
         &self,
         args: &NewOrderArgs,
         lines: &[usize],
-        values: &[Option<Vec<u8>>],
+        values: &[Option<&[u8]>],
         effects: &mut PieceEffects,
     ) -> Result<Vec<Datum>, UserAbort> {
         let mut infos = Vec::with_capacity(lines.len());
@@ -301,7 +301,7 @@ impl NewOrder {
                 // shard may see that before piece 0 sees the missing ITEM row.
                 return Err(rollback(line.i_id));
             }
-            let mut stock = Stock::decode(value.as_ref()).map_err(corrupt)?;
+            let mut stock = Stock::decode(*value).map_err(corrupt)?;
             infos.push(order_stock(&mut stock, index, line, args.d, args.w)?);
             effects.writes.push(Write {
                 key: stock_key(line.supply_w, line.i_id),
@@ -383,9 +383,9 @@ impl Procedure for NewOrder {
         let mut effects = PieceEffects::default();
         if piece == 0 {
             let v = &reads.values;
-            let warehouse = Warehouse::decode(v[0].as_ref()).map_err(corrupt)?;
-            let mut district = District::decode(v[1].as_ref()).map_err(corrupt)?;
-            let customer = Customer::decode(v[2].as_ref()).map_err(corrupt)?;
+            let warehouse = Warehouse::decode(v[0]).map_err(corrupt)?;
+            let mut district = District::decode(v[1]).map_err(corrupt)?;
+            let customer = Customer::decode(v[2]).map_err(corrupt)?;
             let items = &v[3..3 + order.lines.len()];
             let mut prices = Vec::with_capacity(items.len());
             for (line, value) in order.lines.iter().zip(items) {
@@ -626,8 +626,8 @@ impl Procedure for Payment {
         let mut effects = PieceEffects::default();
         match piece {
             0 => {
-                let mut warehouse = Warehouse::decode(reads.values[0].as_ref()).map_err(corrupt)?;
-                let mut district = District::decode(reads.values[1].as_ref()).map_err(corrupt)?;
+                let mut warehouse = Warehouse::decode(reads.values[0]).map_err(corrupt)?;
+                let mut district = District::decode(reads.values[1]).map_err(corrupt)?;
                 warehouse.ytd_cents += p.amount_cents;
                 district.ytd_cents += p.amount_cents;
                 let history = History {
@@ -650,7 +650,7 @@ impl Procedure for Payment {
                 ];
             }
             1 => {
-                let mut customer = Customer::decode(reads.values[0].as_ref()).map_err(corrupt)?;
+                let mut customer = Customer::decode(reads.values[0]).map_err(corrupt)?;
                 customer.balance_cents -= p.amount_cents;
                 customer.ytd_payment_cents += p.amount_cents;
                 customer.payment_cnt += 1;
@@ -753,7 +753,7 @@ impl Procedure for OrderStatus {
     ) -> Result<PieceEffects, UserAbort> {
         let output = match piece {
             0 => {
-                let customer = Customer::decode(reads.values[0].as_ref()).map_err(corrupt)?;
+                let customer = Customer::decode(reads.values[0]).map_err(corrupt)?;
                 let newest = reads.scans[0]
                     .first()
                     .and_then(|(key, _)| key_ids::<4>(key))
@@ -762,7 +762,7 @@ impl Procedure for OrderStatus {
             }
             1 if reads.values.is_empty() => vec![Datum::Uint(0), Datum::Uint(0), Datum::Int(0)],
             1 => {
-                let order = Order::decode(reads.values[0].as_ref()).map_err(corrupt)?;
+                let order = Order::decode(reads.values[0]).map_err(corrupt)?;
                 let mut sum = 0;
                 for (_, value) in &reads.scans[0] {
                     sum += OrderLine::decode(Some(value)).map_err(corrupt)?.amount_cents;
@@ -894,8 +894,7 @@ impl Procedure for Delivery {
                 let mut entries = Vec::new();
                 for (o, d) in oldest.iter().zip(1u64..) {
                     let Some(o) = o.as_uint().filter(|&o| o > 0) else { continue };
-                    let order =
-                        Order::decode(values.next().and_then(Option::as_ref)).map_err(corrupt)?;
+                    let order = Order::decode(values.next().copied().flatten()).map_err(corrupt)?;
                     entries.push(Datum::List(vec![
                         Datum::Uint(d),
                         Datum::Uint(o),
@@ -907,7 +906,7 @@ impl Procedure for Delivery {
             }
             2 => {
                 let mut values = reads.values.iter();
-                let mut next = || values.next().and_then(Option::as_ref);
+                let mut next = || values.next().copied().flatten();
                 let mut delivered = 0;
                 for [d, o, c, ol_cnt] in delivery_entries(inputs).map_err(to_abort)? {
                     let mut order = Order::decode(next()).map_err(corrupt)?;
@@ -1011,9 +1010,7 @@ impl Procedure for StockLevel {
     ) -> Result<PieceEffects, UserAbort> {
         let (_, _, threshold) = self.parse(args).map_err(to_abort)?;
         let output = match piece {
-            0 => vec![Datum::Uint(
-                District::decode(reads.values[0].as_ref()).map_err(corrupt)?.next_o_id,
-            )],
+            0 => vec![Datum::Uint(District::decode(reads.values[0]).map_err(corrupt)?.next_o_id)],
             1 => {
                 let mut items = Vec::with_capacity(reads.scans[0].len());
                 for (_, value) in &reads.scans[0] {
@@ -1028,7 +1025,7 @@ impl Procedure for StockLevel {
                 for value in &reads.values {
                     // A line's stock row always exists: NewOrder rolls back unknown items.
                     low += u64::from(
-                        Stock::decode(value.as_ref()).map_err(corrupt)?.quantity < threshold,
+                        Stock::decode(value.as_deref()).map_err(corrupt)?.quantity < threshold,
                     );
                 }
                 vec![Datum::Uint(low)]

@@ -104,7 +104,7 @@ pub trait Row: Serialize + DeserializeOwned {
     }
 
     /// Decodes a value; a message naming the table when it does not decode.
-    fn decode(value: Option<&Value>) -> Result<Self, String> {
+    fn decode(value: Option<&[u8]>) -> Result<Self, String> {
         let bytes = value.ok_or_else(|| format!("{} row is missing", Self::TABLE))?;
         postcard::from_bytes(bytes).map_err(|e| format!("{} row does not decode: {e}", Self::TABLE))
     }
@@ -314,6 +314,6 @@ mod tests {
         let order = Order { c_id: 7, entry_d: 1, carrier_id: None, ol_cnt: 5, all_local: true };
         assert_eq!(Order::decode(Some(&order.encode())), Ok(order));
         assert!(Order::decode(None).unwrap_err().contains("ORDER row is missing"));
-        assert!(Stock::decode(Some(&vec![0xFF; 3])).unwrap_err().contains("STOCK"));
+        assert!(Stock::decode(Some(&[0xFF; 3])).unwrap_err().contains("STOCK"));
     }
 }

@@ -44,7 +44,7 @@ fn count(store: &MvccStore, table: u8) -> usize {
 }
 
 fn row<R: Row>(stores: &[MvccStore], shard: usize, key: &Key) -> R {
-    R::decode(stores[shard].get_at(key, Timestamp::MAX)).unwrap()
+    R::decode(stores[shard].get_at(key, Timestamp::MAX).map(Vec::as_slice)).unwrap()
 }
 
 /// Overwrites `key` on `shard` as a bug would, at a fresh timestamp.
@@ -539,7 +539,7 @@ fn seed_83_a_remote_rollback_line_is_reported_as_the_rollback() {
     let keys = procedure.keys(1, &txn.args, &[]).unwrap();
     assert_eq!(keys.reads, vec![stock_key(2, 1_001)]);
     let reads = meridian_core::txn::Reads {
-        values: vec![stores[1].get_at(&keys.reads[0], Timestamp::MAX).cloned()],
+        values: vec![stores[1].get_at(&keys.reads[0], Timestamp::MAX).map(Vec::as_slice)],
         scans: Vec::new(),
     };
     let abort = procedure.execute(1, &txn.args, &[], &reads).unwrap_err();

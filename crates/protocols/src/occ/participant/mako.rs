@@ -130,7 +130,9 @@ impl Participant {
 
     /// `mako`, on the leader's speculative state: the entry to log next. The end of the
     /// epoch when this leader is new or another shard closed it; the next epoch's start once
-    /// its stable point is known; otherwise a tick. `None` while waiting for finals.
+    /// its stable point is known; otherwise a tick, at the clock or at the highest watermark
+    /// another shard reported in the epoch, whichever is later. `None` while waiting for
+    /// finals.
     pub(in crate::occ) fn mako_next(&self, tracker: &Watermarks, now: Time) -> Option<Entry> {
         let m = self.mako.as_ref()?;
         if m.final_w.is_some() {
@@ -140,7 +142,11 @@ impl Participant {
         if m.must_close || tracker.is_closing(m.epoch) || tracker.epoch() > m.epoch {
             return Some(Entry::EpochEnd { epoch: m.epoch });
         }
-        Some(Entry::Tick { now })
+        // The clock, or the highest watermark heard in this epoch when the clock is behind
+        // it (a leader restarted with its clock set back would otherwise keep the global
+        // watermark, and every commit's reply, behind by the clock's lag).
+        let heard = if tracker.epoch() == m.epoch { tracker.highest() } else { None };
+        Some(Entry::Tick { now: heard.map_or(now, |h| now.max(h.0)) })
     }
 
     /// `mako`, on a leader's speculative state: the end of the epoch when this leader has not

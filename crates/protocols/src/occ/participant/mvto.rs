@@ -344,7 +344,7 @@ impl Participant {
         self.stamp(&args);
         let ts = args.ts;
         if args.one_phase {
-            self.install(txn, &args.writes, ts);
+            self.install(txn, args.writes, ts);
             self.ts_last = self.ts_last.max(ts);
             self.remember(txn, Decision::Committed(ts), args.participants, now);
             return Vote::Committed(ts);
@@ -353,7 +353,7 @@ impl Participant {
         self.locks
             .try_all(txn, &[], &[], &write_keys)
             .expect("a key with no pending version has no prepared writer");
-        self.install_as(txn, &args.writes, ts, VersionState::Pending);
+        self.install_as(txn, args.writes.iter().cloned(), ts, VersionState::Pending);
         let prepared = Prepared {
             reads: Vec::new(),
             scans: Vec::new(),
