@@ -485,7 +485,7 @@ impl TigaNode {
     }
 
     /// The manager's counters (zero where the node takes no part).
-    pub(super) fn manager_counters(&self) -> [(&'static str, u64); 6] {
+    pub(super) fn manager_counters(&self) -> Vec<(&'static str, u64)> {
         let m = self.manager.as_deref();
         let host = m.and_then(|m| m.host.as_ref());
         let leads = host.is_some_and(|h| h.leads(ShardId(0)));
@@ -494,32 +494,16 @@ impl TigaNode {
             .and_then(|h| h.get(ShardId(0)))
             .zip(m)
             .map_or(0, |(sm, m)| sm.view().global.saturating_sub(m.start_global));
-        let names = match self.variant {
-            Variant::Tiga => [
-                "tiga_manager_leads",
-                "tiga_manager_views_applied_total",
-                "tiga_manager_proposed_total",
-                "tiga_manager_mode_proposed_total",
-                "tiga_manager_views_sent_total",
-                "tiga_manager_foreign_total",
-            ],
-            Variant::Luigi => [
-                "luigi_manager_leads",
-                "luigi_manager_views_applied_total",
-                "luigi_manager_proposed_total",
-                "luigi_manager_mode_proposed_total",
-                "luigi_manager_views_sent_total",
-                "luigi_manager_foreign_total",
-            ],
-        };
-        let values = [
-            u64::from(leads),
-            applied,
-            m.map_or(0, |m| m.proposed_total),
-            m.map_or(0, |m| m.mode_proposed_total),
-            m.map_or(0, |m| m.views_sent_total),
-            m.map_or(0, |m| m.foreign_total),
-        ];
-        std::array::from_fn(|i| (names[i], values[i]))
+        super::counters::prefixed!(
+            self.variant,
+            [
+                ("manager_leads", u64::from(leads)),
+                ("manager_views_applied_total", applied),
+                ("manager_proposed_total", m.map_or(0, |m| m.proposed_total)),
+                ("manager_mode_proposed_total", m.map_or(0, |m| m.mode_proposed_total)),
+                ("manager_views_sent_total", m.map_or(0, |m| m.views_sent_total)),
+                ("manager_foreign_total", m.map_or(0, |m| m.foreign_total)),
+            ]
+        )
     }
 }

@@ -1,0 +1,164 @@
+//! The follower's part: taking the leader's log (entries, outcomes, commit-point), and
+//! dropping its log to rejoin by a state transfer when it falls too far behind.
+
+use super::*;
+
+impl TigaNode {
+    pub(super) fn on_sync(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        shard: ShardId,
+        sync: SyncParts,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let (start, entries, outcomes, commit, base) = sync;
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if host.replica.leads() || host.leader != from || host.joining.is_some() {
+            return;
+        }
+        // Messages may come out of order: the commit-point and the leader's base only rise.
+        host.commit = host.commit.max(usize::try_from(commit).unwrap_or(usize::MAX));
+        host.leader_base = host.leader_base.max(usize::try_from(base).unwrap_or(usize::MAX));
+        if entries.len() > crate::tiga::log::SYNC_ENTRIES_MAX
+            || outcomes.len() > OUTCOMES_WINDOW_MAX
+        {
+            return; // No honest leader sends more.
+        }
+        let Ok(start) = usize::try_from(start) else { return };
+        // Bounded by the message: which of its entries the tail holds (journaled already).
+        let in_tail: BTreeSet<TxnId> =
+            entries.iter().map(|&(txn, _)| txn).filter(|&t| host.replica.in_tail(t)).collect();
+        let before = host.replica.log_len();
+        let bodies = &host.bodies;
+        let keys_of = |txn| bodies.get(&txn).map(|k: &Known| k.part.log_keys());
+        let actions = host.replica.on_sync(start, &entries, keys_of);
+        let appended = host.replica.follower_entries(before, usize::MAX);
+        // Bounded by the message; nearly always empty.
+        let heard: Vec<TxnId> =
+            appended.iter().map(|&(t, _)| t).filter(|t| host.outcomes.contains_key(t)).collect();
+        if !appended.is_empty() {
+            // The entries this replica's acknowledgements and slow replies will vouch for,
+            // with the bodies no record holds yet.
+            let entries = appended
+                .into_iter()
+                .map(|(txn, ts)| {
+                    let body = match in_tail.contains(&txn) {
+                        true => None,
+                        false => host.bodies.get(&txn).map(|k| (*k.body).clone()),
+                    };
+                    (txn, ts, body)
+                })
+                .collect();
+            self.journal.write(&Record::Synced { shard, at: before as u64, entries });
+            // An outcome heard before the leader listed its entry (a sync carries outcomes
+            // past the entries it lists) is journaled again behind the listing: a checkpoint
+            // since may have left it out, and a restart keeps outcomes of logged entries only.
+            for txn in heard {
+                if let Some((ok, inputs)) = host.outcomes.get(&txn) {
+                    let outcome = SyncOutcome { txn, ok: *ok, inputs: inputs.clone() };
+                    self.journal.write(&Record::Outcome { shard, outcome });
+                }
+            }
+        }
+        for outcome in outcomes {
+            // Kept for logged transactions only; an outcome of one executed already may come
+            // again (a resend from a stale acknowledgement) and is pushed out first when the
+            // map is full (the leader says again what is still needed).
+            if host.replica.logged(outcome.txn) && outcome.inputs.len() <= PIECES_MAX {
+                let SyncOutcome { txn, ok, ref inputs } = outcome;
+                let fresh = host.outcomes.get(&txn).is_none_or(|(was, _)| *was != ok);
+                host.outcomes.insert(txn, (ok, inputs.clone()));
+                if fresh {
+                    self.journal.write(&Record::Outcome { shard, outcome });
+                }
+                if host.outcomes.len() > OUTCOMES_KEPT_MAX {
+                    host.outcomes.pop_first();
+                }
+            }
+        }
+        let fetching =
+            actions.iter().any(|a| matches!(a, Action::Fetch { .. } | Action::Resend { .. }));
+        self.act(now, shard, actions, None, out);
+        self.drop_unlisted(shard, false);
+        if !fetching {
+            // Bodies asked for before and still missing are asked for again (the fetch or
+            // its answer may have been lost).
+            let host = self.hosted.get(&shard).expect("hosted");
+            out.send(
+                from,
+                ack_msg(
+                    (self.view.global, self.context.incarnation),
+                    host,
+                    host.replica.missing_bodies(FETCH_MAX),
+                ),
+            );
+        }
+    }
+
+    /// Follower: the leader keeps nothing for followers below `upto`. A replica that executed
+    /// less cannot go on from the log: it drops its log, held transactions and replies (a
+    /// fresh one holds and vouches for nothing) and, under its next start, takes a state
+    /// transfer as a restarted follower does. Its store stays: the transfer rewrites every key
+    /// the leader wrote since the load, which covers every key this replica wrote.
+    pub(super) fn on_behind(
+        &mut self,
+        from: NodeId,
+        shard: ShardId,
+        upto: u64,
+        out: &mut Outbox<TigaMsg>,
+    ) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if host.replica.leads() || from != host.leader {
+            self.counts.dropped_total += 1;
+            return;
+        }
+        if host.joining.is_some() {
+            return; // Rejoining already.
+        }
+        if host.executed as u64 >= upto {
+            // Not behind: the leader had not heard how far this replica got (it sends no
+            // log to a follower it thinks behind), so tell it.
+            let view = (self.view.global, self.context.incarnation);
+            out.send(host.leader, ack_msg(view, host, Vec::new()));
+            return;
+        }
+        if self.drop_log_to_rejoin(shard, false, out) {
+            self.counts.went_behind_total += 1;
+        }
+    }
+
+    /// Follower: drops its log, held transactions, replies and what it kept of executed
+    /// entries, and asks its leader for a state transfer under its next start (a fresh
+    /// replica holds and vouches for nothing). Its store stays: the transfer rewrites every
+    /// key the leader wrote since the load. With `stash` (a view change sends it to rejoin),
+    /// what it dropped is kept until a transfer is installed, unless it was rejoining
+    /// already. False (nothing done) when its starts ran out.
+    pub(super) fn drop_log_to_rejoin(
+        &mut self,
+        shard: ShardId,
+        stash: bool,
+        out: &mut Outbox<TigaMsg>,
+    ) -> bool {
+        let detective = self.view.mode == Mode::Detective;
+        let limits = replica_limits(self.context.topology.shards);
+        let Some(host) = self.hosted.get_mut(&shard) else { return false };
+        let Some(rejoins) = host.rejoins.checked_add(1) else { return false };
+        host.rejoins = rejoins;
+        let fresh = Replica::new(shard, false, limits).with_detective(detective);
+        let mut dropped = Stashed::empty(fresh, host.follower_checkpointed);
+        dropped.swap_with(host);
+        // Kept with three replicas only: leading from it is sound there (see
+        // `take_up_stash`); with more, a report would need to say which view its log was
+        // led in.
+        let three = self.context.topology.replicas == 3;
+        if stash && three && host.joining.is_none() && !host.retired {
+            host.stashed = Some(Box::new(dropped));
+        }
+        host.joining = Some(Joining::default());
+        // A restart from here rejoins too: the journaled log is void.
+        self.journal.write(&Record::Joining { shard });
+        self.ask_state(shard, out);
+        true
+    }
+}
