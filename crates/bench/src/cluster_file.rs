@@ -216,7 +216,9 @@ impl ClusterFile {
         };
         let workload =
             meridian_workloads::build(&file.workload, &workload_options).map_err(|e| bad(e.0))?;
-        protocol.check_workload(workload.as_ref(), &topology).map_err(|e| bad(e.0))?;
+        protocol
+            .check_workload(&meridian_workloads::sample(workload.as_ref()), &topology)
+            .map_err(|e| bad(e.0))?;
         let snapshot_interval_entries = match &file.snapshot_interval {
             Some(spanned) => {
                 crate::experiment::check_snapshot_interval(*spanned.get_ref())

@@ -139,7 +139,7 @@ impl Experiment {
         self.client_coordinators(&topology)?;
         self.protocol.check_topology(&topology)?;
         let workload = meridian_workloads::build(&self.workload, &self.workload_options)?;
-        self.protocol.check_workload(workload.as_ref(), &topology)?;
+        self.protocol.check_workload(&meridian_workloads::sample(workload.as_ref()), &topology)?;
         Ok(())
     }
 

@@ -848,6 +848,21 @@ impl TxnOutcome {
     }
 }
 
+/// What a protocol sees of a workload before a run, to check that it can run the workload's
+/// transactions: its procedures, how its keys map to shards, and a sample of the requests its
+/// clients would submit (protocols depend on this, not on the workloads crate).
+#[derive(Clone, Debug)]
+pub struct WorkloadSample {
+    /// The workload's name, for errors.
+    pub name: String,
+    /// Its procedures.
+    pub registry: Arc<Registry>,
+    /// How its keys map to shards.
+    pub partitioner: Arc<Partitioner>,
+    /// Requests its clients would submit first.
+    pub requests: Vec<TxnRequest>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

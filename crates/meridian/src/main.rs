@@ -640,7 +640,7 @@ fn check_workload_of(args: &BenchArgs, kind: ProtocolKind) -> Result<(), ConfigE
         run.replicas,
     )?;
     kind.check_topology(&topology)?;
-    kind.check_workload(workload.as_ref(), &topology)
+    kind.check_workload(&meridian_workloads::sample(workload.as_ref()), &topology)
 }
 
 /// `bench --all-protocols` (and `bench` with no arguments): every protocol, with each option

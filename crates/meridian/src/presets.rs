@@ -80,7 +80,8 @@ mod tests {
                         let topology =
                             meridian_core::topology::Topology::standard(vec!["r".into()], 2, 1)
                                 .expect("a layout");
-                        kind.check_workload(built.as_ref(), &topology).is_ok()
+                        kind.check_workload(&meridian_workloads::sample(built.as_ref()), &topology)
+                            .is_ok()
                     });
                 assert!(!runs_all, "preset {name} leaves out {protocol}, which runs {workloads:?}");
             }

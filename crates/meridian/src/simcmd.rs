@@ -227,7 +227,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         }
         // Fail fast on a bad layout before any worker starts.
         r.protocol.check_topology(&topology)?;
-        r.protocol.check_workload(workload.as_ref(), &topology)?;
+        r.protocol.check_workload(&meridian_workloads::sample(workload.as_ref()), &topology)?;
         return if jobs == 1 {
             swarm_worker(args, &r, &topology, workload, range, txns)
         } else {

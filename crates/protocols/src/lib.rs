@@ -23,7 +23,7 @@ use meridian_core::error::unknown_name;
 use meridian_core::node::Node;
 use meridian_core::time::NS_PER_MS;
 use meridian_core::topology::Topology;
-use meridian_core::txn::{Partitioner, ProcError, Registry};
+use meridian_core::txn::{Partitioner, ProcError, Registry, WorkloadSample};
 use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_storage::MvccStore;
 pub use options::{OptionKind, OptionSpec, OptionValue, ProtocolOptions};
@@ -61,10 +61,7 @@ pub trait Protocol: 'static {
     fn may_crash(topology: &Topology, node: NodeId) -> bool;
     /// Checks that the protocol can run `workload`'s transactions on `topology`; the error
     /// says why not and what to do instead. By default every workload runs.
-    fn check_workload(
-        _workload: &dyn meridian_workloads::Workload,
-        _topology: &Topology,
-    ) -> Result<(), ConfigError> {
+    fn check_workload(_workload: &WorkloadSample, _topology: &Topology) -> Result<(), ConfigError> {
         Ok(())
     }
     /// The commit latency the protocol's design promises on its common path for a request
@@ -88,36 +85,27 @@ pub trait Protocol: 'static {
     fn replay_committed(node: &mut Self::Node) -> Replayed;
 }
 
-/// Clients whose transactions [`check_sampled_requests`] samples.
-const WORKLOAD_SAMPLE_CLIENTS: u32 = 2;
-/// Transactions it samples from each.
-const WORKLOAD_SAMPLE_TXNS: u64 = 200;
-
-/// Runs `check` over a sample of `workload`'s transactions (the first 200 of two clients) on
-/// `topology`, for a protocol that runs only some shapes of transaction; the error names the
-/// protocol, the workload and what `check` refused.
+/// Runs `check` over `workload`'s sample of transactions on `topology`, for a protocol that
+/// runs only some shapes of transaction; the error names the protocol, the workload and what
+/// `check` refused.
 pub(crate) fn check_sampled_requests(
     protocol: &str,
-    workload: &dyn meridian_workloads::Workload,
+    workload: &WorkloadSample,
     topology: &Topology,
     check: fn(&NodeContext, &meridian_core::txn::TxnRequest) -> Result<(), ProcError>,
 ) -> Result<(), ConfigError> {
     let context = NodeContext::new(
         NodeId(0),
         Arc::new(topology.clone()),
-        Arc::new(workload.registry()),
-        Arc::new(workload.partitioner()),
+        workload.registry.clone(),
+        workload.partitioner.clone(),
         0,
         Timing::for_network(NS_PER_MS),
     );
-    for client in 0..WORKLOAD_SAMPLE_CLIENTS {
-        let mut generator = workload.generator(client, 0);
-        for request in 0..WORKLOAD_SAMPLE_TXNS {
-            let txn = generator.next(meridian_core::RequestId(request));
-            check(&context, &txn).map_err(|e| {
-                ConfigError::new(format!("{protocol} cannot run {}: {e}", workload.name()))
-            })?;
-        }
+    for txn in &workload.requests {
+        check(&context, txn).map_err(|e| {
+            ConfigError::new(format!("{protocol} cannot run {}: {e}", workload.name))
+        })?;
     }
     Ok(())
 }
@@ -208,7 +196,7 @@ pub struct ProtocolInfo {
     pub guarantee: Guarantee,
     guarantee_with: fn(&ProtocolOptions) -> Guarantee,
     check_topology: fn(&Topology) -> Result<(), ConfigError>,
-    check_workload: fn(&dyn meridian_workloads::Workload, &Topology) -> Result<(), ConfigError>,
+    check_workload: fn(&WorkloadSample, &Topology) -> Result<(), ConfigError>,
     may_crash: fn(&Topology, NodeId) -> bool,
     latency_bound_ns: LatencyBound,
 }
@@ -274,7 +262,7 @@ impl ProtocolKind {
     /// Checks that this protocol can run `workload` on `topology`.
     pub fn check_workload(
         self,
-        workload: &dyn meridian_workloads::Workload,
+        workload: &WorkloadSample,
         topology: &Topology,
     ) -> Result<(), ConfigError> {
         (self.info().check_workload)(workload, topology)

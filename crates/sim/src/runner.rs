@@ -203,7 +203,9 @@ pub fn run(
 ) -> Result<SimRunReport, ConfigError> {
     options.topology.validate()?;
     options.protocol.check_topology(&options.topology)?;
-    options.protocol.check_workload(workload.as_ref(), &options.topology)?;
+    options
+        .protocol
+        .check_workload(&meridian_workloads::sample(workload.as_ref()), &options.topology)?;
     if options.clients == 0 {
         return Err(ConfigError::new("clients must be at least 1"));
     }

@@ -139,6 +139,30 @@ pub trait Workload: Send + Sync {
     fn checker(&self) -> Box<dyn InvariantCheck>;
 }
 
+/// Clients whose transactions [`sample`] takes.
+pub const SAMPLE_CLIENTS: u32 = 2;
+/// Transactions it takes from each.
+pub const SAMPLE_TXNS: u64 = 200;
+
+/// The first [`SAMPLE_TXNS`] transactions of [`SAMPLE_CLIENTS`] clients (run seed 0), with
+/// the workload's procedures and partitioning: what a protocol checks before a run that it
+/// can run the workload's transactions.
+pub fn sample(workload: &dyn Workload) -> meridian_core::txn::WorkloadSample {
+    let mut requests = Vec::with_capacity((u64::from(SAMPLE_CLIENTS) * SAMPLE_TXNS) as usize);
+    for client in 0..SAMPLE_CLIENTS {
+        let mut generator = workload.generator(client, 0);
+        for request in 0..SAMPLE_TXNS {
+            requests.push(generator.next(meridian_core::RequestId(request)));
+        }
+    }
+    meridian_core::txn::WorkloadSample {
+        name: workload.name().to_string(),
+        registry: std::sync::Arc::new(workload.registry()),
+        partitioner: std::sync::Arc::new(workload.partitioner()),
+        requests,
+    }
+}
+
 /// Options shared by the workloads (unused ones are ignored by a workload).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadOptions {

@@ -72,7 +72,7 @@ impl Protocol for Chain {
 
     /// A sample of the workload's transactions (from two clients) must plan.
     fn check_workload(
-        workload: &dyn meridian_workloads::Workload,
+        workload: &meridian_core::txn::WorkloadSample,
         topology: &Topology,
     ) -> Result<(), ConfigError> {
         crate::check_sampled_requests("chain", workload, topology, check_request)

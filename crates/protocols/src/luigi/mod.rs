@@ -124,7 +124,7 @@ impl Protocol for Luigi {
 
     /// The same one-shot transactions as tiga.
     fn check_workload(
-        workload: &dyn meridian_workloads::Workload,
+        workload: &meridian_core::txn::WorkloadSample,
         topology: &Topology,
     ) -> Result<(), ConfigError> {
         crate::check_sampled_requests("luigi", workload, topology, node::check_request)

@@ -171,7 +171,7 @@ impl Protocol for Tiga {
     /// Tiga runs one-shot transactions whose keys the arguments give: a sample of the
     /// workload's transactions (from two clients) must all have that shape.
     fn check_workload(
-        workload: &dyn meridian_workloads::Workload,
+        workload: &meridian_core::txn::WorkloadSample,
         topology: &Topology,
     ) -> Result<(), ConfigError> {
         crate::check_sampled_requests("tiga", workload, topology, node::check_request)
@@ -387,7 +387,9 @@ mod tests {
             let workload = meridian_workloads::build(name, &options).unwrap();
             let topology =
                 meridian_core::topology::Topology::standard(vec!["r".into()], 3, 1).unwrap();
-            if let Err(why) = Tiga::check_workload(workload.as_ref(), &topology) {
+            if let Err(why) =
+                Tiga::check_workload(&meridian_workloads::sample(workload.as_ref()), &topology)
+            {
                 assert!(why.to_string().contains("piece"), "{label}: {why}");
                 refused.push(label);
             }
