@@ -4,13 +4,18 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 use std::sync::Once;
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const SIZE: (u32, u32) = (960, 600);
-/// Most bars named in full above them; more are numbered as in the report's table.
-const BARS_NAMED_MAX: usize = 6;
+/// Most bars whose names lie flat under them; more are turned upright.
+const BARS_FLAT_MAX: usize = 6;
+/// Characters of a run's name shown under its bar.
+const BAR_NAME_CHARS_MAX: usize = 30;
+/// Ticks on a log axis at most (1, 2 and 5 per decade: ten decades).
+const LOG_TICKS_MAX: usize = 30;
 /// Colours of successive runs.
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -88,7 +93,8 @@ fn err<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
-/// Committed throughput per run.
+/// Committed throughput per run, each bar named below it (names turned upright when there
+/// are many) with its value above it.
 pub fn throughput_bars(stem: &Path, title: &str, runs: &[(String, f64)]) -> Result<(), String> {
     struct Bars<'a>(&'a str, &'a [(String, f64)]);
     impl Draw for Bars<'_> {
@@ -96,49 +102,88 @@ pub fn throughput_bars(stem: &Path, title: &str, runs: &[(String, f64)]) -> Resu
             let Bars(title, runs) = *self;
             area.fill(&WHITE).map_err(err)?;
             let top = runs.iter().map(|r| r.1).fold(0.0, f64::max).max(1.0) * 1.15;
+            let upright = runs.len() > BARS_FLAT_MAX;
             let mut chart = ChartBuilder::on(area)
                 .caption(title, ("sans-serif", 24))
                 .margin(20)
-                .x_label_area_size(50)
+                .x_label_area_size(if upright { 190 } else { 50 })
                 .y_label_area_size(90)
-                .build_cartesian_2d(0.0..runs.len() as f64, 0.0..top)
+                .build_cartesian_2d((0..runs.len()).into_segmented(), 0.0..top)
                 .map_err(err)?;
+            let name = |at: &SegmentValue<usize>| match at {
+                SegmentValue::CenterOf(i) => runs.get(*i).map_or_else(String::new, |r| short(&r.0)),
+                _ => String::new(),
+            };
+            let font = ("sans-serif", if upright { 13 } else { 15 }).into_font();
+            let font = if upright { font.transform(FontTransform::Rotate90) } else { font };
             chart
                 .configure_mesh()
                 .disable_x_mesh()
-                .x_labels(0)
-                .x_desc(if runs.len() > BARS_NAMED_MAX {
-                    "runs, numbered as in the report's table"
-                } else {
-                    "each bar is a run, named above it"
-                })
+                .x_labels(runs.len())
+                .x_label_formatter(&name)
+                .x_label_style(font)
                 .y_desc("committed txn/s")
                 .label_style(("sans-serif", 15))
                 .draw()
                 .map_err(err)?;
             chart
                 .draw_series(runs.iter().enumerate().map(|(i, (_, v))| {
-                    Rectangle::new(
-                        [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, *v)],
-                        colour(i).filled(),
-                    )
+                    let corners = [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)];
+                    let mut bar = Rectangle::new(corners, colour(i).filled());
+                    bar.set_margin(0, 0, 4, 4);
+                    bar
                 }))
                 .map_err(err)?;
+            let value = TextStyle::from(("sans-serif", 13).into_font())
+                .pos(Pos::new(HPos::Center, VPos::Bottom));
             chart
-                .draw_series(runs.iter().enumerate().map(|(i, (label, v))| {
-                    let at = (i as f64 + 0.15, *v + top * 0.02);
-                    let text = if runs.len() > BARS_NAMED_MAX {
-                        format!("{}", i + 1)
-                    } else {
-                        format!("{label}: {v:.0}")
-                    };
-                    Text::new(text, at, ("sans-serif", 15))
+                .draw_series(runs.iter().enumerate().map(|(i, (_, v))| {
+                    let at = (SegmentValue::CenterOf(i), *v + top * 0.01);
+                    Text::new(format!("{v:.0}"), at, value.clone())
                 }))
                 .map_err(err)?;
             Ok(())
         }
     }
     both(stem, &Bars(title, runs))
+}
+
+/// A run's name cut to what fits under a bar.
+fn short(name: &str) -> String {
+    if name.chars().count() <= BAR_NAME_CHARS_MAX {
+        return name.to_string();
+    }
+    let kept: String = name.chars().take(BAR_NAME_CHARS_MAX - 1).collect();
+    format!("{kept}…")
+}
+
+/// Ticks of a log axis over `lo..hi`: 1, 2 and 5 of every decade in range, so that every
+/// decade has a labelled gridline, or every digit of the decade where that gives fewer than
+/// three (a range narrower than a decade still gets several).
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi > lo && hi.is_finite()) {
+        return Vec::new();
+    }
+    let ticks = |steps: &[f64]| {
+        let mut ticks = Vec::new();
+        let mut exponent = lo.log10().floor() as i32;
+        while 10f64.powi(exponent) <= hi && ticks.len() < LOG_TICKS_MAX {
+            let decade = 10f64.powi(exponent);
+            for step in steps {
+                let tick = decade * step;
+                if tick >= lo && tick <= hi && ticks.len() < LOG_TICKS_MAX {
+                    ticks.push(tick);
+                }
+            }
+            exponent += 1;
+        }
+        ticks
+    };
+    let coarse = ticks(&[1.0, 2.0, 5.0]);
+    if coarse.len() >= 3 {
+        return coarse;
+    }
+    ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
 }
 
 /// One latency CDF per run: `(label, [(percentile, ms)])`.
@@ -164,18 +209,18 @@ pub fn latency_cdf(
                 .margin(20)
                 .x_label_area_size(50)
                 .y_label_area_size(70)
-                .build_cartesian_2d((lo..hi).log_scale(), 0.0..100.0)
+                .build_cartesian_2d(
+                    (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+                    0.0..100.0,
+                )
                 .map_err(err)?;
             chart
                 .configure_mesh()
                 .x_desc("latency (ms, log scale)")
-                .x_labels(8)
                 .x_label_formatter(&|ms| {
-                    if *ms >= 10.0 {
-                        format!("{ms:.0}")
-                    } else {
-                        format!("{ms:.2}")
-                    }
+                    // As many decimals as the tick's first digit needs (0.3, 0.05).
+                    let decimals = (-ms.log10().floor()).max(0.0) as usize;
+                    format!("{ms:.decimals$}")
                 })
                 .y_desc("percentile of committed requests")
                 .label_style(("sans-serif", 15))
@@ -259,6 +304,35 @@ mod tests {
         }
         let svg = std::fs::read_to_string(dir.join("throughput.svg")).unwrap();
         assert!(svg.contains("occ") && svg.contains("2pl"), "bars are labelled by run");
+        // Many bars: every one still named, under it.
+        let many: Vec<(String, f64)> =
+            (0..12).map(|i| (format!("proto{i} geo 4 threads"), 100.0 * i as f64)).collect();
+        throughput_bars(&dir.join("many"), "many", &many).unwrap();
+        let svg = std::fs::read_to_string(dir.join("many.svg")).unwrap();
+        for (name, _) in &many {
+            assert!(svg.contains(name.as_str()), "{name} named under its bar");
+        }
+        // A CDF within one decade still labels several ticks.
+        let narrow = vec![("occ".to_string(), vec![(50.0, 31.0), (99.0, 58.0)])];
+        latency_cdf(&dir.join("narrow"), "latency", &narrow).unwrap();
+        let svg = std::fs::read_to_string(dir.join("narrow.svg")).unwrap();
+        // (Each label is a text element whose content stands on a line of its own.)
+        let labels: Vec<&str> = svg.lines().map(str::trim).collect();
+        for tick in ["30", "40", "50", "60", "70"] {
+            assert!(labels.contains(&tick), "tick {tick} labelled");
+        }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn log_ticks_mark_every_decade_and_one_two_five_within_it() {
+        assert_eq!(log_ticks(0.8, 120.0), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        assert_eq!(log_ticks(24.0, 72.5), vec![30.0, 40.0, 50.0, 60.0, 70.0]);
+        assert_eq!(log_ticks(30.0, 30.0), Vec::<f64>::new());
+        assert_eq!(log_ticks(0.0, 10.0), Vec::<f64>::new());
+        assert_eq!(log_ticks(f64::NAN, 10.0), Vec::<f64>::new());
+        let wide = log_ticks(1e-3, 1e30);
+        assert_eq!(wide.len(), LOG_TICKS_MAX);
+        assert!(wide.windows(2).all(|w| w[0] < w[1]));
     }
 }
