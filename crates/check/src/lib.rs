@@ -1,7 +1,7 @@
 //! Meridian's history checker: reads a transaction history (elle-cli JSON, list-append or
 //! rw-register), infers write-write, write-read and read-write dependencies and, for strict
 //! serializability, real-time order, then reports every anomaly by Adya class with the
-//! smallest cycle found as evidence (DESIGN §9).
+//! smallest cycle found as evidence (docs/design.md, "Correctness").
 //!
 //! Contract: [`check`] never panics on any [`History`] that [`History::parse`] accepted, and a
 //! report is `valid` only when no anomaly of a class the chosen consistency model forbids was

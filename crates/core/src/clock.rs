@@ -1,5 +1,6 @@
-//! The clock model (DESIGN §5): every node reads `true time + offset + drift`. Correctness must
-//! never depend on the clocks; only performance may (Tiga's timestamps).
+//! The clock model (docs/design.md, "Network and clock model"): every node reads `true time +
+//! offset + drift`. Correctness must never depend on the clocks; only performance may (Tiga's
+//! timestamps).
 //!
 //! Presets draw each node's offset uniformly from `±error` and its drift from `±drift_ppm`:
 //! `perfect` (0, 0), `chrony` (5 ms, 1 ppm), `ntp` (16 ms, 5 ppm), `bad` (60 ms, 50 ppm).

@@ -1,4 +1,5 @@
-//! The link model (DESIGN §5), shared by the simulator and the runtime's delay lines.
+//! The link model (docs/design.md, "Network and clock model"), shared by the simulator and the
+//! runtime's delay lines.
 //!
 //! A [`NetworkModel`] names regions and gives every directed region pair a [`LinkModel`]: one-way
 //! base delay, jitter and loss. A [`LinkState`] per directed node link samples delivery times:

@@ -1,4 +1,4 @@
-//! The state-machine contract (DESIGN §3.1).
+//! The state-machine contract (docs/architecture.md, "The node contract").
 //!
 //! Every protocol node is a deterministic state machine implementing [`Node`]. It never reads a
 //! clock, draws OS randomness, sleeps, spawns, or touches a file or socket. Everything it needs

@@ -1,4 +1,4 @@
-//! The transaction model shared by every protocol (DESIGN §4).
+//! The transaction model shared by every protocol (docs/architecture.md, "Transaction model").
 //!
 //! A [`Procedure`] is registered, deterministic code known to every node by its [`ProcId`]. For
 //! given arguments it has a [`Plan`]: a list of pieces, each bound to one shard (or to any shard,

@@ -61,7 +61,7 @@ unsafe extern "C" {
 /// 10 ms, unless `MIMALLOC_PURGE_DELAY` is set. A node's messages and versions are freed in
 /// bursts and allocated again at once, so purged pages were faulted in and zeroed again: a
 /// seventh of the embedded Tiga benchmark's CPU went to those page faults, and keeping the
-/// memory made it 13% faster (docs/measurements.md, 2026-11-29). The price is that a process's
+/// memory made it 13% faster (docs/notebook/2026-11-29.md). The price is that a process's
 /// resident memory stays at its high-water mark.
 fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
@@ -155,7 +155,7 @@ struct VerifyArgs {
 /// Flags shared by `bench` and `sim` that describe the cluster and workload.
 #[derive(Args, Clone)]
 pub(crate) struct ClusterArgs {
-    /// Protocol: occ, 2pl, 2pc-mvto, mako, tiga, luigi, chain (`docs/protocols.md` describes
+    /// Protocol: occ, 2pl, 2pc-mvto, mako, tiga, luigi, chain (`docs/protocols/` describes
     /// each); `bench` also takes postgres (a PostgreSQL server runs the transactions;
     /// `docs/postgres.md`).
     #[arg(long)]
@@ -244,7 +244,7 @@ pub(crate) struct ClusterArgs {
     /// Master seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// A protocol option, NAME=VALUE (repeatable); see `docs/protocols.md` for each protocol's
+    /// A protocol option, NAME=VALUE (repeatable); see `docs/protocols/` for each protocol's
     /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`, `2pc-mvto-read-stamps=prepare|execution`, `2pc-mvto-one-round=on|off`, `chain-replication=overlapped|serial`.
     #[arg(long = "protocol-option", value_name = "NAME=VALUE")]
     protocol_option: Vec<String>,

@@ -1,4 +1,4 @@
-//! Meridian replication (DESIGN §3.2): a sans-IO [`Replica`] trait for one replica of one
+//! Meridian replication (docs/protocols/kit.md): a sans-IO [`Replica`] trait for one replica of one
 //! shard's replicated log, and [`raft::RaftReplica`], its implementation over tikv/raft-rs.
 //!
 //! A layered protocol keeps one replica per (shard, replica slot) it hosts, proposes commands

@@ -1,4 +1,4 @@
-//! Meridian's deterministic discrete-event simulator (DESIGN §3).
+//! Meridian's deterministic discrete-event simulator (docs/architecture.md, "Drivers").
 //!
 //! [`Sim`] drives sans-IO nodes in virtual time. Events sit in one queue ordered by
 //! `(time, sequence)`; the sequence number breaks ties in insertion order, so nothing depends on

@@ -626,7 +626,7 @@ fn clients_in_a_coordinator_only_region_pay_its_distance() {
 
 /// Wide-area round trips per commit of every baseline on Tiga's placement (`tiga-wan`, three
 /// server regions and Hong Kong, coordinators in all four), three-shard read-modify-write
-/// transactions, against the counts docs/protocols.md gives: a wave of reads and the prepare
+/// transactions, against the counts docs/protocols/README.md gives: a wave of reads and the prepare
 /// (2), plus the prepare's replication round when each shard's replicas span regions (3);
 /// `mako` adds to its speculative count the decision's trip to the leaders, the replication
 /// of the log that covers it and the watermark report's trip back (3 and 4).

@@ -1,7 +1,7 @@
-//! The bounded swarm the test suite runs (DESIGN §9): faulty seeds of every protocol on the
-//! checking workloads, each checked for strict serializability, liveness after healing and
-//! the workload's invariants. The long swarm is `meridian sim --seeds A..B --faults`; set
-//! `MERIDIAN_SWARM_SEEDS` to run more seeds here.
+//! The bounded swarm the test suite runs (docs/design.md, "Correctness"): faulty seeds of every
+//! protocol on the checking workloads, each checked for strict serializability, liveness after
+//! healing and the workload's invariants. The long swarm is `meridian sim --seeds A..B --faults`;
+//! set `MERIDIAN_SWARM_SEEDS` to run more seeds here.
 
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;

@@ -1,4 +1,4 @@
-//! Meridian storage: the in-memory MVCC store every replica owns (DESIGN §3.3).
+//! Meridian storage: the in-memory MVCC store every replica owns (docs/architecture.md, "Store").
 //!
 //! The store is an ordered map from key to a short version chain, sorted by timestamp. A
 //! version is `Committed` (visible to reads) or `Pending` (written but revocable: Tiga's

@@ -1,8 +1,8 @@
-//! `list-append` and `rw-register`: the checking workloads (Elle's, DESIGN §9). Each
-//! transaction has 1 to `ops_max` ([`ELLE_OPS_MAX`] by default) micro-operations on distinct keys spread over every
-//! shard, half reads. In `list-append` the others append a unique element to the key's list (a
-//! read-modify-write; a read returns the whole list); in `rw-register` they blindly write a
-//! unique value. The element or value is the request id, unique per run.
+//! `list-append` and `rw-register`: the checking workloads (Elle's, docs/design.md, "Correctness").
+//! Each transaction has 1 to `ops_max` ([`ELLE_OPS_MAX`] by default) micro-operations on distinct
+//! keys spread over every shard, half reads. In `list-append` the others append a unique element to
+//! the key's list (a read-modify-write; a read returns the whole list); in `rw-register` they
+//! blindly write a unique value. The element or value is the request id, unique per run.
 //!
 //! Keys are `table 2 ‖ id:u64`, shard `id / keys_per_shard`; a small key count gives
 //! contention. A list is stored as its elements, `u64` little-endian each; a register as one

@@ -14,7 +14,7 @@
 //! - [`locks`]: a lock table with shared, exclusive and range locks, no-wait and wound-wait.
 //! - [`timers`]: the node's timer table.
 //!
-//! `docs/protocols.md` explains how to add a protocol with them.
+//! `docs/protocols/README.md` explains how to add a protocol with them.
 
 pub mod coord;
 pub mod exec;

@@ -31,7 +31,7 @@
 //!   arriving before the reader prepared is refused at once (the writer aborts, though the
 //!   reader may never commit). Those stamps live only at the leader and are hints; the
 //!   replicated stamps decide. Under heavy contention `execution` starves long transactions:
-//!   a retry's new timestamp is soon below a newer reader's stamp again (docs/protocols.md).
+//!   a retry's new timestamp is soon below a newer reader's stamp again (docs/protocols/2pc-mvto.md).
 //!
 //! The garbage-collection watermark moves only when a command applies (from the clock reading
 //! the leader logged with it), so every replica keeps the same history and refuses the same
@@ -46,7 +46,7 @@
 //!
 //! The reference system keeps each write on one backup server; here every shard is a Raft
 //! group like every other protocol's, so a prepare and a decision each cost a log round in the
-//! shard's region (docs/protocols.md counts the round trips).
+//! shard's region (docs/protocols/README.md counts the round trips).
 
 pub(crate) mod order;
 

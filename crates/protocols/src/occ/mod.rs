@@ -1,5 +1,5 @@
 //! `occ`: optimistic concurrency control with read validation (Silo-style) and two-phase commit
-//! across shards (DESIGN §6), built on the protocol kit.
+//! across shards (docs/protocols/occ.md), built on the protocol kit.
 //!
 //! # Flow of one attempt
 //!

@@ -341,7 +341,7 @@ impl TigaNode {
     /// replica's distance from the leader's, in `replicas`ths of the cycle. A checkpoint holds
     /// back a node's sends until it is durable, and the followers of a shard execute at the
     /// same pace: checkpointing at the same entry, they stalled both commit paths of the shard
-    /// at once (docs/measurements.md); staggered, the leader and the other followers commit
+    /// at once (docs/notebook/); staggered, the leader and the other followers commit
     /// on.
     pub(super) fn checkpoint_offset(&self, shard: ShardId, every: usize) -> usize {
         let replicas = self.context.topology.replicas.max(1);

@@ -74,7 +74,7 @@
 //!
 //! Not handled yet (issue 13): leading from dropped state with
 //! more than three replicas; votes on entries whose outcomes the followers dropped before
-//! the old leader's vote reached every other leader (docs/protocols.md).
+//! the old leader's vote reached every other leader (docs/protocols/tiga.md).
 
 use super::*;
 
