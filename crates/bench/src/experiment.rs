@@ -67,14 +67,7 @@ pub struct Experiment {
     pub snapshot_interval_entries: u64,
 }
 
-/// Checks a snapshot interval (commands between snapshots).
-pub fn check_snapshot_interval(entries: u64) -> Result<(), String> {
-    let min = meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES_MIN;
-    if entries < min {
-        return Err(format!("{entries} commands between snapshots; at least {min}"));
-    }
-    Ok(())
-}
+pub use meridian_node::cluster_file::check_snapshot_interval;
 
 impl Experiment {
     /// One line saying how the load was offered (reports and `stats.json` carry it).

@@ -1,7 +1,6 @@
 //! Running experiments: on the embedded in-process cluster, against server processes over TCP,
 //! and the server side itself.
 
-use crate::cluster_file::ClusterFile;
 use crate::experiment::Experiment;
 use crate::stats::{RunStats, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -9,23 +8,23 @@ use meridian_core::node::ClientDriver;
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId, ShardId};
-use meridian_protocols::{
-    NodeContext, Protocol, ProtocolNode, ProtocolOptions, ProtocolVisitor, Replayed, Timing,
+use meridian_node::cluster_file::ClusterFile;
+use meridian_node::context::{
+    contexts, file_contexts, load_in_parallel, open_storage, panics_of, runtime,
+    tcp_cluster_config, BuildNode, ContextBase,
 };
+use meridian_protocols::{Protocol, ProtocolNode, ProtocolVisitor, Timing};
 use meridian_runtime::clock::WallClock;
 use meridian_runtime::incarnation;
-use meridian_runtime::logstore::{DurabilityMode, LogStore, LogStoreKind, Storage};
-use meridian_runtime::metrics::{self, MetricsHub};
+use meridian_runtime::logstore::DurabilityMode;
+use meridian_runtime::node_task::ClusterConfig;
 use meridian_runtime::node_task::NodeFailures;
-use meridian_runtime::node_task::{ClusterConfig, LocalNode};
-use meridian_runtime::tcp::TcpConfig;
 use meridian_runtime::{Cluster, LinkDelays};
 use meridian_storage::MvccStore;
 use meridian_workloads::clients::{ClientPool, Load, Offered};
 use meridian_workloads::{CheckResult, InvariantCheck, Workload};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -212,13 +211,6 @@ impl RunOutput {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ConfigError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ConfigError::new(format!("cannot start the tokio runtime: {e}")))
-}
-
 /// Runs `experiment` on an in-process cluster.
 pub fn run_embedded(experiment: &Experiment) -> Result<RunOutput, ConfigError> {
     experiment.validate()?;
@@ -242,42 +234,6 @@ impl ProtocolVisitor for Embedded<'_> {
     fn visit<P: Protocol>(self) -> Self::Output {
         let Self { rt, experiment, workload, topology } = self;
         rt.block_on(embedded::<P::Node>(experiment, workload, topology, P::restore))
-    }
-}
-
-/// What every node of one run shares.
-struct ContextBase<'a> {
-    topology: &'a Arc<Topology>,
-    workload: &'a Arc<dyn Workload>,
-    network_owd_ns_max: u64,
-    seed: u64,
-    durable: bool,
-    snapshot_interval_entries: u64,
-    options: &'a ProtocolOptions,
-    incarnation: u64,
-}
-
-fn contexts(base: ContextBase<'_>) -> impl Fn(NodeId) -> NodeContext {
-    let registry = Arc::new(base.workload.registry());
-    let partitioner = Arc::new(base.workload.partitioner());
-    let topology = base.topology.clone();
-    let mut timing = Timing::for_network(base.network_owd_ns_max);
-    timing.snapshot_interval_entries = base.snapshot_interval_entries;
-    let (seed, durable, incarnation) = (base.seed, base.durable, base.incarnation);
-    let options = base.options.clone();
-    move |id| {
-        let mut context = NodeContext::new(
-            id,
-            topology.clone(),
-            registry.clone(),
-            partitioner.clone(),
-            seed,
-            timing.clone(),
-        );
-        context.durable = durable;
-        context.incarnation = incarnation;
-        context.options = options.clone();
-        context
     }
 }
 
@@ -316,43 +272,6 @@ fn client_pools(
             (node, Arc::new(Mutex::new(pool)))
         })
         .collect()
-}
-
-/// What a log holds: its live key-value records.
-type Durable = BTreeMap<Vec<u8>, Vec<u8>>;
-
-/// Builds a node from its context and what its log holds.
-pub type BuildNode<N> = fn(NodeContext, &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<N, String>;
-
-/// Opens the log in `dir` for `identity` and starts the storage thread, or `None` for memory
-/// durability. Reports a discarded torn tail.
-fn open_storage(
-    mode: DurabilityMode,
-    kind: LogStoreKind,
-    dir: Option<&Path>,
-    identity: &str,
-) -> Result<(Option<Storage>, Durable), ConfigError> {
-    if mode == DurabilityMode::Memory {
-        return Ok((None, BTreeMap::new()));
-    }
-    let dir = dir.ok_or_else(|| {
-        ConfigError::new(format!("--durability {} needs --data-dir", mode.name()))
-    })?;
-    let (log, recovered) = LogStore::open(kind, dir, identity).map_err(ConfigError::new)?;
-    if recovered.torn_bytes_discarded > 0 {
-        tracing::warn!(
-            dir = %dir.display(),
-            bytes = recovered.torn_bytes_discarded,
-            "discarded a torn write at the end of the log"
-        );
-    }
-    tracing::info!(
-        dir = %dir.display(),
-        store = kind.name(),
-        records = recovered.records.len(),
-        "log opened"
-    );
-    Ok((Some(Storage::start(log, mode)), recovered.records))
 }
 
 async fn embedded<N: ProtocolNode>(
@@ -442,20 +361,6 @@ async fn embedded<N: ProtocolNode>(
     Ok(out)
 }
 
-/// Bulk-loads every store of `nodes`, one thread per store (a 20-warehouse TPC-C is ~10M rows;
-/// loading shards side by side divides the wait by the cores).
-fn load_in_parallel<'a, N: ProtocolNode + 'a>(
-    workload: &dyn Workload,
-    nodes: impl Iterator<Item = &'a mut N>,
-) {
-    let stores: Vec<(ShardId, &mut MvccStore)> = nodes.flat_map(|node| node.stores_mut()).collect();
-    std::thread::scope(|scope| {
-        for (shard, store) in stores {
-            scope.spawn(move || workload.load(shard, store));
-        }
-    });
-}
-
 fn leader_stores<'a, N: ProtocolNode>(
     topology: &Topology,
     results: &'a [meridian_runtime::NodeResult<N>],
@@ -469,15 +374,6 @@ fn leader_stores<'a, N: ProtocolNode>(
             let result = results.iter().find(|r| r.id == leader)?;
             result.node.stores().into_iter().find(|(hosted, _)| *hosted == shard)
         })
-        .collect()
-}
-
-/// "node n3 panicked: ..." for every node of the process that panicked.
-fn panics_of(failures: &NodeFailures) -> Vec<String> {
-    failures
-        .panics()
-        .into_iter()
-        .map(|(node, why)| format!("node {node} panicked: {why}"))
         .collect()
 }
 
@@ -695,28 +591,6 @@ impl ProtocolVisitor for Remote<'_> {
     }
 }
 
-/// What both ends of every connection must agree on: the cluster file and the procedures.
-pub fn fingerprint(file: &ClusterFile, workload: &Arc<dyn Workload>) -> u64 {
-    file.text_hash ^ workload.registry().fingerprint().rotate_left(17)
-}
-
-/// The runtime settings of a process that is part of the cluster in `file`.
-fn tcp_cluster_config(
-    file: &ClusterFile,
-    topology: &Arc<Topology>,
-    workload: &Arc<dyn Workload>,
-) -> ClusterConfig {
-    ClusterConfig {
-        topology: topology.clone(),
-        network: file.network.clone(),
-        clock: file.clock,
-        seed: file.seed,
-        tcp: Some(TcpConfig::new(file.addrs.clone(), fingerprint(file, workload))),
-        metrics: None,
-        storage: None,
-    }
-}
-
 async fn remote<N: ProtocolNode>(
     file: &ClusterFile,
     experiment: &Experiment,
@@ -768,334 +642,6 @@ async fn remote<N: ProtocolNode>(
     out.node_panics = panics_of(&failures);
     out.history_json = checker.history_json();
     Ok(out)
-}
-
-/// A coordinator node of a cluster file running in this process for a client library
-/// (`meridian-client`): its handle, the procedures it knows, and a way to stop it.
-pub struct ClientNode {
-    /// The node.
-    pub id: NodeId,
-    /// Calls into it.
-    pub handle: meridian_runtime::node_task::ClientHandle,
-    /// The cluster's procedures (the workload's), for one-shot transactions by name.
-    pub registry: Arc<meridian_core::txn::Registry>,
-    /// The cluster's protocol.
-    pub protocol: meridian_protocols::ProtocolKind,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    stopped: tokio::task::JoinHandle<()>,
-}
-
-impl ClientNode {
-    /// Stops the node (its connections close) and waits until it has.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.stopped).await;
-    }
-}
-
-/// The longest session lease a client may ask for.
-pub const SESSION_LEASE_NS_MAX: u64 = 3_600 * NS_PER_S;
-
-/// Starts coordinator node `node` of `file` (the first coordinator that hosts no replica when
-/// `None`) in this process, connected over TCP to the cluster's servers, for a client library.
-/// `session_lease_ns` overrides how long an interactive transaction may stay idle. Must run
-/// inside a tokio runtime. Two processes must not run the same coordinator node (each listens
-/// on the node's address).
-pub async fn start_client_node(
-    file: &ClusterFile,
-    node: Option<u32>,
-    session_lease_ns: Option<u64>,
-) -> Result<ClientNode, ConfigError> {
-    let workload: Arc<dyn Workload> =
-        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
-    let topology = Arc::new(file.topology.clone());
-    let free = |n: &NodeId| topology.nodes[n.0 as usize].replicas.is_empty();
-    let id = match node {
-        Some(n) => {
-            let id = NodeId(n);
-            let ok = (n as usize) < topology.nodes.len()
-                && topology.nodes[n as usize].coordinator
-                && free(&id);
-            if !ok {
-                return Err(ConfigError::new(format!(
-                    "--node {n}: not a coordinator node of the cluster file that hosts no replica"
-                )));
-            }
-            id
-        }
-        None => topology.coordinators().into_iter().find(free).ok_or_else(|| {
-            ConfigError::new("the cluster file has no coordinator node that hosts no replica")
-        })?,
-    };
-    if session_lease_ns.is_some_and(|ns| ns == 0 || ns > SESSION_LEASE_NS_MAX) {
-        return Err(ConfigError::new("the session lease must be in 1 ns ..= 1 hour"));
-    }
-    let start = StartClient { file: file.clone(), id, session_lease_ns, workload, topology };
-    file.protocol.visit(start).await
-}
-
-/// [`start_client_node`] with the protocol type chosen at run time.
-struct StartClient {
-    file: ClusterFile,
-    id: NodeId,
-    session_lease_ns: Option<u64>,
-    workload: Arc<dyn Workload>,
-    topology: Arc<Topology>,
-}
-
-type StartFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ClientNode, ConfigError>> + Send>>;
-
-impl ProtocolVisitor for StartClient {
-    type Output = StartFuture;
-    fn visit<P: Protocol>(self) -> StartFuture {
-        Box::pin(start_client::<P::Node>(self, P::restore))
-    }
-}
-
-async fn start_client<N: ProtocolNode>(
-    start: StartClient,
-    build: BuildNode<N>,
-) -> Result<ClientNode, ConfigError> {
-    let StartClient { file, id, session_lease_ns, workload, topology } = start;
-    // Like `bench --cluster`'s coordinators: nothing logged, incarnation from the clock.
-    let mut context =
-        file_contexts(&file, &topology, &workload, false, incarnation::from_clock())(id);
-    if let Some(lease) = session_lease_ns {
-        context.timing.session_lease_ns = lease;
-    }
-    let node = build(context, &BTreeMap::new()).map_err(ConfigError::new)?;
-    let config = tcp_cluster_config(&file, &topology, &workload);
-    let local: Vec<LocalNode<N, ClientPool>> = vec![(id, node, None)];
-    let cluster = Cluster::start(config, local).await.map_err(|e| {
-        ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
-    })?;
-    let handle = cluster.client(id).expect("the node runs here");
-    let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
-    let stopped = tokio::spawn(async move {
-        let _ = stopping.await;
-        drop(cluster.stop().await);
-    });
-    Ok(ClientNode {
-        id,
-        handle,
-        registry: Arc::new(workload.registry()),
-        protocol: file.protocol,
-        stop: Some(stop),
-        stopped,
-    })
-}
-
-/// Why a server stopped other than by a signal.
-#[derive(Debug)]
-pub enum ServeError {
-    /// Bad configuration or a resource it could not get; nothing was served.
-    Config(ConfigError),
-    /// The node panicked (the message says where); the process must not go on serving.
-    NodeFailed(String),
-}
-
-impl From<ConfigError> for ServeError {
-    fn from(error: ConfigError) -> Self {
-        Self::Config(error)
-    }
-}
-
-/// Runs node `node` of a cluster file until the process is interrupted; with `metrics_addr`,
-/// serves Prometheus metrics at `http://ADDR/metrics`.
-pub fn run_server(
-    file: &ClusterFile,
-    node: u32,
-    metrics_addr: Option<std::net::SocketAddr>,
-    durability: DurabilityMode,
-    data_dir: Option<&Path>,
-) -> Result<(), ServeError> {
-    let id = NodeId(node);
-    if node as usize >= file.topology.nodes.len() {
-        return Err(ConfigError::new(format!(
-            "--node {node}: the cluster file has nodes 0..{}",
-            file.topology.nodes.len()
-        ))
-        .into());
-    }
-    let workload: Arc<dyn Workload> =
-        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
-    let topology = Arc::new(file.topology.clone());
-    // What a data directory belongs to: the layout, protocol and workload, and the node.
-    let (storage, durable) =
-        open_storage(durability, file.log_store, data_dir, &data_identity(file, node))?;
-    let incarnation = match data_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| ConfigError::new(format!("{}: {e}", dir.display())))?;
-            incarnation::next_in(dir).map_err(ConfigError::new)?
-        }
-        None => incarnation::from_clock(),
-    };
-    let rt = runtime()?;
-    let server = Server { id, storage, durable: &durable, metrics_addr, incarnation };
-    file.protocol.visit(Serve { rt: &rt, file, workload, topology, server })
-}
-
-/// A server process with the protocol type chosen at run time.
-struct Serve<'a> {
-    rt: &'a tokio::runtime::Runtime,
-    file: &'a ClusterFile,
-    workload: Arc<dyn Workload>,
-    topology: Arc<Topology>,
-    server: Server<'a>,
-}
-
-impl ProtocolVisitor for Serve<'_> {
-    type Output = Result<(), ServeError>;
-    fn visit<P: Protocol>(self) -> Self::Output {
-        let Self { rt, file, workload, topology, server } = self;
-        rt.block_on(serve::<P::Node>(file, workload, topology, P::restore, server))
-    }
-}
-
-/// [`contexts`] for the nodes of a cluster file.
-fn file_contexts(
-    file: &ClusterFile,
-    topology: &Arc<Topology>,
-    workload: &Arc<dyn Workload>,
-    durable: bool,
-    incarnation: u64,
-) -> impl Fn(NodeId) -> NodeContext {
-    contexts(ContextBase {
-        topology,
-        workload,
-        network_owd_ns_max: file.network.owd_ns_max(),
-        seed: file.seed,
-        durable,
-        snapshot_interval_entries: file.snapshot_interval_entries,
-        options: &file.protocol_options,
-        incarnation,
-    })
-}
-
-/// The identity of node `node`'s data directory in the cluster of `file`.
-fn data_identity(file: &ClusterFile, node: u32) -> String {
-    format!(
-        "meridian {} {} {}x{} over {} nodes; node {node}",
-        file.protocol.name(),
-        file.workload,
-        file.topology.shards,
-        file.topology.replicas,
-        file.topology.nodes.len()
-    )
-}
-
-/// Rebuilds node `node` offline from its data directory, as a restart would (initial data,
-/// then its snapshots and every command its log holds as committed after them), and runs the
-/// workload's checks that need only the stores. Returns the checks and what was rebuilt. Cross-shard
-/// invariants need every shard: with several shards, only a node's own shards are checked.
-pub fn verify_data_dir(
-    file: &ClusterFile,
-    node: u32,
-    dir: &Path,
-) -> Result<(Vec<CheckResult>, Replayed), ConfigError> {
-    if node as usize >= file.topology.nodes.len() {
-        return Err(ConfigError::new(format!(
-            "--node {node}: the cluster file has nodes 0..{}",
-            file.topology.nodes.len()
-        )));
-    }
-    let recovered = LogStore::read(file.log_store, dir, &data_identity(file, node))
-        .map_err(ConfigError::new)?;
-    let workload: Arc<dyn Workload> =
-        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
-    let topology = Arc::new(file.topology.clone());
-    let context = file_contexts(file, &topology, &workload, true, 0)(NodeId(node));
-    file.protocol.visit(Verify { context, records: &recovered.records, workload })
-}
-
-/// An offline rebuild with the protocol type chosen at run time.
-struct Verify<'a> {
-    context: NodeContext,
-    records: &'a Durable,
-    workload: Arc<dyn Workload>,
-}
-
-impl ProtocolVisitor for Verify<'_> {
-    type Output = Result<(Vec<CheckResult>, Replayed), ConfigError>;
-    fn visit<P: Protocol>(self) -> Self::Output {
-        let mut built = P::restore(self.context, self.records).map_err(ConfigError::new)?;
-        load_in_parallel(self.workload.as_ref(), std::iter::once(&mut built));
-        let replayed = P::replay_committed(&mut built);
-        let checker = self.workload.checker();
-        Ok((checker.check(&built.stores()), replayed))
-    }
-}
-
-/// What one server process runs with.
-struct Server<'a> {
-    id: NodeId,
-    storage: Option<Storage>,
-    durable: &'a BTreeMap<Vec<u8>, Vec<u8>>,
-    metrics_addr: Option<std::net::SocketAddr>,
-    incarnation: u64,
-}
-
-async fn serve<N: ProtocolNode>(
-    file: &ClusterFile,
-    workload: Arc<dyn Workload>,
-    topology: Arc<Topology>,
-    build: BuildNode<N>,
-    server: Server<'_>,
-) -> Result<(), ServeError> {
-    let Server { id, storage, durable, metrics_addr, incarnation } = server;
-    let context = file_contexts(file, &topology, &workload, storage.is_some(), incarnation);
-    // The initial data first; the log replays on top of it once the node runs.
-    let mut node = build(context(id), durable).map_err(ConfigError::new)?;
-    load_in_parallel(workload.as_ref(), std::iter::once(&mut node));
-    let mut config = tcp_cluster_config(file, &topology, &workload);
-    config.storage = storage;
-    let mut metrics_task = None;
-    if let Some(addr) = metrics_addr {
-        let hub = Arc::new(MetricsHub::default());
-        metrics_task =
-            Some(metrics::serve(addr, hub.clone()).await.map_err(|e| {
-                ConfigError::new(format!("--metrics-addr {addr}: cannot listen: {e}"))
-            })?);
-        tracing::info!(node = %id, %addr, "metrics at /metrics");
-        config.metrics = Some(hub);
-    }
-    let local: Vec<LocalNode<N, ClientPool>> = vec![(id, node, None)];
-    let cluster = Cluster::start(config, local).await.map_err(|e| {
-        ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
-    })?;
-    tracing::info!(node = %id, addr = %file.addrs[id.0 as usize], "serving");
-    // Stop on Ctrl-C (SIGINT) or SIGTERM (what `meridian cluster down` and most supervisors
-    // send), or fail when the node panics.
-    let failures = cluster.failures();
-    let failed = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => false,
-                    _ = terminate.recv() => false,
-                    () = failures.wait() => true,
-                }
-            }
-            Err(_) => tokio::select! {
-                _ = tokio::signal::ctrl_c() => false,
-                () = failures.wait() => true,
-            },
-        }
-    }
-    .await;
-    if failed {
-        return Err(ServeError::NodeFailed(panics_of(&failures).join("; ")));
-    }
-    tracing::info!(node = %id, "stopping");
-    if let Some(task) = metrics_task {
-        task.abort();
-    }
-    drop(cluster.stop().await);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -41,13 +41,13 @@
 //! ```
 #![deny(unsafe_code)]
 
-use meridian_bench::cluster_file::ClusterFile;
-use meridian_bench::run::{start_client_node, ClientNode};
 use meridian_core::node::{
     parse_read_outputs, ClientRequest, SessionId, SessionOp, SessionRequest,
 };
 use meridian_core::txn::{ScanRange, TxnFailure, TxnRequest, TxnResult, Write, SCAN_ROWS_MAX};
 use meridian_core::RequestId;
+use meridian_node::cluster_file::ClusterFile;
+use meridian_node::{start_client_node, ClientNode};
 use meridian_runtime::node_task::ClientCall;
 use std::collections::BTreeMap;
 use std::fmt;

@@ -11,8 +11,8 @@
 //! says otherwise; it holds `pids` (one `node pid` line per server) and `node-<id>.log`.
 
 use crate::{ClusterCmdArgs, ClusterOp, Failure};
-use meridian_bench::cluster_file::ClusterFile;
 use meridian_core::ConfigError;
+use meridian_node::cluster_file::ClusterFile;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -5,14 +5,15 @@
 //! was started).
 
 use clap::{Args, Parser, Subcommand};
-use meridian_bench::cluster_file::{load_network, ClusterFile};
-use meridian_bench::run::{run_cluster, run_embedded, run_server};
+use meridian_bench::run::{run_cluster, run_embedded};
 use meridian_bench::Experiment;
 use meridian_bench::{report, study};
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
 use meridian_core::topology::Placement;
 use meridian_core::ConfigError;
+use meridian_node::cluster_file::{load_network, ClusterFile};
+use meridian_node::run_server;
 use meridian_protocols::ProtocolKind;
 use meridian_runtime::logstore::{DurabilityMode, LogStoreKind};
 use meridian_workloads::clients::Load;
@@ -1150,8 +1151,7 @@ fn validate_times(experiment: &Experiment) -> Result<(), ConfigError> {
 
 fn verify(args: &VerifyArgs) -> Result<(), Failure> {
     let file = ClusterFile::load(&args.config)?;
-    let (checks, replayed) =
-        meridian_bench::run::verify_data_dir(&file, args.node, &args.data_dir)?;
+    let (checks, replayed) = meridian_node::verify_data_dir(&file, args.node, &args.data_dir)?;
     say!(
         "node {}: rebuilt to log index {} from {}: {} snapshots installed, then {} committed \
          commands replayed",
@@ -1181,8 +1181,8 @@ fn server(args: &ServerArgs) -> Result<(), Failure> {
     let file = ClusterFile::load(&args.config)?;
     match run_server(&file, args.node, args.metrics_addr, durability, args.data_dir.as_deref()) {
         Ok(()) => Ok(()),
-        Err(meridian_bench::run::ServeError::Config(error)) => Err(error.into()),
-        Err(meridian_bench::run::ServeError::NodeFailed(why)) => Err(Failure::Run(why)),
+        Err(meridian_node::ServeError::Config(error)) => Err(error.into()),
+        Err(meridian_node::ServeError::NodeFailed(why)) => Err(Failure::Run(why)),
     }
 }
 

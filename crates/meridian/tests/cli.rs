@@ -766,7 +766,7 @@ fn hostile_frames_close_their_connection_and_the_server_serves_on() {
     let _server = Server(child);
     wait_for_port(server_port);
     let addr = format!("127.0.0.1:{server_port}");
-    let parsed = meridian_bench::cluster_file::ClusterFile::load(&file).unwrap();
+    let parsed = meridian_node::cluster_file::ClusterFile::load(&file).unwrap();
     let workload: std::sync::Arc<dyn meridian_workloads::Workload> = std::sync::Arc::from(
         meridian_workloads::build(&parsed.workload, &parsed.workload_options).unwrap(),
     );
@@ -781,7 +781,7 @@ fn hostile_frames_close_their_connection_and_the_server_serves_on() {
         encode_frame(&WireFrame::<()>::Hello(hello), &mut bytes).unwrap();
         bytes
     };
-    let good_hello = hello(meridian_bench::run::fingerprint(&parsed, &workload));
+    let good_hello = hello(meridian_node::context::fingerprint(&parsed, &workload));
     let nested = |prefix: &[u8]| {
         let mut payload = prefix.to_vec();
         payload.extend(std::iter::repeat_n([3u8, 1], 200_000).flatten());

@@ -221,7 +221,7 @@ impl ClusterFile {
             .map_err(|e| bad(e.0))?;
         let snapshot_interval_entries = match &file.snapshot_interval {
             Some(spanned) => {
-                crate::experiment::check_snapshot_interval(*spanned.get_ref())
+                check_snapshot_interval(*spanned.get_ref())
                     .map_err(|e| bad_at(spanned.span(), format!("snapshot_interval: {e}")))?;
                 *spanned.get_ref()
             }
@@ -269,6 +269,15 @@ pub fn load_network(
     let text = std::fs::read_to_string(&path)
         .map_err(|e| ConfigError::new(format!("network file {}: {e}", path.display())))?;
     NetworkModel::from_toml(&path.display().to_string(), &text)
+}
+
+/// Checks a snapshot interval (commands between snapshots).
+pub fn check_snapshot_interval(entries: u64) -> Result<(), String> {
+    let min = meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES_MIN;
+    if entries < min {
+        return Err(format!("{entries} commands between snapshots; at least {min}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

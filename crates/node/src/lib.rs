@@ -1,0 +1,13 @@
+//! Meridian nodes as processes: the cluster file, a server's start-up (log, stores, listeners,
+//! metrics, signals), a client-side coordinator node for the client library, and the offline
+//! rebuild of a stopped server's data (`meridian verify`). Used by the `meridian` binary, the
+//! benchmark harness and the client library, so that a client links neither the harness nor
+//! the simulator.
+
+pub mod client;
+pub mod cluster_file;
+pub mod context;
+pub mod server;
+
+pub use client::{start_client_node, ClientNode, SESSION_LEASE_NS_MAX};
+pub use server::{run_server, verify_data_dir, ServeError};
