@@ -5,6 +5,6 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = meridian_bench::cluster_file::ClusterFile::parse("fuzz.toml", text, None);
+        let _ = meridian_node::cluster_file::ClusterFile::parse("fuzz.toml", text, None);
     }
 });

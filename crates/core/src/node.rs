@@ -39,7 +39,7 @@
 //!      call, carry its count of wide-area legs (see below); a driver that does not count
 //!      them ignores it. A marker never outlives its call.
 //!
-//!    Drivers that count wide-area legs (DESIGN: round trips on the critical path) hand each
+//!    Drivers that count wide-area legs (docs/design.md, "Measurement") hand each
 //!    call the count of the chain that triggered it ([`Outbox::begin_call`]) and stamp the
 //!    call's effects with it. A node whose effect waits on state an earlier call left (a
 //!    report that covers commits applied before) raises the count for that effect with

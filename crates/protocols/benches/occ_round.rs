@@ -4,7 +4,8 @@
 //! in them (or in the store under them) visible without the noise of a loaded machine. The
 //! end-to-end figure is `meridian bench --shards 1 --replicas 1 --regions 1 --network lan
 //! --clients 64`, compared as interleaved rounds with `scripts/ab.sh`. `2pl_ycsb-a-4ops_1x1`
-//! is issue 14's setting (4-operation YCSB-A transactions under `2pl` no-wait).
+//! is the lock manager's hardest setting here (4-operation YCSB-A transactions under `2pl`
+//! no-wait).
 //!
 //! `cargo bench -p meridian-protocols --bench occ_round`
 

@@ -6,7 +6,7 @@
 //! Recovery is fjall's: its journal is checksummed and a torn tail is dropped when the
 //! database opens, but fjall does not say how many bytes it dropped, and what it does with
 //! corruption in the middle of its journal is its own policy. The log file keeps exact control
-//! of both (the rules), which is why it stays the default.
+//! of both (discard and report a torn tail with its size, refuse corruption in the middle), which is why it stays the default.
 
 use crate::logstore::Recovered;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};

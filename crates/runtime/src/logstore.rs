@@ -21,7 +21,7 @@
 //! `DIR/identity` names the cluster and node the directory belongs to; a server pointed at
 //! another cluster's or node's directory refuses to start.
 //!
-//! Why not fjall, the stack's default: the torn-tail and corruption rules need exact
+//! Why not fjall, the stack's default: the torn-tail and corruption rules (discard and report, refuse) need exact
 //! control over what a partial or damaged write looks like on disk and what recovery does with
 //! it, and a single appender with one sync per batch is all a Raft log needs here; this file is
 //! about 200 lines with no background threads.

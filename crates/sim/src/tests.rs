@@ -1088,7 +1088,7 @@ fn tiga_commits_resume_soon_after_a_leader_restarts_on_tigas_setting() {
     assert!(restarted > 0);
 }
 
-/// A view change (issue 13): shard 0's leader crashes for good under load and the view
+/// A view change: shard 0's leader crashes for good under load and the view
 /// manager's next view (given here by the scenario, at every live node) moves its shard to
 /// another replica. The new leader gathers its followers' reports, rebuilds the log and leads
 /// it; the other follower rejoins by a state transfer and vouches for the image's entries;
@@ -1129,7 +1129,7 @@ fn tiga_a_new_leader_rebuilds_the_log_after_its_leader_crashes_for_good() {
     }
 }
 
-/// The view manager hosted in the nodes (issue 13): shard 0's leader crashes for good under
+/// The view manager hosted in the nodes: shard 0's leader crashes for good under
 /// load at 2 s and nothing else is told. The manager's group (three server nodes, one of
 /// them on the crashed node's region) misses its heartbeats for `tiga-detect-ms` (1.5 s),
 /// installs the next view through its log and announces it; every live node takes it and the
@@ -1211,7 +1211,7 @@ fn tiga_the_view_manager_replaces_a_leader_that_crashed() {
     }
 }
 
-/// Luigi's leader failover (issue 13), through the scenario's view and through the view
+/// Luigi's leader failover, through the scenario's view and through the view
 /// manager hosted in its nodes: shard 0's leader crashes for good under load at 2 s; a
 /// follower rebuilds the shard's log from a majority's reports (every entry a watermark
 /// covered is on a majority, so in one of any two reports), leads it with watermarks that

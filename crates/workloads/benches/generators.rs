@@ -1,4 +1,4 @@
-//! Key generators per second (issue target: scrambled Zipfian ≥ 10M keys/s per core).
+//! Key generators per second (target: scrambled Zipfian ≥ 10M keys/s per core).
 //! `cargo bench -p meridian-workloads --bench generators`
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -14,7 +14,8 @@
 //! - [`locks`]: a lock table with shared, exclusive and range locks, no-wait and wound-wait.
 //! - [`timers`]: the node's timer table.
 //!
-//! `docs/protocols/README.md` explains how to add a protocol with them.
+//! `docs/protocols/kit.md` describes them and `docs/protocols/README.md` how to add a protocol
+//! with them.
 
 pub mod coord;
 pub mod exec;

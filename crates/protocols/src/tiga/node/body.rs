@@ -8,7 +8,9 @@ impl TigaNode {
     /// A body arrived from `from`: its coordinator (tiga: to every replica; luigi: to the
     /// leaders), a peer leader answering a fetch, or this shard's leader (a follower's fetch;
     /// luigi: with its log). A body from anyone else is dropped (and counted): it would
-    /// claim another coordinator's transaction, or plant a body under a real id.
+    /// claim another coordinator's transaction, or plant a body under a real id. One piece:
+    /// the checks (sender, view, decided floor, shard) run in order before anything is kept,
+    /// and each later one relies on the earlier.
     pub(super) fn on_body(
         &mut self,
         now: Time,

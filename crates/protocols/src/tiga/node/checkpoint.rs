@@ -503,7 +503,9 @@ impl TigaNode {
     /// log runs again when the node starts): per shard it leads, the log with its bodies,
     /// hashes and release stamps, the votes heard, the promised closed timestamp, and the
     /// proposals still open, held again where they were proposed. Errors when the journal
-    /// speaks of a shard this node does not lead or of a transaction it cannot read.
+    /// speaks of a shard this node does not lead or of a transaction it cannot read. One
+    /// piece: the journal's records of a shard are taken in the order they were written,
+    /// each building on the state the previous ones left.
     pub(super) fn resume(
         &mut self,
         shards: BTreeMap<ShardId, Recovered>,

@@ -375,7 +375,8 @@ impl TigaNode {
 
     /// Leader: executes released transactions that no earlier unfinished one blocks, and
     /// applies those whose votes are all in. Follower: executes its synced log. True when
-    /// anything was done.
+    /// anything was done. One piece: a single pass over the queue holds the shard's borrow
+    /// and its wait table, and the order it runs and applies in is the protocol's order.
     pub(super) fn execute(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) -> bool {
         let me = self.context.id;
         let Some(host) = self.hosted.get_mut(&shard) else { return false };

@@ -1,5 +1,6 @@
-//! The follower's part: taking the leader's log (entries, outcomes, commit-point), and
-//! dropping its log to rejoin by a state transfer when it falls too far behind.
+//! The follower's part: taking the leader's log (entries, outcomes, commit-point), dropping
+//! what it released that the leader's log will never list, and dropping its log to rejoin by a
+//! state transfer when it falls too far behind.
 
 use super::*;
 
@@ -160,5 +161,63 @@ impl TigaNode {
         self.journal.write(&Record::Joining { shard });
         self.ask_state(shard, out);
         true
+    }
+    /// Tiga follower of `shard`: drops what it released itself at or below the latest
+    /// closed timestamp its leader promised whose log its synced prefix covers. The leader
+    /// lists every entry it will ever log at or below a promise within the log length it
+    /// sent with it (anything arriving later is held above the promise), so such an entry is
+    /// a copy the leader never took there: a coordinator that gave up or crashed before its
+    /// leader's copy arrived. Kept, it would stay in this replica's key hashes for good, and
+    /// every later fast reply on its keys would disagree with the leader's; and the tail
+    /// would fill, after which this follower replies fast to nothing. Its body stays until
+    /// the coordinator decided the transaction: the leader may still take it, above the
+    /// promise (a restarted leader hearing a resend), and then its log lists it here.
+    /// `sweep`: also let go of the bodies kept that are no longer needed (once per promise
+    /// heard, not on every log message).
+    pub(super) fn drop_unlisted(&mut self, shard: ShardId, sweep: bool) {
+        let Some(host) = self.hosted.get_mut(&shard) else { return };
+        if host.replica.leads() || host.joining.is_some() || self.variant != Variant::Tiga {
+            return;
+        }
+        let synced = host.replica.log_len();
+        // Promises grow with their log lengths: the latest one the prefix covers.
+        let Some(&(through, _)) = host.closed.iter().rev().find(|&&(_, upto)| upto <= synced)
+        else {
+            return;
+        };
+        // The tail is walked once per promise, not on every log message: what this follower
+        // releases at or below a promise it cut at already goes at the next one.
+        if through <= host.tail_cut && !sweep {
+            return;
+        }
+        host.tail_cut = host.tail_cut.max(through);
+        let dropped = host.replica.drop_unlisted(through);
+        if !dropped.is_empty() {
+            self.journal.write(&Record::Unlisted { shard, through });
+        }
+        self.counts.tail_dropped_total += dropped.len() as u64;
+        host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+        if !sweep {
+            return;
+        }
+        // Bounded by the set: listed since (its body is the log's now), or decided by its
+        // coordinator and so never listed (nothing resends it), or past the bound (the log
+        // fetches it should it list it after all).
+        let floors = &self.decided_floors;
+        let replica = &host.replica;
+        let overflow = host.unlisted.len().saturating_sub(TAIL_MAX);
+        let mut gone = Vec::new();
+        for (index, &txn) in host.unlisted.iter().enumerate() {
+            let listed = replica.logged(txn) || replica.wants_body(txn);
+            if listed || index < overflow || is_decided(floors, txn) {
+                gone.push((txn, listed));
+            }
+        }
+        for (txn, listed) in gone {
+            host.unlisted.remove(&txn);
+            if !listed && replica.held_at(txn).is_none() {
+                host.bodies.remove(&txn);
+            }
+        }
     }
 }

@@ -1,5 +1,9 @@
-//! Pacing: the periodic timer that drives a node's background work (resends, heartbeats,
-//! closed-timestamp promises, checkpoints, state-transfer requests, log and body pruning).
+//! Pacing: the periodic step of a leading node. For each shard it leads, `pace` resends the
+//! votes other leaders still miss, repeats its open agreements, syncs followers that fell
+//! behind, prunes the bodies every replica executed, promises closed timestamps and forgets
+//! decided multi-shard transactions; then it executes what became ready. (Coordinator
+//! resends, the view manager's heartbeats and state-transfer requests run on timers of their
+//! own.)
 
 use super::*;
 

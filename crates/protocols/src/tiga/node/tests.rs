@@ -1543,7 +1543,7 @@ fn manager_messages_are_taken_only_from_members_and_checked() {
     assert!(!amnesiac.manager.as_ref().unwrap().is_member());
 }
 
-/// Luigi's coordinator at a view change (issue 13): a transaction every leader answered
+/// Luigi's coordinator at a view change: a transaction every leader answered
 /// and that waits for its watermark starts over in the new view: resent to the new
 /// leader, its old result and the old leader's watermark forgotten. The old leader's
 /// word counts for nothing now (a reply of the new view from it either); the new

@@ -72,7 +72,7 @@
 //! transaction before its agreement, and a speculative run already made is revoked or kept
 //! by the agreement as before.
 //!
-//! Not handled yet (issue 13): leading from dropped state with
+//! Not handled yet: leading from dropped state with
 //! more than three replicas; votes on entries whose outcomes the followers dropped before
 //! the old leader's vote reached every other leader (docs/protocols/tiga.md).
 
@@ -122,7 +122,9 @@ struct Report {
 
 impl TigaNode {
     /// Takes the view manager's next view: a global view number above this node's, and a
-    /// leader per shard. Errors (a stale or malformed view, luigi) change nothing.
+    /// leader per shard. Errors (a stale or malformed view, luigi) change nothing. One piece:
+    /// every check runs before any hosted replica changes, so that a refused view leaves no
+    /// shard half moved.
     pub fn install_view(
         &mut self,
         now: Time,
@@ -817,6 +819,12 @@ impl TigaNode {
         }
     }
 
+    /// New leader of `shard`, with its reports in: rebuilds the shard's log from its own
+    /// frozen log and `f` others' (what `f + 1` replicas synced stands), adds the multi-shard
+    /// transactions the other leaders pulled in, gathers the bodies and outcomes it runs them
+    /// with, and starts leading. One piece: every step reads the same borrowed reports, frozen
+    /// log and bodies, and the steps must happen together or not at all (an error leaves the
+    /// replica gathering, as before the call).
     fn lead_rebuilt(
         &mut self,
         now: Time,
