@@ -79,6 +79,16 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest wait for outstanding requests after the clients stop.
 const FINISH_WAIT_NS_MIN: u64 = 10 * NS_PER_S;
 
+/// RPC timeouts the nodes of an embedded run get, after the last client is answered, to apply
+/// what was decided before the stores are checked (the simulator's drain is the same).
+const SETTLE_RPC_TIMEOUTS: u64 = 6;
+
+/// How long an embedded run settles before its store checks, on a network whose longest
+/// one-way delay is `owd_ns_max`.
+fn settle_ns(owd_ns_max: u64) -> u64 {
+    SETTLE_RPC_TIMEOUTS * Timing::for_network(owd_ns_max).rpc_timeout_ns
+}
+
 /// A link's configured and measured one-way delay.
 #[derive(Clone, Debug, Serialize)]
 pub struct LinkReport {
@@ -343,6 +353,14 @@ async fn embedded<N: ProtocolNode>(
     );
     let stats =
         drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry(), bounds).await;
+    if checker.needs_stores() && failures.panics().is_empty() && !interrupted() {
+        // A client hears a commit once it is decided, which may be before every participant
+        // applied it (tiga's leaders apply a multi-shard transaction's writes once every
+        // vote is in; a vote dropped at a full queue is sent again on the next pace). The
+        // stores are checked once those have settled, as the simulator drains before its
+        // checks.
+        tokio::time::sleep(Duration::from_nanos(settle_ns(experiment.network.owd_ns_max()))).await;
+    }
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
