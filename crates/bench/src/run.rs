@@ -79,14 +79,11 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest wait for outstanding requests after the clients stop.
 const FINISH_WAIT_NS_MIN: u64 = 10 * NS_PER_S;
 
-/// RPC timeouts the nodes of an embedded run get, after the last client is answered, to apply
-/// what was decided before the stores are checked (the simulator's drain is the same).
-const SETTLE_RPC_TIMEOUTS: u64 = 6;
-
 /// How long an embedded run settles before its store checks, on a network whose longest
-/// one-way delay is `owd_ns_max`.
+/// one-way delay is `owd_ns_max`: as many RPC timeouts as the simulator drains, so that what
+/// was decided is applied before the stores are read.
 fn settle_ns(owd_ns_max: u64) -> u64 {
-    SETTLE_RPC_TIMEOUTS * Timing::for_network(owd_ns_max).rpc_timeout_ns
+    meridian_sim::runner::DRAIN_TIMEOUTS * Timing::for_network(owd_ns_max).rpc_timeout_ns
 }
 
 /// A link's configured and measured one-way delay.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 /// enough for participants whose coordinator crashed to notice (three quiet timeouts) and
 /// decide with their peers before the stores are checked. (A run whose restarted nodes came
 /// back with their clocks stepped back drains that much longer as well.)
-const DRAIN_TIMEOUTS: u64 = 6;
+pub const DRAIN_TIMEOUTS: u64 = 6;
 /// Virtual time between checks of the clients' progress.
 const STEP_NS: Time = 50 * NS_PER_MS;
 /// Events between checks of the clients' progress (zero-delay links may not advance time).
