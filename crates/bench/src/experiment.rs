@@ -1,11 +1,14 @@
 //! The settings of one benchmark run, checked before anything starts.
 
 use meridian_core::clock::ClockModel;
+use meridian_core::fault::{FaultKind, FaultSchedule};
 use meridian_core::netmodel::NetworkModel;
+use meridian_core::time::NS_PER_S;
 use meridian_core::topology::{region_ids, Topology, REPLICAS_MAX, SHARDS_MAX};
 use meridian_core::ConfigError;
 use meridian_core::{NodeId, RegionId};
 use meridian_protocols::{ProtocolKind, ProtocolOptions};
+use meridian_runtime::logstore::DurabilityMode;
 use meridian_workloads::WorkloadOptions;
 use std::path::PathBuf;
 
@@ -55,6 +58,9 @@ pub struct Experiment {
     pub warmup_s: f64,
     /// Master seed.
     pub seed: u64,
+    /// Scheduled faults, one line each (`meridian_core::fault`), times from the start of the
+    /// run (warm-up included).
+    pub faults: Vec<String>,
     /// Where `results/<timestamp>/` goes.
     pub out_dir: PathBuf,
     /// Show a progress bar.
@@ -129,6 +135,7 @@ impl Experiment {
         check_snapshot_interval(self.snapshot_interval_entries)
             .map_err(|e| ConfigError::new(format!("--snapshot-interval: {e}")))?;
         let topology = self.topology()?;
+        self.fault_schedule(&topology)?;
         self.client_coordinators(&topology)?;
         self.protocol.check_topology(&topology)?;
         let workload = meridian_workloads::build(&self.workload, &self.workload_options)?;
@@ -145,6 +152,26 @@ impl Experiment {
         }
         let placement = self.replica_placement;
         Topology::placed_with(regions.clone(), &servers, self.shards, self.replicas, placement)
+    }
+
+    /// The fault schedule, checked against `topology` and the run's length (warm-up
+    /// included). A crash or a slow disk needs a log on disk: in memory durability a crashed
+    /// node would come back empty, and there is no disk to slow.
+    pub fn fault_schedule(&self, topology: &Topology) -> Result<FaultSchedule, ConfigError> {
+        let run_ns = ((self.warmup_s + self.duration_s) * NS_PER_S as f64) as u64;
+        let schedule = FaultSchedule::parse(&self.faults, topology, run_ns)?;
+        let needs_disk = schedule
+            .faults()
+            .iter()
+            .find(|f| matches!(f.kind, FaultKind::Crash { .. } | FaultKind::Disk { .. }));
+        if let (Some(fault), DurabilityMode::Memory) = (needs_disk, self.durability) {
+            return Err(ConfigError::new(format!(
+                "fault '{}' needs --durability buffered or fsync: with memory durability a \
+                 crashed node would come back empty and there is no disk to slow",
+                fault.text
+            )));
+        }
+        Ok(schedule)
     }
 
     /// The coordinators that take clients in `topology`.

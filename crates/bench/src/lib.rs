@@ -8,10 +8,12 @@
 //! fraction; and the one-way delays the receivers saw on every link next to the configured medians.
 
 pub mod experiment;
+pub mod faults;
 pub mod plots;
 pub mod report;
 pub mod run;
 pub mod stats;
 pub mod study;
+pub mod timeline;
 
 pub use experiment::Experiment;

@@ -1,5 +1,6 @@
 //! The report folder's plots, each written as SVG and PNG: committed throughput per run (bars),
-//! latency CDFs (one line per run, log-scaled latency) and throughput over time. Text is
+//! latency CDFs (one line per run, log-scaled latency), throughput over time, and runs with
+//! faults over time (throughput and p99, faults marked). Text is
 //! drawn with the vendored DejaVu Sans (`assets/`), so no system font or fontconfig is needed.
 
 use plotters::coord::Shift;
@@ -278,6 +279,79 @@ pub fn lines(
     both(stem, &Lines(title, axes, runs))
 }
 
+/// A run with faults over time: committed throughput above, p99 latency below, in the
+/// timeline's buckets, one line per run, each fault marked by a dashed vertical line labelled
+/// with its number (`marks`: seconds from the start of the run, label).
+pub fn fault_timeline(
+    stem: &Path,
+    title: &str,
+    runs: &[(String, Vec<crate::timeline::TimelinePoint>)],
+    marks: &[(f64, String)],
+) -> Result<(), String> {
+    type Runs<'a> = &'a [(String, Vec<crate::timeline::TimelinePoint>)];
+    struct Timeline<'a>(&'a str, Runs<'a>, &'a [(f64, String)]);
+    impl Draw for Timeline<'_> {
+        fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<(), String> {
+            let Timeline(title, runs, marks) = *self;
+            area.fill(&WHITE).map_err(err)?;
+            let area = area.titled(title, ("sans-serif", 24)).map_err(err)?;
+            let (upper, lower) = area.split_vertically(SIZE.1 / 2 - 20);
+            let x_max = runs
+                .iter()
+                .flat_map(|r| r.1.iter().map(|p| p.at_s))
+                .fold(1.0, f64::max)
+                .max(marks.iter().map(|m| m.0).fold(0.0, f64::max));
+            let panels: [(&DrawingArea<DB, Shift>, &str, bool); 2] =
+                [(&upper, "committed txn/s", true), (&lower, "p99 latency (ms)", false)];
+            for (panel, y_desc, throughput) in panels {
+                let value = |p: &crate::timeline::TimelinePoint| {
+                    if throughput {
+                        Some(p.throughput_txn_per_s)
+                    } else {
+                        p.latency_ms_p99
+                    }
+                };
+                let y_max =
+                    runs.iter().flat_map(|r| r.1.iter().filter_map(value)).fold(1.0, f64::max)
+                        * 1.15;
+                let mut chart = ChartBuilder::on(panel)
+                    .margin(10)
+                    .x_label_area_size(if throughput { 20 } else { 45 })
+                    .y_label_area_size(90)
+                    .build_cartesian_2d(0.0..x_max * 1.02, 0.0..y_max)
+                    .map_err(err)?;
+                let mut mesh = chart.configure_mesh();
+                mesh.y_desc(y_desc).label_style(("sans-serif", 14));
+                if !throughput {
+                    mesh.x_desc("seconds from the start of the run (warm-up included)");
+                }
+                mesh.draw().map_err(err)?;
+                for (x, label) in marks {
+                    let dashes = (0..40).map(|i| {
+                        let (a, b) = (y_max * i as f64 / 40.0, y_max * (i as f64 + 0.5) / 40.0);
+                        PathElement::new(vec![(*x, a), (*x, b)], BLACK.stroke_width(1))
+                    });
+                    chart.draw_series(dashes).map_err(err)?;
+                    let at = (*x, y_max * 0.97);
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            label.clone(),
+                            at,
+                            ("sans-serif", 14),
+                        )))
+                        .map_err(err)?;
+                }
+                let lines = runs.iter().map(|(label, points)| {
+                    (label, points.iter().filter_map(move |p| Some((p.at_s, value(p)?))))
+                });
+                draw_lines(&mut chart, lines)?;
+            }
+            Ok(())
+        }
+    }
+    both(stem, &Timeline(title, runs, marks))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,7 +370,19 @@ mod tests {
             &[("occ".into(), vec![(0.0, 10.0), (1.0, 12.0)])],
         )
         .unwrap();
-        for stem in ["throughput", "cdf", "series"] {
+        let point = |at_s: f64, rate: f64| crate::timeline::TimelinePoint {
+            at_s,
+            throughput_txn_per_s: rate,
+            latency_ms_p99: (rate > 0.0).then_some(250.0),
+        };
+        fault_timeline(
+            &dir.join("faults"),
+            "leader crash",
+            &[("tiga".into(), vec![point(0.0, 100.0), point(0.1, 0.0), point(0.2, 90.0)])],
+            &[(0.1, "1".into())],
+        )
+        .unwrap();
+        for stem in ["throughput", "cdf", "series", "faults"] {
             let svg = std::fs::read_to_string(dir.join(stem).with_extension("svg")).unwrap();
             assert!(svg.contains("<text"), "{stem}.svg has text");
             let png = std::fs::read(dir.join(stem).with_extension("png")).unwrap();

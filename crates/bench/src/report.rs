@@ -162,6 +162,9 @@ pub fn table(output: &RunOutput) -> String {
     if let Some(failure) = &output.first_failure {
         let _ = writeln!(text, "first failure: {failure}");
     }
+    for line in fault_lines(output) {
+        let _ = writeln!(text, "{line}");
+    }
     let delayed: Vec<_> =
         output.links.iter().filter(|l| l.configured_ms_p50 > 0.0 && l.messages > 0).collect();
     if !delayed.is_empty() {
@@ -194,6 +197,41 @@ pub fn table(output: &RunOutput) -> String {
         let _ = writeln!(text, "checks: not run ({note})");
     }
     text
+}
+
+/// One line per scheduled fault: when it was carried out and what it did to the run, then
+/// the actions that failed and the messages cut links dropped.
+pub fn fault_lines(output: &RunOutput) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Some(timeline) = &output.summary.timeline else { return lines };
+    let seconds =
+        |s: Option<f64>, never: &str| s.map_or(never.to_string(), |s| format!("{s:.2} s"));
+    for v in &timeline.faults {
+        let pre = v.pre_fault_txn_per_s.map_or("n/a".into(), |t| format!("{t:.0} txn/s"));
+        let recovery = match (v.dipped, v.recovered_90_s) {
+            (false, Some(_)) => "no dip below 90%".to_string(),
+            (_, Some(s)) => format!("back to 90% after {s:.2} s"),
+            (_, None) if v.pre_fault_txn_per_s.is_none() => "too early to judge recovery".into(),
+            (_, None) => "not back to 90% within the run".into(),
+        };
+        lines.push(format!(
+            "fault at {:.2} s '{}': before {pre}; first commit of a later transaction {}; {recovery}",
+            v.at_s,
+            v.fault,
+            seconds(v.first_commit_s, "never"),
+        ));
+    }
+    for action in output.faults_applied.iter().filter(|a| a.error.is_some()) {
+        let why = action.error.as_deref().unwrap_or_default();
+        lines.push(format!(
+            "fault action '{}' at {:.2} s failed: {why}",
+            action.action, action.applied_s
+        ));
+    }
+    if output.messages_cut > 0 {
+        lines.push(format!("{} messages dropped at cut links", output.messages_cut));
+    }
+    lines
 }
 
 /// "commit paths: ...; wide-area round trips p50 ... (mean ...)".

@@ -3,7 +3,9 @@
 
 use crate::experiment::Experiment;
 use crate::stats::{RunStats, Summary};
+use crate::timeline::{FaultStarts, Timeline};
 use indicatif::{ProgressBar, ProgressStyle};
+use meridian_core::fault::FaultSchedule;
 use meridian_core::node::ClientDriver;
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
@@ -166,6 +168,11 @@ pub struct RunOutput {
     /// the nodes, at the end of the run and over all of it (warm-up included): in a `tcp` run
     /// only the coordinators' own. Counters that stayed 0 are left out.
     pub protocol_counters: BTreeMap<String, u64>,
+    /// The scheduled faults' actions as carried out, with their times.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults_applied: Vec<crate::faults::AppliedFault>,
+    /// Messages dropped at links a fault had cut.
+    pub messages_cut: u64,
     /// The recorded history (elle-cli JSON) for workloads that record one; written beside
     /// `stats.json` as `history.json`.
     #[serde(skip)]
@@ -287,7 +294,8 @@ async fn embedded<N: ProtocolNode>(
     topology: Arc<Topology>,
     build: BuildNode<N>,
 ) -> Result<RunOutput, ConfigError> {
-    // Every node starts fresh (incarnation 0) and none restarts during the run.
+    // Every node starts fresh (incarnation 0); a scheduled crash restarts it as the next.
+    let schedule = experiment.fault_schedule(&topology)?;
     let context = contexts(ContextBase {
         topology: &topology,
         workload: &workload,
@@ -301,16 +309,22 @@ async fn embedded<N: ProtocolNode>(
     let coordinators = experiment.client_coordinators(&topology)?;
     let pools = client_pools(&coordinators, experiment, &workload, experiment.seed);
     // An embedded run starts from empty logs in a scratch directory of its own.
+    // Each node logs to a directory of its own, as a server process does: replicas of one
+    // shard write the same keys, and a crashed node reopens its own log alone.
     let data_dir = std::env::temp_dir().join(format!("meridian-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
-    let (storage, durable) = open_storage(
-        experiment.durability,
-        experiment.log_store,
-        Some(&data_dir),
-        "embedded benchmark",
-    )?;
     let mut nodes = Vec::new();
+    let mut storages = BTreeMap::new();
     for id in topology.node_ids() {
+        let (storage, durable) = open_storage(
+            experiment.durability,
+            experiment.log_store,
+            Some(&crate::faults::node_dir(&data_dir, id)),
+            &crate::faults::identity(id),
+        )?;
+        if let Some(storage) = storage {
+            storages.insert(id, storage);
+        }
         nodes.push((id, build(context(id), &durable).map_err(ConfigError::new)?));
     }
     let load_started = Instant::now();
@@ -331,7 +345,8 @@ async fn embedded<N: ProtocolNode>(
         seed: experiment.seed,
         tcp: None,
         metrics: None,
-        storage,
+        storage: None,
+        node_storage: storages.clone(),
     };
     let cluster = Cluster::start(config, local)
         .await
@@ -348,8 +363,44 @@ async fn embedded<N: ProtocolNode>(
         &experiment.network,
         &experiment.protocol_options,
     );
-    let stats =
-        drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry(), bounds).await;
+    let started = Arc::new(FaultStarts::new(&schedule));
+    let start = RunStart::now(&schedule, experiment, &started);
+    let rebuild = Arc::new(crate::faults::Rebuild {
+        topology: topology.clone(),
+        workload: workload.clone(),
+        network_owd_ns_max: experiment.network.owd_ns_max(),
+        seed: experiment.seed,
+        snapshot_interval_entries: experiment.snapshot_interval_entries,
+        options: experiment.protocol_options.clone(),
+        build,
+        durability: experiment.durability,
+        log_store: experiment.log_store,
+        data_dir: data_dir.clone(),
+    });
+    let applied = Mutex::new(Vec::new());
+    let registry = workload.registry();
+    let stats = {
+        let faults = crate::faults::carry_out(
+            schedule.indexed_actions(&topology),
+            (start.clock, start.start_ns),
+            &cluster,
+            storages,
+            rebuild,
+            (&applied, &started),
+        );
+        let driving =
+            drive(experiment, &pools, checker.as_mut(), &failures, &registry, bounds, start);
+        tokio::pin!(faults, driving);
+        // The schedule runs beside the load; a run that ends early (a panic, an interrupt)
+        // leaves the rest of it undone.
+        let mut faults_done = schedule.is_empty();
+        loop {
+            tokio::select! {
+                stats = &mut driving => break stats,
+                () = &mut faults, if !faults_done => faults_done = true,
+            }
+        }
+    };
     if checker.needs_stores() && failures.panics().is_empty() && !interrupted() {
         // A client hears a commit once it is decided, which may be before every participant
         // applied it (tiga's leaders apply a multi-shard transaction's writes once every
@@ -359,6 +410,7 @@ async fn embedded<N: ProtocolNode>(
         tokio::time::sleep(Duration::from_nanos(settle_ns(experiment.network.owd_ns_max()))).await;
     }
     let dropped = cluster.dropped_messages();
+    let cut = cluster.cuts().dropped();
     let results = cluster.stop().await;
     let stores: Vec<(ShardId, &MvccStore)> = leader_stores(&topology, &results);
     let checks = checker.check(&stores);
@@ -368,6 +420,8 @@ async fn embedded<N: ProtocolNode>(
     out.set_counters(counters_total(results.iter().map(|r| r.node.counters())));
     out.load = Some(load);
     out.messages_dropped = dropped;
+    out.messages_cut = cut;
+    out.faults_applied = applied.into_inner().unwrap_or_default();
     out.node_panics = panics_of(&failures);
     if experiment.durability != DurabilityMode::Memory {
         let _ = std::fs::remove_dir_all(&data_dir);
@@ -383,13 +437,33 @@ fn leader_stores<'a, N: ProtocolNode>(
     (0..topology.shards)
         .filter_map(|s| {
             let shard = ShardId(s);
-            // The node that says it leads the shard (followers may lag), else replica 0.
-            let named = results.iter().find(|r| r.node.leads(shard)).map(|r| r.id);
+            // The live node that says it leads the shard (followers may lag), else replica 0.
+            let named = results.iter().find(|r| r.up && r.node.leads(shard)).map(|r| r.id);
             let leader = named.or_else(|| topology.replica_node(shard, 0))?;
             let result = results.iter().find(|r| r.id == leader)?;
             result.node.stores().into_iter().find(|(hosted, _)| *hosted == shard)
         })
         .collect()
+}
+
+/// When a run started (on its clock), and its timeline when it has scheduled faults.
+struct RunStart {
+    clock: WallClock,
+    start_ns: u64,
+    timeline: Option<Timeline>,
+}
+
+impl RunStart {
+    /// Now, with a timeline of `experiment`'s whole run when `schedule` has faults (which
+    /// take effect at the times `started` learns).
+    fn now(schedule: &FaultSchedule, experiment: &Experiment, started: &Arc<FaultStarts>) -> Self {
+        let clock = WallClock::new();
+        let start_ns = clock.now_ns();
+        let run_ns = ((experiment.warmup_s + experiment.duration_s) * 1e9) as u64;
+        let timeline = (!schedule.is_empty())
+            .then(|| Timeline::new(start_ns, run_ns, schedule, started.clone()));
+        Self { clock, start_ns, timeline }
+    }
 }
 
 /// Runs the clients for warm-up plus duration, then stops them and waits for what is
@@ -402,14 +476,17 @@ async fn drive(
     failures: &NodeFailures,
     registry: &meridian_core::txn::Registry,
     bounds: BTreeMap<NodeId, (String, u64)>,
+    run: RunStart,
 ) -> RunStats {
-    let clock = WallClock::new();
-    let start = clock.now_ns();
+    let RunStart { clock, start_ns: start, timeline } = run;
     let window_start = start + (experiment.warmup_s * 1e9) as u64;
     let window_end = window_start + (experiment.duration_s * 1e9) as u64;
     let mut stats = RunStats::new(window_start, window_end);
     stats.name_types(registry);
     stats.set_latency_bounds(experiment.shards, bounds);
+    if let Some(timeline) = timeline {
+        stats.set_timeline(timeline);
+    }
     let mut cpu_at_window_start = None;
     let bar = progress_bar(experiment.warmup_s + experiment.duration_s, experiment.progress);
     let mut collect = |stats: &mut RunStats| {
@@ -524,6 +601,7 @@ fn output(
         "duration_s": experiment.duration_s,
         "warmup_s": experiment.warmup_s,
         "seed": experiment.seed,
+        "faults": experiment.faults,
         "zipf_theta": experiment.workload_options.zipf_theta,
         "keys_per_shard": experiment.workload_options.keys_per_shard,
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -541,6 +619,8 @@ fn output(
         messages_dropped: 0,
         node_panics: Vec::new(),
         protocol_counters: BTreeMap::new(),
+        faults_applied: Vec::new(),
+        messages_cut: 0,
         history_json: None,
     }
 }
@@ -637,8 +717,11 @@ async fn remote<N: ProtocolNode>(
     let failures = cluster.failures();
     // The links' delays are the machines' own here: no configured bound to compare with.
     let bounds = BTreeMap::new();
+    let schedule = FaultSchedule::default();
+    let start = RunStart::now(&schedule, experiment, &Arc::new(FaultStarts::new(&schedule)));
+    let registry = workload.registry();
     let stats =
-        drive(experiment, &pools, checker.as_mut(), &failures, &workload.registry(), bounds).await;
+        drive(experiment, &pools, checker.as_mut(), &failures, &registry, bounds, start).await;
     let dropped = cluster.dropped_messages();
     let results = cluster.stop().await;
     let links = results.iter().flat_map(|r| r.delays.iter()).map(LinkReport::from).collect();
@@ -698,6 +781,8 @@ mod tests {
             node_panics: panics.iter().map(|p| p.to_string()).collect(),
             messages_dropped: 0,
             protocol_counters: BTreeMap::new(),
+            faults_applied: Vec::new(),
+            messages_cut: 0,
             history_json: None,
         }
     }

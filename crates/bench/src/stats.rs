@@ -1,6 +1,7 @@
 //! Statistics of one run. Only requests submitted inside the measurement window count; the
 //! window excludes the warm-up and whatever completes after the end.
 
+use crate::timeline::{Timeline, TimelineSummary};
 use hdrhistogram::Histogram;
 use meridian_core::time::NS_PER_US;
 use meridian_core::txn::TxnResult;
@@ -64,6 +65,8 @@ pub struct RunStats {
     bound_shards: u32,
     /// Per coordinator region: latencies of the commits that count against the bound.
     bounded_us: BTreeMap<String, Histogram<u64>>,
+    /// The whole run in short buckets, when it has faults ([`RunStats::set_timeline`]).
+    timeline: Option<Timeline>,
 }
 
 /// The latency bound `protocol` states for each coordinator of `topology` (its region's name
@@ -227,6 +230,10 @@ pub struct Summary {
     /// an embedded run the whole cluster's and the harness's; `null` where not measured.
     #[serde(default)]
     pub peak_rss_mib: Option<f64>,
+    /// The whole run (warm-up included) in short buckets with its faults and their
+    /// recovery figures, for runs with scheduled faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<TimelineSummary>,
 }
 
 impl RunStats {
@@ -256,6 +263,7 @@ impl RunStats {
             bounds: BTreeMap::new(),
             bound_shards: 0,
             bounded_us: BTreeMap::new(),
+            timeline: None,
         }
     }
 
@@ -273,6 +281,11 @@ impl RunStats {
             .collect();
     }
 
+    /// Keeps a timeline of the whole run (every completion, the warm-up's too).
+    pub fn set_timeline(&mut self, timeline: Timeline) {
+        self.timeline = Some(timeline);
+    }
+
     /// Records the process's peak resident memory at the end of the window.
     pub fn set_peak_rss_mib(&mut self, mib: f64) {
         self.peak_rss_mib = Some(mib);
@@ -286,6 +299,9 @@ impl RunStats {
     /// Adds one completion; `wan_hops` is the number of wide-area one-way legs on its
     /// critical path, when the driver counts them.
     pub fn add(&mut self, completion: &Completion, wan_hops: Option<u16>) {
+        if let Some(timeline) = &mut self.timeline {
+            timeline.add(completion);
+        }
         let in_window = completion.submitted_at >= self.window_start
             && completion.completed_at <= self.window_end;
         if !in_window {
@@ -480,6 +496,7 @@ impl RunStats {
                 })
                 .collect(),
             p50_over_bound: over_bound.values().copied().reduce(f64::max),
+            timeline: self.timeline.as_ref().map(Timeline::summary),
             p50_over_bound_by_region: over_bound,
             latency_bound_ms_by_region: bound_ms,
             cpu_us_per_txn: self

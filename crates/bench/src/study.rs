@@ -471,6 +471,7 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
         md,
         "\n![committed throughput](throughput.png)\n\n![latency CDF](latency-cdf.png)\n\n![throughput over time](timeseries.png)\n"
     );
+    md += &fault_section(dir, runs)?;
     let tables = sweep_tables(runs);
     if !tables.is_empty() {
         let _ = writeln!(md, "## The sweep: rows are clients, columns are networks\n\n{tables}");
@@ -552,6 +553,64 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
     let path = dir.join("report.md");
     std::fs::write(&path, md).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
+}
+
+/// The report's section on runs with scheduled faults: their timeline plot (`faults.png`,
+/// throughput and p99 in short buckets, the faults of the first such run marked) and, per run
+/// and fault, the throughput before it, the first commit after it and the recovery to 90%.
+/// Empty when no run had faults.
+fn fault_section(dir: &Path, runs: &[SavedRun]) -> Result<String, String> {
+    let timed: Vec<(&SavedRun, &crate::timeline::TimelineSummary)> =
+        runs.iter().filter_map(|r| Some((r, r.summary.timeline.as_ref()?))).collect();
+    let Some((_, first)) = timed.first() else { return Ok(String::new()) };
+    let marks: Vec<(f64, String)> =
+        first.faults.iter().enumerate().map(|(i, f)| (f.at_s, format!("{}", i + 1))).collect();
+    let lines: Vec<(String, Vec<crate::timeline::TimelinePoint>)> =
+        timed.iter().map(|(r, t)| (r.label(), t.points.clone())).collect();
+    crate::plots::fault_timeline(
+        &dir.join("faults"),
+        "Runs with faults over time",
+        &lines,
+        &marks,
+    )?;
+    let mut md = String::from(
+        "## Faults
+
+",
+    );
+    let _ = writeln!(
+        md,
+        "Buckets of {:.0} ms; the first commit counts transactions submitted after the fault; \
+         recovery is the end of the first 500 ms window back at 90% of the 5 s before the fault \
+         (docs/benchmarking.md, \"Faults\").\n",
+        first.bucket_ms
+    );
+    let _ =
+        writeln!(md, "| run | # | fault | at s | txn/s before | first commit s | back to 90% s |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    for (run, timeline) in &timed {
+        for (i, v) in timeline.faults.iter().enumerate() {
+            let back = match (v.dipped, v.recovered_90_s) {
+                (false, Some(_)) => "no dip".to_string(),
+                (_, Some(s)) => format!("{s:.2}"),
+                (_, None) if v.pre_fault_txn_per_s.is_none() => "-".to_string(),
+                (_, None) => "never".to_string(),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | `{}` | {:.2} | {} | {} | {back} |",
+                run.label(),
+                i + 1,
+                v.fault,
+                v.at_s,
+                v.pre_fault_txn_per_s.map_or("-".into(), |t| format!("{t:.0}")),
+                show(v.first_commit_s),
+            );
+        }
+    }
+    let _ = writeln!(md, "\n![runs with faults over time](faults.png)\n");
+    Ok(md)
 }
 
 /// Two folders' runs side by side, matched by label, with the ratio B / A.
@@ -648,6 +707,8 @@ mod tests {
             node_panics: vec![],
             messages_dropped: 0,
             protocol_counters: BTreeMap::new(),
+            faults_applied: Vec::new(),
+            messages_cut: 0,
             history_json: None,
         }
     }

@@ -14,12 +14,15 @@
 //! - [`netmodel`] and [`clock`]: the link model (delay, jitter, loss, FIFO) and the clock model
 //!   (offset, drift) shared by the simulator and the runtime, with the named presets.
 //! - [`wire`]: length-delimited frames with a maximum size and a sans-IO decoder.
+//! - [`fault`]: the fault vocabulary (crash, isolate, partition, clock, disk) the simulator and
+//!   real-time runs share: a schedule parsed and checked against a layout, compiled to actions.
 //! - [`rng`]: seeded random streams and the few distributions the models need.
 //! - [`testing`]: seeded input mutations for bounded property tests of parsers.
 #![deny(unsafe_code)]
 
 pub mod clock;
 pub mod error;
+pub mod fault;
 pub mod hash;
 pub mod ids;
 pub mod key;

@@ -6,7 +6,8 @@
 //! (each may also hold lists); the file's other keys apply to every point. `protocol_option`
 //! takes settings `"name=value"` (several in one string separated by commas); a setting whose
 //! option belongs to another protocol is left out of that protocol's runs, and runs that end up
-//! the same are run once. A `[quick]` table holds keys that replace the file's own under
+//! the same are run once. `fault` takes a fault line or a list of them: the list is one
+//! schedule (`--fault` per line), not a dimension. A `[quick]` table holds keys that replace the file's own under
 //! `--quick` (a short version of the study). `repetitions = N` runs every point N times with
 //! seeds `seed`, `seed + 1`, ... (reports show the median and the spread). Flags given on the command line override the
 //! file's keys. A file
@@ -30,12 +31,16 @@ enum Kind {
     Flag,
     /// `--protocol-option NAME=VALUE` for each setting of a comma-separated string.
     Options,
+    /// `--fault LINE` for each line of a list: the whole list is one value (a schedule), not
+    /// a dimension to sweep.
+    Schedule,
 }
 
 /// The keys a file may hold.
 const KEYS: &[(&str, Kind)] = &[
     ("protocol", Kind::Value),
     ("protocol_option", Kind::Options),
+    ("fault", Kind::Schedule),
     ("workload", Kind::Value),
     ("shards", Kind::Value),
     ("replicas", Kind::Value),
@@ -129,6 +134,19 @@ fn values_of(
     kind: Kind,
     at: &dyn Fn(&str) -> String,
 ) -> Result<Vec<Value>, String> {
+    if kind == Kind::Schedule {
+        let lines = match value {
+            Value::Array(items) => items.as_slice(),
+            single => std::slice::from_ref(single),
+        };
+        if lines.is_empty() || !lines.iter().all(|l| matches!(l, Value::String(_))) {
+            return Err(format!(
+                "{}: '{key}' must be a fault line or a non-empty list of them, got {value}",
+                at(key)
+            ));
+        }
+        return Ok(vec![Value::Array(lines.to_vec())]);
+    }
     let items = match value {
         Value::Array(items) if items.is_empty() => {
             return Err(format!("{}: '{key}' is an empty list: nothing to run", at(key)))
@@ -140,12 +158,14 @@ fn values_of(
         let fits = match kind {
             Kind::Flag => matches!(item, Value::Boolean(_)),
             Kind::Options => matches!(item, Value::String(_)),
+            Kind::Schedule => true,
             Kind::Value => scalar(item).is_some() && !matches!(item, Value::Boolean(_)),
         };
         if !fits {
             let expected = match kind {
                 Kind::Flag => "true or false",
                 Kind::Options => "a string \"name=value\" (or a list of them)",
+                Kind::Schedule => "fault lines",
                 Kind::Value => "a string or a number (or a list of them)",
             };
             return Err(format!("{}: '{key}' must be {expected}, got {item}", at(key)));
@@ -329,6 +349,19 @@ fn point_of(
                 }
                 if varying.contains(key) && !own.is_empty() {
                     label.push(own.join(","));
+                }
+                continue;
+            }
+            Kind::Schedule => {
+                let lines: Vec<String> = match value {
+                    Value::Array(items) => items.iter().filter_map(scalar).collect(),
+                    single => scalar(single).into_iter().collect(),
+                };
+                for line in &lines {
+                    args.extend([flag.clone(), line.clone()]);
+                }
+                if varying.contains(key) {
+                    label.push(format!("faults={}", lines.join("; ")));
                 }
                 continue;
             }

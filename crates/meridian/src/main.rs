@@ -249,6 +249,12 @@ pub(crate) struct ClusterArgs {
     /// options. `occ-one-round=on|off`, `2pl-policy=no-wait|wound-wait`, `2pc-mvto-read-stamps=prepare|execution`, `2pc-mvto-one-round=on|off`, `chain-replication=overlapped|serial`.
     #[arg(long = "protocol-option", value_name = "NAME=VALUE")]
     protocol_option: Vec<String>,
+    /// A scheduled fault (repeatable), times from the start of the run: `crash node=N|leader=S
+    /// at=T [restart=T2]`, `isolate node=N at=T until=T2`, `partition regions=A,B|C at=T
+    /// until=T2`, `clock node=N at=T step=+50ms`, `disk node=N at=T until=T2 delay=20ms`
+    /// (docs/benchmarking.md, "Faults").
+    #[arg(long = "fault", value_name = "FAULT")]
+    fault: Vec<String>,
 }
 
 #[derive(Args, Clone)]
@@ -423,6 +429,8 @@ pub(crate) struct Resolved {
     client_regions: Vec<String>,
     replica_placement: Placement,
     seed: u64,
+    /// `--fault` lines, checked once the layout and the run's length are known.
+    faults: Vec<String>,
 }
 
 impl ClusterArgs {
@@ -535,6 +543,7 @@ impl ClusterArgs {
                 None => Placement::Spread,
             },
             seed: self.seed.unwrap_or(1),
+            faults: self.fault.clone(),
         })
     }
 
@@ -562,6 +571,7 @@ impl ClusterArgs {
             (!self.server_regions.is_empty(), "--server-regions"),
             (self.replica_placement.is_some(), "--replica-placement"),
             (!self.protocol_option.is_empty(), "--protocol-option"),
+            (!self.fault.is_empty(), "--fault (faults in --cluster runs are not built yet)"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -607,6 +617,7 @@ fn embedded_experiment(
         duration_s,
         warmup_s,
         seed: r.seed,
+        faults: r.faults,
         out_dir: args.out.clone(),
         progress: !args.quiet,
         durability: DurabilityMode::parse(args.durability.as_deref().unwrap_or("memory"))
@@ -844,6 +855,7 @@ fn plan_run(args: &BenchArgs, default_clients: u32) -> Result<Planned, ConfigErr
                 duration_s: args.duration,
                 warmup_s: args.warmup,
                 seed: file.seed,
+                faults: Vec::new(),
                 out_dir: args.out.clone(),
                 progress: !args.quiet,
                 durability: DurabilityMode::Memory,
@@ -1082,6 +1094,7 @@ fn postgres_experiment(
         (c.network.as_deref().is_some_and(|n| n != "lan"), "--network other than lan"),
         (c.clock.is_some(), "--clock"),
         (!c.protocol_option.is_empty(), "--protocol-option (use --pg-isolation)"),
+        (!c.fault.is_empty(), "--fault"),
         (args.snapshot_interval.is_some(), "--snapshot-interval"),
         (args.log_store.is_some(), "--log-store"),
     ];

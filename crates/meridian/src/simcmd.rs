@@ -4,6 +4,7 @@
 use crate::{CheckArgs, ClusterArgs, Failure, Resolved, SimArgs};
 use meridian_check::history::{History, Model};
 use meridian_check::Consistency;
+use meridian_core::fault::FaultSchedule;
 use meridian_core::time::NS_PER_S;
 use meridian_core::topology::{region_ids, Topology};
 use meridian_core::ConfigError;
@@ -33,6 +34,7 @@ fn seed_options(
     topology: &Topology,
     seed: u64,
     txns: u64,
+    schedule: &FaultSchedule,
 ) -> (SimRunOptions, Option<String>) {
     let mut base =
         SimRunOptions::new(r.protocol, topology.clone(), r.network.clone(), r.clock, seed);
@@ -44,7 +46,14 @@ fn seed_options(
     base.protocol_options = r.protocol_options.clone();
     base.time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
     base.attempts_max = args.attempts_max;
-    swarm::seed_options(&base, seed, args.faults)
+    let (mut options, plan) = swarm::seed_options(&base, seed, args.faults);
+    if schedule.is_empty() {
+        return (options, plan);
+    }
+    // A schedule given with --fault replaces the drawn plan (the two are refused together).
+    options.faults = schedule.actions(topology).into_iter().map(|(at, a)| (at, a.into())).collect();
+    let lines: Vec<&str> = schedule.faults().iter().map(|f| f.text.as_str()).collect();
+    (options, Some(lines.join("; ")))
 }
 
 /// The command line that replays `seed`.
@@ -126,6 +135,9 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     if args.faults {
         line += " --faults";
     }
+    for fault in &c.fault {
+        line += &format!(" --fault '{fault}'");
+    }
     line + &format!(" --seed {seed}")
 }
 
@@ -199,6 +211,14 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     }
     let workload: Arc<dyn meridian_workloads::Workload> =
         Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
+    if args.faults && !r.faults.is_empty() {
+        return Err(ConfigError::new(
+            "--faults draws a schedule from each seed; --fault gives one: choose one of them",
+        )
+        .into());
+    }
+    let schedule =
+        FaultSchedule::parse(&r.faults, &topology, args.time_limit_s.saturating_mul(NS_PER_S))?;
     if let Some(seeds) = &args.seeds {
         if args.cluster.seed.is_some() {
             return Err(ConfigError::new("--seed and --seeds contradict each other").into());
@@ -229,7 +249,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         r.protocol.check_topology(&topology)?;
         r.protocol.check_workload(&meridian_workloads::sample(workload.as_ref()), &topology)?;
         return if jobs == 1 {
-            swarm_worker(args, &r, &topology, workload, range, txns)
+            swarm_worker(args, &r, (&topology, &schedule), workload, range, txns)
         } else {
             swarm_parent(range, jobs)
         };
@@ -241,7 +261,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     if txns == 0 {
         return Err(ConfigError::new("--txns must be at least 1").into());
     }
-    let (mut options, plan) = seed_options(&r, args, &topology, r.seed, txns);
+    let (mut options, plan) = seed_options(&r, args, &topology, r.seed, txns, &schedule);
     options.keep_history = args.history.is_some();
     options.trace_tail = args.trace.unwrap_or(0);
     if let Some(plan) = &plan {
@@ -379,6 +399,8 @@ fn sim_output(
         messages_dropped: 0,
         node_panics: Vec::new(),
         protocol_counters: std::collections::BTreeMap::new(),
+        faults_applied: Vec::new(),
+        messages_cut: 0,
         history_json: report.history_json.clone(),
     };
     output
@@ -390,7 +412,7 @@ fn sim_output(
 fn swarm_worker(
     args: &SimArgs,
     r: &Resolved,
-    topology: &Topology,
+    (topology, schedule): (&Topology, &FaultSchedule),
     workload: Arc<dyn meridian_workloads::Workload>,
     (first, end): (u64, u64),
     txns: u64,
@@ -398,7 +420,7 @@ fn swarm_worker(
     let started = Instant::now();
     let mut failed = Vec::new();
     for seed in first..end {
-        let (options, plan) = seed_options(r, args, topology, seed, txns);
+        let (options, plan) = seed_options(r, args, topology, seed, txns, schedule);
         // A panic in a node (an assertion, or raft-rs refusing a log that lost entries) fails
         // this seed and the swarm goes on.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -127,6 +127,34 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
             &["bench", "--protocol", "postgres", "--pg-url", "host=127.0.0.1 port=1 connect_timeout=2", "--out", out],
             "cannot connect to --pg-url",
         ),
+        (
+            &["bench", "--fault", "crash node=99 at=1s", "--out", out],
+            "fault 'crash node=99 at=1s': node 99 does not exist; the layout has nodes 0 to",
+        ),
+        (
+            &["bench", "--fault", "crash leader=0 at=1s restart=2s", "--out", out],
+            "needs --durability buffered or fsync",
+        ),
+        (
+            &["bench", "--duration", "2", "--warmup", "1", "--fault", "isolate node=0 at=5s until=6s", "--out", out],
+            "at=5s is outside the run, which lasts 3s",
+        ),
+        (
+            &["bench", "--fault", "clock node=0 at=1s step=1ms", "--fault", "explode node=0 at=1s", "--out", out],
+            "unknown fault 'explode'",
+        ),
+        (
+            &["bench", "--protocol", "postgres", "--fault", "clock node=0 at=1s step=1ms", "--out", out],
+            "--fault does not apply to --protocol postgres",
+        ),
+        (
+            &["sim", "--faults", "--fault", "clock node=0 at=1s step=1ms"],
+            "--faults draws a schedule from each seed; --fault gives one",
+        ),
+        (
+            &["sim", "--fault", "partition regions=r0|mars at=1s until=2s"],
+            "region 'mars' does not exist",
+        ),
     ];
     for (args, expected) in cases {
         let output = run(args);
@@ -148,6 +176,61 @@ fn bad_input_is_one_line_exit_2_and_starts_nothing() {
     assert!(std::fs::read_dir(&out_dir).unwrap().next().is_none(), "bad input wrote results");
     // clap's own parse errors exit 2 as well.
     assert_eq!(run(&["bench", "--shards", "two"]).status.code(), Some(2));
+}
+
+/// A leader crashed and restarted in real time: the run records the actions with their
+/// times, times the recovery, plots it, and its store checks pass.
+#[test]
+fn a_bench_with_a_leader_crash_times_its_recovery_and_passes_its_checks() {
+    let out_dir = scratch("crash");
+    let output = run_words(
+        "bench --protocol occ --workload bank --shards 1 --replicas 3 --network lan --clients 8 --duration 4 --warmup 1 --durability buffered --quiet --out",
+        &[
+            out_dir.to_str().unwrap(),
+            "--fault",
+            "crash leader=0 at=2s restart=3s",
+            "--fault",
+            "isolate node=1 at=3.5s until=4s",
+            "--fault",
+            "disk node=2 at=1.5s until=2.5s delay=5ms",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        stdout.contains("fault at 2.00 s 'crash leader=0 at=2s restart=3s': before"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("check bank-total           PASS"), "{stdout}");
+    let run_dir = std::fs::read_dir(&out_dir).unwrap().next().unwrap().unwrap().path();
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("stats.json")).unwrap())
+            .unwrap();
+    assert_eq!(stats["parameters"]["faults"][0], "crash leader=0 at=2s restart=3s");
+    let applied = stats["faults_applied"].as_array().unwrap();
+    let actions: Vec<&str> = applied.iter().map(|a| a["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        actions[..3],
+        ["disk n2 +5000000 ns per commit", "crash n0", "disk n2 +0 ns per commit"]
+    );
+    assert_eq!(actions[3], "restart n0", "{applied:?}");
+    assert!(actions.contains(&"block n1 -> n0") && actions.contains(&"unblock n0 -> n1"));
+    assert!(stats["messages_cut"].as_u64().unwrap() > 0, "the isolated node's links dropped");
+    assert!(applied.iter().all(|a| a.get("error").is_none()), "{applied:?}");
+    assert!(applied[1]["applied_s"].as_f64().unwrap() >= 2.0);
+    let timeline = &stats["summary"]["timeline"];
+    assert_eq!(timeline["bucket_ms"], 100.0);
+    assert_eq!(timeline["points"].as_array().unwrap().len(), 50, "5 s in 100 ms buckets");
+    assert_eq!(timeline["faults"].as_array().unwrap().len(), 3);
+    let verdict = &timeline["faults"][0];
+    // The shard's only leader is down: nothing submitted after the crash commits before a
+    // new leader is elected.
+    let first = verdict["first_commit_s"].as_f64().expect("commits resumed");
+    assert!(first > 0.01, "{verdict}");
+    assert!(verdict["pre_fault_txn_per_s"].as_f64().unwrap() > 0.0, "{verdict}");
+    let report = std::fs::read_to_string(run_dir.join("report.md")).unwrap();
+    assert!(report.contains("## Faults"), "{report}");
+    assert!(run_dir.join("faults.png").is_file());
 }
 
 /// An open-loop run says so in its table and its `stats.json`, with what was offered.
@@ -399,6 +482,53 @@ fn sim_prints_a_reproducible_trace_hash() {
     };
     assert!(hash(&first).is_some());
     assert_eq!(hash(&first), hash(&second));
+}
+
+/// A schedule given with `--fault` runs in the simulator with the same words as in `bench`:
+/// every kind of fault, the run still passes its checks, and the faults change the trace.
+#[test]
+fn sim_runs_a_fault_schedule_given_as_flags() {
+    let base = [
+        "sim",
+        "--seed",
+        "4",
+        "--txns",
+        "300",
+        "--network",
+        "metro",
+        "--replicas",
+        "3",
+        "--workload",
+        "bank",
+        "--keys-per-shard",
+        "500",
+    ];
+    let faults = [
+        "--fault",
+        "crash leader=0 at=200ms restart=900ms",
+        "--fault",
+        "isolate leader=1 at=300ms until=1s",
+        "--fault",
+        "partition regions=r0|r1 at=1100ms until=1300ms",
+        "--fault",
+        "clock node=2 at=300ms step=-5ms",
+        "--fault",
+        "disk node=4 at=100ms until=2s delay=20ms",
+    ];
+    let with: Vec<&str> = base.iter().chain(faults.iter()).copied().collect();
+    let faulty = run(&with);
+    let calm = run(&base);
+    let stdout = String::from_utf8_lossy(&faulty.stdout);
+    assert!(faulty.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&faulty.stderr));
+    assert!(stdout.contains("faults: crash leader=0 at=200ms restart=900ms; isolate"), "{stdout}");
+    let hash = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.starts_with("trace hash"))
+            .map(String::from)
+    };
+    assert!(hash(&faulty).is_some() && hash(&calm).is_some());
+    assert_ne!(hash(&faulty), hash(&calm), "the schedule changed what ran");
 }
 
 struct Server(Child);

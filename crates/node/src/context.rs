@@ -138,6 +138,7 @@ pub fn tcp_cluster_config(
         tcp: Some(TcpConfig::new(file.addrs.clone(), fingerprint(file, workload))),
         metrics: None,
         storage: None,
+        node_storage: BTreeMap::new(),
     }
 }
 

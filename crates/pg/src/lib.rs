@@ -357,6 +357,8 @@ async fn run_in_schema(
         node_panics: Vec::new(),
         messages_dropped: 0,
         protocol_counters: BTreeMap::new(),
+        faults_applied: Vec::new(),
+        messages_cut: 0,
         history_json: checker.history_json(),
     })
 }

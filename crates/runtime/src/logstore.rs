@@ -31,7 +31,8 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 
 const HEADER: &[u8] = b"MERIDIAN-LOG v1\n";
 /// Largest batch written or read (a bigger length field is corruption). A snapshot is one
@@ -552,10 +553,21 @@ pub struct PersistJob {
     pub done: Box<dyn FnOnce() + Send>,
 }
 
+/// What the storage thread is asked to do.
+enum StorageRequest {
+    /// Write (and sync, as asked) some records.
+    Persist(PersistJob),
+    /// Finish what is queued before this, close the log and say so.
+    Close(mpsc::SyncSender<()>),
+}
+
 /// The handle nodes send persist requests through.
 #[derive(Clone)]
 pub struct Storage {
-    jobs: mpsc::SyncSender<PersistJob>,
+    jobs: mpsc::SyncSender<StorageRequest>,
+    /// Extra time every group commit takes before its completions run (a slow disk, for fault
+    /// injection); 0 normally.
+    delay_ns: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -568,16 +580,26 @@ impl Storage {
     /// Starts the storage thread over `log`. Errors writing the log stop the process: a node
     /// that cannot persist must not go on acknowledging.
     pub fn start(mut log: LogStore, mode: DurabilityMode) -> Self {
-        let (jobs, queue) = mpsc::sync_channel::<PersistJob>(STORAGE_QUEUE_MAX);
+        let (jobs, queue) = mpsc::sync_channel::<StorageRequest>(STORAGE_QUEUE_MAX);
+        let delay_ns = Arc::new(AtomicU64::new(0));
+        let delay = delay_ns.clone();
         std::thread::Builder::new()
             .name("meridian-storage".into())
             .spawn(move || {
+                let mut closed = None;
                 while let Ok(first) = queue.recv() {
-                    let mut batch = vec![first];
-                    while batch.len() < GROUP_COMMIT_MAX {
-                        match queue.try_recv() {
-                            Ok(job) => batch.push(job),
-                            Err(_) => break,
+                    let mut batch = Vec::new();
+                    let mut next = Some(first);
+                    while let Some(request) = next.take() {
+                        match request {
+                            StorageRequest::Persist(job) => batch.push(job),
+                            StorageRequest::Close(ack) => {
+                                closed = Some(ack);
+                                break;
+                            }
+                        }
+                        if batch.len() < GROUP_COMMIT_MAX {
+                            next = queue.try_recv().ok();
                         }
                     }
                     let records: Vec<PersistRecord> =
@@ -592,19 +614,47 @@ impl Storage {
                         tracing::error!("{e}; stopping");
                         std::process::exit(3);
                     }
+                    let slow_ns = delay.load(Ordering::Relaxed);
+                    if slow_ns > 0 && !batch.is_empty() {
+                        std::thread::sleep(std::time::Duration::from_nanos(slow_ns));
+                    }
                     for job in batch {
                         (job.done)();
                     }
+                    if closed.is_some() {
+                        break;
+                    }
+                }
+                // The log closes here, before the acknowledgement: whoever waits may reopen
+                // its directory at once.
+                drop(log);
+                if let Some(ack) = closed {
+                    let _ = ack.send(());
                 }
             })
             .expect("the storage thread starts");
-        Self { jobs }
+        Self { jobs, delay_ns }
     }
 
     /// Queues a persist (waits while the queue is full).
     pub fn submit(&self, job: PersistJob) {
-        // The thread ends only with the process.
-        let _ = self.jobs.send(job);
+        // The thread ends only with the process or on `close`.
+        let _ = self.jobs.send(StorageRequest::Persist(job));
+    }
+
+    /// Has every later group commit take `delay_ns` longer (0: as fast as the disk is).
+    pub fn set_delay_ns(&self, delay_ns: u64) {
+        self.delay_ns.store(delay_ns, Ordering::Relaxed);
+    }
+
+    /// Writes what was queued before this call, closes the log and stops the thread; returns
+    /// once the log is closed (its directory can be opened again). Persists submitted later
+    /// through another handle are dropped. Blocks: call it off the async runtime's threads.
+    pub fn close(&self) {
+        let (ack, done) = mpsc::sync_channel(1);
+        if self.jobs.send(StorageRequest::Close(ack)).is_ok() {
+            let _ = done.recv();
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use meridian_core::NodeId;
 use meridian_core::RequestId;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -141,6 +141,69 @@ impl ClientHandle {
     }
 }
 
+/// A fault injected into one node task of this process (the real-time counterpart of the
+/// simulator's faults; `meridian_core::fault` names them).
+pub enum NodeFault<N> {
+    /// The node stops: its state, timers and undelivered messages are gone, messages to it
+    /// are dropped, its clients lose their requests in flight. Told on the channel, if any,
+    /// once it has stopped.
+    Crash(Option<oneshot::Sender<()>>),
+    /// A crashed node comes back as `node` (built from what its log holds), persisting to
+    /// `storage`.
+    Restart {
+        /// The node, built afresh.
+        node: N,
+        /// Its reopened log, if durable.
+        storage: Option<Storage>,
+    },
+    /// The node's clock jumps by this many nanoseconds (forward when positive).
+    ClockStep(i64),
+}
+
+/// Fault commands queued for one node task; the fault driver sends a handful per fault.
+pub const NODE_FAULTS_QUEUED_MAX: usize = 64;
+
+/// Which directed links of the process are cut (a partition injected in real time). Checked
+/// on every send: one relaxed atomic load.
+#[derive(Debug)]
+pub struct Cuts {
+    nodes: usize,
+    cut: Vec<AtomicBool>,
+    /// Messages dropped because their link was cut.
+    dropped: AtomicU64,
+}
+
+impl Cuts {
+    fn new(nodes: usize) -> Self {
+        Self {
+            nodes,
+            cut: (0..nodes * nodes).map(|_| AtomicBool::new(false)).collect(),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn index(&self, from: NodeId, to: NodeId) -> Option<usize> {
+        let (from, to) = (from.0 as usize, to.0 as usize);
+        (from < self.nodes && to < self.nodes).then_some(from * self.nodes + to)
+    }
+
+    /// Cuts (or restores) the link from `from` to `to`.
+    pub fn set(&self, from: NodeId, to: NodeId, cut: bool) {
+        if let Some(index) = self.index(from, to) {
+            self.cut[index].store(cut, Ordering::Relaxed);
+        }
+    }
+
+    fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
+        self.index(from, to).is_some_and(|index| self.cut[index].load(Ordering::Relaxed))
+    }
+
+    /// Messages dropped at a cut link so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
 /// Where messages to one destination go.
 #[derive(Clone)]
 enum Route<M> {
@@ -212,6 +275,9 @@ pub struct NodeResult<N> {
     pub delays: Vec<LinkDelays>,
     /// Median delay drawn from the link model per destination of this node's messages (µs).
     pub drawn_p50_us: BTreeMap<NodeId, u64>,
+    /// False when the node was crashed (and not restarted) at the stop: `node` is then the
+    /// state it had when it crashed.
+    pub up: bool,
 }
 
 /// Shared by every task of a cluster.
@@ -231,6 +297,9 @@ pub struct ClusterConfig {
     pub metrics: Option<Arc<MetricsHub>>,
     /// The process's storage thread; `None` is memory durability (persists complete at once).
     pub storage: Option<Storage>,
+    /// Storage threads of particular nodes, used instead of `storage` (an embedded cluster
+    /// whose nodes crash and restart gives each node a log of its own, as a process has).
+    pub node_storage: BTreeMap<NodeId, Storage>,
 }
 
 /// A node to run in this process: its id, the node, and (for a coordinator driven by clients in
@@ -249,6 +318,8 @@ pub struct Cluster<N: Node> {
     /// The TCP links' counters, when the cluster spans processes.
     tcp_stats: Option<Arc<tcp::TcpStats>>,
     failures: Arc<NodeFailures>,
+    faults: BTreeMap<NodeId, mpsc::Sender<NodeFault<N>>>,
+    cuts: Arc<Cuts>,
 }
 
 /// Nodes of the process that panicked: their messages, and a notification for whoever waits.
@@ -305,6 +376,8 @@ impl<N: Node> Cluster<N> {
         let clock = WallClock::new();
         let delay = DelayThread::spawn()?;
         let dropped = Arc::new(AtomicU64::new(0));
+        let cuts = Arc::new(Cuts::new(topology.nodes.len()));
+        let mut faults = BTreeMap::new();
         let failures = Arc::new(NodeFailures::default());
         if let Some(hub) = &config.metrics {
             hub.add_process_counter("runtime_messages_dropped_total", dropped.clone());
@@ -317,10 +390,15 @@ impl<N: Node> Cluster<N> {
             let links = build_links(id, &config, &inboxes)?;
             let skew =
                 config.clock.draw(&mut child_rng(config.seed, "runtime-clock", u64::from(id.0)));
+            let (fault_tx, fault_rx) = mpsc::channel(NODE_FAULTS_QUEUED_MAX);
+            faults.insert(id, fault_tx);
             let task = NodeTask {
                 id,
                 node,
+                up: true,
                 inbox: receivers.remove(&id).expect("inbox built above"),
+                faults: fault_rx,
+                cuts: cuts.clone(),
                 self_queue: VecDeque::new(),
                 links,
                 clock,
@@ -334,7 +412,7 @@ impl<N: Node> Cluster<N> {
                 waiters: BTreeMap::new(),
                 persisted: VecDeque::new(),
                 persist_hops: BTreeMap::new(),
-                storage: config.storage.clone(),
+                storage: config.node_storage.get(&id).or(config.storage.as_ref()).cloned(),
                 self_inbox: inboxes[&id].clone(),
                 outbox: Outbox::new(),
                 delays: BTreeMap::new(),
@@ -374,7 +452,21 @@ impl<N: Node> Cluster<N> {
             results.push(result);
         }
         let tcp_stats = config.tcp.as_ref().map(|tcp| tcp.stats.clone());
-        Ok(Self { inboxes, results, listeners, dropped, tcp_stats, failures })
+        Ok(Self { inboxes, results, listeners, dropped, tcp_stats, failures, faults, cuts })
+    }
+
+    /// Hands `fault` to local node `node`'s task; false when the node is not local or its
+    /// task is gone.
+    pub async fn inject(&self, node: NodeId, fault: NodeFault<N>) -> bool {
+        match self.faults.get(&node) {
+            Some(tx) => tx.send(fault).await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// The process's link cuts (`Cuts::set` cuts or restores a link at once).
+    pub fn cuts(&self) -> Arc<Cuts> {
+        self.cuts.clone()
     }
 
     /// The nodes of this process that panicked so far, and a way to wait for one.
@@ -399,7 +491,8 @@ impl<N: Node> Cluster<N> {
     }
 
     /// Stops every local node and returns them with their measured delays.
-    pub async fn stop(self) -> Vec<NodeResult<N>> {
+    pub async fn stop(mut self) -> Vec<NodeResult<N>> {
+        self.faults.clear();
         for inbox in self.inboxes.values() {
             let _ = inbox.send(Inbound::Stop).await;
         }
@@ -470,7 +563,11 @@ fn build_links<M: meridian_core::node::Message>(
 struct NodeTask<N: Node, C> {
     id: NodeId,
     node: N,
+    /// False while crashed.
+    up: bool,
     inbox: mpsc::Receiver<Inbound<N::Msg>>,
+    faults: mpsc::Receiver<NodeFault<N>>,
+    cuts: Arc<Cuts>,
     /// Messages to itself, with the legs of the call that sent them.
     self_queue: VecDeque<(u16, N::Msg)>,
     links: Vec<Option<LinkOut<N::Msg>>>,
@@ -542,6 +639,11 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
             let next_arrival = self.next_arrival();
             tokio::select! {
                 biased;
+                Some(fault) = self.faults.recv() => {
+                    if !self.on_fault(fault).await {
+                        break 'serve;
+                    }
+                }
                 inbound = self.inbox.recv() => {
                     // Handle a batch; take the next message only when it will be handled, so
                     // reaching the batch limit never drops one.
@@ -586,7 +688,91 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         let delays = self.delay_report();
         let drawn_p50_us =
             self.drawn.iter().map(|(&to, h)| (to, h.value_at_quantile(0.5))).collect();
-        NodeResult { id: self.id, node: self.node, delays, drawn_p50_us }
+        NodeResult { id: self.id, node: self.node, delays, drawn_p50_us, up: self.up }
+    }
+
+    /// Carries out a fault; false when the node was stopped while down.
+    async fn on_fault(&mut self, fault: NodeFault<N>) -> bool {
+        match fault {
+            NodeFault::Crash(done) => {
+                self.crash();
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+                self.stay_down().await
+            }
+            NodeFault::ClockStep(step_ns) => {
+                self.skew.offset_ns = self.skew.offset_ns.saturating_add(step_ns);
+                true
+            }
+            NodeFault::Restart { .. } => true, // It is up: nothing to restart.
+        }
+    }
+
+    /// Forgets everything a crashed process would lose: timers, queued work, messages not yet
+    /// handed over, persists not yet acknowledged; calls in progress end indeterminate.
+    fn crash(&mut self) {
+        self.up = false;
+        self.timers.clear();
+        self.self_queue.clear();
+        self.pending_submits.clear();
+        self.persisted.clear();
+        self.persist_hops.clear();
+        self.storage = None;
+        for held in &mut self.held {
+            held.clear();
+        }
+        for (_, waiter) in std::mem::take(&mut self.waiters) {
+            let why = format!("coordinator {} crashed", self.id);
+            let _ = waiter.send(TxnOutcome::failed(TxnFailure::Indeterminate(why)));
+        }
+        if let Some(clients) = &self.clients {
+            clients.lock().expect("client lock").on_crash(self.id);
+        }
+    }
+
+    /// While crashed: drops what arrives (messages, completions of the old log), refuses
+    /// client calls, until a restart (true) or a stop (false).
+    async fn stay_down(&mut self) -> bool {
+        loop {
+            tokio::select! {
+                biased;
+                Some(fault) = self.faults.recv() => match fault {
+                    NodeFault::Restart { node, storage } => {
+                        self.node = node;
+                        self.storage = storage;
+                        self.up = true;
+                        let now = self.node_now();
+                        self.hops = 0;
+                        self.outbox.begin_call(self.hops);
+                        self.node.on_start(now, &mut self.outbox);
+                        self.carry_out().await;
+                        if let Some(clients) = &self.clients {
+                            let mut clients = clients.lock().expect("client lock");
+                            let again = clients.on_restart(self.clock.now_ns(), self.id);
+                            self.pending_submits.extend(again.into_iter().map(|(_, r)| r));
+                        }
+                        return true;
+                    }
+                    NodeFault::ClockStep(step_ns) => {
+                        self.skew.offset_ns = self.skew.offset_ns.saturating_add(step_ns);
+                    }
+                    NodeFault::Crash(done) => {
+                        if let Some(done) = done {
+                            let _ = done.send(()); // Down already.
+                        }
+                    }
+                },
+                inbound = self.inbox.recv() => match inbound {
+                    Some(Inbound::Stop) | None => return false,
+                    Some(Inbound::Client { reply, .. }) => {
+                        let why = format!("node {} is down", self.id);
+                        let _ = reply.send(TxnOutcome::failed(TxnFailure::Rejected(why)));
+                    }
+                    Some(_) => {}
+                },
+            }
+        }
     }
 
     /// When the open-loop clients' next arrival is due, as an instant.
@@ -761,6 +947,10 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
     fn send(&mut self, to: NodeId, msg: N::Msg) {
         if to == self.id {
             self.self_queue.push_back((self.hops, msg));
+            return;
+        }
+        if self.cuts.is_cut(self.id, to) {
+            self.cuts.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let sent_at_ns = self.clock.now_ns();

@@ -61,6 +61,7 @@ async fn a_burst_larger_than_the_inbound_batch_arrives_whole() {
         tcp: None,
         metrics: None,
         storage: None,
+        node_storage: Default::default(),
     };
     let nodes = (0..2)
         .map(|i| {
@@ -113,6 +114,7 @@ async fn a_panicking_node_is_reported_with_its_message() {
         tcp: None,
         metrics: None,
         storage: None,
+        node_storage: Default::default(),
     };
     let nodes = (0..2)
         .map(|i| {
@@ -145,6 +147,7 @@ async fn an_unreachable_peer_never_stalls_the_sender() {
         tcp: Some(TcpConfig::new(addrs, 7)),
         metrics: None,
         storage: None,
+        node_storage: Default::default(),
     };
     struct Flood;
     impl Node for Flood {
@@ -220,6 +223,7 @@ impl OccSetup {
             seed: 3,
             tcp: Some(self.tcp.clone()),
             metrics: None,
+            node_storage: Default::default(),
             storage: None,
         }
     }

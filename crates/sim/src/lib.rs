@@ -20,6 +20,7 @@ pub mod swarm;
 
 use disk::SimDisk;
 use meridian_core::clock::{ClockModel, NodeClock};
+use meridian_core::fault::FaultAction;
 use meridian_core::netmodel::{LinkState, NetworkModel};
 use meridian_core::node::{
     ClientDriver, ClientRequest, Effect, Node, Outbox, PersistToken, TimerId,
@@ -50,6 +51,25 @@ pub enum Fault {
     Heal,
     /// The node (if up) takes a control service's word.
     Control(NodeId, meridian_core::node::Control),
+    /// The block of one direction is lifted.
+    Unblock(NodeId, NodeId),
+    /// The node's clock jumps by this many nanoseconds (forward when positive).
+    ClockStep(NodeId, i64),
+    /// Every persist of the node takes this much longer (0 ends the slowdown).
+    DiskDelay(NodeId, u64),
+}
+
+impl From<FaultAction> for Fault {
+    fn from(action: FaultAction) -> Self {
+        match action {
+            FaultAction::Crash(node) => Self::Crash(node),
+            FaultAction::Restart(node) => Self::Restart(node),
+            FaultAction::Block(from, to) => Self::Block(from, to),
+            FaultAction::Unblock(from, to) => Self::Unblock(from, to),
+            FaultAction::ClockStep(node, step_ns) => Self::ClockStep(node, step_ns),
+            FaultAction::DiskDelay(node, delay_ns) => Self::DiskDelay(node, delay_ns),
+        }
+    }
 }
 
 /// Simulator settings.
@@ -250,6 +270,8 @@ pub struct Sim<N: Node, C: ClientDriver> {
     links: BTreeMap<(u32, u32), LinkState>,
     blocked: BTreeSet<(NodeId, NodeId)>,
     disks: Vec<SimDisk>,
+    /// Extra latency of every persist per node (a slow disk).
+    disk_delays_ns: Vec<u64>,
     factory: NodeFactory<N>,
     clients: C,
     config: SimConfig,
@@ -295,6 +317,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             links: BTreeMap::new(),
             blocked: BTreeSet::new(),
             disks,
+            disk_delays_ns: vec![0; node_count],
             factory,
             clients,
             trace_hash: FNV_OFFSET,
@@ -603,6 +626,19 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     self.carry_out(node);
                 }
             }
+            Fault::Unblock(from, to) => {
+                self.hash(11, from.0, u64::from(to.0));
+                self.blocked.remove(&(from, to));
+            }
+            Fault::ClockStep(node, step_ns) => {
+                self.hash(12, node.0, step_ns as u64);
+                let clock = &mut self.clocks[node.0 as usize];
+                clock.offset_ns = clock.offset_ns.saturating_add(step_ns);
+            }
+            Fault::DiskDelay(node, delay_ns) => {
+                self.hash(13, node.0, delay_ns);
+                self.disk_delays_ns[node.0 as usize] = delay_ns;
+            }
         }
     }
 
@@ -662,6 +698,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     let sync = durability == meridian_core::node::Durability::Synced;
                     let latency =
                         if sync { self.config.disk_sync_ns } else { self.config.disk_buffered_ns };
+                    let latency = latency + self.disk_delays_ns[node.0 as usize];
                     let at = self.disks[node.0 as usize].write(records, self.now + latency);
                     let incarnation = self.incarnations[node.0 as usize];
                     let hops = self.hops;

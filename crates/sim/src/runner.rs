@@ -376,7 +376,9 @@ fn run_with<N: ProtocolNode>(
             let last_recovery = options
                 .faults
                 .iter()
-                .filter(|(_, fault)| matches!(fault, Fault::Heal | Fault::Restart(_)))
+                .filter(|(_, fault)| {
+                    matches!(fault, Fault::Heal | Fault::Restart(_) | Fault::Unblock(..))
+                })
                 .map(|&(at, _)| at)
                 .max()
                 .unwrap_or(0);
@@ -391,7 +393,17 @@ fn run_with<N: ProtocolNode>(
                 }
             }
             let steps = crashes.values().copied().max().unwrap_or(0);
-            let clock_behind_ns = steps * options.restart_clock_step_back_ns;
+            // A clock stepped back by a scheduled fault holds back the same way.
+            let stepped_back_ns = options
+                .faults
+                .iter()
+                .filter_map(|(_, fault)| match fault {
+                    Fault::ClockStep(_, step_ns) if *step_ns < 0 => Some(step_ns.unsigned_abs()),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0);
+            let clock_behind_ns = steps * options.restart_clock_step_back_ns + stepped_back_ns;
             let drain_until =
                 drain_from + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns + clock_behind_ns;
             let left = events_max.saturating_sub(sim.stats().events);

@@ -292,6 +292,9 @@ mod tests {
                     Fault::Block(..) => "block",
                     Fault::Heal => "heal",
                     Fault::Control(..) => "control",
+                    Fault::Unblock(..) | Fault::ClockStep(..) | Fault::DiskDelay(..) => {
+                        "scheduled only"
+                    }
                 });
             }
             let last_heal = plan.faults.iter().rposition(|(_, f)| *f == Fault::Heal).unwrap();
