@@ -18,6 +18,8 @@ pub const CLIENTS_MAX: u32 = 100_000;
 pub const OUTSTANDING_MAX: u32 = 1_024;
 /// Longest run (one day).
 pub const DURATION_S_MAX: f64 = 86_400.0;
+/// Round trips of the slowest link an experiment file's window lasts at least.
+pub const WINDOW_FLOOR_ROUND_TRIPS: f64 = 20.0;
 
 /// One benchmark run.
 #[derive(Clone, Debug)]
@@ -154,12 +156,31 @@ impl Experiment {
         Topology::placed_with(regions.clone(), &servers, self.shards, self.replicas, placement)
     }
 
+    /// The shortest measurement window an experiment file's run gets: 20 round trips of the
+    /// network's slowest link, so that a short (`--quick`) run on a wide-area layout still
+    /// sees commits whatever its protocol's round trips and start-up (a leader election, an
+    /// epoch) cost.
+    pub fn window_floor_s(&self) -> f64 {
+        WINDOW_FLOOR_ROUND_TRIPS * 2.0 * self.network.owd_ns_max() as f64 / NS_PER_S as f64
+    }
+
+    /// Lengthens the window to [`Experiment::window_floor_s`] when it is shorter; returns the
+    /// new length when it did.
+    pub fn raise_window_to_floor(&mut self) -> Option<f64> {
+        let floor_s = self.window_floor_s();
+        (self.duration_s < floor_s).then(|| {
+            self.duration_s = floor_s;
+            floor_s
+        })
+    }
+
     /// The fault schedule, checked against `topology` and the run's length (warm-up
     /// included). A crash or a slow disk needs a log on disk: in memory durability a crashed
     /// node would come back empty, and there is no disk to slow.
     pub fn fault_schedule(&self, topology: &Topology) -> Result<FaultSchedule, ConfigError> {
         let run_ns = ((self.warmup_s + self.duration_s) * NS_PER_S as f64) as u64;
-        let schedule = FaultSchedule::parse(&self.faults, topology, run_ns)?;
+        let leaders = self.protocol.initial_leaders(topology, &self.protocol_options);
+        let schedule = FaultSchedule::parse(&self.faults, topology, &leaders, run_ns)?;
         let needs_disk = schedule
             .faults()
             .iter()
@@ -182,5 +203,66 @@ impl Experiment {
             return Err(ConfigError::new("--client-regions: no coordinator runs there"));
         }
         Ok(coordinators)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_runtime::logstore::LogStoreKind;
+
+    fn experiment(network: &str, duration_s: f64) -> Experiment {
+        Experiment {
+            protocol: ProtocolKind::Occ,
+            protocol_options: ProtocolKind::Occ.options(&[]).unwrap(),
+            workload: "micro-luigi".into(),
+            workload_options: WorkloadOptions::default(),
+            shards: 1,
+            replicas: 3,
+            network: NetworkModel::preset(network, 3).unwrap(),
+            clock: ClockModel::preset("perfect").unwrap(),
+            clients: 8,
+            outstanding: 1,
+            load: meridian_workloads::clients::Load::Closed,
+            server_regions: Vec::new(),
+            replica_placement: meridian_core::topology::Placement::Spread,
+            client_regions: Vec::new(),
+            duration_s,
+            warmup_s: 1.0,
+            seed: 1,
+            faults: Vec::new(),
+            out_dir: PathBuf::from("results"),
+            progress: false,
+            durability: DurabilityMode::Memory,
+            log_store: LogStoreKind::File,
+            snapshot_interval_entries: 50_000,
+        }
+    }
+
+    #[test]
+    fn a_short_window_on_a_wide_network_is_raised_to_twenty_round_trips() {
+        let mut geo = experiment("geo", 2.0);
+        let floor = geo.window_floor_s();
+        let rtt_s = 2.0 * geo.network.owd_ns_max() as f64 / 1e9;
+        assert!((floor - 20.0 * rtt_s).abs() < 1e-9 && floor > 2.0, "{floor}");
+        assert_eq!(geo.raise_window_to_floor(), Some(floor));
+        assert_eq!(geo.duration_s, floor);
+        assert_eq!(geo.raise_window_to_floor(), None, "raised once");
+        let mut metro = experiment("metro", 2.0);
+        assert_eq!(metro.raise_window_to_floor(), None, "2 s is many metro round trips");
+        assert_eq!(metro.duration_s, 2.0);
+    }
+
+    #[test]
+    fn faults_are_checked_with_the_run() {
+        let mut e = experiment("metro", 2.0);
+        e.faults = vec!["crash leader=0 at=1s restart=2s".into()];
+        let why = e.validate().unwrap_err().0;
+        assert!(why.contains("needs --durability buffered or fsync"), "{why}");
+        e.durability = DurabilityMode::Buffered;
+        assert!(e.validate().is_ok());
+        e.faults = vec!["crash leader=0 at=3s".into()];
+        let why = e.validate().unwrap_err().0;
+        assert!(why.contains("outside the run, which lasts 3s"), "{why}");
     }
 }

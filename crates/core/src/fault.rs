@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Times are relative to the start of the run and carry a unit (`ns`, `us`, `ms`, `s`);
-//! `leader=S` names the node hosting replica 0 of shard `S`, the shard's initial leader (the
-//! leader while no earlier fault moved it). A partition cuts every link between nodes of
+//! `leader=S` names the node that leads shard `S` when the run starts (the protocol says
+//! which: replica 0, or for tiga and luigi the one their starting view names), which leads
+//! while no earlier fault moved its leadership. A partition cuts every link between nodes of
 //! different listed groups, both ways; regions not listed keep every link.
 //!
 //! [`FaultSchedule::parse`] checks a schedule against a layout and the run's length before
@@ -141,9 +142,15 @@ pub struct FaultSchedule {
 }
 
 impl FaultSchedule {
-    /// Parses and checks `lines` against `topology`, for a run of `run_ns` (every time must
-    /// fall inside it). An empty list is an empty schedule.
-    pub fn parse(lines: &[String], topology: &Topology, run_ns: Time) -> Result<Self, ConfigError> {
+    /// Parses and checks `lines` against `topology`, whose shards start led by `leaders` (by
+    /// shard number: what `leader=S` names), for a run of `run_ns` (every time must fall
+    /// inside it). An empty list is an empty schedule.
+    pub fn parse(
+        lines: &[String],
+        topology: &Topology,
+        leaders: &[NodeId],
+        run_ns: Time,
+    ) -> Result<Self, ConfigError> {
         if lines.len() > FAULTS_MAX {
             return Err(ConfigError::new(format!(
                 "{} faults given; at most {FAULTS_MAX} per run",
@@ -152,7 +159,7 @@ impl FaultSchedule {
         }
         let mut faults = Vec::with_capacity(lines.len());
         for line in lines {
-            let fault = parse_line(line, topology, run_ns)
+            let fault = parse_line(line, (topology, leaders), run_ns)
                 .map_err(|why| ConfigError::new(format!("fault '{}': {why}", line.trim())))?;
             faults.push(fault);
         }
@@ -368,7 +375,7 @@ impl<'a> Words<'a> {
     }
 
     /// The node named by `node=N` or `leader=S` (exactly one of them).
-    fn node(&self, topology: &Topology) -> Result<NodeId, String> {
+    fn node(&self, (topology, leaders): (&Topology, &[NodeId])) -> Result<NodeId, String> {
         match (self.get("node"), self.get("leader")) {
             (Some(_), Some(_)) => Err("give node= or leader=, not both".into()),
             (None, None) => Err("'node=' (or 'leader=' a shard) is missing".into()),
@@ -391,16 +398,22 @@ impl<'a> Words<'a> {
                         topology.shards - 1
                     ));
                 }
-                topology
-                    .replica_node(ShardId(shard), 0)
-                    .ok_or_else(|| format!("no node hosts shard {shard}'s replica 0"))
+                leaders
+                    .get(shard as usize)
+                    .copied()
+                    .ok_or_else(|| format!("shard {shard}'s leader is not known"))
             }
         }
     }
 }
 
 /// Parses one line.
-fn parse_line(line: &str, topology: &Topology, run_ns: Time) -> Result<Fault, String> {
+fn parse_line(
+    line: &str,
+    (topology, leaders): (&Topology, &[NodeId]),
+    run_ns: Time,
+) -> Result<Fault, String> {
+    let layout = (topology, leaders);
     if line.chars().count() > FAULT_LINE_CHARS_MAX {
         return Err(format!("longer than {FAULT_LINE_CHARS_MAX} characters"));
     }
@@ -433,9 +446,9 @@ fn parse_line(line: &str, topology: &Topology, run_ns: Time) -> Result<Fault, St
                 Some(_) => Some(until("restart")?),
                 None => None,
             };
-            FaultKind::Crash { node: w.node(topology)?, restart_ns }
+            FaultKind::Crash { node: w.node(layout)?, restart_ns }
         }
-        "isolate" => FaultKind::Isolate { node: w.node(topology)?, until_ns: until("until")? },
+        "isolate" => FaultKind::Isolate { node: w.node(layout)?, until_ns: until("until")? },
         "partition" => FaultKind::Partition {
             groups: parse_groups(w.need("regions")?, topology)?,
             until_ns: until("until")?,
@@ -451,7 +464,7 @@ fn parse_line(line: &str, topology: &Topology, run_ns: Time) -> Result<Fault, St
                 return Err("step=0 does nothing".into());
             }
             let ns = i64::try_from(ns).map_err(|_| "step: too large".to_string())?;
-            FaultKind::Clock { node: w.node(topology)?, step_ns: if negative { -ns } else { ns } }
+            FaultKind::Clock { node: w.node(layout)?, step_ns: if negative { -ns } else { ns } }
         }
         _ => {
             let delay_ns =
@@ -459,7 +472,7 @@ fn parse_line(line: &str, topology: &Topology, run_ns: Time) -> Result<Fault, St
             if delay_ns == 0 {
                 return Err("delay=0 does nothing".into());
             }
-            FaultKind::Disk { node: w.node(topology)?, until_ns: until("until")?, delay_ns }
+            FaultKind::Disk { node: w.node(layout)?, until_ns: until("until")?, delay_ns }
         }
     };
     Ok(Fault { at_ns, kind, text: line.split_whitespace().collect::<Vec<_>>().join(" ") })

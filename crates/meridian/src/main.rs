@@ -309,7 +309,7 @@ struct BenchArgs {
     experiment: Option<PathBuf>,
     /// Run a built-in experiment reproducing a reference study: luigi-micro, luigi-tpcc,
     /// luigi-cross-shard, tiga-micro, tiga-tpcc, tpcc-new-order, single-node,
-    /// crossstitch-latency, crossstitch-3dc (the files under experiments/).
+    /// crossstitch-latency, crossstitch-3dc, failover (the files under experiments/).
     #[arg(long)]
     preset: Option<String>,
     /// With --experiment or --preset: the file's short version (its [quick] table).
@@ -970,7 +970,16 @@ fn bench_experiment(
                 rep_args.cluster.seed =
                     Some(run_args.cluster.seed.unwrap_or(1).wrapping_add(repetition));
             }
-            let plan = plan_run(&rep_args, default_clients).map_err(|e| bad(e.to_string()))?;
+            let mut plan = plan_run(&rep_args, default_clients).map_err(|e| bad(e.to_string()))?;
+            if let Planned::Embedded(experiment) = &mut plan {
+                if let Some(floor_s) = experiment.raise_window_to_floor() {
+                    say!(
+                        "{}: window raised to {floor_s:.1} s, 20 round trips of the slowest link",
+                        point.label
+                    );
+                    rep_args.duration = floor_s;
+                }
+            }
             let repeated = (file.repetitions > 1).then_some(repetition + 1);
             planned.push((point, repeated, rep_args.duration + rep_args.warmup, plan));
         }

@@ -12,6 +12,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("single-node", include_str!("../../../experiments/single-node.toml")),
     ("crossstitch-latency", include_str!("../../../experiments/crossstitch-latency.toml")),
     ("crossstitch-3dc", include_str!("../../../experiments/crossstitch-3dc.toml")),
+    ("failover", include_str!("../../../experiments/failover.toml")),
 ];
 
 /// The text of preset `name`, or an error listing the presets.

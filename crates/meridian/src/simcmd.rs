@@ -217,8 +217,9 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
         )
         .into());
     }
-    let schedule =
-        FaultSchedule::parse(&r.faults, &topology, args.time_limit_s.saturating_mul(NS_PER_S))?;
+    let leaders = r.protocol.initial_leaders(&topology, &r.protocol_options);
+    let time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
+    let schedule = FaultSchedule::parse(&r.faults, &topology, &leaders, time_limit_ns)?;
     if let Some(seeds) = &args.seeds {
         if args.cluster.seed.is_some() {
             return Err(ConfigError::new("--seed and --seeds contradict each other").into());

@@ -77,6 +77,15 @@ pub trait Protocol: 'static {
     ) -> Option<u64> {
         None
     }
+    /// The node that leads `shard` when a run starts, with `options` (fault schedules name
+    /// it as `leader=S`). Replica 0 by default.
+    fn initial_leader(
+        topology: &Topology,
+        _options: &ProtocolOptions,
+        shard: ShardId,
+    ) -> Option<NodeId> {
+        topology.replica_node(shard, 0)
+    }
     /// Builds the node of `context` from what its disk holds (empty on a first start). The
     /// caller bulk-loads the stores afterwards; the node replays its logs when started.
     fn restore(context: NodeContext, durable: &Durable) -> Result<Self::Node, String>;
@@ -199,6 +208,7 @@ pub struct ProtocolInfo {
     check_workload: fn(&WorkloadSample, &Topology) -> Result<(), ConfigError>,
     may_crash: fn(&Topology, NodeId) -> bool,
     latency_bound_ns: LatencyBound,
+    initial_leader: fn(&Topology, &ProtocolOptions, ShardId) -> Option<NodeId>,
 }
 
 /// [`Protocol::latency_bound_ns`].
@@ -225,6 +235,7 @@ impl ProtocolVisitor for InfoOf {
             check_workload: P::check_workload,
             may_crash: P::may_crash,
             latency_bound_ns: P::latency_bound_ns,
+            initial_leader: P::initial_leader,
         }
     }
 }
@@ -282,6 +293,16 @@ impl ProtocolKind {
     /// True when `node` may crash without losing acknowledged data.
     pub fn may_crash(self, topology: &Topology, node: NodeId) -> bool {
         (self.info().may_crash)(topology, node)
+    }
+
+    /// The node leading each shard (by shard number) when a run on `topology` with
+    /// `options` starts; a shard without one (never in a valid layout) gets replica 0's slot
+    /// filled by node 0.
+    pub fn initial_leaders(self, topology: &Topology, options: &ProtocolOptions) -> Vec<NodeId> {
+        let leader = self.info().initial_leader;
+        (0..topology.shards)
+            .map(|s| leader(topology, options, ShardId(s)).unwrap_or(NodeId(0)))
+            .collect()
     }
 
     /// Validates `name = value` options for this protocol and fills in its defaults.

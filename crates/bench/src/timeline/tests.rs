@@ -35,7 +35,8 @@ fn completion(submitted_ns: Time, completed_ns: Time, committed: bool) -> Comple
 fn schedule(lines: &[&str], run_ns: Time) -> FaultSchedule {
     let topology = Topology::standard(vec!["a".into()], 1, 3).unwrap();
     let lines: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
-    FaultSchedule::parse(&lines, &topology, run_ns).unwrap()
+    let leaders = [topology.replica_node(meridian_core::ShardId(0), 0).unwrap()];
+    FaultSchedule::parse(&lines, &topology, &leaders, run_ns).unwrap()
 }
 
 /// A timeline whose faults took effect when planned.

@@ -5,9 +5,15 @@ fn layout() -> Topology {
     Topology::standard(vec!["a".into(), "b".into(), "c".into()], 3, 3).unwrap()
 }
 
+/// Replica 0 of every shard leads.
+fn replica_zero(topology: &Topology) -> Vec<NodeId> {
+    (0..topology.shards).map(|s| topology.replica_node(ShardId(s), 0).unwrap()).collect()
+}
+
 fn parse(lines: &[&str]) -> Result<FaultSchedule, String> {
     let lines: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
-    FaultSchedule::parse(&lines, &layout(), 30 * NS_PER_S).map_err(|e| e.0)
+    FaultSchedule::parse(&lines, &layout(), &replica_zero(&layout()), 30 * NS_PER_S)
+        .map_err(|e| e.0)
 }
 
 fn refused(lines: &[&str], fragment: &str) {
@@ -42,11 +48,17 @@ fn a_crash_with_restart_compiles_to_crash_then_restart() {
 }
 
 #[test]
-fn leader_names_replica_zero_of_the_shard() {
+fn leader_names_the_node_the_protocol_starts_leading() {
     let topology = layout();
     let s = parse(&["crash leader=2 at=1s restart=2s"]).unwrap();
     let expected = topology.replica_node(ShardId(2), 0).unwrap();
     assert_eq!(s.actions(&topology)[0], (NS_PER_S, FaultAction::Crash(expected)));
+    // Leaders elsewhere (tiga's together in one region): leader=S follows them.
+    let leaders: Vec<NodeId> =
+        (0..3).map(|s| topology.replica_node(ShardId(s), 2).unwrap()).collect();
+    let lines = vec!["crash leader=2 at=1s restart=2s".to_string()];
+    let moved = FaultSchedule::parse(&lines, &topology, &leaders, 30 * NS_PER_S).unwrap();
+    assert_eq!(moved.actions(&topology)[0], (NS_PER_S, FaultAction::Crash(leaders[2])));
 }
 
 #[test]

@@ -135,6 +135,15 @@ impl Protocol for Luigi {
     /// the largest over the shards. The leaders' agreement overlaps the hold when the
     /// leaders sit together (the view puts them together where the layout allows) and is
     /// left out.
+    fn initial_leader(
+        topology: &Topology,
+        _options: &ProtocolOptions,
+        shard: ShardId,
+    ) -> Option<NodeId> {
+        let view = node::initial_view(topology).ok()?;
+        topology.replica_node(shard, view.leader_slot(shard, topology.replicas))
+    }
+
     fn latency_bound_ns(
         topology: &Topology,
         network: &meridian_core::netmodel::NetworkModel,

@@ -23,10 +23,9 @@
 //! transactions may read a closed snapshot at one replica per shard
 //! ([`OPTION_SNAPSHOT_READS`]). A leader journals what it must find again after a crash
 //! ([`journal`]) and a restarted one leads on from it; a follower that restarts rejoins by a
-//! state transfer from its leader. **Not built yet:** the view change itself (leaders are
-//! fixed for a run: co-located by the view manager's rule, or spread with
-//! `tiga-leaders=spread`, so a crashed leader's shard waits for it), followers' durable logs
-//! and checkpoints.
+//! state transfer from its leader. Leaders start co-located by the view manager's rule (or
+//! spread with `tiga-leaders=spread`); with three or more replicas the view manager replaces
+//! a crashed leader by a view change (docs/protocols/tiga.md, "The view change").
 
 pub mod agree;
 pub mod coordinator;
@@ -182,6 +181,15 @@ impl Protocol for Tiga {
     /// any of them, plus the headroom Δ: a coordinator stamps `send + farthest member's
     /// delay + Δ`, the members release at the stamp and the farthest reply takes its delay
     /// back.
+    fn initial_leader(
+        topology: &Topology,
+        options: &ProtocolOptions,
+        shard: ShardId,
+    ) -> Option<NodeId> {
+        let view = node::starting_view(topology, &TigaSettings::from_options(options)).ok()?;
+        topology.replica_node(shard, view.leader_slot(shard, topology.replicas))
+    }
+
     fn latency_bound_ns(
         topology: &Topology,
         network: &meridian_core::netmodel::NetworkModel,
@@ -521,6 +529,60 @@ mod tests {
         let forced = view(&[(OPTION_LEADERS, "spread"), (OPTION_MODE, "preventive")]);
         assert_eq!(forced.mode, Mode::Preventive);
         assert_eq!(view(&[(OPTION_MODE, "detective")]).mode, Mode::Detective);
+    }
+
+    /// `leader=S` in a fault schedule names the node the protocol says starts leading shard
+    /// `S`: with the leaders together that is not replica 0 of every shard, and a built node
+    /// agrees it leads.
+    #[test]
+    fn the_initial_leaders_are_the_nodes_that_lead_when_built() {
+        use crate::{ProtocolKind, ProtocolNode, Timing};
+        use meridian_core::txn::{PartitionRule, Partitioner, Registry};
+        let topology = std::sync::Arc::new(
+            meridian_core::topology::Topology::standard(
+                vec!["a".into(), "b".into(), "c".into()],
+                3,
+                3,
+            )
+            .unwrap(),
+        );
+        let partitioner =
+            Partitioner::new(3, PartitionRule::LeadingInt { base: 0, per_shard: 10 }).unwrap();
+        for (kind, given) in [
+            (ProtocolKind::Tiga, vec![]),
+            (ProtocolKind::Tiga, vec![(OPTION_LEADERS, "spread")]),
+            (ProtocolKind::Luigi, vec![]),
+        ] {
+            let options = if kind == ProtocolKind::Tiga {
+                parse(&given).unwrap()
+            } else {
+                kind.options(&[]).unwrap()
+            };
+            let leaders = kind.initial_leaders(&topology, &options);
+            let zero: Vec<_> =
+                (0..3).map(|s| topology.replica_node(ShardId(s), 0).unwrap()).collect();
+            assert_eq!(leaders != zero, given.is_empty(), "{kind:?} {given:?}: {leaders:?}");
+            for node in topology.node_ids() {
+                let mut context = NodeContext::new(
+                    node,
+                    topology.clone(),
+                    std::sync::Arc::new(Registry::default()),
+                    std::sync::Arc::new(partitioner.clone()),
+                    7,
+                    Timing::for_network(NS_PER_MS),
+                );
+                context.options = options.clone();
+                let built = match kind {
+                    ProtocolKind::Tiga => Tiga::restore(context, &BTreeMap::new()),
+                    _ => crate::luigi::Luigi::restore(context, &BTreeMap::new()),
+                }
+                .unwrap();
+                for shard in 0..3 {
+                    let leads = built.leads(ShardId(shard));
+                    assert_eq!(leads, leaders[shard as usize] == node, "{kind:?} n{node} s{shard}");
+                }
+            }
+        }
     }
 
     #[test]
