@@ -7,6 +7,7 @@
 //! submission to the client's reply (HDR histogram, µs); aborts by cause; the measured cross-shard
 //! fraction; and the one-way delays the receivers saw on every link next to the configured medians.
 
+pub mod ankle;
 pub mod experiment;
 pub mod faults;
 pub mod plots;

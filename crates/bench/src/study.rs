@@ -88,9 +88,19 @@ impl SavedRun {
     fn group(&self) -> String {
         let mut p = self.parameters.clone();
         if let Some(map) = p.as_object_mut() {
-            for key in
-                ["clients", "label", "repetition", "provenance", "seed", "trace_hash", "virtual_s"]
-            {
+            // `load` names the client count too (the load model itself stays in `outstanding`
+            // and `rate_per_s`); `offered` counts what a run's own clients drew.
+            for key in [
+                "clients",
+                "load",
+                "offered",
+                "label",
+                "repetition",
+                "provenance",
+                "seed",
+                "trace_hash",
+                "virtual_s",
+            ] {
                 map.remove(key);
             }
             if let Some(network) = map.get_mut("network").and_then(|n| n.as_object_mut()) {
@@ -372,6 +382,32 @@ fn sweep_curves(runs: &[SavedRun]) -> (Curves, Curves) {
     (by_clients, latency)
 }
 
+/// One line per sweep curve: its peak throughput and the median latency at its ankle
+/// ([`crate::ankle`]), with the client counts where they fall.
+fn peak_ankle_table(by_clients: &Curves, latency: &Curves) -> String {
+    let mut md = String::from(
+        "## Peak and ankle\n\nThe peak is the highest throughput of the sweep; the ankle is the last \
+         point before the median latency climbs steeply (more than 25%, and by more than \
+         throughput grows; docs/benchmarking.md, \"Peak and ankle\").\n\n\
+         | sweep | peak txn/s | at clients | ankle p50 ms | at clients | txn/s there |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for ((label, clients), (_, points)) in by_clients.iter().zip(latency) {
+        let Some(pa) = crate::ankle::peak_and_ankle(points) else { continue };
+        let _ = writeln!(
+            md,
+            "| {label} | {:.1} | {} | {:.2} | {} | {:.1} |",
+            pa.peak_txn_per_s,
+            clients[pa.peak].0,
+            pa.ankle_p50_ms,
+            clients[pa.ankle].0,
+            pa.ankle_txn_per_s
+        );
+    }
+    md.push('\n');
+    md
+}
+
 /// Writes `report.md` and the plots into `dir` from `runs`.
 pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String> {
     let groups = repeated(all_runs);
@@ -481,6 +517,7 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
             md,
             "![throughput against clients](throughput-vs-clients.png)\n\n![throughput and latency](throughput-latency.png)\n"
         );
+        md += &peak_ankle_table(&by_clients, &latency_curves);
     }
     let _ = writeln!(md, "## How to read it\n");
     let loads: std::collections::BTreeSet<&str> =
@@ -761,6 +798,9 @@ mod tests {
                 let mut output =
                     run("occ", None, 100 * clients, if net == "geo" { 300 } else { 5 });
                 output.parameters["clients"] = clients.into();
+                // As real runs describe their load: the client count again.
+                output.parameters["load"] =
+                    format!("closed loop: {clients} clients, 1 request outstanding each").into();
                 output.parameters["network"]["name"] = net.into();
                 index += 1;
                 write_run(&dir.join(format!("runs/{index:03}")), &output).unwrap();
@@ -772,6 +812,9 @@ mod tests {
         assert!(tables.contains("| 4 | 400 txn/s, p50 5.0 ms | 400 txn/s, p50 300."), "{tables}");
         let report = std::fs::read_to_string(write_report(&dir, &runs).unwrap()).unwrap();
         assert!(report.contains("rows are clients, columns are networks"));
+        // One peak-and-ankle line per network: flat latency, so the ankle is the last run.
+        assert!(report.contains("## Peak and ankle"), "{report}");
+        assert!(report.contains(", metro | 400.0 | 4 | 5.00 | 4 | 400.0 |"), "{report}");
         assert!(dir.join("throughput-vs-clients.png").is_file());
         assert!(dir.join("throughput-latency.svg").is_file());
         // Runs that differ in the protocol are no sweep.

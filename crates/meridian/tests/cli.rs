@@ -431,9 +431,11 @@ fn an_experiment_file_sweeps_into_one_folder_and_bad_files_start_nothing() {
     let folder = std::fs::read_dir(&results).unwrap().next().unwrap().unwrap().path();
     assert!(folder.to_string_lossy().ends_with("-tiny"), "{}", folder.display());
     assert_eq!(std::fs::read_dir(folder.join("runs")).unwrap().count(), 4);
-    assert!(std::fs::read_to_string(folder.join("report.md"))
-        .unwrap()
-        .contains("| clients=2 protocol=occ |"));
+    let report = std::fs::read_to_string(folder.join("report.md")).unwrap();
+    assert!(report.contains("| clients=2 protocol=occ |"), "{report}");
+    // Each protocol's client sweep is summed up by its peak and ankle.
+    assert!(report.contains("## Peak and ankle"), "{report}");
+    assert_eq!(report.matches(", lan | ").count(), 2, "one line per protocol: {report}");
     // The command line overrides the file: one client count, so two runs.
     let mut fewer = args.to_vec();
     fewer.extend(["--clients", "3"]);
@@ -446,6 +448,11 @@ fn an_experiment_file_sweeps_into_one_folder_and_bad_files_start_nothing() {
         ("workload = \"bank\"\nclinets = 4\n", "sweep.toml:2: unknown key 'clinets'"),
         ("clients = []\n", "sweep.toml:1: 'clients' is an empty list"),
         ("shards = [1, 0]\n", "run 'shards=0': --shards must be at least 1"),
+        ("fault = []\n", "sweep.toml:1: 'fault' must be a fault line or a non-empty list"),
+        (
+            "fault = [\"crash node=0 at=9s\"]\nduration = 1\n",
+            "fault 'crash node=0 at=9s': at=9s is outside the run",
+        ),
     ] {
         std::fs::write(&file, text).unwrap();
         let output = run(&args);
