@@ -11,6 +11,7 @@ pub mod ankle;
 pub mod experiment;
 pub mod faults;
 pub mod plots;
+pub mod reference;
 pub mod report;
 pub mod run;
 pub mod stats;

@@ -508,6 +508,7 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
         "\n![committed throughput](throughput.png)\n\n![latency CDF](latency-cdf.png)\n\n![throughput over time](timeseries.png)\n"
     );
     md += &fault_section(dir, runs)?;
+    md += &reference_section(dir, runs)?;
     let tables = sweep_tables(runs);
     if !tables.is_empty() {
         let _ = writeln!(md, "## The sweep: rows are clients, columns are networks\n\n{tables}");
@@ -591,6 +592,21 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
     std::fs::write(&path, md).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
+
+/// The report's comparison with published figures, when the folder holds the reference file
+/// its experiment came with (`reference.toml`); empty otherwise.
+fn reference_section(dir: &Path, runs: &[SavedRun]) -> Result<String, String> {
+    let path = dir.join(REFERENCE_FILE);
+    if !path.is_file() {
+        return Ok(String::new());
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let reference = crate::reference::Reference::parse(&text, &path.display().to_string())?;
+    Ok(crate::reference::section(&reference, runs))
+}
+
+/// The name a results folder keeps its experiment's reference file under.
+pub const REFERENCE_FILE: &str = "reference.toml";
 
 /// The report's section on runs with scheduled faults: their timeline plot (`faults.png`,
 /// throughput and p99 in short buckets, the faults of the first such run marked) and, per run

@@ -636,9 +636,11 @@ fn embedded_experiment(
 type OptionPairs = Vec<(String, String)>;
 
 /// Seconds of warm-up and of measurement per protocol when `meridian bench` runs with no
-/// arguments: the whole comparison takes about two minutes with three runs.
+/// arguments: the whole comparison takes about three minutes with eight runs.
 const COMPARE_WARMUP_S: f64 = 3.0;
-const COMPARE_TOTAL_S: f64 = 100.0;
+const COMPARE_TOTAL_S: f64 = 150.0;
+/// Replicas per shard of the comparison `meridian bench` runs with no arguments.
+const COMPARE_REPLICAS: u32 = 3;
 
 /// Whether `kind` can run the workload `args` name on their layout (its replica count, too).
 fn check_workload_of(args: &BenchArgs, kind: ProtocolKind) -> Result<(), ConfigError> {
@@ -658,7 +660,14 @@ fn check_workload_of(args: &BenchArgs, kind: ProtocolKind) -> Result<(), ConfigE
 /// `bench --all-protocols` (and `bench` with no arguments): every protocol, with each option
 /// setting it is compared under, one after another on the same cluster and workload, into one
 /// results folder with a report.
-fn bench_all(args: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), Failure> {
+fn bench_all(given: &BenchArgs, default_clients: u32, bare: bool) -> Result<(), Failure> {
+    let mut args = given.clone();
+    if bare {
+        // Replicated, so that what tiga and luigi gain by fusing ordering with replication
+        // shows; 2 x 3 on `geo` is the Luigi study's 2-shard 3-replica setting.
+        args.cluster.replicas = Some(COMPARE_REPLICAS);
+    }
+    let args = &args;
     let refused = [
         (args.cluster.protocol.is_some(), "--protocol"),
         (!args.cluster.protocol_option.is_empty(), "--protocol-option"),
@@ -909,10 +918,12 @@ fn run_dir_name(index: usize, label: &str) -> String {
 }
 
 /// `bench --experiment FILE`: every run of the file, each checked before any starts.
+/// `(name for messages, file text, its reference file's name and text if any)`.
+type ExperimentSource<'a> = (&'a str, &'a str, Option<(String, String)>);
+
 fn bench_experiment(
     args: &BenchArgs,
-    source: &str,
-    text: &str,
+    (source, text, reference): ExperimentSource<'_>,
     default_clients: u32,
 ) -> Result<(), Failure> {
     if args.all_protocols || args.cluster_file.is_some() {
@@ -942,6 +953,15 @@ fn bench_experiment(
     let file =
         experiment_file::parse(text, source, &given, args.quick, args.cluster.protocol.as_deref())
             .map_err(ConfigError::new)?;
+    if let Some((name, reference)) = &reference {
+        // Checked against the file's full grid, whatever --quick or the command line run.
+        let parsed = meridian_bench::reference::Reference::parse(reference, name)
+            .map_err(ConfigError::new)?;
+        let full = experiment_file::parse(text, source, &Default::default(), false, None)
+            .map_err(ConfigError::new)?;
+        let grid: Vec<Vec<String>> = full.points.iter().map(|p| p.args.clone()).collect();
+        parsed.check_grid(&grid).map_err(|e| ConfigError::new(format!("{name}: {e}")))?;
+    }
     let mut planned = Vec::with_capacity(file.points.len());
     for point in &file.points {
         let argv = ["meridian", "bench"]
@@ -985,6 +1005,11 @@ fn bench_experiment(
         }
     }
     let folder = new_folder(&args.out, &file.name);
+    if let Some((_, reference)) = &reference {
+        std::fs::create_dir_all(&folder)
+            .and_then(|()| std::fs::write(folder.join(study::REFERENCE_FILE), reference))
+            .map_err(|e| Failure::Run(format!("cannot write {}: {e}", folder.display())))?;
+    }
     let total_s: f64 = planned.iter().map(|(_, _, seconds, _)| seconds).sum();
     let started = std::time::Instant::now();
     let (mut saved, mut failures) = (Vec::new(), Vec::new());
@@ -1055,11 +1080,25 @@ fn bench(args: &BenchArgs) -> Result<(), Failure> {
     if let Some(path) = &args.experiment {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::new(format!("{}: {e}", path.display())))?;
-        return bench_experiment(args, &path.display().to_string(), &text, default_clients);
+        // FILE.toml's published figures, if any, are FILE.reference.toml beside it.
+        let beside = path.with_extension("reference.toml");
+        let reference = match std::fs::read_to_string(&beside) {
+            Ok(r) => Some((beside.display().to_string(), r)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(ConfigError::new(format!("{}: {e}", beside.display())).into()),
+        };
+        return bench_experiment(
+            args,
+            (&path.display().to_string(), &text, reference),
+            default_clients,
+        );
     }
     if let Some(name) = &args.preset {
         let text = presets::preset(name).map_err(ConfigError::new)?;
-        return bench_experiment(args, &format!("preset {name}"), text, default_clients);
+        let source = format!("preset {name}");
+        let reference =
+            presets::reference(name).map(|r| (format!("{source} reference"), r.to_string()));
+        return bench_experiment(args, (&source, text, reference), default_clients);
     }
     if args.quick {
         return Err(ConfigError::new("--quick applies to --experiment or --preset").into());

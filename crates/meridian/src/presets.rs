@@ -15,6 +15,16 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("failover", include_str!("../../../experiments/failover.toml")),
 ];
 
+/// `(preset, reference file text)`: the published figures a preset's report puts beside
+/// its own (`meridian_bench::reference`).
+pub const REFERENCES: &[(&str, &str)] =
+    &[("luigi-micro", include_str!("../../../experiments/luigi-micro.reference.toml"))];
+
+/// The reference file of preset `name`, if it has one.
+pub fn reference(name: &str) -> Option<&'static str> {
+    REFERENCES.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
+}
+
 /// The text of preset `name`, or an error listing the presets.
 pub fn preset(name: &str) -> Result<&'static str, String> {
     PRESETS.iter().find(|(n, _)| *n == name).map(|(_, text)| *text).ok_or_else(|| {
@@ -26,6 +36,26 @@ pub fn preset(name: &str) -> Result<&'static str, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every built-in reference file parses and each of its cells is a run of its preset's
+    /// full grid.
+    #[test]
+    fn every_reference_falls_on_its_presets_grid() {
+        for (name, text) in REFERENCES {
+            let reference =
+                meridian_bench::reference::Reference::parse(text, name).expect("parses");
+            let file = crate::experiment_file::parse(
+                preset(name).unwrap(),
+                name,
+                &Default::default(),
+                false,
+                None,
+            )
+            .unwrap();
+            let grid: Vec<Vec<String>> = file.points.iter().map(|p| p.args.clone()).collect();
+            reference.check_grid(&grid).unwrap();
+        }
+    }
 
     /// Each preset runs every protocol that exists and can run its workloads on each of its
     /// replica counts: a new protocol fails this until the presets name it, and one a preset

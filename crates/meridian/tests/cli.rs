@@ -421,6 +421,15 @@ fn an_experiment_file_sweeps_into_one_folder_and_bad_files_start_nothing() {
          network = \"lan\"\nregions = 1\nshards = 2\nkeys_per_shard = 100\nduration = 0.5\nwarmup = 0.1\nquiet = true\n",
     )
     .unwrap();
+    // Published figures beside the file: its report compares them with its runs.
+    let reference = out_dir.join("sweep.reference.toml");
+    std::fs::write(
+        &reference,
+        "source = \"a made-up study, table 1\"\n\
+         [[cell]]\nprotocol = \"occ\"\nclients = 2\nthroughput_txn_per_s = 1000\n\
+         [[cell]]\nprotocol = \"occ\"\nclients = 4\nthroughput_txn_per_s = 2000\nlatency_ms_mean = 1\n",
+    )
+    .unwrap();
     let results = out_dir.join("results");
     let args =
         ["bench", "--experiment", file.to_str().unwrap(), "--out", results.to_str().unwrap()];
@@ -436,6 +445,13 @@ fn an_experiment_file_sweeps_into_one_folder_and_bad_files_start_nothing() {
     // Each protocol's client sweep is summed up by its peak and ankle.
     assert!(report.contains("## Peak and ankle"), "{report}");
     assert_eq!(report.matches(", lan | ").count(), 2, "one line per protocol: {report}");
+    assert!(report.contains("Source: a made-up study, table 1."), "{report}");
+    assert!(
+        report.contains("| clients=2 protocol=occ | throughput_txn_per_s | 1000.0 |"),
+        "{report}"
+    );
+    assert!(report.contains("| protocol=occ | 2 → 4 | 2.00 |"), "{report}");
+    assert!(folder.join("reference.toml").is_file(), "kept for `meridian report`");
     // The command line overrides the file: one client count, so two runs.
     let mut fewer = args.to_vec();
     fewer.extend(["--clients", "3"]);
@@ -444,6 +460,17 @@ fn an_experiment_file_sweeps_into_one_folder_and_bad_files_start_nothing() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("[2/2] protocol=2pl"));
     // Bad files: one line, exit 2, nothing run or written.
     std::fs::remove_dir_all(&results).unwrap();
+    std::fs::write(
+        &reference,
+        "source = \"s\"\n[[cell]]\nclients = 16\nthroughput_txn_per_s = 1\n",
+    )
+    .unwrap();
+    let output = run(&args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("reference cell 'clients=16' matches no run"), "{stderr}");
+    assert!(!results.exists(), "nothing written");
+    std::fs::remove_file(&reference).unwrap();
     for (text, expected) in [
         ("workload = \"bank\"\nclinets = 4\n", "sweep.toml:2: unknown key 'clinets'"),
         ("clients = []\n", "sweep.toml:1: 'clients' is an empty list"),
