@@ -140,6 +140,10 @@ pub fn table(output: &RunOutput) -> String {
     if let Some(line) = types_line(s) {
         let _ = writeln!(text, "{line}");
     }
+    if let Some(per) = s.deliveries_per_commit {
+        let _ =
+            writeln!(text, "messages: {per:.1} delivered per commit (the whole run, every node)");
+    }
     if let Some(us) = s.cpu_us_per_txn {
         let rss = s.peak_rss_mib.map_or(String::new(), |m| format!("; peak RSS {m:.0} MiB"));
         let _ = writeln!(

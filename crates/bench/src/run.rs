@@ -418,6 +418,9 @@ async fn embedded<N: ProtocolNode>(
     let mut out = output(experiment, "embedded", &workload, &stats, checks, None, links);
     note_offered(&mut out, &pools);
     out.set_counters(counters_total(results.iter().map(|r| r.node.counters())));
+    let received: u64 = results.iter().map(|r| r.messages_received).sum();
+    out.summary.deliveries_per_commit =
+        (stats.committed_all > 0).then(|| received as f64 / stats.committed_all as f64);
     out.load = Some(load);
     out.messages_dropped = dropped;
     out.messages_cut = cut;

@@ -26,6 +26,8 @@ pub struct RunStats {
     latency_us: Histogram<u64>,
     /// Requests committed.
     pub committed: u64,
+    /// Requests committed over the whole run, warm-up and drain included.
+    pub committed_all: u64,
     /// Committed requests that touched more than one shard.
     pub cross_shard: u64,
     /// Attempts aborted by a conflict or timeout and retried.
@@ -226,6 +228,11 @@ pub struct Summary {
     /// and coordinators' only; `null` where not measured (simulated and PostgreSQL runs).
     #[serde(default)]
     pub cpu_us_per_txn: Option<f64>,
+    /// Messages the nodes received per committed transaction, over the whole run (warm-up
+    /// and drain included, as the simulator counts its deliveries): what a commit costs in
+    /// messages. `null` where the driver does not see every node (a `tcp` run).
+    #[serde(default)]
+    pub deliveries_per_commit: Option<f64>,
     /// The process's peak resident memory at the end of the window (MiB, Linux `VmHWM`): in
     /// an embedded run the whole cluster's and the harness's; `null` where not measured.
     #[serde(default)]
@@ -244,6 +251,7 @@ impl RunStats {
             window_end,
             latency_us: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("valid bounds"),
             committed: 0,
+            committed_all: 0,
             cross_shard: 0,
             retries: 0,
             abort_causes: BTreeMap::new(),
@@ -301,6 +309,9 @@ impl RunStats {
     pub fn add(&mut self, completion: &Completion, wan_hops: Option<u16>) {
         if let Some(timeline) = &mut self.timeline {
             timeline.add(completion);
+        }
+        if matches!(completion.outcome.result, TxnResult::Committed) {
+            self.committed_all += 1;
         }
         let in_window = completion.submitted_at >= self.window_start
             && completion.completed_at <= self.window_end;
@@ -503,6 +514,7 @@ impl RunStats {
                 .cpu_ns
                 .filter(|_| self.committed > 0)
                 .map(|ns| ns as f64 / 1e3 / self.committed as f64),
+            deliveries_per_commit: None,
             peak_rss_mib: self.peak_rss_mib,
             series: self
                 .series

@@ -560,6 +560,9 @@ pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String
         if let Some(us) = s.cpu_us_per_txn {
             let _ = writeln!(md, "- CPU {us:.1} µs per committed transaction (this process)");
         }
+        if let Some(per) = s.deliveries_per_commit {
+            let _ = writeln!(md, "- {per:.1} messages delivered per commit (the whole run)");
+        }
         if let Some(failure) = &run.first_failure {
             let _ = writeln!(md, "- first failure: {failure}");
         }

@@ -284,10 +284,11 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     );
     let s = &report.stats;
     say!(
-        "virtual {:.2} s, wall {:.2} s, {} deliveries ({:.0} per wall second), {} lost, {} blocked, {} duplicated, {} reordered, {} events",
+        "virtual {:.2} s, wall {:.2} s, {} deliveries ({:.1} per commit, {:.0} per wall second), {} lost, {} blocked, {} duplicated, {} reordered, {} events",
         report.virtual_ns as f64 / 1e9,
         wall_s,
         s.deliveries,
+        s.deliveries as f64 / report.committed.max(1) as f64,
         s.deliveries as f64 / wall_s.max(1e-9),
         s.lost,
         s.blocked,
@@ -389,9 +390,12 @@ fn sim_output(
         "meridian_version": env!("CARGO_PKG_VERSION"),
         "provenance": meridian_bench::report::provenance(),
     });
+    let mut summary = stats.summary();
+    summary.deliveries_per_commit =
+        (report.committed > 0).then(|| report.stats.deliveries as f64 / report.committed as f64);
     let mut output = meridian_bench::run::RunOutput {
         parameters,
-        summary: stats.summary(),
+        summary,
         first_failure: stats.first_failure.clone(),
         checks: report.checks.clone(),
         checks_note: None,

@@ -319,6 +319,7 @@ fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("check micro-last-writer    PASS"), "{stdout}");
+    assert!(stdout.contains(" delivered per commit (the whole run, every node)"), "{stdout}");
     let run_dir = std::fs::read_dir(&out_dir).unwrap().next().unwrap().unwrap().path();
     let stats: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("stats.json")).unwrap())
@@ -333,6 +334,10 @@ fn a_short_embedded_bench_writes_stats_and_passes_its_checks() {
     // Counted from the messages each commit waited for, as the simulator counts them: a wave
     // of reads and the prepare, each a round trip to the other region's shard.
     assert_eq!(stats["summary"]["wrtt_p50"], 2.0, "{}", stats["summary"]);
+    // occ on 2 x 1: a commit reads at both shards and prepares and decides at both: at least
+    // six messages each, and far fewer than a hundred.
+    let per = stats["summary"]["deliveries_per_commit"].as_f64().unwrap();
+    assert!((6.0..100.0).contains(&per), "{per}");
     assert!(!stats["links"].as_array().unwrap().is_empty());
     assert!(!stats["summary"]["latency_histogram_us"].as_array().unwrap().is_empty());
     let provenance = &stats["parameters"]["provenance"];

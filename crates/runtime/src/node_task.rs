@@ -278,6 +278,9 @@ pub struct NodeResult<N> {
     /// False when the node was crashed (and not restarted) at the stop: `node` is then the
     /// state it had when it crashed.
     pub up: bool,
+    /// Messages from other nodes it handled, over the whole run (what the simulator counts
+    /// as deliveries).
+    pub messages_received: u64,
 }
 
 /// Shared by every task of a cluster.
@@ -396,6 +399,7 @@ impl<N: Node> Cluster<N> {
                 id,
                 node,
                 up: true,
+                received: 0,
                 inbox: receivers.remove(&id).expect("inbox built above"),
                 faults: fault_rx,
                 cuts: cuts.clone(),
@@ -565,6 +569,8 @@ struct NodeTask<N: Node, C> {
     node: N,
     /// False while crashed.
     up: bool,
+    /// Messages from other nodes handled so far (a plain count: only this task touches it).
+    received: u64,
     inbox: mpsc::Receiver<Inbound<N::Msg>>,
     faults: mpsc::Receiver<NodeFault<N>>,
     cuts: Arc<Cuts>,
@@ -688,7 +694,14 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         let delays = self.delay_report();
         let drawn_p50_us =
             self.drawn.iter().map(|(&to, h)| (to, h.value_at_quantile(0.5))).collect();
-        NodeResult { id: self.id, node: self.node, delays, drawn_p50_us, up: self.up }
+        NodeResult {
+            id: self.id,
+            node: self.node,
+            delays,
+            drawn_p50_us,
+            up: self.up,
+            messages_received: self.received,
+        }
     }
 
     /// Carries out a fault; false when the node was stopped while down.
@@ -825,6 +838,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
     }
 
     async fn on_inbound(&mut self, from: NodeId, sent_at_ns: u64, hops: u16, msg: N::Msg) {
+        self.received += 1;
         record_delay(&mut self.delays, from, self.clock.now_ns().saturating_sub(sent_at_ns));
         let now = self.node_now();
         self.hops = hops;
