@@ -17,9 +17,10 @@
 //! A cell's parameters are experiment-file keys ([`CELL_KEYS`]); its figures are
 //! [`FIGURE_KEYS`], at least one. [`Reference::check_grid`] refuses a file with a cell that no
 //! run of the grid matches, naming the cell. The report ([`section`]) puts, per cell, the
-//! published figure, ours and their ratio, and judges the *shape*: for each line of cells that
-//! differ only in their client count, the throughput ratio from the fewest clients to the most,
-//! published against ours.
+//! published figure, ours and their ratio, and judges the *shape*: which protocol wins each
+//! setting the cells give for several protocols, and for each line of cells that differ only
+//! in their client count, the throughput ratio from the fewest clients to the most, published
+//! against ours.
 
 use crate::study::SavedRun;
 use std::collections::BTreeMap;
@@ -213,6 +214,18 @@ pub fn section(reference: &Reference, runs: &[SavedRun]) -> String {
     if missing > 0 {
         let _ = writeln!(md, "\n{missing} published cells were not among these runs.");
     }
+    let winners = ordering_verdicts(reference, runs);
+    if !winners.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n**Who wins**: per setting that the published cells give for several protocols \
+             (a protocol's `tpcc_mode` aside), the protocol with the highest throughput, \
+             published and ours.\n"
+        );
+        let _ = writeln!(md, "| setting | published winner | ours | shape |");
+        let _ = writeln!(md, "|---|---|---|---|");
+        md += &winners;
+    }
     let verdicts = scaling_verdicts(reference, runs);
     if !verdicts.is_empty() {
         let _ = writeln!(
@@ -227,6 +240,44 @@ pub fn section(reference: &Reference, runs: &[SavedRun]) -> String {
         md += &verdicts;
     }
     md.push('\n');
+    md
+}
+
+/// One table row per setting (a cell's run without `protocol` and `tpcc_mode`) for which
+/// throughput cells of two or more protocols ran: the published winner against ours.
+fn ordering_verdicts(reference: &Reference, runs: &[SavedRun]) -> String {
+    // setting -> [(protocol, published, ours)]
+    let mut settings: BTreeMap<String, Vec<(String, f64, f64)>> = BTreeMap::new();
+    for cell in &reference.cells {
+        let (Some(protocol), Some(&published)) =
+            (cell.run.get("protocol"), cell.figures.get("throughput_txn_per_s"))
+        else {
+            continue;
+        };
+        let Some(run) = runs.iter().find(|r| cell.matches_run(r)) else { continue };
+        let setting: Vec<String> = cell
+            .run
+            .iter()
+            .filter(|(k, _)| *k != "protocol" && *k != "tpcc_mode")
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let entry = (protocol.clone(), published, run.summary.throughput_txn_per_s);
+        settings.entry(setting.join(" ")).or_default().push(entry);
+    }
+    let mut md = String::new();
+    for (setting, entries) in settings {
+        let protocols: std::collections::BTreeSet<&String> = entries.iter().map(|e| &e.0).collect();
+        if protocols.len() < 2 {
+            continue;
+        }
+        let best = |pick: fn(&(String, f64, f64)) -> f64| {
+            entries.iter().max_by(|a, b| pick(a).total_cmp(&pick(b))).map(|e| e.0.clone())
+        };
+        let (published, ours) = (best(|e| e.1), best(|e| e.2));
+        let holds = if published == ours { "holds" } else { "differs" };
+        let (published, ours) = (published.unwrap_or_default(), ours.unwrap_or_default());
+        let _ = writeln!(md, "| {setting} | {published} | {ours} | {holds} |");
+    }
     md
 }
 

@@ -17,8 +17,10 @@ pub const PRESETS: &[(&str, &str)] = &[
 
 /// `(preset, reference file text)`: the published figures a preset's report puts beside
 /// its own (`meridian_bench::reference`).
-pub const REFERENCES: &[(&str, &str)] =
-    &[("luigi-micro", include_str!("../../../experiments/luigi-micro.reference.toml"))];
+pub const REFERENCES: &[(&str, &str)] = &[
+    ("luigi-micro", include_str!("../../../experiments/luigi-micro.reference.toml")),
+    ("luigi-cross-shard", include_str!("../../../experiments/luigi-cross-shard.reference.toml")),
+];
 
 /// The reference file of preset `name`, if it has one.
 pub fn reference(name: &str) -> Option<&'static str> {

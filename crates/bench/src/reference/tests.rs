@@ -106,3 +106,33 @@ fn the_section_gives_ratios_and_judges_thread_scaling() {
     assert!(one.contains("1 published cells were not among these runs."), "{one}");
     assert!(!one.contains("Thread scaling"), "{one}");
 }
+
+#[test]
+fn the_section_says_who_wins_each_setting() {
+    let text = r#"
+source = "s"
+[[cell]]
+protocol = "luigi"
+tpcc_mode = "paper-compat"
+network = "geo"
+throughput_txn_per_s = 2651
+[[cell]]
+protocol = "mako"
+tpcc_mode = "spec"
+network = "geo"
+throughput_txn_per_s = 42.9
+"#;
+    let r = Reference::parse(text, "r.toml").unwrap();
+    let with_mode = |protocol: &str, mode: &str, txn_per_s: f64| {
+        let mut saved = run(protocol, "geo", 8, txn_per_s);
+        saved.parameters["workload"]["mode"] = mode.into();
+        saved
+    };
+    let agree = [with_mode("luigi", "paper-compat", 900.0), with_mode("mako", "spec", 30.0)];
+    let md = section(&r, &agree);
+    assert!(md.contains("| network=geo | luigi | luigi | holds |"), "{md}");
+    let disagree = [with_mode("luigi", "paper-compat", 20.0), with_mode("mako", "spec", 30.0)];
+    assert!(section(&r, &disagree).contains("| network=geo | luigi | mako | differs |"));
+    // One protocol ran: no verdict.
+    assert!(!section(&r, &agree[..1]).contains("Who wins"));
+}
