@@ -83,6 +83,7 @@ mod tests {
         assert_eq!(peak_and_ankle(&[]), None);
         // Zero throughput or latency at the start does not divide by zero.
         let zeros = [(0.0, 0.0), (10.0, 5.0), (20.0, 5.0)];
-        assert!(peak_and_ankle(&zeros).is_some());
+        let pa = peak_and_ankle(&zeros).unwrap();
+        assert_eq!((pa.peak, pa.ankle, pa.ankle_p50_ms), (2, 2, 5.0));
     }
 }

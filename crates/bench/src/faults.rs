@@ -3,10 +3,11 @@
 //! simulator applies.
 //!
 //! - crash: the node's task forgets its state, timers and queued messages and drops what
-//!   arrives; its log (a directory of its own) is closed once everything queued before the
-//!   crash is written, as the page cache of a killed process would still reach the disk;
-//! - restart: the log is reopened, the node rebuilt from it (its stores loaded with the
-//!   initial data first, as a server starts) with the next incarnation, and started;
+//!   arrives (completions of its log included: each carries the life of the node that asked);
+//! - restart: the node's log (a directory of its own) is closed once everything queued before
+//!   the crash is written, as the page cache of a killed process would still reach the disk,
+//!   then reopened; the node is rebuilt from it (its stores loaded with the initial data
+//!   first, as a server starts) with the next incarnation, and started;
 //! - block / unblock: the runtime's link layer drops messages of a cut link at the sender;
 //! - clock step: the node's clock offset jumps;
 //! - disk delay: every later group commit of the node's log takes that much longer.

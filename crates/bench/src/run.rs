@@ -440,9 +440,12 @@ fn leader_stores<'a, N: ProtocolNode>(
     (0..topology.shards)
         .filter_map(|s| {
             let shard = ShardId(s);
-            // The live node that says it leads the shard (followers may lag), else replica 0.
+            // The live node that says it leads the shard (followers may lag), else the first
+            // live replica (a crashed one's stores are as it left them).
             let named = results.iter().find(|r| r.up && r.node.leads(shard)).map(|r| r.id);
-            let leader = named.or_else(|| topology.replica_node(shard, 0))?;
+            let live = |&n: &meridian_core::NodeId| results.iter().any(|r| r.id == n && r.up);
+            let first_live = || topology.shard_nodes(shard).into_iter().find(live);
+            let leader = named.or_else(first_live)?;
             let result = results.iter().find(|r| r.id == leader)?;
             result.node.stores().into_iter().find(|(hosted, _)| *hosted == shard)
         })

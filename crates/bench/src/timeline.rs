@@ -153,8 +153,14 @@ impl Timeline {
     pub fn summary(&self) -> TimelineSummary {
         let count = (self.run_ns.div_ceil(self.bucket_ns) as usize).min(TIMELINE_BUCKETS_MAX);
         let bucket_s = self.bucket_ns as f64 / NS_PER_S as f64;
+        // The last bucket may be cut short by the end of the run: its rate is over its
+        // own width.
+        let width_s = |i: usize| {
+            let end = ((i as u64 + 1) * self.bucket_ns).min(self.run_ns);
+            (end - i as u64 * self.bucket_ns) as f64 / NS_PER_S as f64
+        };
         let rates: Vec<f64> = (0..count)
-            .map(|i| self.buckets.get(i).map_or(0, |b| b.committed) as f64 / bucket_s)
+            .map(|i| self.buckets.get(i).map_or(0, |b| b.committed) as f64 / width_s(i))
             .collect();
         let points = (0..count)
             .map(|i| TimelinePoint {
@@ -204,6 +210,9 @@ impl Timeline {
         let last_dip = next.map_or(last, |n| {
             ((n / self.bucket_ns) as usize).saturating_sub(RECOVERY_WINDOW_BUCKETS).min(last)
         });
+        if rates.len() < RECOVERY_WINDOW_BUCKETS || fault_bucket > last_dip {
+            return verdict; // No whole window between the fault and the next one or the end.
+        }
         let Some(dip) = (fault_bucket..=last_dip).find(|&w| window(w) < target) else {
             verdict.recovered_90_s = Some(0.0);
             return verdict;

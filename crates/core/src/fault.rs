@@ -20,9 +20,8 @@
 //! [`FaultSchedule::parse`] checks a schedule against a layout and the run's length before
 //! anything starts, and refuses (naming the line) an unknown fault or key, a node, shard or
 //! region that does not exist, a time outside the run, two faults that contradict each other
-//! (the same node crashed twice at once, the same link cut twice at once, the same disk slowed
-//! twice at once), and a crash the layout cannot survive by design: a majority of a shard's
-//! replicas down forever. [`FaultSchedule::actions`] compiles it into timed primitive
+//! (the same node crashed twice at once, the same disk slowed twice at once), and a crash the layout cannot survive by design: so many of a shard's
+//! replicas down forever that the rest are no quorum. [`FaultSchedule::actions`] compiles it into timed primitive
 //! [`FaultAction`]s, which every driver carries out the same way.
 
 use crate::error::ConfigError;
@@ -47,11 +46,12 @@ pub enum FaultAction {
     Restart(NodeId),
     /// Messages from the first node to the second are dropped (one direction).
     Block(NodeId, NodeId),
-    /// The block of that one direction is lifted.
+    /// One block of that direction is lifted (the link is open once no block holds it).
     Unblock(NodeId, NodeId),
     /// The node's clock jumps by this many nanoseconds (forward when positive).
     ClockStep(NodeId, i64),
-    /// Every persist of the node takes this much longer (0 ends the slowdown).
+    /// The node's disk writes take this much longer (0 ends the slowdown): each persist in
+    /// the simulator, each group commit (which may carry many persists) in real time.
     DiskDelay(NodeId, u64),
 }
 
@@ -79,7 +79,8 @@ pub enum FaultKind {
         /// When it restarts (relative to the start of the run), if it does.
         restart_ns: Option<Time>,
     },
-    /// Cut every link to and from a node.
+    /// Cut every link to and from a node (a link cut by two faults at once stays cut until
+    /// both end).
     Isolate {
         /// The node.
         node: NodeId,
@@ -164,7 +165,7 @@ impl FaultSchedule {
             faults.push(fault);
         }
         let schedule = Self { faults };
-        schedule.check_conflicts(topology)?;
+        schedule.check_conflicts()?;
         schedule.check_survivable(topology)?;
         Ok(schedule)
     }
@@ -232,9 +233,9 @@ impl FaultSchedule {
             .collect()
     }
 
-    /// Two faults that cannot both hold: overlapping crashes of one node, overlapping cuts of
-    /// one link, overlapping slowdowns of one disk.
-    fn check_conflicts(&self, topology: &Topology) -> Result<(), ConfigError> {
+    /// Two faults that cannot both hold: overlapping crashes of one node, overlapping
+    /// slowdowns of one disk. (Overlapping cuts can: a link stays cut while any cut holds it.)
+    fn check_conflicts(&self) -> Result<(), ConfigError> {
         for (i, a) in self.faults.iter().enumerate() {
             for b in &self.faults[i + 1..] {
                 let (a_end, b_end) =
@@ -250,16 +251,8 @@ impl FaultSchedule {
                     (FaultKind::Disk { node: x, .. }, FaultKind::Disk { node: y, .. }) => {
                         (x == y).then(|| format!("node {x}'s disk would be slowed twice at once"))
                     }
-                    (
-                        FaultKind::Isolate { .. } | FaultKind::Partition { .. },
-                        FaultKind::Isolate { .. } | FaultKind::Partition { .. },
-                    ) => {
-                        let cut_a = cut_links(&a.kind, topology);
-                        cut_links(&b.kind, topology)
-                            .into_iter()
-                            .find(|link| cut_a.contains(link))
-                            .map(|(f, t)| format!("the link {f} -> {t} would be cut twice at once"))
-                    }
+                    // Cuts may overlap: a link stays cut while any cut holds it (drivers
+                    // count them), so two nodes isolated at once is two isolations.
                     _ => None,
                 };
                 if let Some(why) = clash {
@@ -273,8 +266,8 @@ impl FaultSchedule {
         Ok(())
     }
 
-    /// Refuses crashes that leave a majority of some shard's replicas down for good: the
-    /// shard could never commit again, by design.
+    /// Refuses crashes that leave too few of some shard's replicas for a quorum (a strict
+    /// majority) for good: the shard could never commit again, by design.
     fn check_survivable(&self, topology: &Topology) -> Result<(), ConfigError> {
         let mut down_forever: BTreeMap<ShardId, Vec<NodeId>> = BTreeMap::new();
         for fault in &self.faults {
@@ -286,12 +279,13 @@ impl FaultSchedule {
         }
         for (shard, nodes) in down_forever {
             let replicas = topology.replicas as usize;
-            if nodes.len() * 2 > replicas {
+            // A quorum is a strict majority: d replicas down leave one only while 2d < n.
+            if nodes.len() * 2 >= replicas {
                 let named: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
                 return Err(ConfigError::new(format!(
                     "crashing nodes {} without a restart leaves {} of shard {}'s {replicas} \
-                     replicas down for good: the shard could never commit again (give them \
-                     restart=)",
+                     replicas down for good, too few left for a quorum: the shard could never \
+                     commit again (give them restart=)",
                     named.join(", "),
                     nodes.len(),
                     shard.0

@@ -220,6 +220,22 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     let leaders = r.protocol.initial_leaders(&topology, &r.protocol_options);
     let time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
     let schedule = FaultSchedule::parse(&r.faults, &topology, &leaders, time_limit_ns)?;
+    // The simulator loses what a crashed node had not synced; a protocol that promises
+    // nothing then (an unreplicated shard) would fail its checks for the schedule's sake.
+    for fault in schedule.faults() {
+        if let meridian_core::fault::FaultKind::Crash { node, .. } = fault.kind {
+            if !r.protocol.may_crash(&topology, node) {
+                return Err(ConfigError::new(format!(
+                    "fault '{}': {} may lose acknowledged data when node {node} crashes on this \
+                     layout (it would lose what it had not synced); crash a replica of a \
+                     replicated shard",
+                    fault.text,
+                    r.protocol.name()
+                ))
+                .into());
+            }
+        }
+    }
     if let Some(seeds) = &args.seeds {
         if args.cluster.seed.is_some() {
             return Err(ConfigError::new("--seed and --seeds contradict each other").into());

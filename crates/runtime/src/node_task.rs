@@ -30,7 +30,7 @@ use meridian_core::NodeId;
 use meridian_core::RequestId;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -75,6 +75,9 @@ pub enum Inbound<M> {
     Persisted {
         /// The node's token.
         token: PersistToken,
+        /// The life of the node that asked (its crash count): a completion of a node that
+        /// crashed since is dropped, since the restarted node numbers its tokens afresh.
+        life: u64,
     },
     /// A call from a client library in this process (not a pool of the benchmark): run it
     /// and send the reply back on `reply`.
@@ -163,12 +166,13 @@ pub enum NodeFault<N> {
 /// Fault commands queued for one node task; the fault driver sends a handful per fault.
 pub const NODE_FAULTS_QUEUED_MAX: usize = 64;
 
-/// Which directed links of the process are cut (a partition injected in real time). Checked
-/// on every send: one relaxed atomic load.
+/// Which directed links of the process are cut (a partition injected in real time), as a
+/// count of the cuts holding each link (faults may overlap). Checked on every send: one
+/// relaxed atomic load.
 #[derive(Debug)]
 pub struct Cuts {
     nodes: usize,
-    cut: Vec<AtomicBool>,
+    cut: Vec<AtomicU32>,
     /// Messages dropped because their link was cut.
     dropped: AtomicU64,
 }
@@ -177,7 +181,7 @@ impl Cuts {
     fn new(nodes: usize) -> Self {
         Self {
             nodes,
-            cut: (0..nodes * nodes).map(|_| AtomicBool::new(false)).collect(),
+            cut: (0..nodes * nodes).map(|_| AtomicU32::new(0)).collect(),
             dropped: AtomicU64::new(0),
         }
     }
@@ -187,15 +191,22 @@ impl Cuts {
         (from < self.nodes && to < self.nodes).then_some(from * self.nodes + to)
     }
 
-    /// Cuts (or restores) the link from `from` to `to`.
+    /// Adds a cut of the link from `from` to `to` (`cut`), or lifts one (the link carries
+    /// messages again once no cut holds it).
     pub fn set(&self, from: NodeId, to: NodeId, cut: bool) {
         if let Some(index) = self.index(from, to) {
-            self.cut[index].store(cut, Ordering::Relaxed);
+            let count = &self.cut[index];
+            if cut {
+                count.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let _ =
+                    count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            }
         }
     }
 
     fn is_cut(&self, from: NodeId, to: NodeId) -> bool {
-        self.index(from, to).is_some_and(|index| self.cut[index].load(Ordering::Relaxed))
+        self.index(from, to).is_some_and(|index| self.cut[index].load(Ordering::Relaxed) > 0)
     }
 
     /// Messages dropped at a cut link so far.
@@ -399,6 +410,7 @@ impl<N: Node> Cluster<N> {
                 id,
                 node,
                 up: true,
+                life: 0,
                 received: 0,
                 inbox: receivers.remove(&id).expect("inbox built above"),
                 faults: fault_rx,
@@ -569,6 +581,8 @@ struct NodeTask<N: Node, C> {
     node: N,
     /// False while crashed.
     up: bool,
+    /// Crashes so far: persist completions carry the life that asked for them.
+    life: u64,
     /// Messages from other nodes handled so far (a plain count: only this task touches it).
     received: u64,
     inbox: mpsc::Receiver<Inbound<N::Msg>>,
@@ -669,7 +683,11 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                                     self.on_inbound(from, sent_at_ns, hops, msg).await;
                                 }
                             }
-                            Some(Inbound::Persisted { token }) => persisted.push(token),
+                            Some(Inbound::Persisted { token, life }) => {
+                                if life == self.life {
+                                    persisted.push(token);
+                                }
+                            }
                             Some(Inbound::Client { call, reply }) => self.on_client_call(call, reply).await,
                             Some(Inbound::Stop) | None => break 'serve,
                         }
@@ -726,6 +744,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
     /// handed over, persists not yet acknowledged; calls in progress end indeterminate.
     fn crash(&mut self) {
         self.up = false;
+        self.life += 1;
         self.timers.clear();
         self.self_queue.clear();
         self.pending_submits.clear();
@@ -924,12 +943,12 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
                     Effect::Persist { token, records, durability } => match &self.storage {
                         Some(storage) => {
                             self.persist_hops.insert(token, self.hops);
-                            let inbox = self.self_inbox.clone();
+                            let (inbox, life) = (self.self_inbox.clone(), self.life);
                             storage.submit(PersistJob {
                                 records,
                                 durability,
                                 done: Box::new(move || {
-                                    let _ = inbox.blocking_send(Inbound::Persisted { token });
+                                    let _ = inbox.blocking_send(Inbound::Persisted { token, life });
                                 }),
                             });
                         }

@@ -30,7 +30,7 @@ use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
 use meridian_core::{NodeId, RequestId, Time};
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 /// Virtual time at which a simulation starts. Far from zero so that clocks with negative offsets
 /// never read below zero.
@@ -51,7 +51,7 @@ pub enum Fault {
     Heal,
     /// The node (if up) takes a control service's word.
     Control(NodeId, meridian_core::node::Control),
-    /// The block of one direction is lifted.
+    /// One block of one direction is lifted (the link is open once no block holds it).
     Unblock(NodeId, NodeId),
     /// The node's clock jumps by this many nanoseconds (forward when positive).
     ClockStep(NodeId, i64),
@@ -268,7 +268,8 @@ pub struct Sim<N: Node, C: ClientDriver> {
     regions: Vec<usize>,
     network: NetworkModel,
     links: BTreeMap<(u32, u32), LinkState>,
-    blocked: BTreeSet<(NodeId, NodeId)>,
+    /// Blocked links and how many blocks hold each (scheduled cuts may overlap).
+    blocked: BTreeMap<(NodeId, NodeId), u32>,
     disks: Vec<SimDisk>,
     /// Extra latency of every persist per node (a slow disk).
     disk_delays_ns: Vec<u64>,
@@ -315,7 +316,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             regions,
             network: config.network.clone(),
             links: BTreeMap::new(),
-            blocked: BTreeSet::new(),
+            blocked: BTreeMap::new(),
             disks,
             disk_delays_ns: vec![0; node_count],
             factory,
@@ -611,7 +612,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             }
             Fault::Block(from, to) => {
                 self.hash(7, from.0, u64::from(to.0));
-                self.blocked.insert((from, to));
+                *self.blocked.entry((from, to)).or_default() += 1;
             }
             Fault::Heal => {
                 self.hash(8, 0, 0);
@@ -628,7 +629,12 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             }
             Fault::Unblock(from, to) => {
                 self.hash(11, from.0, u64::from(to.0));
-                self.blocked.remove(&(from, to));
+                if let Some(count) = self.blocked.get_mut(&(from, to)) {
+                    *count -= 1;
+                    if *count == 0 {
+                        self.blocked.remove(&(from, to));
+                    }
+                }
             }
             Fault::ClockStep(node, step_ns) => {
                 self.hash(12, node.0, step_ns as u64);
@@ -720,7 +726,7 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
     }
 
     fn send(&mut self, from: NodeId, to: NodeId, msg: N::Msg) {
-        if self.blocked.contains(&(from, to)) {
+        if self.blocked.contains_key(&(from, to)) {
             self.stats.blocked += 1;
             return;
         }

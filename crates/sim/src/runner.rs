@@ -377,7 +377,13 @@ fn run_with<N: ProtocolNode>(
                 .faults
                 .iter()
                 .filter(|(_, fault)| {
-                    matches!(fault, Fault::Heal | Fault::Restart(_) | Fault::Unblock(..))
+                    matches!(
+                        fault,
+                        Fault::Heal
+                            | Fault::Restart(_)
+                            | Fault::Unblock(..)
+                            | Fault::DiskDelay(_, 0)
+                    )
                 })
                 .map(|&(at, _)| at)
                 .max()
@@ -393,16 +399,17 @@ fn run_with<N: ProtocolNode>(
                 }
             }
             let steps = crashes.values().copied().max().unwrap_or(0);
-            // A clock stepped back by a scheduled fault holds back the same way.
-            let stepped_back_ns = options
-                .faults
-                .iter()
-                .filter_map(|(_, fault)| match fault {
-                    Fault::ClockStep(_, step_ns) if *step_ns < 0 => Some(step_ns.unsigned_abs()),
-                    _ => None,
-                })
-                .max()
-                .unwrap_or(0);
+            // A clock stepped back by scheduled faults holds back the same way: the most any
+            // one node was stepped back in all.
+            let mut stepped_back: BTreeMap<NodeId, u64> = BTreeMap::new();
+            for (_, fault) in &options.faults {
+                if let Fault::ClockStep(node, step_ns) = fault {
+                    if *step_ns < 0 {
+                        *stepped_back.entry(*node).or_default() += step_ns.unsigned_abs();
+                    }
+                }
+            }
+            let stepped_back_ns = stepped_back.values().copied().max().unwrap_or(0);
             let clock_behind_ns = steps * options.restart_clock_step_back_ns + stepped_back_ns;
             let drain_until =
                 drain_from + DRAIN_TIMEOUTS * timing_for_drain.rpc_timeout_ns + clock_behind_ns;

@@ -168,3 +168,25 @@ fn the_first_commit_counts_from_when_the_fault_took_effect() {
     let first = t.summary().faults[0].first_commit_s.unwrap();
     assert!((first - 0.49).abs() < 1e-9, "{first}");
 }
+
+#[test]
+fn a_fault_without_a_whole_window_after_it_is_not_judged() {
+    let run_ns = 10 * NS_PER_S;
+    let faults = schedule(&["clock node=0 at=9800ms step=+1ms"], run_ns);
+    let mut t = timeline(run_ns, &faults);
+    load(&mut t, 0, 10_000, 100, 5);
+    let v = &t.summary().faults[0];
+    assert!(v.pre_fault_txn_per_s.is_some());
+    assert_eq!((v.dipped, v.recovered_90_s), (false, None), "{v:?}");
+}
+
+#[test]
+fn a_short_last_bucket_is_a_rate_over_its_own_width() {
+    // 1,050 ms: the last bucket is 50 ms long and holds 5 commits: 100 txn/s, not 50.
+    let run_ns = 1_050 * NS_PER_MS;
+    let mut t = timeline(run_ns, &FaultSchedule::default());
+    load(&mut t, 0, 1_050, 100, 1);
+    let points = t.summary().points;
+    assert_eq!(points.len(), 11);
+    assert!((points[10].throughput_txn_per_s - 100.0).abs() < 1e-6, "{:?}", points[10]);
+}

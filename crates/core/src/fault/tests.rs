@@ -157,9 +157,24 @@ fn contradictory_and_unsurvivable_schedules_are_refused() {
         "crashed twice at once",
     );
     refused(&["crash node=1 at=1s", "crash node=1 at=4s restart=6s"], "crashed twice at once");
-    refused(
-        &["isolate node=1 at=1s until=5s", "partition regions=a|b,c at=2s until=3s"],
-        "cut twice at once",
+    // Overlapping cuts are two cuts: each blocks its links and lifts them at its own end.
+    let both = parse(&["isolate node=1 at=1s until=5s", "isolate node=2 at=2s until=3s"]).unwrap();
+    let shared = |a: &FaultAction| {
+        matches!(
+            a,
+            FaultAction::Block(NodeId(1), NodeId(2)) | FaultAction::Unblock(NodeId(1), NodeId(2))
+        )
+    };
+    let on_shared: Vec<(Time, FaultAction)> =
+        both.actions(&layout()).into_iter().filter(|(_, a)| shared(a)).collect();
+    assert_eq!(
+        on_shared,
+        vec![
+            (NS_PER_S, FaultAction::Block(NodeId(1), NodeId(2))),
+            (2 * NS_PER_S, FaultAction::Block(NodeId(1), NodeId(2))),
+            (3 * NS_PER_S, FaultAction::Unblock(NodeId(1), NodeId(2))),
+            (5 * NS_PER_S, FaultAction::Unblock(NodeId(1), NodeId(2))),
+        ]
     );
     refused(
         &["disk node=1 at=1s until=5s delay=1ms", "disk node=1 at=2s until=3s delay=2ms"],
@@ -169,7 +184,12 @@ fn contradictory_and_unsurvivable_schedules_are_refused() {
     let shard0 = topology.shard_nodes(ShardId(0));
     let a = format!("crash node={} at=1s", shard0[1].0);
     let b = format!("crash node={} at=2s", shard0[2].0);
-    refused(&[&a, &b], "down for good");
+    refused(&[&a, &b], "too few left for a quorum");
+    // One of two replicas down for good leaves no quorum either.
+    let two = Topology::standard(vec!["a".into()], 1, 2).unwrap();
+    let lines = vec!["crash node=1 at=1s".to_string()];
+    let why = FaultSchedule::parse(&lines, &two, &replica_zero(&two), 30 * NS_PER_S).unwrap_err();
+    assert!(why.0.contains("1 of shard 0's 2 replicas"), "{why}");
     // One replica of three down for good is survivable; so are all three for a while.
     assert!(parse(&[&a]).is_ok());
     let all: Vec<String> =

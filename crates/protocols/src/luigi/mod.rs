@@ -130,11 +130,6 @@ impl Protocol for Luigi {
         crate::check_sampled_requests("luigi", workload, topology, node::check_request)
     }
 
-    /// Per participant shard: the round trip to its leader, plus Δ, plus the round trip from
-    /// the leader to the follower that completes a majority (the watermark waits for it);
-    /// the largest over the shards. The leaders' agreement overlaps the hold when the
-    /// leaders sit together (the view puts them together where the layout allows) and is
-    /// left out.
     fn initial_leader(
         topology: &Topology,
         _options: &ProtocolOptions,
@@ -144,6 +139,11 @@ impl Protocol for Luigi {
         topology.replica_node(shard, view.leader_slot(shard, topology.replicas))
     }
 
+    /// Per participant shard: the round trip to its leader, plus Δ, plus the round trip from
+    /// the leader to the follower that completes a majority (the watermark waits for it);
+    /// the largest over the shards. The leaders' agreement overlaps the hold when the
+    /// leaders sit together (the view puts them together where the layout allows) and is
+    /// left out.
     fn latency_bound_ns(
         topology: &Topology,
         network: &meridian_core::netmodel::NetworkModel,

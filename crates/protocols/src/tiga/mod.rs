@@ -176,11 +176,6 @@ impl Protocol for Tiga {
         crate::check_sampled_requests("tiga", workload, topology, node::check_request)
     }
 
-    /// Per shard, the closest super quorum (by configured median round trip from `region`)
-    /// that includes the view's leader; the bound is the largest round trip to a member of
-    /// any of them, plus the headroom Δ: a coordinator stamps `send + farthest member's
-    /// delay + Δ`, the members release at the stamp and the farthest reply takes its delay
-    /// back.
     fn initial_leader(
         topology: &Topology,
         options: &ProtocolOptions,
@@ -190,6 +185,11 @@ impl Protocol for Tiga {
         topology.replica_node(shard, view.leader_slot(shard, topology.replicas))
     }
 
+    /// Per shard, the closest super quorum (by configured median round trip from `region`)
+    /// that includes the view's leader; the bound is the largest round trip to a member of
+    /// any of them, plus the headroom Δ: a coordinator stamps `send + farthest member's
+    /// delay + Δ`, the members release at the stamp and the farthest reply takes its delay
+    /// back.
     fn latency_bound_ns(
         topology: &Topology,
         network: &meridian_core::netmodel::NetworkModel,
