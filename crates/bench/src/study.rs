@@ -408,7 +408,9 @@ fn peak_ankle_table(by_clients: &Curves, latency: &Curves) -> String {
     md
 }
 
-/// Writes `report.md` and the plots into `dir` from `runs`.
+/// Writes `report.md` and the plots into `dir` from `runs`. One piece (about 190 lines):
+/// it is the report's outline, section after section in the order the reader meets them;
+/// the sections that compute something (sweeps, faults, references) are helpers.
 pub fn write_report(dir: &Path, all_runs: &[SavedRun]) -> Result<PathBuf, String> {
     let groups = repeated(all_runs);
     // Plots and sweep tables show each point once, by its median repetition.

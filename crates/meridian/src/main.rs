@@ -917,10 +917,28 @@ fn run_dir_name(index: usize, label: &str) -> String {
     format!("{:05}-{safe}", index + 1)
 }
 
-/// `bench --experiment FILE`: every run of the file, each checked before any starts.
 /// `(name for messages, file text, its reference file's name and text if any)`.
 type ExperimentSource<'a> = (&'a str, &'a str, Option<(String, String)>);
 
+/// Checks a reference file against the full grid of the experiment file `text` (whatever
+/// `--quick` or the command line narrows it to), naming the first cell off the grid.
+fn check_reference(
+    source: &str,
+    text: &str,
+    (name, reference): &(String, String),
+) -> Result<(), ConfigError> {
+    let parsed =
+        meridian_bench::reference::Reference::parse(reference, name).map_err(ConfigError::new)?;
+    let full = experiment_file::parse(text, source, &Default::default(), false, None)
+        .map_err(ConfigError::new)?;
+    let grid: Vec<Vec<String>> = full.points.iter().map(|p| p.args.clone()).collect();
+    parsed.check_grid(&grid).map_err(|e| ConfigError::new(format!("{name}: {e}")))
+}
+
+/// `bench --experiment FILE`: every run of the file, each checked before any starts. One
+/// piece (about 140 lines): it reads as the command's sequence (parse, check every run and
+/// the reference, then run and report each), and its steps share the planned runs and the
+/// results folder; the per-run work already lives in `plan_run`, `execute` and `keep_run`.
 fn bench_experiment(
     args: &BenchArgs,
     (source, text, reference): ExperimentSource<'_>,
@@ -953,14 +971,8 @@ fn bench_experiment(
     let file =
         experiment_file::parse(text, source, &given, args.quick, args.cluster.protocol.as_deref())
             .map_err(ConfigError::new)?;
-    if let Some((name, reference)) = &reference {
-        // Checked against the file's full grid, whatever --quick or the command line run.
-        let parsed = meridian_bench::reference::Reference::parse(reference, name)
-            .map_err(ConfigError::new)?;
-        let full = experiment_file::parse(text, source, &Default::default(), false, None)
-            .map_err(ConfigError::new)?;
-        let grid: Vec<Vec<String>> = full.points.iter().map(|p| p.args.clone()).collect();
-        parsed.check_grid(&grid).map_err(|e| ConfigError::new(format!("{name}: {e}")))?;
+    if let Some(reference) = &reference {
+        check_reference(source, text, reference)?;
     }
     let mut planned = Vec::with_capacity(file.points.len());
     for point in &file.points {

@@ -190,7 +190,42 @@ fn parse_seeds(text: &str) -> Result<(u64, u64), ConfigError> {
     Ok((a, b))
 }
 
-/// `meridian sim`.
+/// The `--fault` schedule, checked against the layout, the time limit and what the protocol
+/// may lose: the simulator loses what a crashed node had not synced, so a crash of a node the
+/// protocol cannot lose (an unreplicated shard's) would fail its checks for the schedule's
+/// sake.
+fn fault_schedule(
+    args: &SimArgs,
+    r: &Resolved,
+    topology: &Topology,
+) -> Result<FaultSchedule, ConfigError> {
+    if args.faults && !r.faults.is_empty() {
+        return Err(ConfigError::new(
+            "--faults draws a schedule from each seed; --fault gives one: choose one of them",
+        ));
+    }
+    let leaders = r.protocol.initial_leaders(topology, &r.protocol_options);
+    let time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
+    let schedule = FaultSchedule::parse(&r.faults, topology, &leaders, time_limit_ns)?;
+    for fault in schedule.faults() {
+        if let meridian_core::fault::FaultKind::Crash { node, .. } = fault.kind {
+            if !r.protocol.may_crash(topology, node) {
+                return Err(ConfigError::new(format!(
+                    "fault '{}': {} may lose acknowledged data when node {node} crashes on this \
+                     layout (it would lose what it had not synced); crash a replica of a \
+                     replicated shard",
+                    fault.text,
+                    r.protocol.name()
+                )));
+            }
+        }
+    }
+    Ok(schedule)
+}
+
+/// `meridian sim`. One piece (about 140 lines): the command's sequence (resolve, check,
+/// then a swarm or one seed with its printed report), whose steps share the resolved
+/// settings; the seed options, the fault schedule and the report pieces live in helpers.
 pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     let r = args.cluster.resolve(if args.seeds.is_some() { 8 } else { 24 })?;
     let regions = &r.network.regions;
@@ -211,31 +246,7 @@ pub fn sim(args: &SimArgs) -> Result<(), Failure> {
     }
     let workload: Arc<dyn meridian_workloads::Workload> =
         Arc::from(meridian_workloads::build(&r.workload, &r.workload_options)?);
-    if args.faults && !r.faults.is_empty() {
-        return Err(ConfigError::new(
-            "--faults draws a schedule from each seed; --fault gives one: choose one of them",
-        )
-        .into());
-    }
-    let leaders = r.protocol.initial_leaders(&topology, &r.protocol_options);
-    let time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
-    let schedule = FaultSchedule::parse(&r.faults, &topology, &leaders, time_limit_ns)?;
-    // The simulator loses what a crashed node had not synced; a protocol that promises
-    // nothing then (an unreplicated shard) would fail its checks for the schedule's sake.
-    for fault in schedule.faults() {
-        if let meridian_core::fault::FaultKind::Crash { node, .. } = fault.kind {
-            if !r.protocol.may_crash(&topology, node) {
-                return Err(ConfigError::new(format!(
-                    "fault '{}': {} may lose acknowledged data when node {node} crashes on this \
-                     layout (it would lose what it had not synced); crash a replica of a \
-                     replicated shard",
-                    fault.text,
-                    r.protocol.name()
-                ))
-                .into());
-            }
-        }
-    }
+    let schedule = fault_schedule(args, &r, &topology)?;
     if let Some(seeds) = &args.seeds {
         if args.cluster.seed.is_some() {
             return Err(ConfigError::new("--seed and --seeds contradict each other").into());
