@@ -745,7 +745,7 @@ impl StateMachine for ChainMachine {
         postcard::to_allocvec(&image).expect("images encode")
     }
 
-    fn decode_image(context: &NodeContext, bytes: &[u8]) -> Result<Image, String> {
+    fn decode_image(&self, context: &NodeContext, bytes: &[u8]) -> Result<Image, String> {
         let image: Image = postcard::from_bytes(bytes)
             .map_err(|e| format!("snapshot image does not decode: {e}"))?;
         image.server.check(&context.limits)?;

@@ -106,7 +106,8 @@ pub trait StateMachine {
     /// The replicated state, for a snapshot.
     fn image(&self) -> Vec<u8>;
     /// Decodes and checks an image; a bad one is an error, never a panic.
-    fn decode_image(context: &NodeContext, bytes: &[u8]) -> Result<Self::Image, String>;
+    /// (A method: what an image may hold can depend on how the machine was built.)
+    fn decode_image(&self, context: &NodeContext, bytes: &[u8]) -> Result<Self::Image, String>;
     /// Replaces the replicated state by an image's.
     fn install(&mut self, image: Self::Image);
 }
@@ -285,9 +286,10 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
             } else {
                 None
             };
+            let sm = make(slot.shard);
             let restored_image = match log.as_ref().and_then(|r| r.restored_snapshot()) {
                 Some((index, data)) => {
-                    let image = SM::decode_image(context, data).map_err(|e| {
+                    let image = sm.decode_image(context, data).map_err(|e| {
                         format!(
                             "node {}: shard {} snapshot at {index}: {e}",
                             context.id, slot.shard
@@ -297,7 +299,6 @@ impl<SM: StateMachine, R: HostedReplica> Hosts<SM, R> {
                 }
                 None => None,
             };
-            let sm = make(slot.shard);
             let speculative = fork.is_some() && log.is_some();
             // The second machine starts as a copy of the empty one, so that bulk loads fill
             // both (`machines_mut`) and the node starts without copying what was loaded.
@@ -749,7 +750,7 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
                         Some((at, image)) if at == index => image,
                         // From the leader: it passed the sender check and the group's own
                         // checks, so an image that does not decode is a bug, not input.
-                        _ => SM::decode_image(&self.context, &data).unwrap_or_else(|e| {
+                        _ => host.sm.decode_image(&self.context, &data).unwrap_or_else(|e| {
                             panic!("shard {shard}: snapshot at {index} from the leader: {e}")
                         }),
                     };
@@ -851,7 +852,7 @@ mod tests {
             postcard::to_allocvec(&self.applied).expect("encodes")
         }
 
-        fn decode_image(_context: &NodeContext, bytes: &[u8]) -> Result<Vec<u64>, String> {
+        fn decode_image(&self, _context: &NodeContext, bytes: &[u8]) -> Result<Vec<u64>, String> {
             postcard::from_bytes(bytes).map_err(|e| e.to_string())
         }
 

@@ -34,6 +34,7 @@
 //! speculative one (twice the memory, each command applied twice), and a shard's GC keeps
 //! history above the durable point, so a discard can fall back to it.
 
+pub(crate) mod cc;
 pub mod watermark;
 
 use crate::occ::{CcMode, OccNode};

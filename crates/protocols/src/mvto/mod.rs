@@ -48,6 +48,7 @@
 //! group like every other protocol's, so a prepare and a decision each cost a log round in the
 //! shard's region (docs/protocols/README.md counts the round trips).
 
+pub(crate) mod cc;
 pub(crate) mod order;
 
 use crate::occ::{CcMode, OccNode};

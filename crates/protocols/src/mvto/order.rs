@@ -229,6 +229,11 @@ impl ReadStamps {
     }
 
     /// Checks an image from a snapshot fits this shard's bounds.
+    /// The most keys it stamps.
+    pub(crate) fn capacity(&self) -> usize {
+        self.keys_max
+    }
+
     pub(crate) fn check_image(image: &StampsImage, keys_max: usize) -> Result<(), String> {
         if image.keys.len() > keys_max || image.ranges.len() > RANGE_STAMPS_MAX {
             return Err(format!(

@@ -59,7 +59,8 @@
 //! a timeout.
 
 mod coordinator;
-mod participant;
+pub(crate) mod participant;
+mod validation;
 
 use crate::kit::exec::{PieceCall, PieceRun, ScanCheck, VersionTag};
 use crate::kit::host::{Hosts, RaftGroupMsgs, Route};
@@ -73,7 +74,7 @@ use meridian_core::topology::Topology;
 use meridian_core::txn::{Args, ProcError, ProcId, Write};
 use meridian_core::{ConfigError, NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
 use meridian_storage::MvccStore;
-use participant::Participant;
+use participant::{Concurrency, Participant};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -480,6 +481,23 @@ pub enum CcMode {
     Speculative,
 }
 
+/// The concurrency control of `mode`, for one participant.
+fn control(mode: CcMode, context: &NodeContext) -> Box<dyn Concurrency> {
+    match mode {
+        CcMode::Validation => Box::new(validation::Validation),
+        CcMode::Locking(policy) => Box::new(crate::twopl::cc::ExecutionLocks::new(policy)),
+        CcMode::Mvto => {
+            let at = context.options.choice(
+                crate::mvto::OPTION_READ_STAMPS,
+                <crate::mvto::Mvto as crate::Protocol>::OPTIONS,
+            );
+            let stamps_max = context.limits.read_stamps_max;
+            Box::new(crate::mvto::cc::TimestampOrder::new(stamps_max, at == "execution"))
+        }
+        CcMode::Speculative => Box::new(crate::mako::cc::Epochs::default()),
+    }
+}
+
 /// A node running `occ` (or `2pl`): participants for the shards it hosts, and a coordinator if
 /// clients submit here.
 pub struct OccNode {
@@ -520,7 +538,7 @@ impl OccNode {
         mode: CcMode,
     ) -> Result<Self, String> {
         let shard_context = context.clone();
-        let make = |shard| Participant::new(shard, shard_context.clone(), mode);
+        let make = |shard| Participant::new(shard, shard_context.clone(), control(mode, &context));
         let wrap = |groups| OccMsg::Raft { groups };
         let hosts = if mode == CcMode::Speculative {
             Hosts::restore_speculative(&context, durable, wrap, make, Participant::fork)?

@@ -1,5 +1,14 @@
-//! The `occ` participant of one shard: executes pieces, validates and locks at prepare,
+//! The participant of one shard in the two-phase commit engine: executes pieces, prepares,
 //! applies decisions. It is the [`StateMachine`] the kit's hosting runs on the shard's log.
+//!
+//! The participant is two parts. [`Core`] is what every protocol of the family shares: the
+//! store, the prepared attempts and their lock table, the decided cache, inquiries among
+//! participants, the counters, and the request checks. How transactions are kept apart is a
+//! [`Concurrency`] value the protocol supplies (`occ`'s read validation, `2pl`'s execution
+//! locks, `2pc-mvto`'s timestamp ordering, `mako`'s epochs), called at the few points where
+//! the protocols differ: serving an execution, admitting a request at the leader, preparing,
+//! committing in one round, raising the GC watermark, a leader's tick, a change of leader, and
+//! its part of the snapshot image. This module names none of them.
 //!
 //! Invariants (asserted):
 //! - a key has at most one prepared writer, and a prepared writer excludes other prepared
@@ -8,34 +17,20 @@
 //! - a commit installs versions above every version the key held at prepare (the proposal
 //!   rule), so the store accepts them.
 //!
-//! Under `2pc-mvto` ([`CcMode::Mvto`], the `mvto` submodule) reads see versions below the
-//! attempt's timestamp, prepared writes are pending versions in the store, prepared reads
-//! leave read stamps instead of locks, and the GC watermark moves only in log order.
-//!
-//! Under `2pl` ([`CcMode::Locking`]) the leader also keeps execution locks (see
-//! `crate::twopl`): pieces run only under their locks, a prepare is logged as refused when the
-//! attempt no longer holds them, and every decision releases them. The replicated state and
-//! the validation at prepare are the same in both modes, so replicas never depend on the
-//! leader-only locks.
-//!
 //! Input is checked before it can reach an assertion: [`Participant::validate`] refuses a
 //! command whose contents are malformed (keys off the shard, a key listed twice, a bad
-//! participant list), and state-dependent nonsense (a commit below the proposal) is refused
-//! as a value and counted.
+//! participant list, and whatever the concurrency control refuses), and state-dependent
+//! nonsense (a commit below the proposal) is refused as a value and counted.
 
-mod mako;
-mod mvto;
-
-use super::{CcMode, Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
+use super::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
 use crate::kit::coord::LeaderCache;
 use crate::kit::exec::{self, Latest, PieceCall, PieceRun, Placement, ScanCheck, VersionTag};
 use crate::kit::host::StateMachine;
-use crate::kit::locks::{LockTable, Mode};
+use crate::kit::locks::LockTable;
 use crate::kit::twopc::{
     Asking, Concluded, DecidedCache, DecidedImage, Decision, Inquiries, Known, PeerState,
     SETTLE_BATCH_MAX,
 };
-use crate::twopl::locking::{Doom, Locking, Need, Released, Step};
 use crate::NodeContext;
 use meridian_core::key::{Key, Value};
 use meridian_core::node::Outbox;
@@ -43,16 +38,17 @@ use meridian_core::txn::{
     Args, ProcError, ProcId, Procedure, ScanRange, ShardTarget, Write, PIECES_MAX, PIECE_KEYS_MAX,
     SCAN_ROWS_MAX,
 };
-use meridian_core::{ShardId, Time, Timestamp, TxnId};
+use meridian_core::{NodeId, ShardId, Time, Timestamp, TxnId};
 use meridian_storage::{MvccStore, Version, VersionState};
 use serde::{Deserialize, Serialize};
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A prepared attempt whose coordinator has been quiet this many RPC timeouts is decided with
 /// the other participants. Longer than the coordinator's own timeout, so a live coordinator
 /// usually decides first (either way the outcome is the same).
-const TERMINATE_AFTER_TIMEOUTS: u64 = 3;
+pub(crate) const TERMINATE_AFTER_TIMEOUTS: u64 = 3;
 /// A commit still unsettled this many RPC timeouts after it was decided here is settled by
 /// asking its peers (its coordinator's announcement was lost, or the coordinator is gone).
 const SETTLE_AFTER_TIMEOUTS: u64 = 8;
@@ -60,45 +56,37 @@ const SETTLE_AFTER_TIMEOUTS: u64 = 8;
 const INQUIRIES_PER_TICK_MAX: usize = 1_024;
 /// Most keys (reads plus writes) and scans one prepare may carry: a plan's worth.
 const PREPARE_KEYS_MAX: usize = PIECES_MAX * PIECE_KEYS_MAX;
-/// Under `2pl`, execution locks of an attempt that has not prepared and has been idle this
-/// many RPC timeouts are released: its coordinator has moved on or is gone. Longer than the
-/// coordinator's own execution timeout, so a live coordinator gives up first.
-const LEASE_TIMEOUTS: u64 = 4;
-/// Executions one release may resume or refuse (each needs at least one waiter, and waiters
-/// are bounded by the executions the leader accepted); a bound on the loop, not a limit hit in
-/// practice.
-const RELEASED_PER_CALL_MAX: usize = 1 << 20;
 
 /// A prepared attempt: what it locked and will write.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct Prepared {
-    reads: Vec<Key>,
-    scans: Vec<ScanRange>,
-    writes: Vec<Write>,
-    proposal: Timestamp,
+pub(crate) struct Prepared {
+    pub(crate) reads: Vec<Key>,
+    pub(crate) scans: Vec<ScanRange>,
+    pub(crate) writes: Vec<Write>,
+    pub(crate) proposal: Timestamp,
     /// Every participant of the attempt.
-    participants: Vec<ShardId>,
+    pub(crate) participants: Vec<ShardId>,
     /// When it prepared here (the leader's clock, as logged).
-    prepared_at: Time,
+    pub(crate) prepared_at: Time,
 }
 
 /// A participant's replicated state as a snapshot carries it. The store part holds only the
 /// keys transactions wrote, each with its newest committed version (deletes included): every
-/// replica bulk-loads the same initial data, and `occ` reads only the newest version, so the
-/// initial load plus these rows is the store. Under `2pc-mvto`, which reads history, the rows
-/// are every committed version of those keys (oldest first per key), and the watermark and
-/// read stamps come too; pending versions follow from `prepared`. Locks follow from
-/// `prepared`. Leader-only state (inquiries, the peers' leaders) is not carried.
+/// replica bulk-loads the same initial data, so the initial load plus these rows is the store
+/// of a protocol that reads only the newest version. Where reads see history
+/// ([`Rules::keeps_history`]) the rows are every committed version of those keys (oldest
+/// first per key). Pending versions and locks follow from `prepared`. `cc` is the concurrency
+/// control's own replicated state, in its own encoding. Leader-only state (inquiries, the
+/// peers' leaders) is not carried.
 #[derive(Serialize, Deserialize)]
-pub(super) struct Image {
+pub(crate) struct Image {
     rows: Vec<(Key, Timestamp, TxnId, Option<Value>)>,
     prepared: Vec<(TxnId, Prepared)>,
     decided: DecidedImage,
     ts_last: Timestamp,
     counts: Counts,
     watermark: Timestamp,
-    stamps: Option<crate::mvto::order::StampsImage>,
-    mako: Option<mako::MakoState>,
+    cc: Vec<u8>,
 }
 
 /// Monotonic counters, replicated with the state.
@@ -110,52 +98,39 @@ struct Counts {
     refused_malformed: u64,
 }
 
-/// The participant of one shard.
-pub(super) struct Participant {
-    shard: ShardId,
-    context: NodeContext,
-    store: MvccStore,
-    locks: LockTable,
-    prepared: BTreeMap<TxnId, Prepared>,
-    decided: DecidedCache,
-    ts_last: Timestamp,
+/// What a concurrency control needs of the replicated state the engine keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Rules {
+    /// A prepared attempt's writes are pending versions in the store at its proposal, so its
+    /// commit lands exactly there and its decision commits or revokes them.
+    pub(crate) pending_writes: bool,
+    /// Reads see older versions: images carry every committed version of a written key.
+    pub(crate) keeps_history: bool,
+}
+
+/// The state every concurrency control of the family shares, and the steps they share.
+pub(crate) struct Core {
+    pub(crate) shard: ShardId,
+    pub(crate) context: NodeContext,
+    pub(crate) store: MvccStore,
+    /// Locks of the prepared attempts (replicated: they follow from `prepared`).
+    pub(crate) locks: LockTable,
+    pub(crate) prepared: BTreeMap<TxnId, Prepared>,
+    pub(crate) decided: DecidedCache,
+    pub(crate) ts_last: Timestamp,
     counts: Counts,
+    rules: Rules,
+    /// Decisions and refusals recorded so far (local; a control that holds requests back
+    /// until a decision compares it with what it saw last).
+    pub(crate) remembered: u64,
     /// Leader-only: attempts being decided or settled with the peers, and where they lead.
     inquiries: Inquiries,
     peers: LeaderCache,
-    /// Leader-only, `2pl`: execution locks.
-    locking: Option<Locking<ShardRequest>>,
-    /// `2pc-mvto`: read stamps, held prepares.
-    mvto: Option<mvto::MvtoState>,
-    /// `mako`: the shard's epoch and watermark (replicated).
-    mako: Option<mako::MakoState>,
-    /// `mako`: the node's durable point; the GC watermark stays at or below it (local).
-    gc_cap: Option<Timestamp>,
 }
 
-/// The vote or failure a doomed attempt gets.
-fn conflict_of(doom: Doom) -> Conflict {
-    match doom {
-        Doom::Denied => Conflict::Locked,
-        Doom::Wounded => Conflict::Wounded,
-        Doom::Expired => Conflict::LeaseExpired,
-    }
-}
-
-impl Participant {
-    pub(super) fn new(shard: ShardId, context: NodeContext, mode: CcMode) -> Self {
+impl Core {
+    fn new(shard: ShardId, context: NodeContext, rules: Rules) -> Self {
         Self {
-            locking: match mode {
-                CcMode::Validation | CcMode::Mvto | CcMode::Speculative => None,
-                CcMode::Locking(policy) => Some(Locking::new(policy)),
-            },
-            mvto: (mode == CcMode::Mvto).then(|| {
-                let at = context.options.choice(
-                    crate::mvto::OPTION_READ_STAMPS,
-                    <crate::mvto::Mvto as crate::Protocol>::OPTIONS,
-                );
-                mvto::MvtoState::new(context.limits.read_stamps_max, at == "execution")
-            }),
             shard,
             store: MvccStore::new(),
             locks: LockTable::new(),
@@ -163,21 +138,16 @@ impl Participant {
             decided: DecidedCache::new(context.limits.decided_max),
             ts_last: Timestamp::ZERO,
             counts: Counts::default(),
+            rules,
+            remembered: 0,
             inquiries: Inquiries::new(context.limits.inquiries_max),
             peers: LeaderCache::new(context.topology.clone()),
-            mako: (mode == CcMode::Speculative).then(mako::MakoState::default),
-            gc_cap: None,
             context,
         }
     }
 
-    /// A copy of the replicated state with fresh leader-only state: a speculating leader's
-    /// speculative machine (`mako`; the other protocols do not speculate).
-    pub(super) fn fork(&self) -> Self {
-        assert!(
-            self.mvto.is_none() && self.locking.is_none(),
-            "only mako's participants are forked"
-        );
+    /// A copy of the replicated state with fresh leader-only state.
+    fn fork(&self) -> Self {
         Self {
             shard: self.shard,
             context: self.context.clone(),
@@ -187,30 +157,20 @@ impl Participant {
             decided: self.decided.clone(),
             ts_last: self.ts_last,
             counts: self.counts,
+            rules: self.rules,
+            remembered: 0,
             inquiries: Inquiries::new(self.context.limits.inquiries_max),
             peers: LeaderCache::new(self.context.topology.clone()),
-            locking: None,
-            mvto: None,
-            mako: self.mako.clone(),
-            gc_cap: self.gc_cap,
         }
     }
 
-    pub(super) fn store(&self) -> &MvccStore {
-        &self.store
-    }
-
-    pub(super) fn store_mut(&mut self) -> &mut MvccStore {
-        &mut self.store
-    }
-
-    fn procedure(&self, proc: ProcId) -> Result<Arc<dyn Procedure>, ExecFailure> {
+    pub(crate) fn procedure(&self, proc: ProcId) -> Result<Arc<dyn Procedure>, ExecFailure> {
         self.context.registry.get(proc).cloned().ok_or_else(|| {
             ExecFailure::Procedure(ProcError::BadArgs(format!("unknown procedure {}", proc.0)))
         })
     }
 
-    fn placement(&self) -> Placement<'_> {
+    pub(crate) fn placement(&self) -> Placement<'_> {
         Placement { shard: self.shard, partitioner: &self.context.partitioner }
     }
 
@@ -218,13 +178,18 @@ impl Participant {
     /// is never "forgotten": the low-water mark of its coordinator may have passed it (a later
     /// attempt of the same coordinator decided and evicted first), so callers look at
     /// `prepared` first.
-    fn known(&self, txn: TxnId) -> Known {
+    pub(crate) fn known(&self, txn: TxnId) -> Known {
         debug_assert!(!self.prepared.contains_key(&txn), "callers check prepared first");
         self.decided.get(txn)
     }
 
+    /// Whether `txn` is neither prepared nor known here (a request the log will answer as new).
+    pub(crate) fn is_new(&self, txn: TxnId) -> bool {
+        !self.prepared.contains_key(&txn) && matches!(self.decided.get(txn), Known::Unseen)
+    }
+
     /// Refuses requests for attempts already prepared or decided (or decided and forgotten).
-    fn undecided(&self, txn: TxnId) -> Result<(), ExecFailure> {
+    pub(crate) fn undecided(&self, txn: TxnId) -> Result<(), ExecFailure> {
         if self.prepared.contains_key(&txn) {
             return Err(ExecFailure::Conflict(Conflict::Locked));
         }
@@ -237,7 +202,7 @@ impl Participant {
 
     /// Runs `calls` against the latest committed state plus `overlay` (the attempt's own
     /// earlier writes). Keeps no state: served by the leader outside the log.
-    pub(super) fn on_execute(
+    pub(crate) fn on_execute(
         &self,
         txn: TxnId,
         proc: ProcId,
@@ -260,17 +225,18 @@ impl Participant {
     }
 
     /// Runs every piece of a single-shard attempt and commits it at once if nothing it
-    /// touches is locked by a prepared attempt.
-    fn on_execute_commit(
+    /// touches is locked by a prepared attempt. `refused`: the concurrency control's reason
+    /// to refuse it, checked once the attempt is known to be new.
+    pub(crate) fn execute_commit_validated(
         &mut self,
         now: Time,
         txn: TxnId,
-        epoch: u64,
+        refused: Option<Conflict>,
         proc: ProcId,
         args: &Args,
     ) -> Result<(Vec<PieceRun>, Option<Timestamp>), ExecFailure> {
         self.undecided(txn)?;
-        if let Some(conflict) = self.mako_refusal(epoch) {
+        if let Some(conflict) = refused {
             self.remember(txn, Decision::Aborted, Vec::new(), now);
             return Err(ExecFailure::Conflict(conflict));
         }
@@ -309,21 +275,16 @@ impl Participant {
         Ok((run.runs, Some(ts)))
     }
 
-    /// Validates and locks; with `one_phase`, commits at once.
-    pub(super) fn on_prepare(&mut self, now: Time, txn: TxnId, request: PrepareArgs) -> Vote {
-        if let Some(prepared) = self.prepared.get(&txn) {
-            return Vote::Yes(prepared.proposal); // A duplicate prepare.
-        }
-        match self.known(txn) {
-            Known::Decided(Decision::Aborted) => return Vote::No(Conflict::AlreadyAborted),
-            Known::Decided(Decision::Committed(ts)) => return Vote::Committed(ts),
-            Known::Forgotten => return Vote::Forgotten,
-            Known::Unseen => {}
-        }
-        if self.mvto.is_some() {
-            return self.prepare_mvto(now, txn, request);
-        }
-        if let Some(conflict) = self.mako_refusal(request.epoch) {
+    /// Validates and locks a new attempt; with `one_phase`, commits at once. `refused`: the
+    /// concurrency control's reason to refuse it.
+    pub(crate) fn prepare_validated(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        request: PrepareArgs,
+        refused: Option<Conflict>,
+    ) -> Vote {
+        if let Some(conflict) = refused {
             self.remember(txn, Decision::Aborted, Vec::new(), now);
             return Vote::No(conflict);
         }
@@ -406,8 +367,9 @@ impl Participant {
     }
 
     /// Applies a decision; returns what this shard now knows about the attempt, or `None`
-    /// when the decision is refused as malformed (a commit below the proposal).
-    pub(super) fn on_decision(
+    /// when the decision is refused as malformed (a commit below the proposal, or, with
+    /// pending writes, anywhere but at it).
+    pub(crate) fn on_decision(
         &mut self,
         now: Time,
         txn: TxnId,
@@ -432,9 +394,9 @@ impl Participant {
             return Some(PeerState::Decided(decision));
         };
         if let Decision::Committed(ts) = decision {
-            // Under `2pc-mvto` every participant proposes the attempt's timestamp, and its
-            // pending versions sit there.
-            if ts < prepared.proposal || (self.mvto.is_some() && ts != prepared.proposal) {
+            // With pending writes every participant proposed the attempt's own timestamp, and
+            // its pending versions sit there.
+            if ts < prepared.proposal || (self.rules.pending_writes && ts != prepared.proposal) {
                 self.counts.refused_malformed += 1;
                 return None;
             }
@@ -442,8 +404,14 @@ impl Participant {
         let prepared = self.prepared.remove(&txn).expect("checked above");
         self.locks.release_all(txn);
         self.inquiries.close(txn);
-        if self.mvto.is_some() {
-            self.decide_mvto(txn, &prepared, decision);
+        if self.rules.pending_writes {
+            for write in &prepared.writes {
+                let done = match decision {
+                    Decision::Committed(_) => self.store.commit(&write.key, txn),
+                    Decision::Aborted => self.store.revoke(&write.key, txn),
+                };
+                assert!(done, "a prepared attempt's writes are pending versions");
+            }
             if let Decision::Committed(ts) = decision {
                 self.ts_last = self.ts_last.max(ts);
             }
@@ -455,15 +423,20 @@ impl Participant {
         Some(PeerState::Decided(decision))
     }
 
-    fn install(&mut self, txn: TxnId, writes: impl IntoIterator<Item = Write>, ts: Timestamp) {
+    pub(crate) fn install(
+        &mut self,
+        txn: TxnId,
+        writes: impl IntoIterator<Item = Write>,
+        ts: Timestamp,
+    ) {
         self.install_as(txn, writes, ts, VersionState::Committed);
     }
 
-    /// Writes `writes` at `ts` as versions in `state` (pending: a `2pc-mvto` prepare). The
-    /// caller has checked that `ts` is above every version of the keys and the watermark.
-    /// Takes the writes by value: callers that are done with theirs hand them over, so a
-    /// value is not copied on its way into the store.
-    fn install_as(
+    /// Writes `writes` at `ts` as versions in `state` (pending: a prepare under
+    /// [`Rules::pending_writes`]). The caller has checked that `ts` is above every version of
+    /// the keys and the watermark. Takes the writes by value: callers that are done with
+    /// theirs hand them over, so a value is not copied on its way into the store.
+    pub(crate) fn install_as(
         &mut self,
         txn: TxnId,
         writes: impl IntoIterator<Item = Write>,
@@ -477,14 +450,18 @@ impl Participant {
         }
     }
 
-    fn remember(&mut self, txn: TxnId, decision: Decision, participants: Vec<ShardId>, now: Time) {
+    pub(crate) fn remember(
+        &mut self,
+        txn: TxnId,
+        decision: Decision,
+        participants: Vec<ShardId>,
+        now: Time,
+    ) {
         // Only the peers matter for settling; an attempt of this shard alone keeps none (and
         // allocates nothing: most commits are single-shard).
         let participants =
             if participants.iter().all(|&s| s == self.shard) { Vec::new() } else { participants };
-        if let Some(m) = self.mvto.as_mut() {
-            m.note_decided(); // Held prepares of this attempt, or waiting on it, move on.
-        }
+        self.remembered += 1;
         if self.decided.remember(txn, decision, participants, now) {
             match decision {
                 Decision::Committed(_) => self.counts.committed += 1,
@@ -495,7 +472,7 @@ impl Participant {
 
     /// Where `txn` stands here. An attempt this shard never saw is refused from now on, so
     /// whoever asked may decide without it.
-    pub(super) fn on_query(&mut self, now: Time, txn: TxnId) -> PeerState {
+    fn on_query(&mut self, now: Time, txn: TxnId) -> PeerState {
         if let Some(prepared) = self.prepared.get(&txn) {
             return PeerState::Prepared(prepared.proposal);
         }
@@ -508,42 +485,28 @@ impl Participant {
         PeerState::Decided(Decision::Aborted)
     }
 
-    /// Raises the GC watermark: never past a prepared attempt's proposal (its commit will
-    /// write at or above it), and under `mako` keeping `gc_retention_ns` of history. Then,
-    /// when this replica leads, starts inquiries (prepared attempts whose coordinator has been
-    /// quiet too long, commits unsettled too long) and sends the queries due.
-    pub(super) fn on_gc_tick(&mut self, now: Time, leads: bool, out: &mut Outbox<OccMsg>) {
-        // Under `2pc-mvto` the watermark moves in log order instead (`advance_watermark`).
-        if self.mvto.is_none() {
-            // `occ` and `2pl` read only the newest committed version (execution, validation,
-            // scans and snapshot images alike), so history below it serves no reader: keeping
-            // a retention's worth held a second of overwritten values (hundreds of megabytes
-            // of YCSB records at full speed). Every later write is above `ts_last`.
-            let retention = match self.mako {
-                Some(_) => self.context.timing.gc_retention_ns,
-                None => 0,
-            };
-            let mut watermark = Timestamp(self.ts_last.0.saturating_sub(retention));
-            if let Some(lowest) = self.prepared.values().map(|p| p.proposal).min() {
-                watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
-            }
-            if self.mako.is_some() {
-                // `mako` keeps everything a discard may fall back to.
-                watermark = watermark.min(self.gc_cap.unwrap_or(Timestamp::ZERO));
-            }
-            self.store.set_gc_watermark(watermark);
+    /// Raises the GC watermark to `retention` below the last commit, never past a prepared
+    /// attempt's proposal (its commit will write at or above it) nor above `cap`.
+    pub(crate) fn raise_watermark(&mut self, retention: u64, cap: Option<Timestamp>) {
+        let mut watermark = Timestamp(self.ts_last.0.saturating_sub(retention));
+        if let Some(lowest) = self.lowest_proposal() {
+            watermark = watermark.min(Timestamp(lowest.0.saturating_sub(1)));
         }
-        if !leads {
-            self.inquiries.clear();
-            return;
+        if let Some(cap) = cap {
+            watermark = watermark.min(cap);
         }
-        self.expire_waiting(now);
+        self.store.set_gc_watermark(watermark);
+    }
+
+    /// The lowest proposal of the attempts prepared here.
+    pub(crate) fn lowest_proposal(&self) -> Option<Timestamp> {
+        self.prepared.values().map(|p| p.proposal).min()
+    }
+
+    /// A leader's inquiries: starts them (prepared attempts whose coordinator has been quiet
+    /// too long, commits unsettled too long) and sends the queries due.
+    fn inquire(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
         let rpc_ns = self.context.timing.rpc_timeout_ns;
-        if let Some(locking) = self.locking.as_mut() {
-            let mut released = Released::new();
-            locking.expire(now, LEASE_TIMEOUTS * rpc_ns, &mut released);
-            self.answer_released(now, released, out);
-        }
         let quiet_before = now.saturating_sub(TERMINATE_AFTER_TIMEOUTS * rpc_ns);
         let stale: Vec<(TxnId, Vec<ShardId>)> = self
             .prepared
@@ -579,98 +542,6 @@ impl Participant {
         participants.iter().copied().filter(|&s| s != self.shard).collect()
     }
 
-    /// A peer's answer to one of this participant's inquiries, from `from` (which leads
-    /// `peer`). Returns what to do: a decision or settlement to put through the log, or a
-    /// decision to tell a peer that never heard it.
-    pub(super) fn on_peer_state(
-        &mut self,
-        from: meridian_core::NodeId,
-        txn: TxnId,
-        peer: ShardId,
-        state: PeerState,
-    ) -> Option<Concluded> {
-        if !self.inquiries.contains(txn) {
-            return None;
-        }
-        self.peers.note(peer, from);
-        let own = self.prepared.get(&txn).map(|p| p.proposal);
-        self.inquiries.on_state(txn, peer, state, own)
-    }
-
-    /// The node this participant believes leads `peer`.
-    pub(super) fn leader_of(&self, peer: ShardId) -> meridian_core::NodeId {
-        self.peers.leader(peer)
-    }
-
-    /// The peers to tell a decision this participant reached by termination.
-    pub(super) fn participants_of(&self, txn: TxnId) -> Vec<ShardId> {
-        self.prepared.get(&txn).map(|p| self.peers_of(&p.participants)).unwrap_or_default()
-    }
-
-    /// `2pl`: takes a one-round commit's locks at the leader before it is proposed, from a run
-    /// of the plan over the current state (what the logged run will read and write, since the
-    /// locks keep it unchanged). Returns why it is refused, if it is; `None` also when there
-    /// is nothing to lock against (no log, so it applies at once, and no execution locks), or
-    /// when the attempt is known here already (the logged command answers a duplicate).
-    pub(super) fn lock_one_round(
-        &mut self,
-        now: Time,
-        txn: TxnId,
-        proc: ProcId,
-        args: &Args,
-        has_log: bool,
-    ) -> Option<Conflict> {
-        let locking = self.locking.as_ref()?;
-        if !locking.holds(txn) && locking.holder_count() >= self.context.limits.lock_holders_max {
-            return Some(Conflict::Full);
-        }
-        if (!has_log && locking.is_idle())
-            || locking.holds(txn)
-            || self.prepared.contains_key(&txn)
-            || !matches!(self.decided.get(txn), Known::Unseen)
-        {
-            return None;
-        }
-        let procedure = self.procedure(proc).ok()?;
-        // A failing plan needs no locks: the logged command reports the failure.
-        let run = exec::run_plan(procedure.as_ref(), self.placement(), args, &Latest(&self.store))
-            .ok()?;
-        let mut keys: BTreeMap<Key, Mode> = BTreeMap::new();
-        let mut ranges = Vec::new();
-        for piece in &run.runs {
-            for (key, _) in &piece.reads {
-                keys.entry(key.clone()).or_insert(Mode::Shared);
-            }
-            ranges.extend(piece.scans.iter().map(|s| Need::Range(s.range.clone())));
-        }
-        for key in run.writes.keys() {
-            keys.insert(key.clone(), Mode::Exclusive);
-        }
-        let needs: Vec<Need> =
-            keys.into_iter().map(|(k, m)| Need::Key(k, m)).chain(ranges).collect();
-        let locking = self.locking.as_mut()?;
-        (!locking.lock_now(txn, &needs, now)).then_some(Conflict::Locked)
-    }
-
-    /// `2pl`: why a prepare for `txn` must be refused at the leader (it no longer holds the
-    /// execution locks of what it read and writes here), if it must. Attempts prepared or
-    /// decided here go to the log as they are (the log answers duplicates).
-    pub(super) fn may_prepare(&mut self, txn: TxnId, args: &PrepareArgs) -> Option<Conflict> {
-        if self.mvto.is_some() {
-            return self.may_prepare_mvto(txn, args);
-        }
-        let locking = self.locking.as_mut()?;
-        if self.prepared.contains_key(&txn) || !matches!(self.decided.get(txn), Known::Unseen) {
-            return None;
-        }
-        if let Some(doom) = locking.doom_of(txn) {
-            return Some(conflict_of(doom));
-        }
-        let reads = args.reads.iter().map(|(k, _)| k);
-        let writes = args.writes.iter().map(|w| &w.key);
-        (!locking.start_prepare(txn, reads, writes)).then_some(Conflict::Locked)
-    }
-
     /// A prepare the leader refused: recorded as aborted (unless the log already decided it).
     fn refuse_prepare(&mut self, now: Time, txn: TxnId, conflict: Conflict) -> Vote {
         if let Some(prepared) = self.prepared.get(&txn) {
@@ -699,181 +570,8 @@ impl Participant {
         Err(ExecFailure::Conflict(conflict))
     }
 
-    /// `2pl`: `txn` is decided or refused here: its execution locks go, and the executions
-    /// waiting for them run (or are refused) now.
-    pub(super) fn release_exec(&mut self, now: Time, txn: TxnId, out: &mut Outbox<OccMsg>) {
-        let Some(locking) = self.locking.as_mut() else { return };
-        let mut released = Released::new();
-        locking.release(txn, now, &mut released);
-        self.answer_released(now, released, out);
-    }
-
-    /// `2pl`: the leader received an abort for `txn`: if it has not started to prepare here,
-    /// its execution locks go at once (the abort's log entry records the refusal).
-    pub(super) fn abandon_exec(&mut self, now: Time, txn: TxnId, out: &mut Outbox<OccMsg>) {
-        let Some(locking) = self.locking.as_mut() else { return };
-        let mut released = Released::new();
-        locking.abandon(txn, now, &mut released);
-        self.answer_released(now, released, out);
-    }
-
-    /// `2pl`: the locks an execution needs, strongest mode per key, keys in order (then
-    /// ranges): computed from the pieces' declared keys, checked like execution checks them.
-    fn needs_of(
-        &self,
-        proc: ProcId,
-        args: &Args,
-        calls: &[PieceCall],
-    ) -> Result<Vec<Need>, ExecFailure> {
-        let procedure = self.procedure(proc)?;
-        if calls.len() > PIECES_MAX {
-            let why = format!("{} pieces is over {PIECES_MAX}", calls.len());
-            return Err(ExecFailure::Procedure(ProcError::Contract(why)));
-        }
-        let mut keys: BTreeMap<Key, Mode> = BTreeMap::new();
-        let mut ranges = Vec::new();
-        for call in calls {
-            let inputs: Vec<&meridian_core::txn::PieceOutput> = call.inputs.iter().collect();
-            let set = procedure.keys(call.piece, args, &inputs).map_err(ExecFailure::Procedure)?;
-            exec::check_keys(self.placement(), &set).map_err(ExecFailure::Procedure)?;
-            for key in set.reads {
-                keys.entry(key).or_insert(Mode::Shared);
-            }
-            for key in set.writes {
-                keys.insert(key, Mode::Exclusive);
-            }
-            ranges.extend(set.scans.into_iter().map(Need::Range));
-        }
-        Ok(keys.into_iter().map(|(k, m)| Need::Key(k, m)).chain(ranges).collect())
-    }
-
-    /// `2pl`: an execution at the leader: takes its locks (or waits, or is refused), then runs.
-    fn execute_locked(
-        &mut self,
-        now: Time,
-        origin: meridian_core::NodeId,
-        request: ShardRequest,
-        out: &mut Outbox<OccMsg>,
-    ) {
-        let ShardRequest::Execute { txn, shard, priority, proc, ref args, ref calls, .. } = request
-        else {
-            return;
-        };
-        let refusal = self.undecided(txn).err().or_else(|| {
-            let doom = self.locking.as_ref().and_then(|l| l.doom_of(txn));
-            doom.map(|d| ExecFailure::Conflict(conflict_of(d)))
-        });
-        let needs = match refusal.map_or_else(|| self.needs_of(proc, args, calls), Err) {
-            Ok(needs) => needs,
-            Err(failure) => {
-                out.send(origin, OccMsg::Executed { txn, shard, result: Err(failure) });
-                return;
-            }
-        };
-        let Some(locking) = self.locking.as_mut() else { return };
-        if locking.is_waiting(txn) {
-            // A duplicate of the execution waiting here, which answers when it runs.
-            return;
-        }
-        if !locking.holds(txn) && locking.holder_count() >= self.context.limits.lock_holders_max {
-            let result = Err(ExecFailure::Conflict(Conflict::Full));
-            out.send(origin, OccMsg::Executed { txn, shard, result });
-            return;
-        }
-        let mut released = Released::new();
-        match locking.execute(txn, priority, origin, request, needs, now, &mut released) {
-            Step::Run(run) => released.ready.insert(0, run),
-            Step::Parked => {}
-            Step::Denied => {
-                let result = Err(ExecFailure::Conflict(Conflict::Locked));
-                out.send(origin, OccMsg::Executed { txn, shard, result });
-            }
-        }
-        self.answer_released(now, released, out);
-    }
-
-    /// `2pl`: runs the executions whose locks are now held and answers the refused ones. A run
-    /// that meets a lock of a prepared attempt this leader never locked for (one a previous
-    /// leader admitted) is refused, which may release more.
-    fn answer_released(
-        &mut self,
-        now: Time,
-        mut released: Released<ShardRequest>,
-        out: &mut Outbox<OccMsg>,
-    ) {
-        for _ in 0..RELEASED_PER_CALL_MAX {
-            if let Some((origin, request, doom)) = released.refused.pop() {
-                if let ShardRequest::Execute { txn, shard, .. } = request {
-                    let result = Err(ExecFailure::Conflict(conflict_of(doom)));
-                    out.send(origin, OccMsg::Executed { txn, shard, result });
-                }
-                continue;
-            }
-            if released.ready.is_empty() {
-                return;
-            }
-            let (origin, request) = released.ready.remove(0);
-            let ShardRequest::Execute { txn, shard, proc, args, calls, overlay, .. } = request
-            else {
-                continue;
-            };
-            let mut result = self.on_execute(txn, proc, &args, &calls, overlay);
-            if let Ok(runs) = &result {
-                let reads: Vec<&Key> =
-                    runs.iter().flat_map(|r| r.reads.iter().map(|(k, _)| k)).collect();
-                let scans: Vec<ScanRange> =
-                    runs.iter().flat_map(|r| r.scans.iter().map(|s| s.range.clone())).collect();
-                let writes: Vec<&Key> = runs
-                    .iter()
-                    .filter_map(|r| r.effects.as_ref().ok())
-                    .flat_map(|e| e.writes.iter().map(|w| &w.key))
-                    .collect();
-                if self.locks.check_all(txn, reads, &scans, writes).is_err() {
-                    if let Some(locking) = self.locking.as_mut() {
-                        locking.deny(txn, now, &mut released);
-                    }
-                    result = Err(ExecFailure::Conflict(Conflict::Locked));
-                }
-            }
-            out.send(origin, OccMsg::Executed { txn, shard, result });
-        }
-    }
-
-    /// Counters and gauges for metrics.
-    pub(super) fn counters(&self) -> Vec<(&'static str, u64)> {
-        let mut counters = vec![
-            ("occ_participant_prepared", self.prepared.len() as u64),
-            ("occ_participant_locked_keys", self.locks.locked_keys() as u64),
-            ("occ_participant_inquiries", self.inquiries.len() as u64),
-            ("occ_participant_decided", self.decided.len() as u64),
-            ("occ_participant_unsettled", self.decided.unsettled_count() as u64),
-            ("occ_participant_decided_evicted_total", self.decided.evicted_total()),
-            ("occ_participant_committed_total", self.counts.committed),
-            ("occ_participant_aborted_total", self.counts.aborted),
-            ("occ_participant_terminated_total", self.counts.terminated),
-            ("occ_participant_refused_malformed_total", self.counts.refused_malformed),
-        ];
-        if let Some(m) = &self.mvto {
-            counters.extend(m.counters());
-        }
-        counters.extend(self.mako_counters());
-        if let Some(l) = &self.locking {
-            let (holders, waiting, keys) = l.gauges();
-            counters.extend([
-                ("twopl_exec_holders", holders),
-                ("twopl_exec_waiting", waiting),
-                ("twopl_exec_locked_keys", keys),
-                ("twopl_lock_denied_total", l.denied_total),
-                ("twopl_wounded_total", l.wounded_total),
-                ("twopl_lock_waits_total", l.waits_total),
-                ("twopl_lock_wait_ns_total", l.wait_ns_total),
-                ("twopl_lease_expired_total", l.expired_total),
-            ]);
-        }
-        counters
-    }
-
-    /// Checks a command's contents (see the module documentation).
+    /// Checks a command's contents (see the module documentation); the concurrency control
+    /// checks its own part after.
     fn check_command(&self, command: &ShardCommand) -> Result<(), String> {
         let topology = &self.context.topology;
         let txn = match command {
@@ -890,12 +588,7 @@ impl Participant {
                 }
                 None
             }
-            ShardCommand::Mako(_) => {
-                if self.mako.is_none() {
-                    return Err("a mako entry in another protocol's log".into());
-                }
-                None
-            }
+            ShardCommand::Mako(_) => None,
         };
         if let Some(txn) = txn {
             if txn.origin.0 as usize >= topology.nodes.len() {
@@ -903,10 +596,7 @@ impl Participant {
             }
         }
         match command {
-            ShardCommand::Prepare { args, now, .. } => {
-                self.check_prepare(args)?;
-                self.check_ts(args.ts, *now)
-            }
+            ShardCommand::Prepare { args, .. } => self.check_prepare(args),
             ShardCommand::Decide { decision, tell, .. } => {
                 if *decision == Decision::Committed(Timestamp::ZERO) {
                     return Err("a commit at timestamp 0".into());
@@ -917,10 +607,10 @@ impl Participant {
                 }
                 Ok(())
             }
-            ShardCommand::ExecuteCommit { ts, now, .. } => self.check_ts(*ts, *now),
-            ShardCommand::Query { .. } => Ok(()),
-            ShardCommand::Settle { .. } => Ok(()),
-            ShardCommand::Mako(_) => Ok(()),
+            ShardCommand::ExecuteCommit { .. }
+            | ShardCommand::Query { .. }
+            | ShardCommand::Settle { .. }
+            | ShardCommand::Mako(_) => Ok(()),
         }
     }
 
@@ -963,26 +653,6 @@ impl Participant {
         }
         Ok(())
     }
-
-    /// `2pc-mvto`: an attempt's timestamp is set and not far beyond the leader's clock `now`
-    /// (as logged). Other protocols carry none.
-    fn check_ts(&self, ts: Timestamp, now: Time) -> Result<(), String> {
-        if self.mvto.is_none() {
-            return Ok(());
-        }
-        if ts == Timestamp::ZERO {
-            return Err("a 2pc-mvto request without a timestamp".into());
-        }
-        let latest = now.saturating_add(crate::mvto::order::TS_AHEAD_MAX_NS);
-        if ts.0 > latest {
-            return Err(format!(
-                "timestamp {} is more than {} s ahead of the leader's clock",
-                ts.0,
-                crate::mvto::order::TS_AHEAD_MAX_NS / meridian_core::time::NS_PER_S
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// Checks a list of shards: existing, strictly increasing, and non-empty when `non_empty`.
@@ -996,31 +666,381 @@ fn check_shards(shards: &[ShardId], count: u32, non_empty: bool) -> Result<(), S
     Ok(())
 }
 
+/// A concurrency control as [`Any`], so that the protocol's own code can reach its type.
+/// Implemented for the controls only: a blanket over every `Any` would also cover the
+/// `Box` holding one, and a call on the box would downcast the box.
+pub(crate) trait AsAny: Any {
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Concurrency> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// How one protocol of the family keeps transactions apart: the engine calls it where the
+/// protocols differ, handing it the shared [`Core`]. Every method but [`Concurrency::rules`]
+/// has a default: `occ`'s behaviour, which executes against the newest committed state
+/// without keeping anything, validates reads and locks at prepare, and keeps no history below
+/// the last commit.
+pub(crate) trait Concurrency: AsAny + Send {
+    /// What the replicated state must do for this control.
+    fn rules(&self) -> Rules;
+
+    /// A copy with fresh leader-only state, for a speculating leader's second machine; `None`
+    /// for a control that does not speculate.
+    fn fork(&self) -> Option<Box<dyn Concurrency>> {
+        None
+    }
+
+    /// The leader serves an execution (`request` is an `Execute`) outside the log, answering
+    /// `origin` now or later.
+    fn serve_execute(
+        &mut self,
+        core: &mut Core,
+        _now: Time,
+        origin: NodeId,
+        request: ShardRequest,
+        out: &mut Outbox<OccMsg>,
+    ) {
+        let ShardRequest::Execute { txn, shard, proc, args, calls, overlay, .. } = request else {
+            return;
+        };
+        let result = core.on_execute(txn, proc, &args, &calls, overlay);
+        out.send(origin, OccMsg::Executed { txn, shard, result });
+    }
+
+    /// The leader, before a one-round commit enters the log: why it must be refused, if it
+    /// must (`has_log`: the command waits for its log entry rather than applying at once).
+    fn admit_one_round(
+        &mut self,
+        _core: &mut Core,
+        _now: Time,
+        _txn: TxnId,
+        _proc: ProcId,
+        _args: &Args,
+        _has_log: bool,
+    ) -> Option<Conflict> {
+        None
+    }
+
+    /// The leader, before a prepare enters the log: `None` holds it back (it comes back from
+    /// [`Concurrency::take_unblocked`]); otherwise it goes on, with the refusal to log if
+    /// there is one.
+    fn hold_prepare(
+        &mut self,
+        _core: &mut Core,
+        _now: Time,
+        _origin: NodeId,
+        _txn: TxnId,
+        args: PrepareArgs,
+    ) -> Option<(PrepareArgs, Option<Conflict>)> {
+        Some((args, None))
+    }
+
+    /// The leader: why a prepare that is not held back must be refused, if it must.
+    fn may_prepare(
+        &mut self,
+        _core: &mut Core,
+        _txn: TxnId,
+        _args: &PrepareArgs,
+    ) -> Option<Conflict> {
+        None
+    }
+
+    /// Held prepares that may go on now, oldest first: who sent each, the attempt, its
+    /// arguments.
+    fn take_unblocked(&mut self, _core: &mut Core) -> Vec<(NodeId, TxnId, PrepareArgs)> {
+        Vec::new()
+    }
+
+    /// `txn` is decided or refused here: leader-only state it held goes.
+    fn release(&mut self, _core: &mut Core, _now: Time, _txn: TxnId, _out: &mut Outbox<OccMsg>) {}
+
+    /// The leader received an abort for `txn`, before it enters the log.
+    fn abandon(&mut self, _core: &mut Core, _now: Time, _txn: TxnId, _out: &mut Outbox<OccMsg>) {}
+
+    /// A leader's periodic work, before its inquiries.
+    fn leader_tick(&mut self, _core: &mut Core, _now: Time, _out: &mut Outbox<OccMsg>) {}
+
+    /// This replica starts or stops leading its shard (inquiries are already dropped).
+    fn on_leadership(&mut self, _core: &mut Core, _leads: bool) {}
+
+    /// Checks the control's part of a command (after the shared checks).
+    fn check(&self, _core: &Core, command: &ShardCommand) -> Result<(), String> {
+        match command {
+            ShardCommand::Mako(_) => Err("an entry of another protocol in this log".into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Before a command applies: its logged clock reading, if it carries one, and the causal
+    /// chain of the call applying it.
+    fn before_apply(&mut self, _core: &mut Core, _now: Option<Time>, _chain: u16) {}
+
+    /// A prepare in the log of an attempt neither prepared nor decided here.
+    fn prepare(&mut self, core: &mut Core, now: Time, txn: TxnId, args: PrepareArgs) -> Vote {
+        core.prepare_validated(now, txn, args, None)
+    }
+
+    /// A one-round commit in the log, not refused by the leader.
+    #[allow(clippy::too_many_arguments)] // the command's fields, as logged
+    fn execute_commit(
+        &mut self,
+        core: &mut Core,
+        now: Time,
+        txn: TxnId,
+        _ts: Timestamp,
+        _epoch: u64,
+        proc: ProcId,
+        args: &Args,
+    ) -> Result<(Vec<PieceRun>, Option<Timestamp>), ExecFailure> {
+        core.execute_commit_validated(now, txn, None, proc, args)
+    }
+
+    /// An entry of the control's own in the log (validated by [`Concurrency::check`]).
+    fn apply_entry(&mut self, _core: &mut Core, _entry: crate::mako::Entry) {}
+
+    /// The periodic GC tick, on every copy: raise the store's GC watermark. By default to the
+    /// last commit: reads see only the newest version (execution, validation, scans and
+    /// snapshot images alike), so history below it serves no reader (keeping a retention's
+    /// worth held a second of overwritten values, hundreds of megabytes of YCSB records at full
+    /// speed). Every later write is above `ts_last`.
+    fn gc(&mut self, core: &mut Core, _now: Time) {
+        core.raise_watermark(0, None);
+    }
+
+    /// Counters and gauges of the control's own.
+    fn counters(&self, _counters: &mut Vec<(&'static str, u64)>) {}
+
+    /// The control's replicated state, for a snapshot image.
+    fn image(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Checks the control's part of an image (a bad one is an error).
+    fn check_image(&self, bytes: &[u8]) -> Result<(), String> {
+        match bytes.is_empty() {
+            true => Ok(()),
+            false => Err(format!("{} bytes of state this protocol does not keep", bytes.len())),
+        }
+    }
+
+    /// Replaces the control's replicated state by an image's (checked), after the engine's
+    /// own part is installed; `watermark` is the image's GC watermark.
+    fn install_image(&mut self, _core: &mut Core, _bytes: &[u8], _watermark: Timestamp) {}
+
+    /// Before an image's rows go over the store.
+    fn before_install(&mut self, _core: &mut Core) {}
+}
+
+/// The participant of one shard: the shared core and the protocol's concurrency control.
+pub(crate) struct Participant {
+    pub(crate) core: Core,
+    pub(crate) cc: Box<dyn Concurrency>,
+}
+
+impl Participant {
+    pub(super) fn new(shard: ShardId, context: NodeContext, cc: Box<dyn Concurrency>) -> Self {
+        Self { core: Core::new(shard, context, cc.rules()), cc }
+    }
+
+    /// A copy of the replicated state with fresh leader-only state: a speculating leader's
+    /// speculative machine.
+    pub(super) fn fork(&self) -> Self {
+        let cc = self.cc.fork().expect("only a speculating protocol's participants are forked");
+        Self { core: self.core.fork(), cc }
+    }
+
+    /// The concurrency control, as its own type (`None` under another protocol).
+    pub(crate) fn cc<T: Concurrency>(&self) -> Option<&T> {
+        self.cc.as_any().downcast_ref()
+    }
+
+    /// [`Participant::cc`], mutably, with the core beside it.
+    pub(crate) fn cc_mut<T: Concurrency>(&mut self) -> Option<(&mut T, &mut Core)> {
+        let cc = self.cc.as_any_mut().downcast_mut()?;
+        Some((cc, &mut self.core))
+    }
+
+    pub(super) fn store(&self) -> &MvccStore {
+        &self.core.store
+    }
+
+    pub(super) fn store_mut(&mut self) -> &mut MvccStore {
+        &mut self.core.store
+    }
+
+    /// A prepare in the log: duplicates and decided attempts get their answer here, new ones
+    /// go to the concurrency control.
+    pub(super) fn on_prepare(&mut self, now: Time, txn: TxnId, request: PrepareArgs) -> Vote {
+        if let Some(prepared) = self.core.prepared.get(&txn) {
+            return Vote::Yes(prepared.proposal); // A duplicate prepare.
+        }
+        match self.core.known(txn) {
+            Known::Decided(Decision::Aborted) => return Vote::No(Conflict::AlreadyAborted),
+            Known::Decided(Decision::Committed(ts)) => return Vote::Committed(ts),
+            Known::Forgotten => return Vote::Forgotten,
+            Known::Unseen => {}
+        }
+        self.cc.prepare(&mut self.core, now, txn, request)
+    }
+
+    /// Applies a decision (see [`Core::on_decision`]).
+    #[cfg(test)]
+    pub(super) fn on_decision(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        decision: Decision,
+    ) -> Option<PeerState> {
+        self.core.on_decision(now, txn, decision)
+    }
+
+    /// Where `txn` stands here (see [`Core::on_query`]).
+    #[cfg(test)]
+    pub(super) fn on_query(&mut self, now: Time, txn: TxnId) -> PeerState {
+        self.core.on_query(now, txn)
+    }
+
+    /// Raises the GC watermark (the concurrency control's rule). Then, when this replica
+    /// leads, does the control's periodic work and the inquiries among participants.
+    pub(super) fn on_gc_tick(&mut self, now: Time, leads: bool, out: &mut Outbox<OccMsg>) {
+        self.cc.gc(&mut self.core, now);
+        if !leads {
+            self.core.inquiries.clear();
+            return;
+        }
+        self.cc.leader_tick(&mut self.core, now, out);
+        self.core.inquire(now, out);
+    }
+
+    /// A peer's answer to one of this participant's inquiries, from `from` (which leads
+    /// `peer`). Returns what to do: a decision or settlement to put through the log, or a
+    /// decision to tell a peer that never heard it.
+    pub(super) fn on_peer_state(
+        &mut self,
+        from: NodeId,
+        txn: TxnId,
+        peer: ShardId,
+        state: PeerState,
+    ) -> Option<Concluded> {
+        let core = &mut self.core;
+        if !core.inquiries.contains(txn) {
+            return None;
+        }
+        core.peers.note(peer, from);
+        let own = core.prepared.get(&txn).map(|p| p.proposal);
+        core.inquiries.on_state(txn, peer, state, own)
+    }
+
+    /// The node this participant believes leads `peer`.
+    pub(super) fn leader_of(&self, peer: ShardId) -> NodeId {
+        self.core.peers.leader(peer)
+    }
+
+    /// The peers to tell a decision this participant reached by termination.
+    pub(super) fn participants_of(&self, txn: TxnId) -> Vec<ShardId> {
+        let core = &self.core;
+        core.prepared.get(&txn).map(|p| core.peers_of(&p.participants)).unwrap_or_default()
+    }
+
+    /// The leader, before a one-round commit enters the log (see
+    /// [`Concurrency::admit_one_round`]).
+    pub(super) fn lock_one_round(
+        &mut self,
+        now: Time,
+        txn: TxnId,
+        proc: ProcId,
+        args: &Args,
+        has_log: bool,
+    ) -> Option<Conflict> {
+        self.cc.admit_one_round(&mut self.core, now, txn, proc, args, has_log)
+    }
+
+    /// The leader, before a prepare enters the log (see [`Concurrency::hold_prepare`]).
+    pub(super) fn hold_prepare(
+        &mut self,
+        now: Time,
+        origin: NodeId,
+        txn: TxnId,
+        args: PrepareArgs,
+    ) -> Option<(PrepareArgs, Option<Conflict>)> {
+        self.cc.hold_prepare(&mut self.core, now, origin, txn, args)
+    }
+
+    /// The leader: why a prepare must be refused (see [`Concurrency::may_prepare`]).
+    pub(super) fn may_prepare(&mut self, txn: TxnId, args: &PrepareArgs) -> Option<Conflict> {
+        self.cc.may_prepare(&mut self.core, txn, args)
+    }
+
+    /// Held prepares that may go on now (see [`Concurrency::take_unblocked`]).
+    pub(super) fn take_unblocked(&mut self) -> Vec<(NodeId, TxnId, PrepareArgs)> {
+        self.cc.take_unblocked(&mut self.core)
+    }
+
+    /// `txn` is decided or refused here (see [`Concurrency::release`]).
+    pub(super) fn release_exec(&mut self, now: Time, txn: TxnId, out: &mut Outbox<OccMsg>) {
+        self.cc.release(&mut self.core, now, txn, out);
+    }
+
+    /// The leader received an abort for `txn` (see [`Concurrency::abandon`]).
+    pub(super) fn abandon_exec(&mut self, now: Time, txn: TxnId, out: &mut Outbox<OccMsg>) {
+        self.cc.abandon(&mut self.core, now, txn, out);
+    }
+
+    /// Counters and gauges for metrics.
+    pub(super) fn counters(&self) -> Vec<(&'static str, u64)> {
+        let core = &self.core;
+        let mut counters = vec![
+            ("occ_participant_prepared", core.prepared.len() as u64),
+            ("occ_participant_locked_keys", core.locks.locked_keys() as u64),
+            ("occ_participant_inquiries", core.inquiries.len() as u64),
+            ("occ_participant_decided", core.decided.len() as u64),
+            ("occ_participant_unsettled", core.decided.unsettled_count() as u64),
+            ("occ_participant_decided_evicted_total", core.decided.evicted_total()),
+            ("occ_participant_committed_total", core.counts.committed),
+            ("occ_participant_aborted_total", core.counts.aborted),
+            ("occ_participant_terminated_total", core.counts.terminated),
+            ("occ_participant_refused_malformed_total", core.counts.refused_malformed),
+        ];
+        self.cc.counters(&mut counters);
+        counters
+    }
+}
+
 impl StateMachine for Participant {
     type Command = ShardCommand;
     type Msg = OccMsg;
     /// The asker, the leader's clock when it asked, and the request.
-    type Read = (meridian_core::NodeId, Time, ShardRequest);
+    type Read = (NodeId, Time, ShardRequest);
     type Image = Image;
 
     fn validate(&self, command: &ShardCommand) -> Result<(), String> {
-        self.check_command(command)
+        self.core.check_command(command)?;
+        self.cc.check(&self.core, command)
     }
 
     fn apply(&mut self, command: ShardCommand, answer: bool, out: &mut Outbox<OccMsg>) {
-        let shard = self.shard;
-        self.mako_note_chain(out.chain());
-        match &command {
+        let shard = self.core.shard;
+        let logged_now = match &command {
             ShardCommand::Prepare { now, .. }
             | ShardCommand::ExecuteCommit { now, .. }
             | ShardCommand::Decide { now, .. }
-            | ShardCommand::Query { now, .. } => self.advance_watermark(*now),
-            ShardCommand::Settle { .. } | ShardCommand::Mako(_) => {}
-        }
+            | ShardCommand::Query { now, .. } => Some(*now),
+            ShardCommand::Settle { .. } | ShardCommand::Mako(_) => None,
+        };
+        self.cc.before_apply(&mut self.core, logged_now, out.chain());
         match command {
             ShardCommand::Prepare { reply_to, now, txn, refused, args } => {
                 let vote = match refused {
-                    Some(conflict) => self.refuse_prepare(now, txn, conflict),
+                    Some(conflict) => self.core.refuse_prepare(now, txn, conflict),
                     None => self.on_prepare(now, txn, args),
                 };
                 if !matches!(vote, Vote::Yes(_)) {
@@ -1032,11 +1052,10 @@ impl StateMachine for Participant {
             }
             ShardCommand::ExecuteCommit { reply_to, now, txn, refused, ts, epoch, proc, args } => {
                 let mut result = match refused {
-                    Some(conflict) => self.refuse_one_round(now, txn, conflict),
-                    None if self.mvto.is_some() => {
-                        self.execute_commit_mvto(now, txn, ts, proc, &args)
+                    Some(conflict) => self.core.refuse_one_round(now, txn, conflict),
+                    None => {
+                        self.cc.execute_commit(&mut self.core, now, txn, ts, epoch, proc, &args)
                     }
-                    None => self.on_execute_commit(now, txn, epoch, proc, &args),
                 };
                 self.release_exec(now, txn, out);
                 if !answer {
@@ -1053,10 +1072,10 @@ impl StateMachine for Participant {
                 out.send(reply_to, OccMsg::ExecutedCommit { txn, shard, result });
             }
             ShardCommand::Decide { reply_to, now, txn, decision, tell } => {
-                let Some(state) = self.on_decision(now, txn, decision) else { return };
+                let Some(state) = self.core.on_decision(now, txn, decision) else { return };
                 self.release_exec(now, txn, out);
                 if !tell.is_empty() {
-                    self.counts.terminated += 1;
+                    self.core.counts.terminated += 1;
                 }
                 if !answer {
                     return;
@@ -1067,7 +1086,7 @@ impl StateMachine for Participant {
                 };
                 for peer in tell {
                     out.send(
-                        self.peers.leader(peer),
+                        self.core.peers.leader(peer),
                         OccMsg::Request(ShardRequest::decision(txn, peer, told)),
                     );
                 }
@@ -1076,7 +1095,7 @@ impl StateMachine for Participant {
                 }
             }
             ShardCommand::Query { reply_to, now, txn } => {
-                let state = self.on_query(now, txn);
+                let state = self.core.on_query(now, txn);
                 if !matches!(state, PeerState::Prepared(_)) {
                     self.release_exec(now, txn, out);
                 }
@@ -1086,42 +1105,21 @@ impl StateMachine for Participant {
             }
             ShardCommand::Settle { txns } => {
                 for txn in txns {
-                    self.decided.settle(txn);
-                    self.inquiries.close(txn);
+                    self.core.decided.settle(txn);
+                    self.core.inquiries.close(txn);
                 }
             }
-            ShardCommand::Mako(entry) => self.apply_mako(entry),
+            ShardCommand::Mako(entry) => self.cc.apply_entry(&mut self.core, entry),
         }
     }
 
     fn serve_read(&mut self, (origin, now, request): Self::Read, out: &mut Outbox<OccMsg>) {
-        if self.locking.is_some() {
-            return self.execute_locked(now, origin, request, out);
-        }
-        let ShardRequest::Execute { txn, shard, ts, proc, args, calls, overlay, .. } = request
-        else {
-            return;
-        };
-        let result = match self.mvto {
-            Some(_) => self.execute_mvto(txn, ts, proc, &args, &calls, overlay),
-            None => self.on_execute(txn, proc, &args, &calls, overlay),
-        };
-        out.send(origin, OccMsg::Executed { txn, shard, result });
+        self.cc.serve_execute(&mut self.core, now, origin, request, out);
     }
 
     fn on_leadership(&mut self, leads: bool) {
-        if leads {
-            self.mako_on_leadership();
-        }
-        self.inquiries.clear();
-        if let Some(m) = self.mvto.as_mut() {
-            m.clear_leader_state();
-        }
-        // Execution locks are the leader's alone: a new term starts without any (attempts
-        // that held some fail to prepare and retry).
-        if let Some(locking) = self.locking.as_mut() {
-            locking.clear();
-        }
+        self.core.inquiries.clear();
+        self.cc.on_leadership(&mut self.core, leads);
     }
 
     /// Encoded from borrows (postcard writes `&T` as `T`), so nothing is copied but the bytes.
@@ -1134,23 +1132,21 @@ impl StateMachine for Participant {
             ts_last: Timestamp,
             counts: Counts,
             watermark: Timestamp,
-            stamps: Option<crate::mvto::order::StampsImage>,
-            mako: &'a Option<mako::MakoState>,
+            cc: Vec<u8>,
         }
-        // Under `mako` every version too: a discard may fall back to an older one.
-        let history = self.mvto.is_some() || self.mako.is_some();
-        let rows = match history {
-            false => self
+        let core = &self.core;
+        let rows = match core.rules.keeps_history {
+            false => core
                 .store
                 .written_since_load()
                 .map(|(k, v)| (k, v.ts, v.writer, &v.value))
                 .collect(),
             // Reads see history: every committed version of the written keys.
-            true => self
+            true => core
                 .store
                 .written_since_load()
                 .flat_map(|(k, _)| {
-                    self.store
+                    core.store
                         .versions(k)
                         .iter()
                         .filter(|v| v.state == VersionState::Committed)
@@ -1160,27 +1156,21 @@ impl StateMachine for Participant {
         };
         let image = ImageRef {
             rows,
-            prepared: self.prepared.iter().map(|(&txn, p)| (txn, p)).collect(),
-            decided: self.decided.image(),
-            ts_last: self.ts_last,
-            counts: self.counts,
-            watermark: self.store.gc_watermark(),
-            stamps: self.mvto.as_ref().map(|m| m.stamps.image()),
-            mako: &self.mako,
+            prepared: core.prepared.iter().map(|(&txn, p)| (txn, p)).collect(),
+            decided: core.decided.image(),
+            ts_last: core.ts_last,
+            counts: core.counts,
+            watermark: core.store.gc_watermark(),
+            cc: self.cc.image(),
         };
         postcard::to_allocvec(&image).expect("images encode")
     }
 
-    fn decode_image(context: &NodeContext, bytes: &[u8]) -> Result<Image, String> {
+    fn decode_image(&self, _context: &NodeContext, bytes: &[u8]) -> Result<Image, String> {
         let image: Image = postcard::from_bytes(bytes)
             .map_err(|e| format!("snapshot image does not decode: {e}"))?;
-        image.decided.check(context.limits.decided_max)?;
-        if let Some(stamps) = &image.stamps {
-            crate::mvto::order::ReadStamps::check_image(stamps, context.limits.read_stamps_max)?;
-        }
-        if let Some(m) = &image.mako {
-            m.check()?;
-        }
+        image.decided.check(self.core.context.limits.decided_max)?;
+        self.cc.check_image(&image.cc)?;
         if image.rows.windows(2).any(|w| w[0].0 == w[1].0 && w[0].1 >= w[1].1) {
             return Err("snapshot versions of a key are not in timestamp order".into());
         }
@@ -1190,82 +1180,67 @@ impl StateMachine for Participant {
     /// The rows go over the store as it is (the initial load, or an older state of the same
     /// log); everything else is replaced.
     fn install(&mut self, image: Image) {
+        let core = &mut self.core;
         // Pending versions of the attempts prepared before belong to the old state.
-        for (txn, prepared) in std::mem::take(&mut self.prepared) {
-            for write in prepared.writes.iter().filter(|_| self.mvto.is_some()) {
-                self.store.revoke(&write.key, txn);
+        for (txn, prepared) in std::mem::take(&mut core.prepared) {
+            for write in prepared.writes.iter().filter(|_| core.rules.pending_writes) {
+                core.store.revoke(&write.key, txn);
             }
         }
-        if self.mako.is_some() {
-            // Versions of the old state that the image's discarded must go; the image holds
-            // every version of the keys written since the load.
-            self.store.forget_writes();
-        }
+        self.cc.before_install(core);
         let mut rows = image.rows.into_iter().peekable();
         while let Some((key, ts, writer, value)) = rows.next() {
             let mut chain = vec![Version { ts, value, writer, state: VersionState::Committed }];
             while let Some((_, ts, writer, value)) = rows.next_if(|(next, ..)| *next == key) {
                 chain.push(Version { ts, value, writer, state: VersionState::Committed });
             }
-            self.store.restore_chain(key, chain);
+            core.store.restore_chain(key, chain);
         }
-        self.store.set_gc_watermark(image.watermark);
-        self.locks = LockTable::new();
+        core.store.set_gc_watermark(image.watermark);
+        core.locks = LockTable::new();
         for (txn, prepared) in image.prepared {
             let writes: Vec<Key> = prepared.writes.iter().map(|w| w.key.clone()).collect();
-            self.locks
+            core.locks
                 .try_all(txn, &prepared.reads, &prepared.scans, &writes)
                 .expect("the prepared attempts of one state never conflict");
-            if self.mvto.is_some() {
+            if core.rules.pending_writes {
                 let writes = prepared.writes.iter().cloned();
-                self.install_as(txn, writes, prepared.proposal, VersionState::Pending);
+                core.install_as(txn, writes, prepared.proposal, VersionState::Pending);
             }
-            self.prepared.insert(txn, prepared);
+            core.prepared.insert(txn, prepared);
         }
-        if let (Some(m), Some(stamps)) = (self.mvto.as_mut(), image.stamps) {
-            m.stamps.install(stamps, image.watermark);
-            m.clear_leader_state();
-        }
-        self.decided.install(image.decided);
-        self.ts_last = image.ts_last;
-        self.counts = image.counts;
-        if self.mako.is_some() {
-            self.mako = image.mako;
-        }
-        self.inquiries.clear();
-        if let Some(locking) = self.locking.as_mut() {
-            locking.clear();
-        }
+        core.decided.install(image.decided);
+        core.ts_last = image.ts_last;
+        core.counts = image.counts;
+        core.inquiries.clear();
+        self.cc.install_image(core, &image.cc, image.watermark);
     }
 }
 
 #[cfg(test)]
 impl Participant {
     pub(super) fn prepared_count(&self) -> usize {
-        self.prepared.len()
+        self.core.prepared.len()
     }
 
     pub(super) fn lock_count(&self) -> usize {
-        self.locks.locked_keys()
+        self.core.locks.locked_keys()
     }
 
     /// `2pl`: attempts holding execution locks plus keys locked.
     pub(super) fn exec_lock_count(&self) -> u64 {
-        self.locking.as_ref().map_or(0, |l| {
-            let (holders, _, keys) = l.gauges();
-            holders + keys
-        })
+        self.cc::<crate::twopl::cc::ExecutionLocks>().map_or(0, |l| l.held())
     }
 
     pub(super) fn set_registry(&mut self, registry: Arc<meridian_core::txn::Registry>) {
-        self.context.registry = registry;
+        self.core.context.registry = registry;
     }
 
     pub(super) fn debug_state(&self) -> String {
         format!(
             "prepared {:?} locks {}",
-            self.prepared.keys().collect::<Vec<_>>(),
-            self.locks.locked_keys()
+            self.core.prepared.keys().collect::<Vec<_>>(),
+            self.core.locks.locked_keys()
         )
     }
 }

@@ -176,6 +176,12 @@ fn rw(reads: &[u64], writes: &[(u64, u64)]) -> TxnRequest {
     }
 }
 
+/// A participant of `shard` under `mode`.
+fn new_participant(shard: ShardId, context: NodeContext, mode: CcMode) -> Participant {
+    let cc = super::control(mode, &context);
+    Participant::new(shard, context, cc)
+}
+
 type Filter = Box<dyn FnMut(NodeId, &OccMsg) -> Delivery>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -635,7 +641,7 @@ fn lost_and_duplicated_protocol_messages_still_finish_cleanly() {
 fn late_prepare_after_abort_is_refused() {
     let net = Net::new();
     let mut participant =
-        Participant::new(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
+        new_participant(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
     let txn = TxnId { origin: COORDINATOR, incarnation: 0, seq: 9 };
     assert_eq!(
         participant.on_decision(0, txn, Decision::Aborted),
@@ -662,7 +668,7 @@ fn late_prepare_after_abort_is_refused() {
 fn prepared_readers_block_writers_and_prepared_writers_block_readers() {
     let net = Net::new();
     let context = net.nodes[0].context.clone();
-    let mut participant = Participant::new(ShardId(0), context, CcMode::Validation);
+    let mut participant = new_participant(ShardId(0), context, CcMode::Validation);
     let (t1, t2) = (
         TxnId { origin: COORDINATOR, incarnation: 0, seq: 1 },
         TxnId { origin: COORDINATOR, incarnation: 0, seq: 2 },
@@ -823,7 +829,7 @@ fn a_prepared_attempt_is_never_taken_for_a_forgotten_one() {
     let net = Net::new();
     let mut context = net.nodes[0].context.clone();
     context.limits.decided_max = 2;
-    let mut participant = Participant::new(ShardId(0), context, CcMode::Validation);
+    let mut participant = new_participant(ShardId(0), context, CcMode::Validation);
     let txn = |seq| TxnId { origin: COORDINATOR, incarnation: 0, seq };
     let both = vec![ShardId(0), ShardId(1)];
     let prepare = |key_id: u64| PrepareArgs {
@@ -884,7 +890,7 @@ fn scan_of(first: u64, end: u64) -> meridian_core::txn::ScanRange {
 fn a_prepare_carrying_a_stale_scan_votes_no() {
     let net = Net::new();
     let mut participant =
-        Participant::new(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
+        new_participant(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
     let txn = |seq| TxnId { origin: COORDINATOR, incarnation: 0, seq };
     let both = vec![ShardId(0), ShardId(1)];
     let args = |scans, writes| PrepareArgs {
@@ -1161,7 +1167,7 @@ fn malformed_requests_cost_their_sender_the_request_never_the_shard() {
     assert_eq!(net.outcome(1).result, TxnResult::Committed);
     // A commit below the proposal is refused, counted, and leaves the attempt prepared.
     let mut participant =
-        Participant::new(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
+        new_participant(ShardId(0), net.nodes[0].context.clone(), CcMode::Validation);
     let prepare = PrepareArgs {
         reads: vec![],
         scans: vec![],
@@ -1402,7 +1408,7 @@ fn twopl_lock_holders_beyond_the_limit_are_refused_not_admitted() {
 /// A `2pc-mvto` participant of shard 0 (keys 0..100) and attempt ids for it.
 fn mvto_participant() -> Participant {
     let context = Net::new().nodes[0].context.clone();
-    Participant::new(ShardId(0), context, CcMode::Mvto)
+    new_participant(ShardId(0), context, CcMode::Mvto)
 }
 
 /// A prepare at `ts` reading `reads` (id and the version seen) and writing `writes`.
@@ -1557,7 +1563,7 @@ fn mvto_a_snapshot_carries_history_stamps_and_pending_versions() {
     let mut copy = mvto_participant();
     // The copy's own prepared attempt (an older state) is replaced, its pending version too.
     copy.on_prepare(0, attempt(9), mvto_args(50, &[], &[(5, 1)], false));
-    let image = Participant::decode_image(&context, &p.image()).unwrap();
+    let image = p.decode_image(&context, &p.image()).unwrap();
     copy.install(image);
     for id in 1..=5 {
         for ts in [50, 101, 150, 201, 401] {
@@ -2041,7 +2047,7 @@ fn mako_value(p: &Participant, id: u64) -> Option<u64> {
 fn mako_an_epoch_start_aborts_prepared_attempts_and_discards_commits_above_the_stable_point() {
     use crate::mako::Entry;
     let mut p =
-        Participant::new(ShardId(0), Net::new().nodes[0].context.clone(), CcMode::Speculative);
+        new_participant(ShardId(0), Net::new().nodes[0].context.clone(), CcMode::Speculative);
     let report = |p: &Participant| p.mako_report(ShardId(0)).unwrap().0;
     let (t1, t2, t3) = (attempt(1), attempt(2), attempt(3));
     assert_eq!(
@@ -2110,7 +2116,7 @@ fn mako_a_copy_behind_the_node_keeps_the_history_its_epoch_start_needs() {
     let context = Net::new().nodes[0].context.clone();
     let shards = context.topology.shards;
     let r = context.timing.gc_retention_ns;
-    let mut p = Participant::new(ShardId(0), context, CcMode::Speculative);
+    let mut p = new_participant(ShardId(0), context, CcMode::Speculative);
     let (s, t2, late) = (r + 1_000, r + 2_000, 3 * r);
     assert_eq!(
         p.on_prepare(s, attempt(1), mako_args(0, &[(1, 10)], true)),
@@ -2154,7 +2160,7 @@ fn mako_a_leader_with_its_clock_behind_ticks_at_the_highest_watermark_heard() {
     let context = Net::new().nodes[0].context.clone();
     let shards = context.topology.shards;
     assert!(shards >= 2, "the test needs another shard");
-    let mut p = Participant::new(ShardId(0), context, CcMode::Speculative);
+    let mut p = new_participant(ShardId(0), context, CcMode::Speculative);
     let mut tracker = Watermarks::new(shards);
     let ahead = 20_000_000_000;
     assert_eq!(p.mako_next(&tracker, 1_000), Some(Entry::Tick { now: 1_000 }), "nothing heard");
@@ -2192,7 +2198,7 @@ fn mako_a_leader_with_its_clock_behind_ticks_at_the_highest_watermark_heard() {
 #[test]
 fn latest_reading_shards_keep_no_history_below_the_newest_commit() {
     for mode in [CcMode::Validation, CcMode::Locking(crate::kit::locks::Policy::NoWait)] {
-        let mut p = Participant::new(ShardId(0), Net::new().nodes[0].context.clone(), mode);
+        let mut p = new_participant(ShardId(0), Net::new().nodes[0].context.clone(), mode);
         let mut out = Outbox::new();
         for seq in 1..=20 {
             let now = seq * 1_000;

@@ -245,7 +245,7 @@ impl StateMachine for ManagerMachine {
         postcard::to_allocvec(&ViewRecord::of(&self.view)).expect("a view serializes")
     }
 
-    fn decode_image(context: &NodeContext, bytes: &[u8]) -> Result<ViewRecord, String> {
+    fn decode_image(&self, context: &NodeContext, bytes: &[u8]) -> Result<ViewRecord, String> {
         let record: ViewRecord =
             postcard::from_bytes(bytes).map_err(|e| format!("view manager image: {e}"))?;
         record.check(context.topology.shards)?;
@@ -674,7 +674,8 @@ mod tests {
         let mut out = Outbox::new();
         m.apply(ManagerCommand::Install(record.clone()), false, &mut out);
         let image = m.image();
-        let decoded = ManagerMachine::decode_image(&ctx, &image).unwrap();
+        let fresh_for_decode = ManagerMachine::new(&t, View::initial(t.shards, Mode::Preventive));
+        let decoded = fresh_for_decode.decode_image(&ctx, &image).unwrap();
         let mut fresh = ManagerMachine::new(&t, View::initial(t.shards, Mode::Preventive));
         fresh.install(decoded);
         assert_eq!(fresh.view(), m.view());
@@ -691,8 +692,8 @@ mod tests {
         assert_eq!(fresh.skipped_total(), 1);
         let three = ViewRecord { global: 1, local: vec![1, 0, 0], detective: false };
         let bad = postcard::to_allocvec(&three).unwrap();
-        assert!(ManagerMachine::decode_image(&ctx, &bad).is_err());
-        assert!(ManagerMachine::decode_image(&ctx, &[0xff, 0xff, 0xff]).is_err());
+        assert!(fresh_for_decode.decode_image(&ctx, &bad).is_err());
+        assert!(fresh_for_decode.decode_image(&ctx, &[0xff, 0xff, 0xff]).is_err());
         fresh.serve_read(NodeId(4), &mut out);
         assert_eq!(out.len(), 1);
     }

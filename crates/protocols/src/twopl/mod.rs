@@ -27,6 +27,7 @@
 //! atomically at its shard if no other attempt holds a conflicting lock (never waiting,
 //! whatever the policy: it holds nothing while it would wait).
 
+pub(crate) mod cc;
 pub(crate) mod locking;
 
 use crate::occ::{CcMode, OccNode};
