@@ -37,11 +37,12 @@
 pub(crate) mod cc;
 pub mod watermark;
 
-use crate::occ::{CcMode, OccNode};
+use crate::occ::{Family, OccNode, Style};
 use crate::{Durable, NodeContext, OptionKind, OptionSpec, Protocol, Replayed};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId, Timestamp};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// The `mako` protocol.
 pub struct Mako;
@@ -62,20 +63,33 @@ impl Protocol for Mako {
     type Node = OccNode;
 
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
-        <crate::occ::Occ as Protocol>::check_topology(topology)
-            .map_err(|e| ConfigError::new(e.0.replacen("occ", "mako", 1)))
+        crate::occ::check_topology(Self::NAME, topology)
     }
 
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        <crate::occ::Occ as Protocol>::may_crash(topology, node)
+        crate::occ::may_crash(topology, node)
     }
 
     fn restore(context: NodeContext, durable: &Durable) -> Result<OccNode, String> {
-        OccNode::restore_as(context, durable, CcMode::Speculative)
+        OccNode::restore_as(context, durable, family())
     }
 
     fn replay_committed(node: &mut OccNode) -> Replayed {
         node.replay_committed()
+    }
+}
+
+/// `mako` in the engine: validation on the leader's speculative state, inside epochs.
+pub(crate) fn family() -> Family {
+    Family {
+        name: Mako::NAME,
+        control: Arc::new(|_| Box::new(cc::Epochs::default())),
+        style: Style {
+            one_round: (crate::occ::OPTION_ONE_ROUND, crate::occ::Occ::OPTIONS),
+            locks_at_execution: false,
+            timestamps: false,
+            speculative: true,
+        },
     }
 }
 

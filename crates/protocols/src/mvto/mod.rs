@@ -51,10 +51,11 @@
 pub(crate) mod cc;
 pub(crate) mod order;
 
-use crate::occ::{CcMode, OccNode};
+use crate::occ::{Family, OccNode, Style};
 use crate::{Durable, Guarantee, NodeContext, OptionKind, OptionSpec, Protocol, Replayed};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId};
+use std::sync::Arc;
 
 /// The `2pc-mvto` protocol.
 pub struct Mvto;
@@ -88,19 +89,36 @@ impl Protocol for Mvto {
     type Node = OccNode;
 
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
-        <crate::occ::Occ as Protocol>::check_topology(topology)
-            .map_err(|e| ConfigError::new(e.0.replacen("occ", "2pc-mvto", 1)))
+        crate::occ::check_topology(Self::NAME, topology)
     }
 
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        <crate::occ::Occ as Protocol>::may_crash(topology, node)
+        crate::occ::may_crash(topology, node)
     }
 
     fn restore(context: NodeContext, durable: &Durable) -> Result<OccNode, String> {
-        OccNode::restore_as(context, durable, CcMode::Mvto)
+        OccNode::restore_as(context, durable, family())
     }
 
     fn replay_committed(node: &mut OccNode) -> Replayed {
         node.replay_committed()
+    }
+}
+
+/// `2pc-mvto` in the engine: timestamp order, read stamps as the options say.
+pub(crate) fn family() -> Family {
+    Family {
+        name: Mvto::NAME,
+        control: Arc::new(|context| {
+            let at = context.options.choice(OPTION_READ_STAMPS, Mvto::OPTIONS);
+            let stamps_max = context.limits.read_stamps_max;
+            Box::new(cc::TimestampOrder::new(stamps_max, at == "execution"))
+        }),
+        style: Style {
+            one_round: (OPTION_ONE_ROUND, Mvto::OPTIONS),
+            locks_at_execution: false,
+            timestamps: true,
+            speculative: false,
+        },
     }
 }

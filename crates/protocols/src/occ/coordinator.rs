@@ -21,7 +21,7 @@
 //! - the client is answered exactly once per request (the request leaves the table then);
 //! - a commit is decided only with a yes vote from every participant.
 
-use super::{CcMode, Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest, TimerPurpose, Vote};
+use super::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest, Style, TimerPurpose, Vote};
 use crate::kit::coord::{self, AttemptIds, LeaderCache, PieceSlot, RequestTable};
 use crate::kit::exec::{PieceRun, ScanCheck, VersionTag};
 use crate::kit::timers::Timers;
@@ -173,7 +173,7 @@ pub(super) struct Coordinator {
 }
 
 impl Coordinator {
-    pub(super) fn new(context: NodeContext, mode: CcMode) -> Self {
+    pub(super) fn new(context: NodeContext, style: Style) -> Self {
         let leaders = LeaderCache::new(context.topology.clone());
         let home_shard = leaders.home_shard(context.id);
         let rng = child_rng(context.seed, "occ-coordinator", u64::from(context.id.0));
@@ -186,22 +186,13 @@ impl Coordinator {
             attempts: BTreeMap::new(),
             delivery: Delivery::new(context.limits.deliveries_max),
             held: std::collections::VecDeque::new(),
-            one_round: if mode == CcMode::Mvto {
-                context.options.choice(
-                    crate::mvto::OPTION_ONE_ROUND,
-                    <crate::mvto::Mvto as crate::Protocol>::OPTIONS,
-                )
-            } else {
-                context
-                    .options
-                    .choice(super::OPTION_ONE_ROUND, <super::Occ as crate::Protocol>::OPTIONS)
-            } == "on",
-            locking: matches!(mode, CcMode::Locking(_)),
-            mvto: mode == CcMode::Mvto,
+            one_round: context.options.choice(style.one_round.0, style.one_round.1) == "on",
+            locking: style.locks_at_execution,
+            mvto: style.timestamps,
             ts_floor: Timestamp::ZERO,
             ts_offset_ns: 0,
             sessions: session::Sessions::new(context.limits.requests_in_flight_max),
-            speculative: mode == CcMode::Speculative,
+            speculative: style.speculative,
             epoch: 0,
             parked: BTreeMap::new(),
             discarded_total: 0,

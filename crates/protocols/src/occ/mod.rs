@@ -77,9 +77,24 @@ use meridian_storage::MvccStore;
 use participant::{Concurrency, Participant};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The `occ` protocol.
 pub struct Occ;
+
+/// `occ` in the engine: validation at prepare.
+pub(crate) fn family() -> Family {
+    Family {
+        name: Occ::NAME,
+        control: Arc::new(|_| Box::new(validation::Validation)),
+        style: Style {
+            one_round: (OPTION_ONE_ROUND, Occ::OPTIONS),
+            locks_at_execution: false,
+            timestamps: false,
+            speculative: false,
+        },
+    }
+}
 
 /// `occ-one-round`: single-shard transactions execute and commit in one round trip.
 pub const OPTION_ONE_ROUND: &str = "occ-one-round";
@@ -98,20 +113,11 @@ impl Protocol for Occ {
 
     /// One replica per shard (in memory) or an odd number (a Raft group per shard).
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
-        if topology.replicas != 1 && topology.replicas.is_multiple_of(2) {
-            return Err(ConfigError::new(format!(
-                "occ replicates each shard with Raft, which needs an odd replica count (got {})",
-                topology.replicas
-            )));
-        }
-        Ok(())
+        check_topology(Self::NAME, topology)
     }
 
-    /// With replicated shards every node may crash (its log is durable and its group has
-    /// other members); unreplicated `occ` keeps shard data only in memory in the simulator,
-    /// so only coordinators that host no replica may.
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        topology.replicas >= 3 || topology.nodes[node.0 as usize].replicas.is_empty()
+        may_crash(topology, node)
     }
 
     fn restore(context: NodeContext, durable: &Durable) -> Result<OccNode, String> {
@@ -466,36 +472,54 @@ enum TimerPurpose {
 /// How often participants raise their GC watermark and look after their inquiries.
 const GC_INTERVAL_NS: u64 = 100 * meridian_core::time::NS_PER_MS;
 
-/// How the engine's participants keep transactions apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CcMode {
-    /// `occ`: execute without locks, validate reads and lock at prepare.
-    Validation,
-    /// `2pl`: lock at execution (see `crate::twopl`) under this conflict policy; prepare still
-    /// validates, which only matters across a leader change.
-    Locking(crate::kit::locks::Policy),
-    /// `2pc-mvto`: multi-version timestamp ordering (see `crate::mvto`).
-    Mvto,
-    /// `mako`: validation on the shard leader's speculative state, replication behind it, and
-    /// commits reported once durable (see `crate::mako`).
-    Speculative,
+/// Makes a participant's concurrency control from the node's context.
+pub(crate) type MakeControl = Arc<dyn Fn(&NodeContext) -> Box<dyn Concurrency> + Send + Sync>;
+
+/// What a protocol of the family gives the engine: its name, the concurrency control of its
+/// participants, and how its coordinators run attempts.
+#[derive(Clone)]
+pub(crate) struct Family {
+    /// The protocol's name, for messages.
+    pub(crate) name: &'static str,
+    /// Makes one participant's concurrency control.
+    pub(crate) control: MakeControl,
+    /// How coordinators run attempts.
+    pub(crate) style: Style,
 }
 
-/// The concurrency control of `mode`, for one participant.
-fn control(mode: CcMode, context: &NodeContext) -> Box<dyn Concurrency> {
-    match mode {
-        CcMode::Validation => Box::new(validation::Validation),
-        CcMode::Locking(policy) => Box::new(crate::twopl::cc::ExecutionLocks::new(policy)),
-        CcMode::Mvto => {
-            let at = context.options.choice(
-                crate::mvto::OPTION_READ_STAMPS,
-                <crate::mvto::Mvto as crate::Protocol>::OPTIONS,
-            );
-            let stamps_max = context.limits.read_stamps_max;
-            Box::new(crate::mvto::cc::TimestampOrder::new(stamps_max, at == "execution"))
-        }
-        CcMode::Speculative => Box::new(crate::mako::cc::Epochs::default()),
+/// How a protocol's coordinators run attempts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Style {
+    /// The option that turns one-round commits of single-shard transactions on or off, and
+    /// the protocol's options (where its default is).
+    pub(crate) one_round: (&'static str, &'static [OptionSpec]),
+    /// Participants lock at execution: executions carry the request's age, and an attempt
+    /// that ends before prepare tells the shards that ran its pieces.
+    pub(crate) locks_at_execution: bool,
+    /// Attempts carry timestamps, read and commit at them.
+    pub(crate) timestamps: bool,
+    /// Leaders commit speculatively: a commit is answered once the node's view of the
+    /// watermarks makes it durable, and attempts run in epochs.
+    pub(crate) speculative: bool,
+}
+
+/// Replicated shards need an odd replica count (a Raft group each); `name` names the
+/// protocol in the error.
+pub(crate) fn check_topology(name: &str, topology: &Topology) -> Result<(), ConfigError> {
+    if topology.replicas != 1 && topology.replicas.is_multiple_of(2) {
+        return Err(ConfigError::new(format!(
+            "{name} replicates each shard with Raft, which needs an odd replica count (got {})",
+            topology.replicas
+        )));
     }
+    Ok(())
+}
+
+/// With replicated shards every node may crash (its log is durable and its group has other
+/// members); unreplicated shards keep their data only in memory in the simulator, so only
+/// coordinators that host no replica may.
+pub(crate) fn may_crash(topology: &Topology, node: NodeId) -> bool {
+    topology.replicas >= 3 || topology.nodes[node.0 as usize].replicas.is_empty()
 }
 
 /// A node running `occ` (or `2pl`): participants for the shards it hosts, and a coordinator if
@@ -508,6 +532,8 @@ pub struct OccNode {
     timers: Timers<TimerPurpose>,
     /// `mako`: every shard's watermark and the epochs, as this node knows them.
     mako: Option<MakoView>,
+    /// The protocol's name.
+    name: &'static str,
 }
 
 /// `mako`: what a node knows of the watermarks, and how often its leaders tick.
@@ -528,26 +554,28 @@ impl OccNode {
     /// hosted Raft group rebuilds its log, and replays it into the participant (whose store
     /// the caller has bulk-loaded with the initial data) when the node starts.
     pub fn restore(context: NodeContext, durable: &Durable) -> Result<Self, String> {
-        Self::restore_as(context, durable, CcMode::Validation)
+        Self::restore_as(context, durable, family())
     }
 
-    /// [`OccNode::restore`] with the concurrency control `mode` (`2pl` locks).
-    pub fn restore_as(
+    /// [`OccNode::restore`] for the protocol of the family `family`.
+    pub(crate) fn restore_as(
         context: NodeContext,
         durable: &Durable,
-        mode: CcMode,
+        family: Family,
     ) -> Result<Self, String> {
         let shard_context = context.clone();
-        let make = |shard| Participant::new(shard, shard_context.clone(), control(mode, &context));
+        let control = family.control.clone();
+        let make = |shard| Participant::new(shard, shard_context.clone(), control(&context));
         let wrap = |groups| OccMsg::Raft { groups };
-        let hosts = if mode == CcMode::Speculative {
+        let speculative = family.style.speculative;
+        let hosts = if speculative {
             Hosts::restore_speculative(&context, durable, wrap, make, Participant::fork)?
         } else {
             Hosts::restore(&context, durable, wrap, make)?
         };
         let info = &context.topology.nodes[context.id.0 as usize];
-        let coordinator = info.coordinator.then(|| Coordinator::new(context.clone(), mode));
-        let mako = (mode == CcMode::Speculative).then(|| {
+        let coordinator = info.coordinator.then(|| Coordinator::new(context.clone(), family.style));
+        let mako = speculative.then(|| {
             let spec = <crate::mako::Mako as Protocol>::OPTIONS;
             let ms = context.options.number(crate::mako::OPTION_WATERMARK_MS, spec);
             MakoView {
@@ -556,7 +584,16 @@ impl OccNode {
                 reports_refused_total: 0,
             }
         });
-        Ok(Self { id: context.id, context, hosts, coordinator, timers: Timers::default(), mako })
+        let name = family.name;
+        Ok(Self {
+            id: context.id,
+            context,
+            hosts,
+            coordinator,
+            timers: Timers::default(),
+            mako,
+            name,
+        })
     }
 
     /// Installs the snapshots and applies every command the restored logs hold as committed,
@@ -958,7 +995,7 @@ impl Node for OccNode {
         out: &mut Outbox<OccMsg>,
     ) {
         if self.mako.is_some() {
-            let why = "interactive transactions are not supported under mako".to_string();
+            let why = format!("interactive transactions are not supported under {}", self.name);
             let failure = meridian_core::txn::TxnFailure::Rejected(why);
             return out.reply(request.id, meridian_core::txn::TxnOutcome::failed(failure));
         }

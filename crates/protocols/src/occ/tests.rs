@@ -176,9 +176,32 @@ fn rw(reads: &[u64], writes: &[(u64, u64)]) -> TxnRequest {
     }
 }
 
+/// The protocols of the family, as the tests name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CcMode {
+    /// `occ`.
+    Validation,
+    /// `2pl` under this policy.
+    Locking(crate::kit::locks::Policy),
+    /// `2pc-mvto`.
+    Mvto,
+    /// `mako`.
+    Speculative,
+}
+
+/// The family description of the protocol `mode` names.
+fn family_of(mode: CcMode) -> Family {
+    match mode {
+        CcMode::Validation => family(),
+        CcMode::Locking(policy) => crate::twopl::family(policy),
+        CcMode::Mvto => crate::mvto::family(),
+        CcMode::Speculative => crate::mako::family(),
+    }
+}
+
 /// A participant of `shard` under `mode`.
 fn new_participant(shard: ShardId, context: NodeContext, mode: CcMode) -> Participant {
-    let cc = super::control(mode, &context);
+    let cc = (family_of(mode).control)(&context);
     Participant::new(shard, context, cc)
 }
 
@@ -243,7 +266,7 @@ impl Net {
                 );
                 context.limits = limits;
                 context.options = options.clone();
-                OccNode::restore_as(context, &BTreeMap::new(), mode).unwrap()
+                OccNode::restore_as(context, &BTreeMap::new(), family_of(mode)).unwrap()
             })
             .collect();
         let mut net = Self {

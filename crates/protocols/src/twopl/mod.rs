@@ -30,10 +30,12 @@
 pub(crate) mod cc;
 pub(crate) mod locking;
 
-use crate::occ::{CcMode, OccNode};
+use crate::kit::locks::Policy;
+use crate::occ::{Family, OccNode, Style};
 use crate::{Durable, NodeContext, OptionKind, OptionSpec, Protocol, Replayed};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId};
+use std::sync::Arc;
 
 /// The `2pl` protocol.
 pub struct TwoPl;
@@ -56,23 +58,36 @@ impl Protocol for TwoPl {
     type Node = OccNode;
 
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
-        <crate::occ::Occ as Protocol>::check_topology(topology)
-            .map_err(|e| ConfigError::new(e.0.replacen("occ", "2pl", 1)))
+        crate::occ::check_topology(Self::NAME, topology)
     }
 
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        <crate::occ::Occ as Protocol>::may_crash(topology, node)
+        crate::occ::may_crash(topology, node)
     }
 
     fn restore(context: NodeContext, durable: &Durable) -> Result<OccNode, String> {
         let policy = match context.options.choice(OPTION_POLICY, Self::OPTIONS) {
-            "wound-wait" => crate::kit::locks::Policy::WoundWait,
-            _ => crate::kit::locks::Policy::NoWait,
+            "wound-wait" => Policy::WoundWait,
+            _ => Policy::NoWait,
         };
-        OccNode::restore_as(context, durable, CcMode::Locking(policy))
+        OccNode::restore_as(context, durable, family(policy))
     }
 
     fn replay_committed(node: &mut OccNode) -> Replayed {
         node.replay_committed()
+    }
+}
+
+/// `2pl` in the engine: execution locks under `policy`.
+pub(crate) fn family(policy: Policy) -> Family {
+    Family {
+        name: TwoPl::NAME,
+        control: Arc::new(move |_| Box::new(cc::ExecutionLocks::new(policy))),
+        style: Style {
+            one_round: (crate::occ::OPTION_ONE_ROUND, crate::occ::Occ::OPTIONS),
+            locks_at_execution: true,
+            timestamps: false,
+            speculative: false,
+        },
     }
 }
