@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use meridian_core::node::{ClientRequest, Effect, Node, Outbox, TimerId};
 use meridian_core::topology::Topology;
 use meridian_core::{NodeId, RequestId};
-use meridian_protocols::occ::{OccMsg, OccNode};
+use meridian_protocols::engine::{OccMsg, OccNode};
 use meridian_protocols::twopl::TwoPl;
 use meridian_protocols::{NodeContext, Protocol, ProtocolNode, Timing};
 use meridian_workloads::{Workload, WorkloadOptions};

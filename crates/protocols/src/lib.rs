@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod chain;
+pub mod engine;
 pub mod kit;
 pub mod luigi;
 pub mod mako;

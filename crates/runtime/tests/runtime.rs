@@ -7,7 +7,7 @@ use meridian_core::node::{ClientDriver, ClientRequest, Node, Outbox, PersistToke
 use meridian_core::topology::Topology;
 use meridian_core::txn::TxnResult;
 use meridian_core::{NodeId, Time};
-use meridian_protocols::occ::OccNode;
+use meridian_protocols::engine::OccNode;
 use meridian_protocols::{NodeContext, ProtocolNode, Timing};
 use meridian_runtime::node_task::ClusterConfig;
 use meridian_runtime::tcp::TcpConfig;

@@ -7,10 +7,10 @@
 
 use super::watermark::{candidate, Report, Watermarks, STABLES_REPORTED};
 use super::Entry;
+use crate::engine::participant::{Concurrency, Core, Participant, Rules};
+use crate::engine::{Conflict, ExecFailure, PrepareArgs, ShardCommand, Vote};
 use crate::kit::exec::PieceRun;
 use crate::kit::twopc::Decision;
-use crate::occ::participant::{Concurrency, Core, Participant, Rules};
-use crate::occ::{Conflict, ExecFailure, PrepareArgs, ShardCommand, Vote};
 use meridian_core::txn::{Args, ProcId};
 use meridian_core::{ShardId, Time, Timestamp, TxnId};
 use serde::{Deserialize, Serialize};

@@ -37,7 +37,7 @@
 pub(crate) mod cc;
 pub mod watermark;
 
-use crate::occ::{Family, OccNode, Style};
+use crate::engine::{Family, OccNode, Style};
 use crate::{Durable, NodeContext, OptionKind, OptionSpec, Protocol, Replayed};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId, Timestamp};
@@ -63,11 +63,11 @@ impl Protocol for Mako {
     type Node = OccNode;
 
     fn check_topology(topology: &Topology) -> Result<(), ConfigError> {
-        crate::occ::check_topology(Self::NAME, topology)
+        crate::engine::check_topology(Self::NAME, topology)
     }
 
     fn may_crash(topology: &Topology, node: NodeId) -> bool {
-        crate::occ::may_crash(topology, node)
+        crate::engine::may_crash(topology, node)
     }
 
     fn restore(context: NodeContext, durable: &Durable) -> Result<OccNode, String> {

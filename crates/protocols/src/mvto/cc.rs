@@ -7,10 +7,10 @@ use super::order::{
     pending_of, taken_at, version_below, Below, ReadStamps, SoftStamps, StampsImage,
     TS_AHEAD_MAX_NS,
 };
+use crate::engine::participant::{Concurrency, Core, Prepared, Rules, TERMINATE_AFTER_TIMEOUTS};
+use crate::engine::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
 use crate::kit::exec::{self, PieceCall, PieceRun, VersionTag};
 use crate::kit::twopc::{Decision, Known};
-use crate::occ::participant::{Concurrency, Core, Prepared, Rules, TERMINATE_AFTER_TIMEOUTS};
-use crate::occ::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
 use meridian_core::key::Key;
 use meridian_core::node::Outbox;
 use meridian_core::txn::{Args, ProcId, ScanRange, Write};

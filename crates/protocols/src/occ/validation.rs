@@ -3,7 +3,7 @@
 //! and scan and locks them with the writes until the decision. That is the engine's default
 //! behaviour, so this control only names it.
 
-use super::participant::{Concurrency, Rules};
+use crate::engine::participant::{Concurrency, Rules};
 
 /// Validation at prepare, nothing more.
 pub(crate) struct Validation;

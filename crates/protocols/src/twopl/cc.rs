@@ -5,10 +5,10 @@
 //! replicated state never depends on the leader-only locks.
 
 use super::locking::{Doom, Locking, Need, Released, Step};
+use crate::engine::participant::{Concurrency, Core, Rules};
+use crate::engine::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest};
 use crate::kit::exec::{self, Latest, PieceCall};
 use crate::kit::locks::{Mode, Policy};
-use crate::occ::participant::{Concurrency, Core, Rules};
-use crate::occ::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest};
 use meridian_core::key::Key;
 use meridian_core::node::Outbox;
 use meridian_core::txn::{Args, ProcError, ProcId, ScanRange, PIECES_MAX};

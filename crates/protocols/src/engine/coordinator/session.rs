@@ -18,10 +18,10 @@
 //! earlier step on the same shard is not taken for the current one.
 
 use super::{Attempt, Coordinator, Ending, Phase};
+use crate::engine::{ExecFailure, OccMsg, ShardRequest, TimerPurpose};
 use crate::kit::exec::PieceCall;
 use crate::kit::exec::PieceRun;
 use crate::kit::timers::Timers;
-use crate::occ::{ExecFailure, OccMsg, ShardRequest, TimerPurpose};
 use meridian_core::key::{Key, Value};
 use meridian_core::node::{read_outputs, Outbox, SessionId, SessionOp, SessionRequest};
 use meridian_core::txn::{
@@ -175,7 +175,7 @@ fn step_request(
 }
 
 impl Coordinator {
-    pub(in crate::occ) fn on_session(
+    pub(in crate::engine) fn on_session(
         &mut self,
         now: Time,
         request: SessionRequest,

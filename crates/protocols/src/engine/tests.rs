@@ -1,5 +1,6 @@
-//! Unit tests of `occ` through a tiny in-test router: zero-delay delivery, timers fired in
-//! deadline order, and hooks to drop or duplicate chosen messages.
+//! Unit tests of the OCC family's engine (`occ`, `2pl`, `2pc-mvto`, `mako`) through a tiny
+//! in-test router: zero-delay delivery, timers fired in deadline order, and hooks to drop or
+//! duplicate chosen messages.
 
 use super::*;
 use crate::Timing;
@@ -192,7 +193,7 @@ enum CcMode {
 /// The family description of the protocol `mode` names.
 fn family_of(mode: CcMode) -> Family {
     match mode {
-        CcMode::Validation => family(),
+        CcMode::Validation => crate::occ::family(),
         CcMode::Locking(policy) => crate::twopl::family(policy),
         CcMode::Mvto => crate::mvto::family(),
         CcMode::Speculative => crate::mako::family(),
