@@ -41,10 +41,10 @@ pub use msg::*;
 
 use super::machine::{serves, ChainMachine, Command, Event, Settled, Undelivered};
 use super::server::{Hop, Why};
+use crate::kit::coord::{attempt_ts, TS_AHEAD_MAX_NS};
 use crate::kit::coord::{backoff_ns, bind_plan, AttemptIds, LeaderCache, RequestTable};
 use crate::kit::host::{Hosts, RaftGroupMsgs, Route};
 use crate::kit::timers::Timers;
-use crate::mvto::order::{attempt_ts, TS_AHEAD_MAX_NS};
 use crate::{Durable, NodeContext, ProtocolNode};
 use meridian_core::node::{ClientRequest, Node, Outbox, PersistToken, TimerId};
 use meridian_core::rng::{child_rng, Rng};

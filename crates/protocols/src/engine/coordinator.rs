@@ -21,12 +21,12 @@
 //! - the client is answered exactly once per request (the request leaves the table then);
 //! - a commit is decided only with a yes vote from every participant.
 
+use super::speculation::{Durability, Verdict};
 use super::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardRequest, Style, TimerPurpose, Vote};
-use crate::kit::coord::{self, AttemptIds, LeaderCache, PieceSlot, RequestTable};
+use crate::kit::coord::{self, AttemptIds, LeaderCache, PieceSlot, RequestTable, TS_AHEAD_MAX_NS};
 use crate::kit::exec::{PieceRun, ScanCheck, VersionTag};
 use crate::kit::timers::Timers;
 use crate::kit::twopc::{Decision, Delivery, PeerState};
-use crate::mvto::order::TS_AHEAD_MAX_NS;
 use crate::NodeContext;
 use meridian_core::key::{Key, Value};
 use meridian_core::node::{ClientRequest, Outbox};
@@ -344,7 +344,7 @@ impl Coordinator {
             return Timestamp::ZERO;
         }
         let clock = now.saturating_add(self.ts_offset_ns);
-        self.ts_floor = crate::mvto::order::attempt_ts(clock, self.ts_floor, self.context.id);
+        self.ts_floor = crate::kit::coord::attempt_ts(clock, self.ts_floor, self.context.id);
         self.ts_floor
     }
 
@@ -1086,18 +1086,17 @@ impl Coordinator {
     pub(super) fn on_watermarks(
         &mut self,
         now: Time,
-        tracker: &crate::mako::watermark::Watermarks,
+        view: &dyn Durability,
         report_chain: u16,
         timers: &mut Timers<TimerPurpose>,
         out: &mut Outbox<OccMsg>,
     ) {
-        use crate::mako::watermark::Verdict;
         self.now = now;
-        self.epoch = tracker.epoch();
+        self.epoch = view.epoch();
         let settled: Vec<(TxnId, Verdict)> = self
             .parked
             .iter()
-            .map(|(&txn, p)| (txn, tracker.verdict(p.epoch, p.ts)))
+            .map(|(&txn, p)| (txn, view.verdict(p.epoch, p.ts)))
             .filter(|(_, verdict)| *verdict != Verdict::Pending)
             .collect();
         for (txn, verdict) in settled {
@@ -1144,7 +1143,7 @@ impl Coordinator {
         if let Conflict::TooOld(ts) = conflict {
             if ts.0 <= now.saturating_add(TS_AHEAD_MAX_NS) {
                 self.ts_floor = self.ts_floor.max(ts);
-                let rounding = 2 * crate::mvto::order::TS_NODE_SLOTS;
+                let rounding = 2 * crate::kit::coord::TS_NODE_SLOTS;
                 if ts.0 > now.saturating_add(rounding) {
                     let ahead = ts.0 - now + self.context.timing.rpc_timeout_ns;
                     self.ts_offset_ns = self.ts_offset_ns.max(ahead);

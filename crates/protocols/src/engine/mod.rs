@@ -64,6 +64,7 @@
 
 mod coordinator;
 pub(crate) mod participant;
+pub mod speculation;
 
 use crate::kit::exec::{PieceCall, PieceRun, ScanCheck, VersionTag};
 use crate::kit::host::{Hosts, RaftGroupMsgs, Route};
@@ -79,6 +80,7 @@ use meridian_core::{ConfigError, NodeId, RequestId, ShardId, Time, Timestamp, Tx
 use meridian_storage::MvccStore;
 use participant::{Concurrency, Participant};
 use serde::{Deserialize, Serialize};
+use speculation::{Entry, Report, Speculation};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -330,7 +332,7 @@ pub enum OccMsg {
         groups: Vec<RaftGroupMsgs>,
     },
     /// Shard leader → every node (`mako`): its replicated watermark and epoch.
-    Watermark(crate::mako::watermark::Report),
+    Watermark(Report),
 }
 
 /// A state change of one shard's participant, as its Raft log carries it. Every replica
@@ -403,8 +405,9 @@ pub enum ShardCommand {
         /// The attempts.
         txns: Vec<TxnId>,
     },
-    /// `mako`: a watermark tick or an epoch change, proposed by the shard's leader.
-    Mako(crate::mako::Entry),
+    /// A speculative protocol's watermark tick or epoch change, proposed by the shard's
+    /// leader (`mako`).
+    Speculation(Entry),
 }
 
 /// Purpose of a timer.
@@ -418,8 +421,8 @@ enum TimerPurpose {
     Retry { request: RequestId },
     /// Tick every Raft group hosted here.
     RaftTick,
-    /// `mako`: tick the watermarks, move epochs, report.
-    Mako,
+    /// A speculative protocol's periodic work: tick the watermarks, move epochs, report.
+    Speculation,
 }
 
 /// How often participants raise their GC watermark and look after their inquiries.
@@ -427,6 +430,9 @@ const GC_INTERVAL_NS: u64 = 100 * meridian_core::time::NS_PER_MS;
 
 /// Makes a participant's concurrency control from the node's context.
 pub(crate) type MakeControl = Arc<dyn Fn(&NodeContext) -> Box<dyn Concurrency> + Send + Sync>;
+
+/// Makes a speculative protocol's node-level part from the node's context.
+pub(crate) type MakeSpeculation = fn(&NodeContext) -> Box<dyn Speculation>;
 
 /// What a protocol of the family gives the engine: its name, the concurrency control of its
 /// participants, and how its coordinators run attempts.
@@ -436,6 +442,9 @@ pub(crate) struct Family {
     pub(crate) name: &'static str,
     /// Makes one participant's concurrency control.
     pub(crate) control: MakeControl,
+    /// Makes the node-level part of a protocol whose leaders commit speculatively (its
+    /// leaders' participants then run on the hosting's speculative copies).
+    pub(crate) speculation: Option<MakeSpeculation>,
     /// How coordinators run attempts.
     pub(crate) style: Style,
 }
@@ -483,18 +492,10 @@ pub struct OccNode {
     hosts: Hosts<Participant>,
     coordinator: Option<Coordinator>,
     timers: Timers<TimerPurpose>,
-    /// `mako`: every shard's watermark and the epochs, as this node knows them.
-    mako: Option<MakoView>,
+    /// A speculative protocol's node-level part.
+    speculation: Option<Box<dyn Speculation>>,
     /// The protocol's name.
     name: &'static str,
-}
-
-/// `mako`: what a node knows of the watermarks, and how often its leaders tick.
-struct MakoView {
-    tracker: crate::mako::watermark::Watermarks,
-    interval_ns: u64,
-    /// Reports ignored as malformed or from a node that hosts no replica of the shard.
-    reports_refused_total: u64,
 }
 
 impl OccNode {
@@ -510,7 +511,7 @@ impl OccNode {
         let control = family.control.clone();
         let make = |shard| Participant::new(shard, shard_context.clone(), control(&context));
         let wrap = |groups| OccMsg::Raft { groups };
-        let speculative = family.style.speculative;
+        let speculative = family.speculation.is_some();
         let hosts = if speculative {
             Hosts::restore_speculative(&context, durable, wrap, make, Participant::fork)?
         } else {
@@ -518,15 +519,7 @@ impl OccNode {
         };
         let info = &context.topology.nodes[context.id.0 as usize];
         let coordinator = info.coordinator.then(|| Coordinator::new(context.clone(), family.style));
-        let mako = speculative.then(|| {
-            let spec = <crate::mako::Mako as crate::Protocol>::OPTIONS;
-            let ms = context.options.number(crate::mako::OPTION_WATERMARK_MS, spec);
-            MakoView {
-                tracker: crate::mako::watermark::Watermarks::new(context.topology.shards),
-                interval_ns: (ms * meridian_core::time::NS_PER_MS as f64) as u64,
-                reports_refused_total: 0,
-            }
-        });
+        let speculation = family.speculation.map(|make| make(&context));
         let name = family.name;
         Ok(Self {
             id: context.id,
@@ -534,7 +527,7 @@ impl OccNode {
             hosts,
             coordinator,
             timers: Timers::default(),
-            mako,
+            speculation,
             name,
         })
     }
@@ -576,9 +569,7 @@ impl OccNode {
             }
             Route::Forward(_) | Route::Drop => return,
         }
-        if self.mako.is_some() {
-            self.mako_close_if_new(shard, out);
-        }
+        self.close_epoch_if_new(shard, out);
         let command = match request {
             execute @ ShardRequest::Execute { .. } => {
                 // Served from the leader's state once it is current (read-index under the
@@ -666,31 +657,14 @@ impl OccNode {
         }
     }
 
-    /// `mako`'s periodic work: each shard this node leads logs its next entry (a tick, or an
-    /// epoch's end or start), reports its committed watermark to every node, and every
-    /// machine here learns how far history may be collected.
-    fn mako_tick(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
-        let Some(view) = self.mako.as_ref() else { return };
-        let mut entries = Vec::new();
-        let mut reports = Vec::new();
-        for shard in self.hosts.shards() {
-            if !self.hosts.leads(shard) {
-                continue;
-            }
-            if let Some(entry) = self.hosts.get(shard).and_then(|p| p.mako_next(&view.tracker, now))
-            {
-                entries.push((shard, entry));
-            }
-            if let Some(report) = self.hosts.committed(shard).and_then(|p| p.mako_report(shard)) {
-                reports.push(report);
-            }
-        }
-        for (_, participant) in self.hosts.machines_mut() {
-            participant.set_gc_cap(&view.tracker);
-        }
+    /// A speculative protocol's periodic work (see [`Speculation::tick`]): the entries go
+    /// through the shards' logs, the reports to every node and to this one.
+    fn speculation_tick(&mut self, now: Time, out: &mut Outbox<OccMsg>) {
+        let Some(speculation) = self.speculation.as_mut() else { return };
+        let (entries, reports) = speculation.tick(&mut self.hosts, now);
         for (shard, entry) in entries {
             // Built from the participant's own state: always valid.
-            let _ = self.hosts.submit(shard, ShardCommand::Mako(entry), out);
+            let _ = self.hosts.submit(shard, ShardCommand::Speculation(entry), out);
         }
         for (report, chain) in reports {
             // The report waits on the commits its watermark covers (measurement only).
@@ -699,45 +673,39 @@ impl OccNode {
                     out.send_after(node, OccMsg::Watermark(report.clone()), chain);
                 }
             }
-            self.on_watermark(now, self.id, report, chain, out);
+            self.on_report(now, self.id, report, chain, out);
         }
     }
 
-    /// `mako`: a leader new to its term closes the epoch before it handles any request (the
-    /// tick would, a watermark interval later; requests in between would only prepare
-    /// attempts bound to be discarded).
-    fn mako_close_if_new(&mut self, shard: ShardId, out: &mut Outbox<OccMsg>) {
-        let Some(entry) = self.hosts.get(shard).and_then(|p| p.mako_close_entry()) else {
+    /// A leader new to its term closes the epoch before it handles any request (the tick
+    /// would, an interval later; requests in between would only prepare attempts bound to be
+    /// discarded).
+    fn close_epoch_if_new(&mut self, shard: ShardId, out: &mut Outbox<OccMsg>) {
+        let Some(speculation) = self.speculation.as_ref() else { return };
+        let Some(entry) = self.hosts.get(shard).and_then(|p| speculation.close_entry(p)) else {
             return;
         };
         // Built from the participant's own state: always valid.
-        let _ = self.hosts.submit(shard, ShardCommand::Mako(entry), out);
+        let _ = self.hosts.submit(shard, ShardCommand::Speculation(entry), out);
     }
 
-    /// `mako`: a shard leader's report. Believed only from a node hosting a replica of the
-    /// shard (its committed state is the group's); the coordinator then looks at the commits
-    /// it holds back.
-    fn on_watermark(
+    /// A shard leader's report; once believed, the coordinator looks at the commits it holds
+    /// back.
+    fn on_report(
         &mut self,
         now: Time,
         from: NodeId,
-        report: crate::mako::watermark::Report,
+        report: Report,
         report_chain: u16,
         out: &mut Outbox<OccMsg>,
     ) {
-        let Some(view) = self.mako.as_mut() else { return };
-        let hosts = self
-            .context
-            .topology
-            .nodes
-            .get(from.0 as usize)
-            .is_some_and(|n| n.replicas.iter().any(|slot| slot.shard == report.shard));
-        if !hosts || !view.tracker.on_report(&report) {
-            view.reports_refused_total += 1;
+        let Some(speculation) = self.speculation.as_mut() else { return };
+        if !speculation.on_report(&self.context.topology, from, &report) {
             return;
         }
         if let Some(c) = self.coordinator.as_mut() {
-            c.on_watermarks(now, &view.tracker, report_chain, &mut self.timers, out);
+            let view = speculation.durability();
+            c.on_watermarks(now, view, report_chain, &mut self.timers, out);
         }
     }
 
@@ -798,15 +766,15 @@ impl OccNode {
         if let Some(c) = &self.coordinator {
             self.timers.set(TimerPurpose::CoordinatorTick, c.tick_ns(), out);
         }
-        if let Some(view) = &self.mako {
-            self.timers.set(TimerPurpose::Mako, view.interval_ns, out);
+        if let Some(speculation) = &self.speculation {
+            self.timers.set(TimerPurpose::Speculation, speculation.interval_ns(), out);
         }
     }
 
     fn handle_message(&mut self, now: Time, from: NodeId, msg: OccMsg, out: &mut Outbox<OccMsg>) {
         match msg {
             OccMsg::Raft { groups } => self.hosts.on_raft(from, groups, out),
-            OccMsg::Watermark(report) => self.on_watermark(now, from, report, 0, out),
+            OccMsg::Watermark(report) => self.on_report(now, from, report, 0, out),
             OccMsg::Request(request) => self.on_shard_request(now, from, request, true, out),
             OccMsg::Forward { origin, request } => {
                 // Only a node hosting a replica of the shard forwards to its leader.
@@ -858,10 +826,10 @@ impl OccNode {
                 }
                 self.timers.set(TimerPurpose::Gc, GC_INTERVAL_NS, out);
             }
-            Some(TimerPurpose::Mako) => {
-                self.mako_tick(now, out);
-                if let Some(view) = &self.mako {
-                    self.timers.set(TimerPurpose::Mako, view.interval_ns, out);
+            Some(TimerPurpose::Speculation) => {
+                self.speculation_tick(now, out);
+                if let Some(speculation) = &self.speculation {
+                    self.timers.set(TimerPurpose::Speculation, speculation.interval_ns(), out);
                 }
             }
             Some(TimerPurpose::RaftTick) => {
@@ -937,7 +905,7 @@ impl Node for OccNode {
         request: meridian_core::node::SessionRequest,
         out: &mut Outbox<OccMsg>,
     ) {
-        if self.mako.is_some() {
+        if self.speculation.is_some() {
             let why = format!("interactive transactions are not supported under {}", self.name);
             let failure = meridian_core::txn::TxnFailure::Rejected(why);
             return out.reply(request.id, meridian_core::txn::TxnOutcome::failed(failure));
@@ -965,9 +933,8 @@ impl Node for OccNode {
         if let Some(c) = &self.coordinator {
             counters.extend(c.counters());
         }
-        if let Some(view) = &self.mako {
-            counters.insert("mako_node_epoch", view.tracker.epoch());
-            counters.insert("mako_reports_refused_total", view.reports_refused_total);
+        if let Some(speculation) = &self.speculation {
+            speculation.counters(&mut counters);
         }
         counters.into_iter().collect()
     }

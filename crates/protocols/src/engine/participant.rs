@@ -22,6 +22,7 @@
 //! participant list, and whatever the concurrency control refuses), and state-dependent
 //! nonsense (a commit below the proposal) is refused as a value and counted.
 
+use super::speculation::Entry;
 use super::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
 use crate::kit::coord::LeaderCache;
 use crate::kit::exec::{self, Latest, PieceCall, PieceRun, Placement, ScanCheck, VersionTag};
@@ -588,7 +589,7 @@ impl Core {
                 }
                 None
             }
-            ShardCommand::Mako(_) => None,
+            ShardCommand::Speculation(_) => None,
         };
         if let Some(txn) = txn {
             if txn.origin.0 as usize >= topology.nodes.len() {
@@ -610,7 +611,7 @@ impl Core {
             ShardCommand::ExecuteCommit { .. }
             | ShardCommand::Query { .. }
             | ShardCommand::Settle { .. }
-            | ShardCommand::Mako(_) => Ok(()),
+            | ShardCommand::Speculation(_) => Ok(()),
         }
     }
 
@@ -775,7 +776,7 @@ pub(crate) trait Concurrency: AsAny + Send {
     /// Checks the control's part of a command (after the shared checks).
     fn check(&self, _core: &Core, command: &ShardCommand) -> Result<(), String> {
         match command {
-            ShardCommand::Mako(_) => Err("an entry of another protocol in this log".into()),
+            ShardCommand::Speculation(_) => Err("an entry of another protocol in this log".into()),
             _ => Ok(()),
         }
     }
@@ -805,7 +806,7 @@ pub(crate) trait Concurrency: AsAny + Send {
     }
 
     /// An entry of the control's own in the log (validated by [`Concurrency::check`]).
-    fn apply_entry(&mut self, _core: &mut Core, _entry: crate::mako::Entry) {}
+    fn apply_entry(&mut self, _core: &mut Core, _entry: Entry) {}
 
     /// The periodic GC tick, on every copy: raise the store's GC watermark. By default to the
     /// last commit: reads see only the newest version (execution, validation, scans and
@@ -1034,7 +1035,7 @@ impl StateMachine for Participant {
             | ShardCommand::ExecuteCommit { now, .. }
             | ShardCommand::Decide { now, .. }
             | ShardCommand::Query { now, .. } => Some(*now),
-            ShardCommand::Settle { .. } | ShardCommand::Mako(_) => None,
+            ShardCommand::Settle { .. } | ShardCommand::Speculation(_) => None,
         };
         self.cc.before_apply(&mut self.core, logged_now, out.chain());
         match command {
@@ -1109,7 +1110,7 @@ impl StateMachine for Participant {
                     self.core.inquiries.close(txn);
                 }
             }
-            ShardCommand::Mako(entry) => self.cc.apply_entry(&mut self.core, entry),
+            ShardCommand::Speculation(entry) => self.cc.apply_entry(&mut self.core, entry),
         }
     }
 
@@ -1225,11 +1226,6 @@ impl Participant {
 
     pub(super) fn lock_count(&self) -> usize {
         self.core.locks.locked_keys()
-    }
-
-    /// `2pl`: attempts holding execution locks plus keys locked.
-    pub(super) fn exec_lock_count(&self) -> u64 {
-        self.cc::<crate::twopl::cc::ExecutionLocks>().map_or(0, |l| l.held())
     }
 
     pub(super) fn set_registry(&mut self, registry: Arc<meridian_core::txn::Registry>) {

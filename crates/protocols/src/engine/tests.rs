@@ -200,6 +200,11 @@ fn family_of(mode: CcMode) -> Family {
     }
 }
 
+/// `2pl`: attempts holding execution locks at `p`, plus keys locked (0 under the others).
+fn exec_locks(p: &Participant) -> u64 {
+    p.cc::<crate::twopl::cc::ExecutionLocks>().map_or(0, |l| l.held())
+}
+
 /// A participant of `shard` under `mode`.
 fn new_participant(shard: ShardId, context: NodeContext, mode: CcMode) -> Participant {
     let cc = (family_of(mode).control)(&context);
@@ -393,7 +398,7 @@ impl Net {
         for node in &self.nodes {
             for (_, p) in node.hosts.iter() {
                 assert_eq!(
-                    (p.prepared_count(), p.lock_count(), p.exec_lock_count()),
+                    (p.prepared_count(), p.lock_count(), exec_locks(p)),
                     (0, 0, 0),
                     "participant left state behind"
                 );
@@ -1331,9 +1336,9 @@ fn twopl_a_coordinator_crash_between_prepares_aborts_everywhere_and_frees_every_
     });
     net.submit(1, rw(&[], &[(5, 55), (105, 155)]));
     net.run_until(|net| net.nodes[0].hosts.get(ShardId(0)).unwrap().prepared_count() == 1);
-    assert!(net.nodes[1].hosts.get(ShardId(1)).unwrap().exec_lock_count() > 0);
+    assert!(exec_locks(net.nodes[1].hosts.get(ShardId(1)).unwrap()) > 0);
     net.run_until(|net| net.nodes[0].hosts.get(ShardId(0)).unwrap().prepared_count() == 0);
-    net.run_until(|net| net.nodes[1].hosts.get(ShardId(1)).unwrap().exec_lock_count() == 0);
+    net.run_until(|net| exec_locks(net.nodes[1].hosts.get(ShardId(1)).unwrap()) == 0);
     assert_eq!((net.value(5), net.value(105)), (None, None), "nothing installed");
     assert!(!net.replies.contains_key(&RequestId(1)), "the coordinator never heard");
     // A new transaction takes the keys at once.
@@ -1623,7 +1628,7 @@ fn mvto_conflicting_increments_serialize() {
         let ts: Vec<u64> = requests.iter().map(|&r| net.outcome(r).commit_ts.unwrap().0).collect();
         assert!(ts
             .iter()
-            .all(|t| t % crate::mvto::order::TS_NODE_SLOTS == u64::from(COORDINATOR.0)));
+            .all(|t| t % crate::kit::coord::TS_NODE_SLOTS == u64::from(COORDINATOR.0)));
         // In timestamp order, every request read what the one before it wrote (on both
         // shards), and the last one's writes remain.
         let mut order = requests.clone();
@@ -1654,7 +1659,7 @@ fn mvto_timestamps_missing_or_far_ahead_are_refused_before_the_log() {
         args: mvto_args(ts, &[], &[(1, 1)], true),
     };
     assert!(p.validate(&prepare(now + 5 * NS_PER_MS)).is_ok());
-    let ahead = crate::mvto::order::TS_AHEAD_MAX_NS;
+    let ahead = crate::kit::coord::TS_AHEAD_MAX_NS;
     assert!(p.validate(&prepare(now + ahead + 1)).unwrap_err().contains("ahead of the leader"));
     assert!(p.validate(&prepare(u64::MAX)).is_err());
     assert!(p.validate(&prepare(0)).unwrap_err().contains("without a timestamp"));
@@ -1786,7 +1791,7 @@ mod sessions {
         let mut net = Net::locking(crate::kit::locks::Policy::NoWait);
         net.session(1, 1, SessionOp::Begin);
         assert_eq!(net.read_values(2, 1, &[5]), vec![None]);
-        assert!(net.nodes[0].hosts.get(ShardId(0)).unwrap().exec_lock_count() > 0);
+        assert!(exec_locks(net.nodes[0].hosts.get(ShardId(0)).unwrap()) > 0);
         // A writer of the key is refused while the session holds its lock, and commits once
         // the lease has ended the session (the coordinator releases the lock).
         net.submit(3, rw(&[], &[(5, 9)]));

@@ -9,12 +9,12 @@ use super::exec::PieceCall;
 use crate::NodeContext;
 use meridian_core::node::{ClientRequest, Outbox};
 use meridian_core::rng::{uniform_f64, Rng};
-use meridian_core::topology::Topology;
+use meridian_core::topology::{Topology, NODES_MAX};
 use meridian_core::txn::{
     AbortCounts, PieceOutput, PlanContext, ProcError, ShardTarget, TxnFailure, TxnOutcome,
     TxnRequest, PIECES_MAX,
 };
-use meridian_core::{NodeId, RequestId, ShardId, TxnId};
+use meridian_core::{NodeId, RequestId, ShardId, Time, Timestamp, TxnId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -322,6 +322,28 @@ pub fn outputs(pieces: &[PieceSlot]) -> Vec<PieceOutput> {
     pieces.iter().map(|p| p.output.clone()).collect::<Option<_>>().unwrap_or_default()
 }
 
+/// Attempt timestamps are multiples of this plus the coordinator's node index, so two
+/// coordinators never pick the same one.
+pub(crate) const TS_NODE_SLOTS: u64 = NODES_MAX as u64;
+const _: () = assert!(TS_NODE_SLOTS.is_power_of_two() && TS_NODE_SLOTS >= NODES_MAX as u64);
+
+/// Furthest an attempt's timestamp may be ahead of the leader's clock: a coordinator clock
+/// that far ahead is broken, and a timestamp near the end of time would stop the shard's
+/// writes for good (every later write must be above it).
+pub(crate) const TS_AHEAD_MAX_NS: u64 = 3_600 * meridian_core::time::NS_PER_S;
+
+/// The timestamp of a new attempt at coordinator `node`: above `floor` (the coordinator's last
+/// attempt timestamp and the newest version or stamp it was refused for), at or above its clock
+/// `now`, and `node` modulo [`TS_NODE_SLOTS`].
+pub(crate) fn attempt_ts(now: Time, floor: Timestamp, node: NodeId) -> Timestamp {
+    debug_assert!(u64::from(node.0) < TS_NODE_SLOTS);
+    let base = now.max(floor.0.saturating_add(1));
+    let ts = (base / TS_NODE_SLOTS).saturating_add(1).saturating_mul(TS_NODE_SLOTS);
+    let ts = Timestamp(ts.saturating_add(u64::from(node.0)));
+    debug_assert!(ts > floor);
+    ts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +391,17 @@ mod tests {
             let base = (100u64 << retries.min(20)).min(10_000);
             assert!(ns >= base / 2 && ns < base * 3 / 2 + 1, "{retries}: {ns}");
         }
+    }
+    #[test]
+    fn attempt_timestamps_are_unique_per_node_and_increase() {
+        let a = attempt_ts(5_000, Timestamp::ZERO, NodeId(3));
+        let b = attempt_ts(5_000, Timestamp::ZERO, NodeId(4));
+        assert_ne!(a, b);
+        assert_eq!(a.0 % TS_NODE_SLOTS, 3);
+        assert!(a.0 >= 5_000);
+        let next = attempt_ts(5_000, a, NodeId(3));
+        assert!(next > a, "same clock reading, later attempt");
+        let bumped = attempt_ts(5_000, Timestamp(1_000_000), NodeId(3));
+        assert!(bumped > Timestamp(1_000_000), "a floor above the clock wins");
     }
 }

@@ -4,8 +4,9 @@
 //! - [`host`]: runs a per-shard [`host::StateMachine`] on the shard's replicated log
 //!   (validate then propose, apply in log order, answer from the leader, read-index reads,
 //!   snapshots, restart from disk, leadership hand-back, coalesced log messages).
-//! - [`coord`]: the coordinator's attempt ids (with the node's incarnation), leader cache,
-//!   request table with backoff, and a plan bound to shards and run in waves of pieces.
+//! - [`coord`]: the coordinator's attempt ids (with the node's incarnation) and attempt
+//!   timestamps (unique across coordinators), leader cache, request table with backoff, and a
+//!   plan bound to shards and run in waves of pieces.
 //! - [`twopc`]: decided attempts with the forgetting rule, inquiries among participants
 //!   (termination without a coordinator, settling old commits), and a coordinator's paced
 //!   delivery of decisions.

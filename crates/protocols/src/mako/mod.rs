@@ -35,13 +35,13 @@
 //! history above the durable point, so a discard can fall back to it.
 
 pub(crate) mod cc;
+mod node;
 pub mod watermark;
 
 use crate::engine::{Family, OccNode, Style};
 use crate::{Durable, NodeContext, OptionKind, OptionSpec, Protocol, Replayed};
 use meridian_core::topology::Topology;
-use meridian_core::{ConfigError, NodeId, Timestamp};
-use serde::{Deserialize, Serialize};
+use meridian_core::{ConfigError, NodeId};
 use std::sync::Arc;
 
 /// The `mako` protocol.
@@ -90,31 +90,8 @@ pub(crate) fn family() -> Family {
             timestamps: false,
             speculative: true,
         },
+        speculation: Some(node::View::boxed),
     }
 }
 
-/// A shard log entry of `mako`'s own, proposed by the shard's leader.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Entry {
-    /// Raise the shard's watermark to its candidate, the clock counting as handed out.
-    Tick {
-        /// The leader's clock, or the highest watermark it heard in the epoch if that is
-        /// later.
-        now: u64,
-    },
-    /// Close `epoch` here: the shard's watermark becomes its final.
-    EpochEnd {
-        /// The epoch.
-        epoch: u64,
-    },
-    /// Start `epoch` (the next one) at the closed epoch's stable point: prepared attempts
-    /// abort and versions above `stable` are discarded.
-    EpochStart {
-        /// The epoch starting.
-        epoch: u64,
-        /// The stable point of the epoch before.
-        stable: Timestamp,
-        /// The leader's clock (the aborted attempts' decision time).
-        now: u64,
-    },
-}
+pub use crate::engine::speculation::Entry;

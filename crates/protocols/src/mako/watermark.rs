@@ -27,8 +27,8 @@
 //! stable point is not known and can no longer be learned is answered
 //! [`Verdict::Forgotten`], never durable or discarded.
 
+use crate::engine::speculation::Durability;
 use meridian_core::{ShardId, Timestamp};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Closed epochs whose stable points a node remembers.
@@ -46,34 +46,7 @@ pub fn candidate(ts_last: Timestamp, lowest_prepared: Option<Timestamp>) -> Time
     }
 }
 
-/// What a shard's leader tells every node, from its committed (replicated) state.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Report {
-    /// The shard.
-    pub shard: ShardId,
-    /// Its epoch.
-    pub epoch: u64,
-    /// Its watermark in `epoch`.
-    pub w: Timestamp,
-    /// Its final for `epoch`, once the epoch's end is replicated (the epoch is closing).
-    pub final_w: Option<Timestamp>,
-    /// Stable points of the epochs it closed last (at most [`STABLES_REPORTED`]), oldest
-    /// first.
-    pub stables: Vec<(u64, Timestamp)>,
-}
-
-/// What is known about a commit's durability.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Durable: report it committed.
-    Durable,
-    /// Discarded by a failover: it did not commit (retry it).
-    Discarded,
-    /// Not yet known.
-    Pending,
-    /// Its epoch's stable point is unknown here and can no longer be learned: unknown.
-    Forgotten,
-}
+pub use crate::engine::speculation::{Report, Verdict};
 
 /// One node's view of every shard's watermark and of the epochs.
 #[derive(Clone, Debug)]
@@ -235,6 +208,16 @@ impl Watermarks {
         } else {
             Verdict::Pending
         }
+    }
+}
+
+impl Durability for Watermarks {
+    fn epoch(&self) -> u64 {
+        Watermarks::epoch(self)
+    }
+
+    fn verdict(&self, epoch: u64, ts: Timestamp) -> Verdict {
+        Watermarks::verdict(self, epoch, ts)
     }
 }
 

@@ -5,10 +5,10 @@
 
 use super::order::{
     pending_of, taken_at, version_below, Below, ReadStamps, SoftStamps, StampsImage,
-    TS_AHEAD_MAX_NS,
 };
 use crate::engine::participant::{Concurrency, Core, Prepared, Rules, TERMINATE_AFTER_TIMEOUTS};
 use crate::engine::{Conflict, ExecFailure, OccMsg, PrepareArgs, ShardCommand, ShardRequest, Vote};
+use crate::kit::coord::TS_AHEAD_MAX_NS;
 use crate::kit::exec::{self, PieceCall, PieceRun, VersionTag};
 use crate::kit::twopc::{Decision, Known};
 use meridian_core::key::Key;
@@ -291,7 +291,7 @@ impl Concurrency for TimestampOrder {
         match command {
             ShardCommand::Prepare { args, now, .. } => check_ts(args.ts, *now),
             ShardCommand::ExecuteCommit { ts, now, .. } => check_ts(*ts, *now),
-            ShardCommand::Mako(_) => Err("an entry of another protocol in this log".into()),
+            ShardCommand::Speculation(_) => Err("an entry of another protocol in this log".into()),
             _ => Ok(()),
         }
     }

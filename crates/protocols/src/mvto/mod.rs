@@ -7,7 +7,7 @@
 //!
 //! - **Timestamps.** The coordinator gives every attempt a timestamp `ts` when it starts: its
 //!   clock, above every timestamp it used or was refused for, unique across coordinators
-//!   ([`order::attempt_ts`]). The attempt reads and writes at `ts` and commits at `ts`.
+//!   ([`crate::kit::coord::attempt_ts`]). The attempt reads and writes at `ts` and commits at `ts`.
 //! - **Reads** (at the shard leader, in waves; the pieces of one wave run together, so
 //!   independent reads overlap) see the newest version strictly below `ts`, even one still
 //!   pending: a prepared attempt's writes are pending versions in the store. Reading a pending
@@ -120,5 +120,6 @@ pub(crate) fn family() -> Family {
             timestamps: true,
             speculative: false,
         },
+        speculation: None,
     }
 }

@@ -1,8 +1,6 @@
 //! Multi-version timestamp ordering: the pieces `2pc-mvto`'s participant uses (see the module
 //! above for the rules they implement).
 //!
-//! - [`attempt_ts`]: a coordinator's attempt timestamps, unique across coordinators (the low
-//!   bits name the node) and increasing at each one.
 //! - [`Below`]: the read source of an attempt at timestamp `ts`: the newest version strictly
 //!   below `ts`, pending versions included (a read of one makes the attempt depend on its
 //!   writer).
@@ -14,40 +12,17 @@
 use crate::kit::exec::ReadSource;
 use meridian_core::hash::FixedHashMap;
 use meridian_core::key::Key;
-use meridian_core::topology::NODES_MAX;
 use meridian_core::txn::ScanRange;
-use meridian_core::{NodeId, Time, Timestamp};
+use meridian_core::Timestamp;
 use meridian_storage::{MvccStore, Version, VersionState};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-
-/// Attempt timestamps are multiples of this plus the coordinator's node index, so two
-/// coordinators never pick the same one.
-pub(crate) const TS_NODE_SLOTS: u64 = NODES_MAX as u64;
-const _: () = assert!(TS_NODE_SLOTS.is_power_of_two() && TS_NODE_SLOTS >= NODES_MAX as u64);
 
 /// Scanned ranges whose stamps a shard keeps at once; beyond it the oldest goes into the floor.
 pub(crate) const RANGE_STAMPS_MAX: usize = 1_024;
 /// Key stamps at or below the watermark are swept out when it has moved this far since the
 /// last sweep (they refuse nothing the watermark does not; the sweep walks every stamp).
 const STAMP_SWEEP_NS: u64 = 100 * meridian_core::time::NS_PER_MS;
-/// Furthest an attempt's timestamp may be ahead of the leader's clock: a coordinator clock
-/// that far ahead is broken, and a timestamp near the end of time would stop the shard's
-/// writes for good (every later write must be above it).
-pub(crate) const TS_AHEAD_MAX_NS: u64 = 3_600 * meridian_core::time::NS_PER_S;
-
-/// The timestamp of a new attempt at coordinator `node`: above `floor` (the coordinator's last
-/// attempt timestamp and the newest version or stamp it was refused for), at or above its clock
-/// `now`, and `node` modulo [`TS_NODE_SLOTS`].
-pub(crate) fn attempt_ts(now: Time, floor: Timestamp, node: NodeId) -> Timestamp {
-    debug_assert!(u64::from(node.0) < TS_NODE_SLOTS);
-    let base = now.max(floor.0.saturating_add(1));
-    let ts = (base / TS_NODE_SLOTS).saturating_add(1).saturating_mul(TS_NODE_SLOTS);
-    let ts = Timestamp(ts.saturating_add(u64::from(node.0)));
-    debug_assert!(ts > floor);
-    ts
-}
-
 /// The newest version of a key's `chain` (committed or pending) strictly below `ts`.
 pub(crate) fn version_below(chain: &[Version], ts: Timestamp) -> Option<&Version> {
     chain.iter().rev().find(|v| v.ts < ts)
@@ -306,19 +281,6 @@ mod tests {
     }
 
     #[test]
-    fn attempt_timestamps_are_unique_per_node_and_increase() {
-        let a = attempt_ts(5_000, Timestamp::ZERO, NodeId(3));
-        let b = attempt_ts(5_000, Timestamp::ZERO, NodeId(4));
-        assert_ne!(a, b);
-        assert_eq!(a.0 % TS_NODE_SLOTS, 3);
-        assert!(a.0 >= 5_000);
-        let next = attempt_ts(5_000, a, NodeId(3));
-        assert!(next > a, "same clock reading, later attempt");
-        let bumped = attempt_ts(5_000, Timestamp(1_000_000), NodeId(3));
-        assert!(bumped > Timestamp(1_000_000), "a floor above the clock wins");
-    }
-
-    #[test]
     fn a_write_must_exceed_every_stamp_of_its_key_and_range() {
         let mut stamps = ReadStamps::new(8);
         stamps.note_read(&key(1), Timestamp(50));
@@ -362,7 +324,8 @@ mod tests {
     fn reads_below_a_timestamp_see_pending_versions_and_never_their_own_timestamp() {
         let mut store = MvccStore::new();
         store.load(key(1), b"a".to_vec());
-        let writer = meridian_core::TxnId { origin: NodeId(0), incarnation: 0, seq: 1 };
+        let writer =
+            meridian_core::TxnId { origin: meridian_core::NodeId(0), incarnation: 0, seq: 1 };
         store
             .write(key(1), Timestamp(100), Some(b"b".to_vec()), writer, VersionState::Pending)
             .unwrap();

@@ -30,6 +30,7 @@ pub(crate) fn family() -> Family {
             timestamps: false,
             speculative: false,
         },
+        speculation: None,
     }
 }
 

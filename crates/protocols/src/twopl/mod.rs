@@ -89,5 +89,6 @@ pub(crate) fn family(policy: Policy) -> Family {
             timestamps: false,
             speculative: false,
         },
+        speculation: None,
     }
 }

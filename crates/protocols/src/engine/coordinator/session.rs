@@ -438,7 +438,7 @@ impl Coordinator {
             }
         };
         if let Some(newest) = run.reads.iter().filter_map(|(_, seen)| *seen).map(|v| v.ts).max() {
-            if self.mvto && newest.0 <= now.saturating_add(crate::mvto::order::TS_AHEAD_MAX_NS) {
+            if self.mvto && newest.0 <= now.saturating_add(crate::kit::coord::TS_AHEAD_MAX_NS) {
                 self.ts_floor = self.ts_floor.max(newest);
             }
         }
