@@ -344,6 +344,9 @@ pub struct Timing {
     /// Commands each shard replica applies between snapshots of its state (replicated or
     /// durable shards only).
     pub snapshot_interval_entries: u64,
+    /// A snapshot also waits for commands holding one in this many of its bytes (0: the
+    /// count alone decides; see `meridian_replication::raft::SNAPSHOT_BYTES_PER_LOG_BYTE_MAX`).
+    pub snapshot_bytes_per_log_byte_max: u64,
     /// How long an interactive transaction may stay idle (no step in progress) before its
     /// coordinator aborts it and releases what it holds.
     pub session_lease_ns: u64,
@@ -370,6 +373,8 @@ impl Timing {
             // before its votes arrive, again and again (swarm seed 1 of `bank`, 3 replicas).
             raft_tick_ns: (owd_ns_max / 2).max(25 * NS_PER_MS),
             snapshot_interval_entries: SNAPSHOT_INTERVAL_ENTRIES,
+            snapshot_bytes_per_log_byte_max:
+                meridian_replication::raft::SNAPSHOT_BYTES_PER_LOG_BYTE_MAX,
             // Shorter than a `2pl` shard leader keeps an idle attempt's execution locks (four
             // RPC timeouts from its last execution), by more than the reply's way back, so a
             // live coordinator's lease ends first.

@@ -11,12 +11,14 @@
 //! `'R' ‖ group:u32 ‖ 2` → the latest snapshot (protobuf: index, term, members, state data).
 //!
 //! Snapshots bound the log. Once [`RaftTiming::snapshot_interval_entries`] entries have been
-//! applied since the last one, the driver hands [`RaftReplica::take_snapshot`] its state
-//! machine's image at the applied index; the replica persists it and, in the same atomic
-//! batch, deletes the durable entries it covers, then drops from memory all but the last
-//! [`RaftTiming::kept_entries`] of them (so a follower that lags a little is still sent
-//! entries, not the whole state). A follower that lags further is sent the snapshot; it
-//! hands the image to its driver as [`ReplicaEffect::Restore`] and replaces its log with it.
+//! applied since the last one (and they hold at least a [`SNAPSHOT_BYTES_PER_LOG_BYTE_MAX`]th
+//! of its bytes, so that encoding a large state stays cheap per entry), the driver hands
+//! [`RaftReplica::take_snapshot`] its state machine's image at the applied index; the replica
+//! persists it and, in the same atomic batch, deletes the durable entries it covers, then
+//! drops from memory all but the last [`RaftTiming::kept_entries`] of them (so a follower
+//! that lags a little is still sent entries, not the whole state). A follower that lags
+//! further is sent the snapshot; it hands the image to its driver as
+//! [`ReplicaEffect::Restore`] and replaces its log with it.
 //! A restarted replica restores its snapshot the same way (its first effect), then replays
 //! the committed entries after it: the state machine is rebuilt from snapshot + log.
 //!
@@ -80,6 +82,12 @@ const CHUNK_HEADER_BYTES: usize = 16;
 /// Fewest entries between snapshots: a snapshot copies the whole state, so taking one per
 /// handful of commands would cost more than the log it saves.
 pub const SNAPSHOT_INTERVAL_ENTRIES_MIN: u64 = 8;
+/// By default a snapshot is also not due before the entries applied since the last one hold
+/// at least this fraction (one in this many) of its bytes: encoding the state then costs at most this
+/// many bytes per byte of log, however large the state has grown. Without it a snapshot every
+/// fixed number of entries costs more per entry as the state grows, and a long run slows
+/// down with its length. The log kept in the meantime is bounded by the state's size.
+pub const SNAPSHOT_BYTES_PER_LOG_BYTE_MAX: u64 = 4;
 
 /// Timing and log bounds of one group's members (time in ticks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +104,11 @@ pub struct RaftTiming {
     /// Largest snapshot this member takes or reassembles from a sender (at most
     /// [`SNAPSHOT_BYTES_MAX_LIMIT`]); every member of a group must agree on it.
     pub snapshot_bytes_max: usize,
+    /// A snapshot also waits until the commands applied since the last one hold at least
+    /// this fraction (one in this many) of its bytes ([`SNAPSHOT_BYTES_PER_LOG_BYTE_MAX`] by
+    /// default); 0: the entry count alone decides (the simulator draws it per seed, so that
+    /// swarms also take a snapshot every few entries whatever the state's size).
+    pub snapshot_bytes_per_log_byte_max: u64,
 }
 
 impl RaftTiming {
@@ -112,6 +125,7 @@ impl RaftTiming {
             seed,
             snapshot_interval_entries,
             snapshot_bytes_max: SNAPSHOT_BYTES_MAX,
+            snapshot_bytes_per_log_byte_max: SNAPSHOT_BYTES_PER_LOG_BYTE_MAX,
         }
     }
 
@@ -278,6 +292,10 @@ pub struct RaftReplica {
     chunked_next: u64,
     /// The applied index at which an image was last refused as too big (0: never).
     snapshot_refused_at: u64,
+    /// Bytes of the commands applied since the last snapshot (taken or installed), and the
+    /// size of that snapshot's state (see [`SNAPSHOT_BYTES_PER_LOG_BYTE_MAX`]).
+    applied_bytes_since_snapshot: u64,
+    snapshot_bytes_last: u64,
     /// Chunked messages being reassembled, per sender.
     reassembly: BTreeMap<Slot, Reassembly>,
 }
@@ -457,6 +475,8 @@ impl RaftReplica {
             snapshot_counts: SnapshotCounts::default(),
             chunked_next: 0,
             snapshot_refused_at: 0,
+            applied_bytes_since_snapshot: 0,
+            snapshot_bytes_last: 0,
             reassembly: BTreeMap::new(),
         };
         replica.redraw_election_timeout();
@@ -520,6 +540,7 @@ impl RaftReplica {
             debug_assert!(entry.index > self.applied_index, "entries apply in order, once");
             // A new leader's empty entry commits its term; membership never changes here.
             if entry.get_entry_type() == EntryType::EntryNormal && !entry.data.is_empty() {
+                self.applied_bytes_since_snapshot += entry.data.len() as u64;
                 out.push(ReplicaEffect::Apply { index: entry.index, command: entry.data.to_vec() });
             }
         }
@@ -537,6 +558,8 @@ impl RaftReplica {
             self.applied_index,
         );
         self.applied_index = index;
+        self.applied_bytes_since_snapshot = 0;
+        self.snapshot_bytes_last = snapshot.get_data().len() as u64;
         out.push(ReplicaEffect::Restore { index, data: snapshot.get_data().to_vec() });
     }
 
@@ -811,11 +834,18 @@ impl Replica for RaftReplica {
         (raft.in_lease() && raft.commit_to_current_term()).then_some(raft.raft_log.committed)
     }
 
-    /// True when enough entries have been applied since the last snapshot to take another.
+    /// True when enough entries have been applied since the last snapshot to take another:
+    /// the interval's count, holding enough bytes for the state's size (see
+    /// [`SNAPSHOT_BYTES_PER_LOG_BYTE_MAX`]).
     fn snapshot_due(&self) -> bool {
         self.applied_index
             >= self.snapshot_index().max(self.snapshot_refused_at)
                 + self.timing.snapshot_interval_entries
+            && (self.timing.snapshot_bytes_per_log_byte_max == 0
+                || self
+                    .applied_bytes_since_snapshot
+                    .saturating_mul(self.timing.snapshot_bytes_per_log_byte_max)
+                    >= self.snapshot_bytes_last)
     }
 
     /// Takes a snapshot at the applied index: `data` is the driver's state machine after
@@ -827,6 +857,9 @@ impl Replica for RaftReplica {
         if index <= self.snapshot_index().max(self.snapshot_refused_at) {
             return;
         }
+        // Taken or refused, the state was encoded: the next one waits for its share of log.
+        self.applied_bytes_since_snapshot = 0;
+        self.snapshot_bytes_last = data.len() as u64;
         if data.len() > self.timing.snapshot_bytes_max.min(SNAPSHOT_BYTES_MAX_LIMIT) {
             // No member would accept it: keep the log instead, and ask again an interval later
             // rather than encoding the state after every command.
@@ -939,6 +972,64 @@ mod tests {
         assert!(index >= 1 && solo.applied_index() >= index);
         // A member of a three-member group that has not won an election serves no reads.
         assert_eq!(replica().read_index(), None);
+    }
+
+    /// A solo member that leads, with every persist completed.
+    fn solo_leader(timing: RaftTiming) -> RaftReplica {
+        let mut solo = RaftReplica::restore(1, 0, 1, timing, &BTreeMap::new()).unwrap();
+        let mut out = Vec::new();
+        solo.campaign(&mut out);
+        settle(&mut solo, &mut out);
+        solo
+    }
+
+    /// Completes every persist `out` asks for, and the ones that follows from them.
+    fn settle(replica: &mut RaftReplica, out: &mut Vec<ReplicaEffect>) {
+        for _ in 0..16 {
+            let tokens: Vec<u64> = out
+                .drain(..)
+                .filter_map(|e| match e {
+                    ReplicaEffect::Persist { token, .. } => Some(token),
+                    _ => None,
+                })
+                .collect();
+            for token in tokens {
+                replica.on_persisted(token, out);
+            }
+        }
+    }
+
+    /// Applies `count` commands of `bytes` bytes each.
+    fn apply_commands(replica: &mut RaftReplica, count: usize, bytes: usize) {
+        let mut out = Vec::new();
+        for _ in 0..count {
+            replica.propose(vec![7; bytes], &mut out).unwrap();
+            settle(replica, &mut out);
+        }
+    }
+
+    #[test]
+    fn a_snapshot_waits_for_a_share_of_its_bytes_in_the_log_unless_told_not_to() {
+        let mut timing = RaftTiming::standard(1, SNAPSHOT_INTERVAL_ENTRIES_MIN);
+        let mut solo = solo_leader(timing);
+        apply_commands(&mut solo, 8, 100);
+        assert!(solo.snapshot_due(), "nothing encoded yet: the count alone");
+        let mut out = Vec::new();
+        solo.take_snapshot(vec![1; 8_000], &mut out);
+        settle(&mut solo, &mut out);
+        // 8,000 bytes of state wait for 2,000 bytes of log: 20 commands of 100, not 8.
+        apply_commands(&mut solo, 19, 100);
+        assert!(!solo.snapshot_due(), "1,900 bytes of log for 8,000 of state");
+        apply_commands(&mut solo, 1, 100);
+        assert!(solo.snapshot_due());
+        // Off: the count alone decides, however large the state.
+        timing.snapshot_bytes_per_log_byte_max = 0;
+        let mut solo = solo_leader(timing);
+        apply_commands(&mut solo, 8, 100);
+        solo.take_snapshot(vec![1; 8_000], &mut out);
+        settle(&mut solo, &mut out);
+        apply_commands(&mut solo, 8, 100);
+        assert!(solo.snapshot_due());
     }
 
     #[test]

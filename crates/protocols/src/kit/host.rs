@@ -136,6 +136,7 @@ impl HostedReplica for RaftReplica {
             context.timing.snapshot_interval_entries,
         );
         timing.snapshot_bytes_max = context.limits.snapshot_bytes_max;
+        timing.snapshot_bytes_per_log_byte_max = context.timing.snapshot_bytes_per_log_byte_max;
         RaftReplica::restore(shard.0, slot, context.topology.replicas, timing, durable)
             .map_err(|e| e.0)
     }
