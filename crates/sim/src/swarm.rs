@@ -54,6 +54,11 @@ fn pick<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
 impl FaultPlan {
     /// Draws the plan of `seed` for `topology`, crashing only nodes `may_crash` allows, with
     /// faults inside the first `window_ns` of the run.
+    ///
+    /// One piece on purpose: the sequence of draws from the seed's streams is what a seed
+    /// means (every recorded swarm seed, regression test and trace-table row depends on it),
+    /// and reading it top to bottom in one place is how a change is kept from reordering it.
+    /// New kinds of fault draw from a stream of their own, below.
     pub fn draw(
         seed: u64,
         topology: &Topology,
