@@ -956,18 +956,7 @@ mod tests {
         assert!(solo.is_leader());
         // Its term's empty entry is not durable yet, so not committed: no reads.
         assert_eq!(solo.read_index(), None);
-        for _ in 0..4 {
-            let tokens: Vec<u64> = out
-                .drain(..)
-                .filter_map(|e| match e {
-                    ReplicaEffect::Persist { token, .. } => Some(token),
-                    _ => None,
-                })
-                .collect();
-            for token in tokens {
-                solo.on_persisted(token, &mut out);
-            }
-        }
+        settle(&mut solo, &mut out);
         let index = solo.read_index().expect("committed in its term");
         assert!(index >= 1 && solo.applied_index() >= index);
         // A member of a three-member group that has not won an election serves no reads.
@@ -983,7 +972,7 @@ mod tests {
         solo
     }
 
-    /// Completes every persist `out` asks for, and the ones that follows from them.
+    /// Completes every persist `out` asks for, and the ones that follow from them.
     fn settle(replica: &mut RaftReplica, out: &mut Vec<ReplicaEffect>) {
         for _ in 0..16 {
             let tokens: Vec<u64> = out

@@ -173,7 +173,9 @@ pub(super) struct Coordinator {
 }
 
 impl Coordinator {
-    pub(super) fn new(context: NodeContext, style: Style) -> Self {
+    /// A coordinator running attempts in `style`; `speculative`: its protocol's leaders commit
+    /// speculatively (commits are answered once durable, attempts run in epochs).
+    pub(super) fn new(context: NodeContext, style: Style, speculative: bool) -> Self {
         let leaders = LeaderCache::new(context.topology.clone());
         let home_shard = leaders.home_shard(context.id);
         let rng = child_rng(context.seed, "occ-coordinator", u64::from(context.id.0));
@@ -192,7 +194,7 @@ impl Coordinator {
             ts_floor: Timestamp::ZERO,
             ts_offset_ns: 0,
             sessions: session::Sessions::new(context.limits.requests_in_flight_max),
-            speculative: style.speculative,
+            speculative,
             epoch: 0,
             parked: BTreeMap::new(),
             discarded_total: 0,

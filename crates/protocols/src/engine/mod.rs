@@ -460,9 +460,6 @@ pub(crate) struct Style {
     pub(crate) locks_at_execution: bool,
     /// Attempts carry timestamps, read and commit at them.
     pub(crate) timestamps: bool,
-    /// Leaders commit speculatively: a commit is answered once the node's view of the
-    /// watermarks makes it durable, and attempts run in epochs.
-    pub(crate) speculative: bool,
 }
 
 /// Replicated shards need an odd replica count (a Raft group each); `name` names the
@@ -518,7 +515,8 @@ impl OccNode {
             Hosts::restore(&context, durable, wrap, make)?
         };
         let info = &context.topology.nodes[context.id.0 as usize];
-        let coordinator = info.coordinator.then(|| Coordinator::new(context.clone(), family.style));
+        let coordinator =
+            info.coordinator.then(|| Coordinator::new(context.clone(), family.style, speculative));
         let speculation = family.speculation.map(|make| make(&context));
         let name = family.name;
         Ok(Self {

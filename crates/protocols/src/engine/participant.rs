@@ -774,11 +774,14 @@ pub(crate) trait Concurrency: AsAny + Send {
     fn on_leadership(&mut self, _core: &mut Core, _leads: bool) {}
 
     /// Checks the control's part of a command (after the shared checks).
-    fn check(&self, _core: &Core, command: &ShardCommand) -> Result<(), String> {
-        match command {
-            ShardCommand::Speculation(_) => Err("an entry of another protocol in this log".into()),
-            _ => Ok(()),
-        }
+    fn check(&self, _core: &Core, _command: &ShardCommand) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Whether the control has log entries of its own ([`Concurrency::apply_entry`]); a log
+    /// of a control without them refuses any.
+    fn has_entries(&self) -> bool {
+        false
     }
 
     /// Before a command applies: its logged clock reading, if it carries one, and the causal
@@ -1025,6 +1028,9 @@ impl StateMachine for Participant {
 
     fn validate(&self, command: &ShardCommand) -> Result<(), String> {
         self.core.check_command(command)?;
+        if matches!(command, ShardCommand::Speculation(_)) && !self.cc.has_entries() {
+            return Err("an entry of another protocol in this log".into());
+        }
         self.cc.check(&self.core, command)
     }
 

@@ -8,7 +8,7 @@
 use super::watermark::{candidate, Report, Watermarks, STABLES_REPORTED};
 use super::Entry;
 use crate::engine::participant::{Concurrency, Core, Participant, Rules};
-use crate::engine::{Conflict, ExecFailure, PrepareArgs, ShardCommand, Vote};
+use crate::engine::{Conflict, ExecFailure, PrepareArgs, Vote};
 use crate::kit::exec::PieceRun;
 use crate::kit::twopc::Decision;
 use meridian_core::txn::{Args, ProcId};
@@ -159,9 +159,9 @@ impl Concurrency for Epochs {
         }
     }
 
-    /// Its own entries are welcome here.
-    fn check(&self, _core: &Core, _command: &ShardCommand) -> Result<(), String> {
-        Ok(())
+    /// Its ticks and epoch changes.
+    fn has_entries(&self) -> bool {
+        true
     }
 
     /// A command is applied in a call at the end of a causal chain of `chain` wide-area legs

@@ -88,7 +88,6 @@ pub(crate) fn family() -> Family {
             one_round: (crate::occ::OPTION_ONE_ROUND, crate::occ::Occ::OPTIONS),
             locks_at_execution: false,
             timestamps: false,
-            speculative: true,
         },
         speculation: Some(node::View::boxed),
     }

@@ -291,7 +291,6 @@ impl Concurrency for TimestampOrder {
         match command {
             ShardCommand::Prepare { args, now, .. } => check_ts(args.ts, *now),
             ShardCommand::ExecuteCommit { ts, now, .. } => check_ts(*ts, *now),
-            ShardCommand::Speculation(_) => Err("an entry of another protocol in this log".into()),
             _ => Ok(()),
         }
     }

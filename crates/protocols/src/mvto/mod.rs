@@ -118,7 +118,6 @@ pub(crate) fn family() -> Family {
             one_round: (OPTION_ONE_ROUND, Mvto::OPTIONS),
             locks_at_execution: false,
             timestamps: true,
-            speculative: false,
         },
         speculation: None,
     }

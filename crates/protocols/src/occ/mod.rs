@@ -28,7 +28,6 @@ pub(crate) fn family() -> Family {
             one_round: (OPTION_ONE_ROUND, Occ::OPTIONS),
             locks_at_execution: false,
             timestamps: false,
-            speculative: false,
         },
         speculation: None,
     }

@@ -87,7 +87,6 @@ pub(crate) fn family(policy: Policy) -> Family {
             one_round: (crate::occ::OPTION_ONE_ROUND, crate::occ::Occ::OPTIONS),
             locks_at_execution: true,
             timestamps: false,
-            speculative: false,
         },
         speculation: None,
     }
