@@ -61,6 +61,7 @@
 use crate::ids::{NodeId, RequestId};
 use crate::key::Key;
 use crate::time::Time;
+pub use crate::txn::{parse_read_outputs, read_outputs};
 use crate::txn::{ScanRange, TxnFailure, TxnOutcome, TxnRequest, Write};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
@@ -141,61 +142,6 @@ pub struct SessionRequest {
     pub session: SessionId,
     /// The step.
     pub op: SessionOp,
-}
-
-/// The outputs of a `Read` step: `outputs[0]` has one datum per key read (an empty list when
-/// absent, a one-item list holding the value's bytes when present), `outputs[1]` one datum
-/// per scan (a list of `[key, value]` pairs in scan order).
-pub fn read_outputs(
-    values: Vec<Option<crate::key::Value>>,
-    rows: Vec<Vec<(Key, crate::key::Value)>>,
-) -> Vec<crate::txn::PieceOutput> {
-    use crate::txn::Datum;
-    let values = values
-        .into_iter()
-        .map(|v| Datum::List(v.map(Datum::Bytes).into_iter().collect()))
-        .collect();
-    let rows = rows
-        .into_iter()
-        .map(|scan| {
-            Datum::List(
-                scan.into_iter()
-                    .map(|(k, v)| Datum::List(vec![Datum::Bytes(k.into_bytes()), Datum::Bytes(v)]))
-                    .collect(),
-            )
-        })
-        .collect();
-    vec![values, rows]
-}
-
-/// What a reply built by [`read_outputs`] holds: the values, then the rows of each scan.
-/// `None` when the outputs do not have that shape.
-#[allow(clippy::type_complexity)]
-pub fn parse_read_outputs(
-    outputs: &[crate::txn::PieceOutput],
-) -> Option<(Vec<Option<crate::key::Value>>, Vec<Vec<(Key, crate::key::Value)>>)> {
-    let [values, scans] = outputs else { return None };
-    let values = values
-        .iter()
-        .map(|d| match d.as_list()? {
-            [] => Some(None),
-            [v] => Some(Some(v.as_bytes()?.to_vec())),
-            _ => None,
-        })
-        .collect::<Option<Vec<_>>>()?;
-    let scans = scans
-        .iter()
-        .map(|scan| {
-            scan.as_list()?
-                .iter()
-                .map(|row| match row.as_list()? {
-                    [k, v] => Some((Key::from(k.as_bytes()?.to_vec()), v.as_bytes()?.to_vec())),
-                    _ => None,
-                })
-                .collect::<Option<Vec<_>>>()
-        })
-        .collect::<Option<Vec<_>>>()?;
-    Some((values, scans))
 }
 
 /// Something a node wants its driver to do.

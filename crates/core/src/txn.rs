@@ -326,10 +326,8 @@ impl Procedure for SessionReads {
     ) -> Result<PieceEffects, UserAbort> {
         // `[values, scans]`, each as one list (the coordinator merges shards' answers).
         let values = reads.values.iter().map(|v| v.map(<[u8]>::to_vec)).collect();
-        let output = crate::node::read_outputs(values, reads.scans.clone())
-            .into_iter()
-            .map(Datum::List)
-            .collect();
+        let output =
+            read_outputs(values, reads.scans.clone()).into_iter().map(Datum::List).collect();
         Ok(PieceEffects { writes: Vec::new(), output })
     }
 }
@@ -861,6 +859,57 @@ pub struct WorkloadSample {
     pub partitioner: Arc<Partitioner>,
     /// Requests its clients would submit first.
     pub requests: Vec<TxnRequest>,
+}
+
+/// The outputs of a `Read` step: `outputs[0]` has one datum per key read (an empty list when
+/// absent, a one-item list holding the value's bytes when present), `outputs[1]` one datum
+/// per scan (a list of `[key, value]` pairs in scan order).
+pub fn read_outputs(values: Vec<Option<Value>>, rows: Vec<Vec<(Key, Value)>>) -> Vec<PieceOutput> {
+    let values = values
+        .into_iter()
+        .map(|v| Datum::List(v.map(Datum::Bytes).into_iter().collect()))
+        .collect();
+    let rows = rows
+        .into_iter()
+        .map(|scan| {
+            Datum::List(
+                scan.into_iter()
+                    .map(|(k, v)| Datum::List(vec![Datum::Bytes(k.into_bytes()), Datum::Bytes(v)]))
+                    .collect(),
+            )
+        })
+        .collect();
+    vec![values, rows]
+}
+
+/// What a reply built by [`read_outputs`] holds: the values, then the rows of each scan.
+/// `None` when the outputs do not have that shape.
+#[allow(clippy::type_complexity)]
+pub fn parse_read_outputs(
+    outputs: &[PieceOutput],
+) -> Option<(Vec<Option<Value>>, Vec<Vec<(Key, Value)>>)> {
+    let [values, scans] = outputs else { return None };
+    let values = values
+        .iter()
+        .map(|d| match d.as_list()? {
+            [] => Some(None),
+            [v] => Some(Some(v.as_bytes()?.to_vec())),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let scans = scans
+        .iter()
+        .map(|scan| {
+            scan.as_list()?
+                .iter()
+                .map(|row| match row.as_list()? {
+                    [k, v] => Some((Key::from(k.as_bytes()?.to_vec()), v.as_bytes()?.to_vec())),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((values, scans))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 
 pub mod clock;
 pub mod delay;
-pub mod fjall_store;
+pub mod inbox;
 pub mod incarnation;
 pub mod logstore;
 pub mod metrics;

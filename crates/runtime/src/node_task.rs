@@ -12,6 +12,7 @@
 
 use crate::clock::WallClock;
 use crate::delay::DelayThread;
+pub use crate::inbox::{ClientCall, Inbound};
 use crate::logstore::{PersistJob, Storage};
 use crate::metrics::{LinkSnapshot, MetricsHub, NodeSnapshot, METRICS_INTERVAL_NS};
 use crate::tcp::{self, TcpConfig};
@@ -19,7 +20,7 @@ use hdrhistogram::Histogram;
 use meridian_core::clock::{ClockModel, NodeClock};
 use meridian_core::netmodel::{Jitter, LinkModel, LinkState, NetworkModel};
 use meridian_core::node::{
-    ClientDriver, ClientRequest, Effect, Node, Outbox, PersistToken, SessionRequest, TimerId,
+    ClientDriver, ClientRequest, Effect, Node, Outbox, PersistToken, TimerId,
 };
 use meridian_core::rng::child_rng;
 use meridian_core::time::NS_PER_US;
@@ -47,67 +48,6 @@ pub const SUBMITS_PER_PASS_MAX: usize = 4_096;
 pub const HELD_MESSAGES_MAX: usize = 64;
 /// Largest one-way delay recorded (µs); longer ones are clamped.
 const DELAY_US_MAX: u64 = 60_000_000;
-
-/// What arrives in a node's inbox.
-#[derive(Debug)]
-pub enum Inbound<M> {
-    /// A message from another node, with the sender's wall-clock send time.
-    Msg {
-        /// Sender.
-        from: NodeId,
-        /// Sender's send time (ns since the Unix epoch).
-        sent_at_ns: u64,
-        /// Wide-area legs on the causal chain that led to it, its own included.
-        hops: u16,
-        /// The message.
-        msg: M,
-    },
-    /// Messages from another node of this process, in the order it sent them: what it sent
-    /// to this node during one pass of its loop, handed over together so that the receiver
-    /// is woken once for them, not once per message.
-    Msgs {
-        /// Sender.
-        from: NodeId,
-        /// Send times (ns since the Unix epoch), wide-area legs, and messages.
-        msgs: Vec<(u64, u16, M)>,
-    },
-    /// The storage thread made this persist durable.
-    Persisted {
-        /// The node's token.
-        token: PersistToken,
-        /// The life of the node that asked (its crash count): a completion of a node that
-        /// crashed since is dropped, since the restarted node numbers its tokens afresh.
-        life: u64,
-    },
-    /// A call from a client library in this process (not a pool of the benchmark): run it
-    /// and send the reply back on `reply`.
-    Client {
-        /// What to run.
-        call: ClientCall,
-        /// Where the reply goes.
-        reply: oneshot::Sender<TxnOutcome>,
-    },
-    /// Finish and hand the node back.
-    Stop,
-}
-
-/// What a client library asks a coordinator node of this process to do.
-#[derive(Debug)]
-pub enum ClientCall {
-    /// Run a transaction (a registered procedure).
-    Submit(ClientRequest),
-    /// Take a step of an interactive transaction.
-    Session(SessionRequest),
-}
-
-impl ClientCall {
-    fn id(&self) -> RequestId {
-        match self {
-            Self::Submit(request) => request.id,
-            Self::Session(request) => request.id,
-        }
-    }
-}
 
 /// Most calls of a client library one node has in progress; beyond it a call is refused.
 pub const CLIENT_CALLS_MAX: usize = 1 << 16;

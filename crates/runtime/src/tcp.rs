@@ -15,7 +15,7 @@
 //! sheds what is queued. A batch lost to a broken connection is lost like a TCP reset, and
 //! the protocols' timeouts recover.
 
-use crate::node_task::Inbound;
+use crate::inbox::Inbound;
 use meridian_core::node::Message;
 use meridian_core::wire::{
     encode_frame, ConnectionReader, Envelope, Hello, Identity, ReadEvent, WireFrame,

@@ -21,7 +21,7 @@
 //! one log gives; Luigi's per-worker replication threads exist for parallelism on its
 //! multi-threaded servers, which a sans-IO node does not have.
 //!
-//! Everything else is tiga's ([`crate::tiga::node`], [`crate::tiga::node::Variant::Luigi`]):
+//! Everything else is tiga's ([`crate::tiga::node`], which takes luigi's [`VARIANT`]):
 //! the hold queue with per-key read and write stamps (the published code hashes keys to 32
 //! bits and does not tell reads from writes), the agreement, votes for cross-shard user
 //! aborts, resends with the same transaction id and at-most-once execution.
@@ -41,9 +41,14 @@
 
 pub mod streams;
 
+use std::collections::BTreeMap;
+use streams::Streams;
+
 use crate::tiga;
-use crate::tiga::node::{self, TigaNode};
+use crate::tiga::journal::{JournaledView, Recovered, Seqs};
+use crate::tiga::node::{self, Dispatch, ManagerSettings, Prefix, TigaNode, Variant};
 use crate::tiga::owd::OwdSettings;
+use crate::tiga::view::View;
 use crate::{
     Durable, Guarantee, NodeContext, OptionKind, OptionSpec, Protocol, ProtocolOptions, Replayed,
 };
@@ -91,12 +96,46 @@ pub fn owd_settings(options: &ProtocolOptions) -> OwdSettings {
     )
 }
 
-/// Whether the nodes host the view manager, and its detection timeout in nanoseconds, from
-/// `options` (parsed against [`OPTIONS`]).
-pub fn manager_settings(options: &ProtocolOptions) -> (bool, u64) {
+/// The view manager's settings from `options` (parsed against [`OPTIONS`]): hosted or not,
+/// its detection timeout, and preventive views (Luigi's leaders always agree before
+/// executing).
+fn manager_settings(options: &ProtocolOptions) -> ManagerSettings {
     let on = options.choice(OPTION_VIEW_MANAGER, OPTIONS) == "on";
     let detect_ms = options.number(OPTION_DETECT_MS, OPTIONS);
-    (on, (detect_ms * meridian_core::time::NS_PER_MS as f64) as u64)
+    let detect_ns = (detect_ms * meridian_core::time::NS_PER_MS as f64) as u64;
+    ManagerSettings { on, detect_ns, mode: tiga::Mode::Preventive }
+}
+
+/// Luigi's starting view: leaders together where the layout allows, preventive.
+fn starting_view(topology: &Topology, _options: &ProtocolOptions) -> Result<View, String> {
+    node::initial_view(topology)
+}
+
+/// How luigi departs from tiga on tiga's node: transactions go to the shard leaders only,
+/// whose per-worker watermarks ([`streams`]) commit them.
+pub const VARIANT: Variant = Variant {
+    name: "luigi",
+    prefix: Prefix::Luigi,
+    dispatch: Dispatch::LeadersOnly { watermarks: Streams::boxed },
+    manager: manager_settings,
+    starting_view,
+};
+
+/// A luigi node of `context`, stamping with `owd`, in its starting view.
+pub fn node(context: NodeContext, owd: OwdSettings) -> Result<TigaNode, String> {
+    TigaNode::of(context, VARIANT, owd, false)
+}
+
+/// A luigi node of `context` (stamping with `owd`) that restarted with `shards` found in its
+/// journal, in the view the journal holds or, without one, its starting view.
+pub fn restored(
+    context: NodeContext,
+    owd: OwdSettings,
+    shards: BTreeMap<ShardId, Recovered>,
+    seqs: Seqs,
+    view: Option<JournaledView>,
+) -> Result<TigaNode, String> {
+    TigaNode::restored_as(context, VARIANT, owd, false, shards, seqs, view)
 }
 
 /// The `luigi` protocol.
@@ -181,7 +220,7 @@ impl Protocol for Luigi {
     fn restore(context: NodeContext, durable: &Durable) -> Result<TigaNode, String> {
         let (shards, next_seq, view) = tiga::journal::recover_with_view(durable)?;
         let owd = owd_settings(&context.options);
-        let mut node = TigaNode::luigi_restored_in_view(context, owd, shards, next_seq, view)?;
+        let mut node = restored(context, owd, shards, next_seq, view)?;
         node.host_manager(durable)?;
         Ok(node)
     }

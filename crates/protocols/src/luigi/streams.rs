@@ -13,7 +13,7 @@
 //! ```
 //!
 //! where `frontier[w]` is the largest timestamp of any of `w`'s transactions known here, and a
-//! leader admits a new transaction of `w` only above `frontier[w]` ([`Streams::floor`]). So:
+//! leader admits a new transaction of `w` only above `frontier[w]` ([`Watermarks::floor`]). So:
 //!
 //! - every transaction of `w` known here with a timestamp at or below `W[w]` is replicated
 //!   (an unreplicated one's lower bound, hence its timestamp, is above `W[w]`);
@@ -28,6 +28,7 @@
 //! outside it is refused); open transactions per worker are the leader's held and unreplicated
 //! ones, bounded by the bodies it keeps (`OPEN_MAX` as a backstop).
 
+use crate::tiga::node::Watermarks;
 use meridian_core::{NodeId, Timestamp, TxnId};
 use std::collections::BTreeMap;
 
@@ -45,7 +46,7 @@ struct Stream {
     open: BTreeMap<TxnId, Timestamp>,
     /// The same, ordered by bound.
     by_bound: BTreeMap<(Timestamp, TxnId), ()>,
-    /// The watermark last handed out by [`Streams::take_raised`].
+    /// The watermark last handed out by [`Watermarks::take_raised`].
     told: Timestamp,
 }
 
@@ -71,15 +72,22 @@ impl Streams {
         Self { workers: vec![Stream::default(); nodes] }
     }
 
+    /// [`Streams::new`], as the node keeps it ([`crate::tiga::node::MakeWatermarks`]).
+    pub fn boxed(nodes: usize) -> Box<dyn Watermarks> {
+        Box::new(Self::new(nodes))
+    }
+
     /// The number of workers (the cluster's nodes).
     pub fn workers(&self) -> usize {
         self.workers.len()
     }
+}
 
+impl Watermarks for Streams {
     /// The lowest timestamp a new transaction of `worker` may be held at here, `None` when
     /// `worker` is not a node of the cluster, its stream is full, or its frontier is at the
     /// largest timestamp.
-    pub fn floor(&self, worker: NodeId) -> Option<Timestamp> {
+    fn floor(&self, worker: NodeId) -> Option<Timestamp> {
         let stream = self.workers.get(worker.0 as usize)?;
         if stream.open.len() >= OPEN_MAX {
             return None;
@@ -89,7 +97,7 @@ impl Streams {
     }
 
     /// `txn` (of the worker `txn.origin`) is held here at `ts`, at or above its floor.
-    pub fn held(&mut self, txn: TxnId, ts: Timestamp) {
+    fn held(&mut self, txn: TxnId, ts: Timestamp) {
         let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
         if stream.open.contains_key(&txn) {
             return;
@@ -103,7 +111,7 @@ impl Streams {
     /// `txn`, in the log at `ts`, is replicated to a majority. One not opened here (a leader
     /// that took over, a transaction known only from a peer) raises nothing it should not:
     /// only its own timestamp joins the frontier.
-    pub fn replicated(&mut self, txn: TxnId, ts: Timestamp) {
+    fn replicated(&mut self, txn: TxnId, ts: Timestamp) {
         let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
         if let Some(bound) = stream.open.remove(&txn) {
             stream.by_bound.remove(&(bound, txn));
@@ -115,7 +123,7 @@ impl Streams {
     /// `txn` will never be in the log (another leader refused it, so no leader can release
     /// it): it stops holding its worker's watermark back. The frontier stays where it is, so
     /// nothing new of the worker is held at or below its timestamp.
-    pub fn dropped(&mut self, txn: TxnId) {
+    fn dropped(&mut self, txn: TxnId) {
         let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
         if let Some(bound) = stream.open.remove(&txn) {
             stream.by_bound.remove(&(bound, txn));
@@ -124,17 +132,17 @@ impl Streams {
 
     /// A restarted leader: `worker` was told `ts` before the crash. Its new transactions are
     /// held above it, and nothing will be told below it again.
-    pub fn restore_told(&mut self, worker: NodeId, ts: Timestamp) {
+    fn restore_told(&mut self, worker: NodeId, ts: Timestamp) {
         let Some(stream) = self.workers.get_mut(worker.0 as usize) else { return };
         stream.frontier = stream.frontier.max(ts);
         stream.told = stream.told.max(ts);
     }
 
     /// A restarted leader: `txn` is in its log at `ts`, with its replication not known yet.
-    /// Above what its worker was told it is open until [`Streams::replicated`]; at or below,
+    /// Above what its worker was told it is open until [`Watermarks::replicated`]; at or below,
     /// the promise already covers it (it was replicated). Call after
-    /// [`Streams::restore_told`].
-    pub fn restore_open(&mut self, txn: TxnId, ts: Timestamp) {
+    /// [`Watermarks::restore_told`].
+    fn restore_open(&mut self, txn: TxnId, ts: Timestamp) {
         let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
         stream.frontier = stream.frontier.max(ts);
         if ts > stream.told && stream.open.insert(txn, ts).is_none() {
@@ -143,10 +151,10 @@ impl Streams {
     }
 
     /// A restarted leader: `txn` is held at `ts` again (a proposal taken up again). It is
-    /// not replicated, whatever its worker was told: it is open until [`Streams::replicated`]
+    /// not replicated, whatever its worker was told: it is open until [`Watermarks::replicated`]
     /// even at or below that (its hold before the crash may have moved above its first
     /// proposal, and the watermark with it), so nothing higher is told while it is open.
-    pub fn restore_held(&mut self, txn: TxnId, ts: Timestamp) {
+    fn restore_held(&mut self, txn: TxnId, ts: Timestamp) {
         let Some(stream) = self.workers.get_mut(txn.origin.0 as usize) else { return };
         stream.frontier = stream.frontier.max(ts);
         if stream.open.insert(txn, ts).is_none() {
@@ -155,12 +163,12 @@ impl Streams {
     }
 
     /// `worker`'s watermark here.
-    pub fn watermark(&self, worker: NodeId) -> Timestamp {
+    fn watermark(&self, worker: NodeId) -> Timestamp {
         self.workers.get(worker.0 as usize).map(Stream::watermark).unwrap_or(Timestamp::ZERO)
     }
 
     /// The workers whose watermark rose since they were last told, with it (marked told).
-    pub fn take_raised(&mut self) -> Vec<(NodeId, Timestamp)> {
+    fn take_raised(&mut self) -> Vec<(NodeId, Timestamp)> {
         let mut raised = Vec::new();
         for (index, stream) in self.workers.iter_mut().enumerate() {
             let mark = stream.watermark();
@@ -173,14 +181,14 @@ impl Streams {
     }
 
     /// Per worker, the watermark last told (workers told nothing left out): what a
-    /// checkpoint keeps, for [`Streams::restore_told`].
-    pub fn told(&self) -> Vec<(NodeId, Timestamp)> {
+    /// checkpoint keeps, for [`Watermarks::restore_told`].
+    fn told(&self) -> Vec<(NodeId, Timestamp)> {
         let told = self.workers.iter().enumerate().filter(|(_, s)| s.told > Timestamp::ZERO);
         told.map(|(index, s)| (NodeId(index as u32), s.told)).collect()
     }
 
     /// Open transactions of every worker.
-    pub fn open(&self) -> usize {
+    fn open(&self) -> usize {
         self.workers.iter().map(|s| s.open.len()).sum()
     }
 }

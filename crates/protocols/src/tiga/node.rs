@@ -1,8 +1,9 @@
 //! The `tiga` protocol node: a coordinator for the transactions clients submit here, and the
 //! replicas of the shards this node hosts, each driven by [`super::replica::Replica`]. The
-//! same node runs `luigi` ([`Variant::Luigi`], [`crate::luigi`]): coordinators send to the
-//! leaders only, followers learn transactions from the leader's log alone, and a commit waits
-//! for the leaders' per-worker replication watermarks instead of a quorum of replies.
+//! same node runs `luigi` ([`crate::luigi`]), chosen by a [`Variant`] value (the one seam
+//! between them, [`variant`]): coordinators send to the leaders only, followers learn
+//! transactions from the leader's log alone, and a commit waits for the leaders' per-worker
+//! replication watermarks instead of a quorum of replies.
 //!
 //! # One transaction
 //!
@@ -111,6 +112,7 @@ mod pacing;
 mod part;
 mod snapshot;
 mod state;
+mod variant;
 mod view_change;
 
 use super::coordinator::{Committed, Refused, ShardPlacement, Tracker};
@@ -125,7 +127,6 @@ use super::{check_one_shot, Mode, TigaSettings};
 use crate::kit::coord::{bind_plan, AttemptIds};
 use crate::kit::exec::{run_piece, AtTimestamp, Overlay, Placement};
 use crate::kit::timers::Timers;
-use crate::luigi::streams::Streams;
 use crate::{NodeContext, ProtocolNode};
 use checkpoint::{advance_finished, answer_order, journaled_known};
 use counters::Counts;
@@ -153,6 +154,7 @@ use part::{shape_of, Part, Shape};
 use state::{committed_version, image_parts, install_without_rows, store_rows};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
+pub use variant::{Dispatch, MakeWatermarks, ManagerSettings, Prefix, Variant, Watermarks};
 pub use view_change::REPORT_ENTRIES_MAX;
 use view_change::{Frozen, Recovering};
 
@@ -366,8 +368,8 @@ struct Hosted {
     leader: NodeId,
     /// The followers' nodes (leaders only).
     followers: Vec<NodeId>,
-    /// `luigi` leaders: the per-worker watermarks.
-    streams: Option<Streams>,
+    /// `luigi` leaders: the per-worker watermarks ([`Variant::watermarks`]).
+    streams: Option<Box<dyn Watermarks>>,
     /// `luigi` leaders: log positions below this are replicated to a majority (and told to
     /// the streams).
     replicated: usize,
@@ -701,18 +703,6 @@ struct InFlight {
     resends: u32,
 }
 
-/// Which protocol a node runs: the two share everything but dispatch and the commit rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    /// Tiga: every replica gets the transaction; a super quorum of matching fast replies, or
-    /// the leader and `f` synced followers, commit it.
-    Tiga,
-    /// Luigi: the leaders only get it; followers learn it from the leader's log; the
-    /// coordinator commits once every leader's result is in and its watermark covers the
-    /// agreed timestamp ([`crate::luigi`]).
-    Luigi,
-}
-
 /// A tiga (or luigi) node.
 #[derive(Debug)]
 pub struct TigaNode {
@@ -767,8 +757,19 @@ impl TigaNode {
     /// A tiga node of `context` (in memory: a durable driver is refused by the caller).
     pub fn new(context: NodeContext) -> Result<Self, String> {
         let settings = TigaSettings::from_options(&context.options);
-        let view = starting_view(&context.topology, &settings)?;
-        Self::build(context, Variant::Tiga, view, settings.owd, settings.snapshot_reads)
+        Self::of(context, Variant::TIGA, settings.owd, settings.snapshot_reads)
+    }
+
+    /// A node of `context` running `variant`, stamping with `owd`, in the variant's
+    /// starting view.
+    pub fn of(
+        context: NodeContext,
+        variant: Variant,
+        owd: OwdSettings,
+        snapshot_reads: bool,
+    ) -> Result<Self, String> {
+        let view = (variant.starting_view)(&context.topology, &context.options)?;
+        Self::build(context, variant, view, owd, snapshot_reads)
     }
 
     /// A tiga node of `context` that restarted with `shards` found in its journal (whose
@@ -789,60 +790,39 @@ impl TigaNode {
         seqs: Seqs,
         view: Option<super::journal::JournaledView>,
     ) -> Result<Self, String> {
-        let mut node = match view {
-            None => Self::new(context)?,
-            Some((global, local, detective)) => {
-                if local.len() != context.topology.shards as usize {
-                    return Err(format!("the tiga journal's view has {} shards", local.len()));
-                }
-                let settings = TigaSettings::from_options(&context.options);
-                let mode = if detective { Mode::Detective } else { Mode::Preventive };
-                let view = View { global, local, mode };
-                let mut node = Self::build(
-                    context,
-                    Variant::Tiga,
-                    view,
-                    settings.owd,
-                    settings.snapshot_reads,
-                )?;
-                node.view_journaled = true;
-                node
-            }
-        };
-        node.resume(shards, seqs)?;
-        Ok(node)
+        let settings = TigaSettings::from_options(&context.options);
+        let (owd, snapshot_reads) = (settings.owd, settings.snapshot_reads);
+        Self::restored_as(context, Variant::TIGA, owd, snapshot_reads, shards, seqs, view)
     }
 
-    /// A luigi node of `context` (stamping with `owd`) that restarted with `shards` found in
-    /// its journal.
-    pub fn luigi_restored(
+    /// A node of `context` running `variant` (see [`TigaNode::of`]) that restarted with
+    /// `shards` found in its journal, in the view the journal holds or, without one, the
+    /// variant's starting view.
+    pub fn restored_as(
         context: NodeContext,
+        variant: Variant,
         owd: OwdSettings,
-        shards: BTreeMap<ShardId, Recovered>,
-        seqs: Seqs,
-    ) -> Result<Self, String> {
-        Self::luigi_restored_in_view(context, owd, shards, seqs, None)
-    }
-
-    /// [`TigaNode::luigi_restored`], in the view its journal holds (or the starting view).
-    pub fn luigi_restored_in_view(
-        context: NodeContext,
-        owd: OwdSettings,
+        snapshot_reads: bool,
         shards: BTreeMap<ShardId, Recovered>,
         seqs: Seqs,
         view: Option<super::journal::JournaledView>,
     ) -> Result<Self, String> {
         let mut node = match view {
-            None => Self::luigi(context, owd)?,
+            None => Self::of(context, variant, owd, snapshot_reads)?,
             Some((global, local, detective)) => {
-                if local.len() != context.topology.shards as usize || detective {
+                let name = variant.name;
+                if local.len() != context.topology.shards as usize {
+                    return Err(format!("the {name} journal's view has {} shards", local.len()));
+                }
+                if detective && !variant.may_detect() {
                     return Err(format!(
-                        "the luigi journal's view has {} shards or detective mode",
-                        local.len()
+                        "the {name} journal's view is detective, but {name}'s leaders agree \
+                         before executing"
                     ));
                 }
-                let view = View { global, local, mode: Mode::Preventive };
-                let mut node = Self::build(context, Variant::Luigi, view, owd, false)?;
+                let mode = if detective { Mode::Detective } else { Mode::Preventive };
+                let view = View { global, local, mode };
+                let mut node = Self::build(context, variant, view, owd, snapshot_reads)?;
                 node.view_journaled = true;
                 node
             }
@@ -873,12 +853,6 @@ impl TigaNode {
         self.view.global
     }
 
-    /// A luigi node of `context`, stamping with `owd`.
-    pub fn luigi(context: NodeContext, owd: OwdSettings) -> Result<Self, String> {
-        let view = initial_view(&context.topology)?;
-        Self::build(context, Variant::Luigi, view, owd, false)
-    }
-
     fn build(
         context: NodeContext,
         variant: Variant,
@@ -888,7 +862,11 @@ impl TigaNode {
     ) -> Result<Self, String> {
         let topology = &context.topology;
         let detective = view.mode == Mode::Detective;
-        debug_assert!(!detective || variant == Variant::Tiga, "luigi agrees before executing");
+        debug_assert!(
+            !detective || variant.may_detect(),
+            "{} agrees before executing",
+            variant.name
+        );
         let limits = replica_limits(topology.shards);
         let mut hosted = BTreeMap::new();
         for slot in &topology.nodes[context.id.0 as usize].replicas {
@@ -906,8 +884,7 @@ impl TigaNode {
                 acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
                 sent_to: followers.iter().map(|&n| (n, 0)).collect(),
                 bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
-                streams: (leads && variant == Variant::Luigi)
-                    .then(|| Streams::new(topology.nodes.len())),
+                streams: if leads { variant.watermarks(topology.nodes.len()) } else { None },
                 // A follower of a node started before may have vouched for entries it no
                 // longer holds: it takes the leader's state before anything else.
                 joining: (!leads && context.incarnation > 0).then(Joining::default),
@@ -959,7 +936,7 @@ impl TigaNode {
     /// Where to send a transaction on `shards`: every replica (tiga), or the leader (luigi).
     fn placement(&self, shards: &[ShardId]) -> Vec<ShardPlacement> {
         let topology = &self.context.topology;
-        if self.variant == Variant::Luigi {
+        if self.variant.leaders_only() {
             return shards
                 .iter()
                 .filter_map(|&shard| {

@@ -27,7 +27,7 @@ impl TigaNode {
         // what the coordinator had decided when it sent it (the results kept for a view
         // change go by it).
         let me = self.context.id;
-        let relayed = self.variant == Variant::Luigi
+        let relayed = self.variant.leaders_only()
             && from != me
             && self.hosted.values().any(|h| h.leader == from);
         if from == body.txn.origin || relayed {
@@ -63,7 +63,7 @@ impl TigaNode {
             let trusted = if host.replica.leads() {
                 from == coordinator || from_peer_leader
             } else {
-                from == host.leader || (self.variant == Variant::Tiga && from == coordinator)
+                from == host.leader || (self.variant.every_replica() && from == coordinator)
             };
             if !trusted {
                 self.counts.dropped_total += 1;
@@ -103,7 +103,7 @@ impl TigaNode {
                     // A synced entry's body: journaled before the replies it lets go.
                     self.journal.write(&Record::Fetched { shard, body: (*body).clone() });
                     self.act(now, shard, actions, None, out);
-                    if synced && self.variant == Variant::Luigi {
+                    if synced && self.variant.leaders_only() {
                         // A luigi leader counts replicas by their acknowledgements.
                         let host = &self.hosted[&shard];
                         out.send(
@@ -134,7 +134,7 @@ impl TigaNode {
                 self.counts.dropped_total += 1;
                 continue;
             }
-            if self.variant == Variant::Luigi && !host.replica.leads() {
+            if self.variant.leaders_only() && !host.replica.leads() {
                 // A luigi follower executes what its leader's log lists, nothing else.
                 let known = Known { body: body.clone(), owd_ns, part, shards: shards.clone() };
                 host.bodies.insert(txn, known);

@@ -714,7 +714,7 @@ impl TigaNode {
     /// A restarted follower runs what it journaled after its image (quietly: the replies
     /// are kept to answer resends), as it did the first time.
     pub(super) fn restore_follower(&mut self, shard: ShardId) {
-        let (view, variant) = (self.view.global, self.variant);
+        let (view, every_replica) = (self.view.global, self.variant.every_replica());
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         let mut scratch = Outbox::new();
         // Bounded by the journal.
@@ -772,9 +772,9 @@ impl TigaNode {
                 }
             }
             for action in slow {
-                match (action, variant) {
+                match (action, every_replica) {
                     // Luigi followers answer their leader only (acknowledgements).
-                    (Action::SlowReply { txn, ts }, Variant::Tiga) => {
+                    (Action::SlowReply { txn, ts }, true) => {
                         let msg = slow_reply(view, host, txn, ts);
                         reply(host, txn, msg, &mut scratch);
                     }

@@ -161,7 +161,7 @@ impl TigaNode {
             outcome.outputs = outputs.into_iter().map(Option::unwrap_or_default).collect();
             outcome.commit_ts = Some(committed.ts);
             // Luigi has no fast path: it commits once the leaders' logs are replicated.
-            let fast = committed.fast && self.variant == Variant::Tiga;
+            let fast = committed.fast && self.variant.every_replica();
             outcome.path = if flight.snapshot {
                 CommitPath::Snapshot
             } else if fast {
@@ -219,14 +219,13 @@ impl TigaNode {
             }
         }
         if let Some(decided) = self.tracker.on_fast(from, txn, shard, ts, hash) {
-            match self.variant {
-                Variant::Tiga => self.on_decided(decided, out),
-                Variant::Luigi => {
-                    // Every leader answered at the agreed timestamp: committed once each
-                    // participant's watermark covers it.
-                    self.awaiting.insert(txn, decided);
-                    self.commit_covered(out);
-                }
+            if self.variant.every_replica() {
+                self.on_decided(decided, out);
+            } else {
+                // Every leader answered at the agreed timestamp: committed once each
+                // participant's watermark covers it.
+                self.awaiting.insert(txn, decided);
+                self.commit_covered(out);
             }
         }
     }
@@ -239,7 +238,7 @@ impl TigaNode {
         ts: Timestamp,
         out: &mut Outbox<TigaMsg>,
     ) {
-        if self.variant != Variant::Luigi || !self.is_leader_node(shard, from) {
+        if self.variant.every_replica() || !self.is_leader_node(shard, from) {
             self.counts.dropped_total += 1;
             return;
         }

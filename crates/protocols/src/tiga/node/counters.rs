@@ -3,7 +3,7 @@
 //! time (the metrics interface takes `&'static str`). A counter only one variant has (tiga's
 //! fast path and speculation, luigi's watermarks) is listed with that variant alone.
 
-use super::{Hosted, TigaNode, Variant};
+use super::{Hosted, Prefix, TigaNode};
 
 /// What a node counts as it goes (events; gauges are read off its state when exported).
 #[derive(Debug, Default)]
@@ -80,9 +80,9 @@ pub(super) struct Counts {
 /// `[(name, value), ...]` with every name prefixed by the variant's protocol name.
 macro_rules! prefixed {
     ($variant:expr, [$(($name:literal, $value:expr)),* $(,)?]) => {
-        match $variant {
-            Variant::Tiga => vec![$((concat!("tiga_", $name), $value)),*],
-            Variant::Luigi => vec![$((concat!("luigi_", $name), $value)),*],
+        match $variant.prefix {
+            Prefix::Tiga => vec![$((concat!("tiga_", $name), $value)),*],
+            Prefix::Luigi => vec![$((concat!("luigi_", $name), $value)),*],
         }
     };
 }
@@ -150,8 +150,8 @@ impl TigaNode {
                 ("reports_oversized_total", c.reports_oversized_total),
             ]
         );
-        match self.variant {
-            Variant::Tiga => named.extend([
+        match self.variant.prefix {
+            Prefix::Tiga => named.extend([
                 ("tiga_fast_commits_total", c.fast_total),
                 ("tiga_slow_commits_total", c.slow_total),
                 ("tiga_fast_quorum_after_slow_total", self.tracker.fast_after_slow_total()),
@@ -167,7 +167,7 @@ impl TigaNode {
                 ("tiga_unlisted_kept", sum(&|h| h.unlisted.len() as u64)),
                 ("tiga_mode_changes_total", c.mode_changes_total),
             ]),
-            Variant::Luigi => {
+            Prefix::Luigi => {
                 let open = hosted().filter_map(|h| h.streams.as_ref()).map(|s| s.open());
                 named.extend([
                     ("luigi_commits_total", c.slow_total),

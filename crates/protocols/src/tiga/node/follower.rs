@@ -176,7 +176,7 @@ impl TigaNode {
     /// heard, not on every log message).
     pub(super) fn drop_unlisted(&mut self, shard: ShardId, sweep: bool) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        if host.replica.leads() || host.joining.is_some() || self.variant != Variant::Tiga {
+        if host.replica.leads() || host.joining.is_some() || !self.variant.every_replica() {
             return;
         }
         let synced = host.replica.log_len();

@@ -15,7 +15,7 @@ impl TigaNode {
         out: &mut Outbox<TigaMsg>,
     ) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        let wanted = self.snapshot_reads || self.variant == Variant::Tiga;
+        let wanted = self.snapshot_reads || self.variant.every_replica();
         if !wanted || !host.replica.leads() || host.followers.is_empty() {
             return;
         }
@@ -189,7 +189,7 @@ impl TigaNode {
                     };
                     reply(host, txn, msg, out);
                 }
-                Action::SlowReply { .. } if self.variant == Variant::Luigi => {
+                Action::SlowReply { .. } if self.variant.leaders_only() => {
                     // Luigi followers answer their leader only (acknowledgements).
                 }
                 Action::SlowReply { txn, ts } => {

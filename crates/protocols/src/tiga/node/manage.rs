@@ -160,26 +160,13 @@ impl TigaNode {
     pub(crate) fn host_manager(&mut self, durable: &Durable) -> Result<(), String> {
         let topology = self.context.topology.clone();
         let options = &self.context.options;
-        let (on, detect_ns, mode) = match self.variant {
-            Variant::Tiga => {
-                let settings = TigaSettings::from_options(options);
-                (settings.view_manager, settings.detect_ns, settings.mode)
-            }
-            Variant::Luigi => {
-                // Luigi's leaders always agree before executing.
-                let (on, detect_ns) = crate::luigi::manager_settings(options);
-                (on, detect_ns, Mode::Preventive)
-            }
-        };
+        let ManagerSettings { on, detect_ns, mode } = (self.variant.manager)(options);
         if !on || topology.replicas < 3 {
             return Ok(());
         }
         // The members are chosen from the starting view, which every node computes alike
         // (a restarted node may be in a later one).
-        let start = match self.variant {
-            Variant::Tiga => starting_view(&topology, &TigaSettings::from_options(options))?,
-            Variant::Luigi => initial_view(&topology)?,
-        };
+        let start = (self.variant.starting_view)(&topology, options)?;
         let members = manager_members(&topology, &start);
         // A member that restarts without its group's records (a driver keeping nothing
         // across restarts) lost its votes and its log: as a voter again it could elect a

@@ -383,7 +383,7 @@ impl TigaNode {
                     host.leader,
                     ack_msg((self.view.global, self.context.incarnation), host, Vec::new()),
                 );
-                if self.variant == Variant::Tiga {
+                if self.variant.every_replica() {
                     // Its log now matches the leader's through the image: a coordinator still
                     // waiting on an entry there may count it (after a view change, the new
                     // leader's followers hold no other log to vouch with). The latest

@@ -21,7 +21,7 @@ const VIEW: u64 = 1;
 /// Node `id` of 3 shards × 3 replicas in 3 regions (nodes 0–8 replicas, 9–11
 /// coordinators), running bank.
 fn node(id: u32) -> TigaNode {
-    node_of(id, Variant::Tiga).0
+    node_of(id, Variant::TIGA).0
 }
 
 /// Node `id` of a 3 × 3 cluster running bank, as `variant`, with its workload.
@@ -36,11 +36,11 @@ fn node_in(
     replicas: u32,
 ) -> (TigaNode, Box<dyn meridian_workloads::Workload>) {
     let (context, workload) = context_in(id, replicas);
-    let mut node = match variant {
-        Variant::Tiga => TigaNode::new(context).unwrap(),
-        Variant::Luigi => {
+    let mut node = match variant.prefix {
+        Prefix::Tiga => TigaNode::new(context).unwrap(),
+        Prefix::Luigi => {
             let owd = crate::luigi::owd_settings(&context.options);
-            TigaNode::luigi(context, owd).unwrap()
+            crate::luigi::node(context, owd).unwrap()
         }
     };
     for (shard, store) in node.stores_mut() {
@@ -131,7 +131,7 @@ fn a_leader_restarts_from_its_journal_and_a_journal_not_its_own_is_refused() {
 /// not raise the watermark past them before the followers acknowledge.
 #[test]
 fn a_restarted_luigi_leader_tells_no_watermark_over_its_unreplicated_log() {
-    let (mut coordinator, bank) = node_of(0, Variant::Luigi);
+    let (mut coordinator, bank) = node_of(0, crate::luigi::VARIANT);
     let mut generator = bank.generator(0, 1);
     // Two single-shard transfers of this coordinator on one shard, the second stamped
     // later: the first is logged (never acknowledged), the second arrives anew.
@@ -153,7 +153,7 @@ fn a_restarted_luigi_leader_tells_no_watermark_over_its_unreplicated_log() {
     }
     assert_eq!(bodies.len(), 2, "bank draws single-shard transfers");
     let shard = shard.expect("found");
-    let leader = (0..9).find(|&n| node_of(n, Variant::Luigi).0.leads(shard)).unwrap();
+    let leader = (0..9).find(|&n| node_of(n, crate::luigi::VARIANT).0.leads(shard)).unwrap();
     let mut journal: Journal<TigaMsg> = Journal::new(0..0);
     let logged_ts = bodies[0].ts;
     let worker = bodies[0].txn.origin;
@@ -165,7 +165,7 @@ fn a_restarted_luigi_leader_tells_no_watermark_over_its_unreplicated_log() {
     let (shards, next) = super::super::journal::recover(&durable).unwrap();
     let (context, _) = context_in(leader, 3);
     let owd = crate::luigi::owd_settings(&context.options);
-    let mut node = TigaNode::luigi_restored(context, owd, shards, next).unwrap();
+    let mut node = crate::luigi::restored(context, owd, shards, next, None).unwrap();
     for (shard, store) in node.stores_mut() {
         bank.load(shard, store);
     }
@@ -231,7 +231,7 @@ fn a_stale_leader_reply_never_replaces_its_latest() {
     use meridian_core::node::Effect;
     let mut coordinator = node(9);
     let mut out = Outbox::new();
-    let (_, bank) = node_of(0, Variant::Tiga);
+    let (_, bank) = node_of(0, Variant::TIGA);
     let mut requests = bank.generator(0, 1);
     let topology = coordinator.context.topology.clone();
     // A transfer across shards.
@@ -436,11 +436,11 @@ fn samples() -> Vec<TigaMsg> {
 /// A follower of `shard` that restarted and waits for its leader's state transfer, the
 /// leader's node, and its own.
 fn joining_follower(shard: ShardId) -> (TigaNode, NodeId, NodeId) {
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader = probe.leader_of(shard).unwrap();
     let topology = probe.context.topology.clone();
     let id = topology.shard_nodes(shard).into_iter().find(|&n| n != leader).unwrap();
-    let (mut follower, _) = node_in(id.0, Variant::Tiga, 3);
+    let (mut follower, _) = node_in(id.0, Variant::TIGA, 3);
     follower.hosted.get_mut(&shard).unwrap().joining = Some(Joining::default());
     (follower, leader, id)
 }
@@ -781,13 +781,13 @@ fn followers_execute_below_the_commit_point() {
     use meridian_core::node::Effect;
     let shard = ShardId(0);
     for replicas in [5, 3] {
-        let (probe, bank) = node_in(0, Variant::Tiga, replicas);
+        let (probe, bank) = node_in(0, Variant::TIGA, replicas);
         let leader = probe.leader_of(shard).unwrap();
         let topology = probe.context.topology.clone();
         let follower_id = topology.shard_nodes(shard).into_iter().find(|&n| n != leader);
-        let (mut follower, _) = node_in(follower_id.unwrap().0, Variant::Tiga, replicas);
+        let (mut follower, _) = node_in(follower_id.unwrap().0, Variant::TIGA, replicas);
         let coordinator_id = topology.nodes.len() as u32 - 1;
-        let (mut coordinator, _) = node_in(coordinator_id, Variant::Tiga, replicas);
+        let (mut coordinator, _) = node_in(coordinator_id, Variant::TIGA, replicas);
         // Two transfers within shard 0, sent to the follower by their coordinator.
         let mut requests = bank.generator(0, 1);
         let mut out = Outbox::new();
@@ -852,9 +852,9 @@ fn followers_execute_below_the_commit_point() {
 #[test]
 fn a_late_acknowledgement_of_a_previous_start_counts_for_nothing() {
     let shard = ShardId(0);
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader_id = probe.leader_of(shard).unwrap();
-    let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
+    let (mut leader, _) = node_in(leader_id.0, Variant::TIGA, 3);
     let follower = leader.hosted[&shard].followers[0];
     let mut out = Outbox::new();
     let join = TigaMsg::Join {
@@ -925,11 +925,11 @@ fn a_late_acknowledgement_of_a_previous_start_counts_for_nothing() {
 #[test]
 fn a_deposed_leaders_store_is_replaced_by_a_whole_image_only() {
     let shard = ShardId(0);
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader_id = probe.leader_of(shard).unwrap();
-    let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
+    let (mut leader, _) = node_in(leader_id.0, Variant::TIGA, 3);
     let deposed_id = leader.hosted[&shard].followers[0];
-    let (mut deposed, _) = node_in(deposed_id.0, Variant::Tiga, 3);
+    let (mut deposed, _) = node_in(deposed_id.0, Variant::TIGA, 3);
     let key = |k: u64| Key::table(0).u64(k).build();
     let value = |v: u8| vec![v];
     let written = |store: &mut MvccStore, k: u64, ts: u64, v: u8, writer: TxnId| {
@@ -1026,7 +1026,7 @@ fn a_followers_replies_carry_one_delay_sample_per_copy_from_the_coordinator() {
     let txn = body.txn;
     let shape = shape_of(&coordinator.context, &body.request, body.home).unwrap();
     let shard = *shape.parts.keys().next().unwrap();
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader = probe.leader_of(shard).unwrap();
     let id = probe.context.topology.shard_nodes(shard).into_iter().find(|&n| n != leader);
     // Delivers `body` from `from` at `now`, completes the persists, returns the delays
@@ -1043,14 +1043,14 @@ fn a_followers_replies_carry_one_delay_sample_per_copy_from_the_coordinator() {
             })
             .collect::<Vec<_>>()
     };
-    let (mut follower, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
+    let (mut follower, _) = node_in(id.unwrap().0, Variant::TIGA, 3);
     let now = body.ts.0 + 1_000_000;
     assert_eq!(deliver(&mut follower, txn.origin, now), [Some(now - body.sent_at)]);
     let later = now + 7_000_000;
     let resent = deliver(&mut follower, txn.origin, later);
     assert_eq!(resent, [Some(later - body.sent_at)], "the resent copy's own delay");
     // The same body from the shard's leader (a fetch answered): no sample.
-    let (mut other, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
+    let (mut other, _) = node_in(id.unwrap().0, Variant::TIGA, 3);
     assert_eq!(deliver(&mut other, leader, now), [None]);
 }
 
@@ -1084,11 +1084,11 @@ fn a_follower_restarts_from_its_journal_with_the_outcomes_it_heard_early() {
     let txn = body.txn;
     let shape = shape_of(&coordinator.context, &body.request, body.home).unwrap();
     let shard = *shape.parts.keys().next().unwrap();
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader = probe.leader_of(shard).unwrap();
     let id = probe.context.topology.shard_nodes(shard).into_iter().find(|&n| n != leader);
     for unlisted in [false, true] {
-        let (mut follower, _) = node_in(id.unwrap().0, Variant::Tiga, 3);
+        let (mut follower, _) = node_in(id.unwrap().0, Variant::TIGA, 3);
         let mut disk = crate::Durable::new();
         let now = body.ts.0 + 1_000_000;
         let arrive = TigaMsg::Txn(Box::new(body.clone()));
@@ -1158,7 +1158,7 @@ fn a_follower_restarts_from_its_journal_with_the_outcomes_it_heard_early() {
 #[test]
 fn followers_of_a_shard_checkpoint_at_different_entries() {
     let shard = ShardId(0);
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader = probe.leader_of(shard).unwrap();
     let mut offsets: Vec<usize> = probe
         .context
@@ -1166,11 +1166,11 @@ fn followers_of_a_shard_checkpoint_at_different_entries() {
         .shard_nodes(shard)
         .into_iter()
         .filter(|&n| n != leader)
-        .map(|n| node_in(n.0, Variant::Tiga, 3).0.checkpoint_offset(shard, 300))
+        .map(|n| node_in(n.0, Variant::TIGA, 3).0.checkpoint_offset(shard, 300))
         .collect();
     offsets.sort_unstable();
     assert_eq!(offsets, [100, 200]);
-    assert_eq!(node_in(leader.0, Variant::Tiga, 3).0.checkpoint_offset(shard, 300), 0);
+    assert_eq!(node_in(leader.0, Variant::TIGA, 3).0.checkpoint_offset(shard, 300), 0);
 }
 
 /// A restarted leader's transfer ids start above every id its earlier starts gave: a
@@ -1180,7 +1180,7 @@ fn followers_of_a_shard_checkpoint_at_different_entries() {
 #[test]
 fn a_restarted_leaders_transfer_ids_start_above_its_earlier_starts() {
     let shard = ShardId(0);
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader_id = probe.leader_of(shard).unwrap();
     let mut ids = Vec::new();
     for incarnation in [0, 1] {
@@ -1244,8 +1244,8 @@ fn a_transfer_from_a_dropped_log_keeps_positions_and_what_was_logged() {
 fn a_stale_acknowledgement_below_the_base_still_gets_the_log() {
     use meridian_core::node::Effect;
     let shard = ShardId(0);
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
-    let (mut leader, _) = node_in(probe.leader_of(shard).unwrap().0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
+    let (mut leader, _) = node_in(probe.leader_of(shard).unwrap().0, Variant::TIGA, 3);
     let key = Key::table(0).u64(1).build();
     let keys = [key];
     let log: Vec<(TxnId, Timestamp, &[Key], &[Key])> =
@@ -1285,11 +1285,11 @@ fn a_stale_acknowledgement_below_the_base_still_gets_the_log() {
 fn a_follower_too_far_behind_drops_its_log_and_rejoins_under_its_next_start() {
     use meridian_core::node::Effect;
     let shard = ShardId(0);
-    let (probe, _) = node_in(0, Variant::Tiga, 3);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader_id = probe.leader_of(shard).unwrap();
-    let (mut leader, _) = node_in(leader_id.0, Variant::Tiga, 3);
+    let (mut leader, _) = node_in(leader_id.0, Variant::TIGA, 3);
     let follower_id = leader.hosted[&shard].followers[0];
-    let (mut follower, _) = node_in(follower_id.0, Variant::Tiga, 3);
+    let (mut follower, _) = node_in(follower_id.0, Variant::TIGA, 3);
     let other = leader.hosted[&shard].followers[1];
     let first = follower_start(0, &follower.hosted[&shard]);
     assert_eq!(first, start(0));
@@ -1551,7 +1551,7 @@ fn manager_messages_are_taken_only_from_members_and_checked() {
 #[test]
 fn a_luigi_coordinator_starts_over_with_the_new_leader_at_a_view_change() {
     use meridian_core::node::Effect;
-    let (mut coordinator, workload) = node_of(9, Variant::Luigi);
+    let (mut coordinator, workload) = node_of(9, crate::luigi::VARIANT);
     let shard = ShardId(0);
     let mut generator = workload.generator(0, 0);
     let request = (0..1_000)
@@ -1638,7 +1638,7 @@ fn a_view_of_another_mode_switches_every_replica_and_luigi_refuses_detective() {
     back.mode = Mode::Preventive;
     l.install_view(0, back, &mut out).unwrap();
     assert!(l.hosted.values().all(|h| !h.replica.detective()));
-    let (mut luigi, _) = node_of(leader.0, Variant::Luigi);
+    let (mut luigi, _) = node_of(leader.0, crate::luigi::VARIANT);
     let before = luigi.view.clone();
     assert!(luigi.install_view(0, next, &mut out).is_err());
     assert_eq!(luigi.view, before);
@@ -2014,7 +2014,7 @@ fn a_node_that_missed_views_tells_a_leader_change_by_the_local_view_number() {
 /// it promised; an arrival at or below the promise is held above it.
 #[test]
 fn a_leader_closes_below_what_it_holds_and_what_has_not_finished() {
-    let (mut leader, workload) = node_of(0, Variant::Tiga);
+    let (mut leader, workload) = node_of(0, Variant::TIGA);
     let host = leader.hosted.get_mut(&ShardId(0)).unwrap();
     assert_eq!(leader_closed(host, 1_000), Timestamp(1_000));
     host.queued.insert(txn(1), Queued { ts: Timestamp(400), hash: 0, speculative: false });
@@ -2049,8 +2049,8 @@ fn a_leader_closes_below_what_it_holds_and_what_has_not_finished() {
 #[test]
 fn a_leader_promises_past_a_multi_shard_entry_once_f_followers_executed_it() {
     let shard = ShardId(0);
-    let (probe, workload) = node_of(0, Variant::Tiga);
-    let (mut leader, _) = node_in(probe.leader_of(shard).unwrap().0, Variant::Tiga, 3);
+    let (probe, workload) = node_of(0, Variant::TIGA);
+    let (mut leader, _) = node_in(probe.leader_of(shard).unwrap().0, Variant::TIGA, 3);
     let mut generator = workload.generator(0, 0);
     let shards_of = |r: &TxnRequest| shape_of(&leader.context, r, shard).unwrap().shards();
     let requests: Vec<TxnRequest> = (0..1_000).map(|i| generator.next(RequestId(i))).collect();
@@ -2096,7 +2096,7 @@ fn a_leader_promises_past_a_multi_shard_entry_once_f_followers_executed_it() {
 /// number, nor another incarnation's, nor on a floor sent by anyone but the coordinator.
 #[test]
 fn replies_kept_for_resends_go_once_their_coordinator_decided() {
-    let (mut replica, workload) = node_of(0, Variant::Tiga);
+    let (mut replica, workload) = node_of(0, Variant::TIGA);
     let id = |incarnation: u64, seq: u64| TxnId { origin: NodeId(10), incarnation, seq };
     let kept = [id(1, 0), id(1, 1), id(1, 2), id(1, 6), id(1, 7), id(1, 9), id(2, 0)];
     let host = replica.hosted.get_mut(&ShardId(0)).unwrap();
@@ -2171,7 +2171,7 @@ fn when_durable(node: &mut TigaNode, mut effects: Vec<Effect<TigaMsg>>) -> Vec<E
 /// a node that does not lead the refusing shard changes nothing.
 #[test]
 fn a_leader_refuses_what_its_coordinator_decided_without_it_and_the_proposer_drops_it() {
-    for variant in [Variant::Tiga, Variant::Luigi] {
+    for variant in [Variant::TIGA, crate::luigi::VARIANT] {
         let (mut a, workload) = node_of(0, variant);
         let leader_b = a.leader_of(ShardId(1)).unwrap();
         let mut b = node_of(leader_b.0, variant).0;
@@ -2254,7 +2254,7 @@ fn a_leader_refuses_what_its_coordinator_decided_without_it_and_the_proposer_dro
 /// holds a worker's next transaction above what its watermark promised.
 #[test]
 fn luigi_watermarks_come_from_leaders_and_streams_cover_the_cluster_only() {
-    let (mut coordinator, _) = node_of(9, Variant::Luigi);
+    let (mut coordinator, _) = node_of(9, crate::luigi::VARIANT);
     let mut out = Outbox::new();
     let leader_of_1 = coordinator.leader_of(ShardId(1)).unwrap();
     let mark = TigaMsg::Watermark { view: VIEW, shard: ShardId(1), ts: Timestamp(50) };
@@ -2271,10 +2271,13 @@ fn luigi_watermarks_come_from_leaders_and_streams_cover_the_cluster_only() {
     tiga.on_message(4, leader_of_1, mark, &mut out);
     assert!(tiga.watermarks.is_empty());
 
-    let (mut leader, workload) = node_of(0, Variant::Luigi);
+    let (mut leader, workload) = node_of(0, crate::luigi::VARIANT);
     assert!(leader.hosted[&ShardId(0)].replica.leads());
     let nodes = leader.context.topology.nodes.len();
-    assert_eq!(leader.hosted[&ShardId(0)].streams.as_ref().unwrap().workers(), nodes);
+    // One stream per node of the cluster, none beyond.
+    let streams = leader.hosted[&ShardId(0)].streams.as_ref().unwrap();
+    assert!(streams.floor(NodeId(nodes as u32 - 1)).is_some());
+    assert!(streams.floor(NodeId(nodes as u32)).is_none());
     // A one-shard transfer on shard 0 (bank's accounts spread over the shards).
     let mut generator = workload.generator(0, 0);
     let single = (0..1_000)
@@ -2311,7 +2314,7 @@ fn luigi_watermarks_come_from_leaders_and_streams_cover_the_cluster_only() {
     assert_eq!(leader.hosted[&ShardId(0)].bodies.len(), bodies, "a forged body");
     // A luigi follower takes bodies from its leader only.
     let follower_id = leader.context.topology.replica_node(ShardId(0), 1).unwrap();
-    let (mut follower, _) = node_of(follower_id.0, Variant::Luigi);
+    let (mut follower, _) = node_of(follower_id.0, crate::luigi::VARIANT);
     let host = &follower.hosted[&ShardId(0)];
     assert!(!host.replica.leads());
     let its_leader = host.leader;

@@ -137,8 +137,9 @@ impl TigaNode {
         if view.local.len() != self.context.topology.shards as usize || view.mode == Mode::Auto {
             return Err("a view of another shard count, or without a mode".into());
         }
-        if self.variant == Variant::Luigi && view.mode == Mode::Detective {
-            return Err("luigi's leaders agree before executing: no detective view".into());
+        if !self.variant.may_detect() && view.mode == Mode::Detective {
+            let name = self.variant.name;
+            return Err(format!("{name}'s leaders agree before executing: no detective view"));
         }
         let me = self.context.id;
         let record = Record::View {
@@ -170,7 +171,7 @@ impl TigaNode {
         let shards: Vec<ShardId> = (0..self.context.topology.shards).map(ShardId).collect();
         let placements = self.placement(&shards);
         self.tracker.new_view(&placements);
-        let luigi = self.variant == Variant::Luigi;
+        let luigi = self.variant.leaders_only();
         for flight in self.requests.values_mut() {
             flight.results.clear();
             if luigi {
@@ -387,8 +388,7 @@ impl TigaNode {
         let global = self.view.global;
         let others: BTreeSet<ShardId> =
             (0..self.context.topology.shards).map(ShardId).filter(|&s| s != shard).collect();
-        let nodes = self.context.topology.nodes.len();
-        let luigi = self.variant == Variant::Luigi;
+        let fresh = self.variant.watermarks(self.context.topology.nodes.len());
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         let Some(deposed) = host.deposed.take() else { return };
         let mut led = deposed.led;
@@ -404,8 +404,8 @@ impl TigaNode {
         for answer in host.answers.values_mut() {
             answer.set_view(global);
         }
-        if luigi {
-            count_afresh(host, nodes, Vec::new());
+        if let Some(watermarks) = fresh {
+            count_afresh(host, watermarks, Vec::new());
         }
         let actions = host.replica.restart_agreements(&others);
         self.counts.views_resumed_total += 1;
@@ -950,12 +950,12 @@ impl TigaNode {
         let added_at: Vec<(TxnId, Timestamp)> = added.iter().map(|i| (i.txn, i.ts)).collect();
         let (actions, held) =
             host.replica.promote(prefix, added, |txn| bodies.get(&txn).map(|k| k.part.keys()))?;
-        if self.variant == Variant::Luigi {
+        if let Some(watermarks) = self.variant.watermarks(self.context.topology.nodes.len()) {
             // Its watermarks count from nothing (the coordinators forgot the old leader's):
             // every entry of the rebuilt log and every added one is open until a majority of
             // the shard's replicas in this view holds it, and a new transaction of a worker
             // is held above every entry of that worker here.
-            count_afresh(host, self.context.topology.nodes.len(), added_at);
+            count_afresh(host, watermarks, added_at);
         }
         // The node's state as a leader of the rebuilt log.
         let followers: Vec<NodeId> =
@@ -1094,9 +1094,12 @@ fn lead_afresh(host: &mut Hosted, followers: Vec<NodeId>) {
 
 /// Luigi: a leader that took its shard at a view change counts its watermarks from nothing:
 /// every entry of its log (and each of `added`) is open until a majority of the shard's
-/// replicas in this view holds it. `nodes`: the cluster's node count (one stream each).
-fn count_afresh(host: &mut Hosted, nodes: usize, added: Vec<(TxnId, Timestamp)>) {
-    let mut streams = Streams::new(nodes);
+/// replicas in this view holds it. `streams`: fresh watermarks.
+fn count_afresh(
+    host: &mut Hosted,
+    mut streams: Box<dyn Watermarks>,
+    added: Vec<(TxnId, Timestamp)>,
+) {
     for (txn, ts) in whole_log(&host.replica).into_iter().chain(added) {
         streams.restore_held(txn, ts);
     }

@@ -26,6 +26,8 @@
 //! it, and a single appender with one sync per batch is all a Raft log needs here; this file is
 //! about 200 lines with no background threads.
 
+pub mod fjall_log;
+
 use meridian_core::node::{Durability, PersistRecord};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -89,7 +91,7 @@ impl DurabilityMode {
 pub enum LogStoreKind {
     /// The log file of this module (the default).
     File,
-    /// fjall (`crate::fjall_store`).
+    /// fjall ([`fjall_log`]).
     Fjall,
 }
 
@@ -117,14 +119,14 @@ pub enum LogStore {
     /// The log file.
     File(LogFile),
     /// fjall.
-    Fjall(crate::fjall_store::FjallLog),
+    Fjall(fjall_log::FjallLog),
 }
 
 /// Refuses a directory that holds the other kind of store's data: opening it would start
 /// from nothing and lose it.
 fn check_kind(dir: &Path, kind: LogStoreKind) -> Result<(), String> {
     let (other, present) = match kind {
-        LogStoreKind::File => ("fjall", dir.join(crate::fjall_store::FOLDER).exists()),
+        LogStoreKind::File => ("fjall", dir.join(fjall_log::FOLDER).exists()),
         LogStoreKind::Fjall => ("file", dir.join("log").exists()),
     };
     if present {
@@ -152,7 +154,7 @@ impl LogStore {
                 fs::create_dir_all(dir)
                     .map_err(|e| io_error(dir, "cannot create the data directory", e))?;
                 check_identity(dir, identity)?;
-                let (log, recovered) = crate::fjall_store::FjallLog::open(dir)?;
+                let (log, recovered) = fjall_log::FjallLog::open(dir)?;
                 Ok((Self::Fjall(log), recovered))
             }
         }
@@ -166,7 +168,7 @@ impl LogStore {
             LogStoreKind::File => LogFile::read(dir, identity),
             LogStoreKind::Fjall => {
                 require_identity(dir, identity)?;
-                crate::fjall_store::FjallLog::open(dir).map(|(_, r)| r)
+                fjall_log::FjallLog::open(dir).map(|(_, r)| r)
             }
         }
     }

@@ -1,5 +1,5 @@
 //! The durable log store on fjall (the stack's LSM key-value store): the same key-value
-//! records as the log file (`crate::logstore`), in one keyspace of one fjall database per
+//! records as the log file ([`super`]), in one keyspace of one fjall database per
 //! process, `DIR/fjall`. A group commit is one write batch, then one `persist(SyncData)` in
 //! `fsync` mode: fjall's keyspaces share one journal, so one sync covers the batch.
 //!
@@ -8,7 +8,7 @@
 //! corruption in the middle of its journal is its own policy. The log file keeps exact control
 //! of both (discard and report a torn tail with its size, refuse corruption in the middle), which is why it stays the default.
 
-use crate::logstore::Recovered;
+use super::Recovered;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use meridian_core::node::PersistRecord;
 use std::path::Path;
