@@ -550,10 +550,10 @@ pub fn recover_with_view(durable: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<Journal
                 follower_event(target, shard, FollowerEvent::Released(ts, hash, body));
             }
             Record::Synced { shard, at, entries } => {
-                if entries.len() > super::log::SYNC_ENTRIES_MAX
-                    || entries
-                        .iter()
-                        .any(|(txn, _, body)| body.as_ref().is_some_and(|b| b.txn != *txn))
+                let named_alike = |(txn, _, body): &(TxnId, _, Option<TxnBody>)| {
+                    body.as_ref().is_none_or(|b| b.txn == *txn)
+                };
+                if entries.len() > super::log::SYNC_ENTRIES_MAX || !entries.iter().all(named_alike)
                 {
                     return Err(format!(
                         "tiga journal: record {seq}: a sync that does not hold together"
@@ -593,7 +593,15 @@ pub fn recover_with_view(durable: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<Journal
             return Err(format!("tiga journal: the checkpoint at {at} is cut short"));
         }
     }
-    for (shard, recovered) in &mut shards {
+    settle_shards(&mut shards)?;
+    Ok((shards, oldest.unwrap_or(next)..next, view))
+}
+
+/// The last pass over a read journal, per shard: a promotion cut short leaves the follower it
+/// was, a log listing a transaction twice is an error, and a proposal whose transaction was
+/// logged since is settled by the log.
+fn settle_shards(shards: &mut BTreeMap<ShardId, Recovered>) -> Result<(), String> {
+    for (shard, recovered) in shards.iter_mut() {
         if recovered.follower.is_some() && recovered.leads() {
             // A follower promoted at a view change writes a whole checkpoint as a leader
             // before anything else counts; leader records after its follower records without
@@ -616,7 +624,7 @@ pub fn recover_with_view(durable: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<Journal
         // record written after the entry's, as an answer, is not a new one).
         recovered.proposals.retain(|txn, _| !seen.contains(txn));
     }
-    Ok((shards, oldest.unwrap_or(next)..next, view))
+    Ok(())
 }
 
 /// Adds a follower's record of `shard` (ignored once it was rejoining: a restart rejoins).

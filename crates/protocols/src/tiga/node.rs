@@ -132,6 +132,8 @@ use checkpoint::{advance_finished, answer_order, journaled_known};
 use counters::Counts;
 use execute::window_outcomes;
 use execute::{deliver_vote, finished_here, outputs_bytes, record_vote, run_part, vote_msg};
+use follower::FollowerState;
+use leader::LeaderState;
 use memory::{
     forget_decided, forget_decided_answers, is_decided, note_decided, prune_bodies, raise_floor,
     refresh_owd, reply, slow_reply,
@@ -322,113 +324,19 @@ struct Hosted {
     /// The last reply sent per transaction, to repeat on a resend.
     answers: BTreeMap<TxnId, TigaMsg>,
     answer_order: VecDeque<TxnId>,
-    // Leader.
-    /// Released transactions not executed yet (and, in detective mode, due ones to run
-    /// speculatively).
-    queued: BTreeMap<TxnId, Queued>,
-    /// Detective mode: what ran speculatively, by transaction.
-    speculations: BTreeMap<TxnId, Speculation>,
-    /// Which of them may execute now.
-    waits: Waits,
-    /// Pending transactions whose votes are all in.
-    complete: BTreeSet<TxnId>,
-    pending: BTreeMap<TxnId, Pending>,
-    early_votes: BTreeMap<TxnId, BTreeMap<ShardId, PeerVote>>,
-    /// Multi-shard transactions decided here.
-    decided: BTreeMap<TxnId, Decided>,
-    /// The settled ones, by timestamp: each goes once every other shard's leader promised a
-    /// closed timestamp at or above it.
-    settling: BTreeSet<(Timestamp, TxnId)>,
-    /// Decided since the last sync went out.
-    fresh_outcomes: Vec<SyncOutcome>,
-    /// Per follower node: its sync-point and executed count, as acknowledged.
-    acks: BTreeMap<NodeId, (usize, usize)>,
-    /// Per follower node: the next log position to send.
-    sent_to: BTreeMap<NodeId, usize>,
-    /// Luigi, per follower node: the log position from which bodies have not gone out yet
-    /// (each body goes once; a lost one is fetched).
-    bodies_to: BTreeMap<NodeId, usize>,
-    /// Bodies below this log position were dropped (every follower executed them).
-    pruned: usize,
     /// Leader: the commit-point last sent to the followers. Follower: the highest heard.
     commit: usize,
-    /// Follower: the highest log base its leader sent: it drops no entry at or above it.
-    leader_base: usize,
-    // Follower.
-    /// Synced entries executed here.
-    executed: usize,
-    /// Final outcomes of multi-shard transactions heard from the leader, with the inputs
-    /// their pieces take.
-    outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
-    /// Tiga follower: per multi-shard entry it executed, the outputs of its pieces that
-    /// other shards' pieces take (only where there are some), kept as long as its outcome: as
-    /// a view change's new leader it answers the other leaders' votes with them.
-    fed: BTreeMap<TxnId, BTreeMap<ShardId, Vec<(u32, PieceOutput)>>>,
     /// The leader's node.
     leader: NodeId,
-    /// The followers' nodes (leaders only).
-    followers: Vec<NodeId>,
-    /// `luigi` leaders: the per-worker watermarks ([`Variant::watermarks`]).
-    streams: Option<Box<dyn Watermarks>>,
-    /// `luigi` leaders: log positions below this are replicated to a majority (and told to
-    /// the streams).
-    replicated: usize,
-    // Snapshot reads.
-    /// Leader: the closed timestamp promised (to a read or to the followers): arrivals at or
-    /// below it are held above it.
-    promised: Timestamp,
-    /// Leader: the closed timestamp last sent to the followers.
-    closed_sent: Timestamp,
-    /// Follower: the leader's closed timestamps with the log length each covers, oldest
-    /// first (at most [`CLOSED_KEPT_MAX`]): a follower serves at the latest one whose log it
-    /// executed, which may trail the latest heard while outcomes are awaited.
-    closed: VecDeque<(Timestamp, usize)>,
-    /// Follower: the promise its tail was last cut at (see `drop_unlisted`).
-    tail_cut: Timestamp,
-    /// Follower: transactions dropped from its tail whose bodies it keeps until their
-    /// coordinators decided them (a restarted leader takes such a transaction again above its
-    /// promise, and the log then lists it: the body spares a fetch). At most [`TAIL_MAX`].
-    unlisted: BTreeSet<TxnId>,
     /// Snapshot reads waiting for their timestamp to close here, by (timestamp, id).
     snapshots: BTreeMap<(Timestamp, TxnId), Known>,
     /// Snapshot reads are on: the store keeps every version (see [`apply`]).
     keep_history: bool,
-    // State transfers.
-    /// Follower: it started without the shard's state and takes no part until the leader's
-    /// transfer is in.
-    joining: Option<Joining>,
-    /// Leader: log positions below this are executed and decided (applied or dropped).
-    finished: usize,
-    /// Rejoined follower: entries past the transferred prefix that the leader had executed
-    /// when it cut the image: applied (`None`: their writes came with it, skip them), or
-    /// waiting for other shards' votes (their writes, to apply if the outcome is a yes).
-    ahead: BTreeMap<TxnId, Option<Overlay>>,
-    /// Rejoined follower: the leader's log length when it cut the image; below it the store
-    /// may hold versions above an entry still to execute (see [`debug_assert_newest`]).
-    rejoin_end: usize,
-    /// Leader: state transfers under way, per follower node.
-    transfers: BTreeMap<NodeId, Transfer>,
     /// Leader: the last transfer id given.
     transfer_seq: u64,
-    /// Leader: per follower node, the latest start of it that installed a transfer.
-    joined: BTreeMap<NodeId, Start>,
     /// Follower: state transfers the leader sent this replica to since the node started
     /// ([`TigaMsg::Behind`]).
     rejoins: u32,
-    // Journal (tiga leaders).
-    /// Transactions whose proposal is journaled and which are not logged yet, with the
-    /// timestamp proposed (a checkpoint writes them again).
-    journaled: BTreeMap<TxnId, Timestamp>,
-    /// Leader: the log position of the last checkpoint (see [`checkpoint_records`]).
-    checkpointed: usize,
-    /// Leader: transactions below the log's base still known as logged, at their
-    /// timestamps, to forget once their coordinators decided them and every other shard's
-    /// leader promised past them (at most [`crate::Limits::forgettable_max`]; past it, they
-    /// stay known until there is room again: memory, never safety).
-    forgettable: BTreeSet<(Timestamp, TxnId)>,
-    /// Leader: some transaction went below the log's base while `forgettable` was full: once
-    /// it has room again it is filled from the logged set.
-    forgettable_overflowed: bool,
     /// A leader restarted from a checkpoint: the store's rows it holds, applied over the
     /// initial load when the node starts.
     restore_rows: Vec<(Key, Vec<StateVersion>)>,
@@ -439,19 +347,9 @@ struct Hosted {
     restore_events: Vec<Restored>,
     /// Follower: its executed count at its last checkpoint.
     follower_checkpointed: usize,
-    // View changes.
     /// Its log as it stood at a view change that gave the shard a new leader, kept to report
     /// it to the new leader ([`view_change`]).
     frozen: Option<Box<Frozen>>,
-    /// New leader: the reports gathered so far.
-    recovering: Option<Recovering>,
-    /// New leader: multi-shard entries it runs again without an outcome, whose votes it asks
-    /// the other leaders for until it has run them ([`TigaMsg::AskVote`]).
-    asking: BTreeSet<TxnId>,
-    /// Tiga follower: the shard's result of each entry it executed, until the entry's
-    /// coordinator decided it (at most [`RESULTS_KEPT_MAX`]): promoted at a view change, it
-    /// answers a coordinator still waiting on one as the leader would have.
-    results: BTreeMap<TxnId, (Timestamp, ShardResult)>,
     /// The replica takes no part in the shard any more (a deposed leader: [`view_change`]).
     retired: bool,
     /// Follower rejoining at a view change: the state it dropped to rejoin, kept until a
@@ -469,6 +367,10 @@ struct Hosted {
     /// takes its journal's view (an upper bound: the view is journaled before anything of it
     /// goes out).
     member_view: u64,
+    /// What it keeps as its shard's leader (empty while it follows).
+    lead: LeaderState,
+    /// What it keeps as a follower of the shard's leader.
+    follow: FollowerState,
 }
 
 /// A deposed leader's state as it stood when it retired (see [`Hosted::deposed`]).
@@ -501,59 +403,23 @@ impl Hosted {
             bodies: BTreeMap::new(),
             answers: BTreeMap::new(),
             answer_order: VecDeque::new(),
-            queued: BTreeMap::new(),
-            speculations: BTreeMap::new(),
-            waits: Waits::default(),
-            complete: BTreeSet::new(),
-            pending: BTreeMap::new(),
-            early_votes: BTreeMap::new(),
-            decided: BTreeMap::new(),
-            settling: BTreeSet::new(),
-            fresh_outcomes: Vec::new(),
-            acks: BTreeMap::new(),
-            sent_to: BTreeMap::new(),
-            bodies_to: BTreeMap::new(),
-            pruned: 0,
             commit: 0,
-            leader_base: 0,
-            executed: 0,
-            outcomes: BTreeMap::new(),
-            fed: BTreeMap::new(),
             leader,
-            followers,
-            streams: None,
-            replicated: 0,
-            promised: Timestamp::ZERO,
-            closed_sent: Timestamp::ZERO,
-            closed: VecDeque::new(),
-            unlisted: BTreeSet::new(),
-            tail_cut: Timestamp::ZERO,
             snapshots: BTreeMap::new(),
             keep_history,
-            joining: None,
-            finished: 0,
-            ahead: BTreeMap::new(),
-            rejoin_end: 0,
-            transfers: BTreeMap::new(),
             transfer_seq: 0,
-            joined: BTreeMap::new(),
             rejoins: 0,
-            journaled: BTreeMap::new(),
-            checkpointed: 0,
-            forgettable: BTreeSet::new(),
-            forgettable_overflowed: false,
             restore_rows: Vec::new(),
             quiet: false,
             restore_events: Vec::new(),
             follower_checkpointed: 0,
             frozen: None,
-            recovering: None,
-            asking: BTreeSet::new(),
-            results: BTreeMap::new(),
             retired: false,
             stashed: None,
             deposed: None,
             member_view: 0,
+            lead: LeaderState { followers, ..LeaderState::default() },
+            follow: FollowerState::default(),
         }
     }
 
@@ -585,18 +451,10 @@ struct Stashed {
     bodies: BTreeMap<TxnId, Known>,
     answers: BTreeMap<TxnId, TigaMsg>,
     answer_order: VecDeque<TxnId>,
-    outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
-    fed: BTreeMap<TxnId, BTreeMap<ShardId, Vec<(u32, PieceOutput)>>>,
-    results: BTreeMap<TxnId, (Timestamp, ShardResult)>,
-    closed: VecDeque<(Timestamp, usize)>,
-    unlisted: BTreeSet<TxnId>,
-    tail_cut: Timestamp,
-    ahead: BTreeMap<TxnId, Option<Overlay>>,
-    executed: usize,
     commit: usize,
-    leader_base: usize,
-    rejoin_end: usize,
     follower_checkpointed: usize,
+    /// Its follower state but for `joining` (the rejoin stays with the replica).
+    follow: FollowerState,
 }
 
 impl Stashed {
@@ -608,18 +466,9 @@ impl Stashed {
             bodies: BTreeMap::new(),
             answers: BTreeMap::new(),
             answer_order: VecDeque::new(),
-            outcomes: BTreeMap::new(),
-            fed: BTreeMap::new(),
-            results: BTreeMap::new(),
-            closed: VecDeque::new(),
-            unlisted: BTreeSet::new(),
-            tail_cut: Timestamp::ZERO,
-            ahead: BTreeMap::new(),
-            executed: 0,
             commit: 0,
-            leader_base: 0,
-            rejoin_end: 0,
             follower_checkpointed,
+            follow: FollowerState::default(),
         }
     }
 
@@ -631,18 +480,11 @@ impl Stashed {
         swap(&mut self.bodies, &mut host.bodies);
         swap(&mut self.answers, &mut host.answers);
         swap(&mut self.answer_order, &mut host.answer_order);
-        swap(&mut self.outcomes, &mut host.outcomes);
-        swap(&mut self.fed, &mut host.fed);
-        swap(&mut self.results, &mut host.results);
-        swap(&mut self.closed, &mut host.closed);
-        swap(&mut self.unlisted, &mut host.unlisted);
-        swap(&mut self.tail_cut, &mut host.tail_cut);
-        swap(&mut self.ahead, &mut host.ahead);
-        swap(&mut self.executed, &mut host.executed);
         swap(&mut self.commit, &mut host.commit);
-        swap(&mut self.leader_base, &mut host.leader_base);
-        swap(&mut self.rejoin_end, &mut host.rejoin_end);
         swap(&mut self.follower_checkpointed, &mut host.follower_checkpointed);
+        swap(&mut self.follow, &mut host.follow);
+        // The rejoin under way is the replica's, not the dropped state's.
+        swap(&mut self.follow.joining, &mut host.follow.joining);
     }
 }
 
@@ -880,22 +722,26 @@ impl TigaNode {
                 Vec::new()
             };
             let replica = Replica::new(shard, leads, limits).with_detective(detective);
-            let host = Hosted {
-                acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
-                sent_to: followers.iter().map(|&n| (n, 0)).collect(),
-                bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
-                streams: if leads { variant.watermarks(topology.nodes.len()) } else { None },
-                // A follower of a node started before may have vouched for entries it no
-                // longer holds: it takes the leader's state before anything else.
-                joining: (!leads && context.incarnation > 0).then(Joining::default),
+            let mut host = Hosted {
                 // Ids grow across the leader's starts too: a restarted leader's first image
                 // must not take the id of one its previous start had begun to send (a
                 // follower would mix the parts of the two).
                 transfer_seq: (context.incarnation & 0xFFFF_FFFF) << 32,
                 // A restart in a journaled view may have vouched in it.
                 member_view: view.global,
-                ..Hosted::new(shard, replica, leader, followers, snapshot_reads)
+                ..Hosted::new(shard, replica, leader, Vec::new(), snapshot_reads)
             };
+            host.lead = LeaderState {
+                acks: followers.iter().map(|&n| (n, (0, 0))).collect(),
+                sent_to: followers.iter().map(|&n| (n, 0)).collect(),
+                bodies_to: followers.iter().map(|&n| (n, 0)).collect(),
+                streams: if leads { variant.watermarks(topology.nodes.len()) } else { None },
+                followers,
+                ..LeaderState::default()
+            };
+            // A follower of a node started before may have vouched for entries it no
+            // longer holds: it takes the leader's state before anything else.
+            host.follow.joining = (!leads && context.incarnation > 0).then(Joining::default);
             hosted.insert(shard, host);
         }
         let open_max = context.limits.requests_in_flight_max;
@@ -1023,19 +869,22 @@ fn incoming(txn: TxnId, ts: Timestamp, shards: &[ShardId], part: &Part) -> Incom
 fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
     let txn = incoming.txn;
     if host.replica.held_at(txn).is_none() && !host.replica.logged(txn) {
-        if host.promised > Timestamp::ZERO {
+        if host.lead.promised > Timestamp::ZERO {
             // Snapshot reads: nothing new at or below a closed timestamp.
-            incoming.ts = incoming.ts.max(Timestamp(host.promised.0.saturating_add(1)));
+            incoming.ts = incoming.ts.max(Timestamp(host.lead.promised.0.saturating_add(1)));
         }
-        if let Some(streams) = &host.streams {
+        if let Some(streams) = &host.lead.streams {
             let Some(floor) = streams.floor(txn.origin) else { return Vec::new() };
             incoming.ts = incoming.ts.max(floor);
         }
     }
     let actions = host.replica.arrive(incoming);
     let held = host.replica.held_at(txn);
-    debug_assert!(held.is_none_or(|ts| ts > host.promised), "{txn} held at or below the promise");
-    if let (Some(streams), Some(held)) = (&mut host.streams, held) {
+    debug_assert!(
+        held.is_none_or(|ts| ts > host.lead.promised),
+        "{txn} held at or below the promise"
+    );
+    if let (Some(streams), Some(held)) = (&mut host.lead.streams, held) {
         streams.held(txn, held);
     }
     actions
@@ -1044,14 +893,14 @@ fn leader_arrive(host: &mut Hosted, mut incoming: Incoming) -> Vec<Action> {
 /// A leader's commit-point ([`super::log::commit_point`]: the leader at its log's length,
 /// each follower at its acknowledged sync-point), never below what it said before.
 fn commit_point(host: &Hosted, replicas: u32) -> usize {
-    let mut synced: Vec<usize> = host.acks.values().map(|&(s, _)| s).collect();
+    let mut synced: Vec<usize> = host.lead.acks.values().map(|&(s, _)| s).collect();
     synced.push(host.replica.log_len());
     super::log::commit_point(&synced, replicas).max(host.commit)
 }
 
 /// Leader: word to a follower that executed less than what the leader keeps for followers.
 fn behind_msg(view: u64, host: &Hosted) -> TigaMsg {
-    TigaMsg::Behind { view, shard: host.shard, upto: host.pruned as u64 }
+    TigaMsg::Behind { view, shard: host.shard, upto: host.lead.pruned as u64 }
 }
 
 /// This start of a follower replica: the node's incarnation and the state transfers its
@@ -1067,7 +916,7 @@ fn ack_msg((view, incarnation): (u64, u64), host: &Hosted, fetch: Vec<TxnId>) ->
         shard: host.shard,
         start: follower_start(incarnation, host),
         synced: host.replica.sync_point() as u64,
-        executed: host.executed as u64,
+        executed: host.follow.executed as u64,
         fetch,
     }
 }
@@ -1083,7 +932,9 @@ fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
         closed = closed.min(below(held));
     }
     // Bounded by the released transactions not finished.
-    for ts in host.queued.values().map(|q| q.ts).chain(host.pending.values().map(|p| p.ts)) {
+    for ts in
+        host.lead.queued.values().map(|q| q.ts).chain(host.lead.pending.values().map(|p| p.ts))
+    {
         closed = closed.min(below(ts));
     }
     // A view change's new leader is a former follower: it takes the outcome of a
@@ -1092,15 +943,19 @@ fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
     // multi-shard entry that fewer than `f` followers executed: any `f + 1` of the other
     // replicas then include one that did. Bounded by a sync message's entries; past them
     // (followers far behind, or not heard since a restart) it does not rise.
-    let f = host.followers.len() / 2;
+    let f = host.lead.followers.len() / 2;
     if f > 0 {
-        let mut executed: Vec<usize> =
-            host.followers.iter().map(|n| host.acks.get(n).map_or(0, |&(_, e)| e)).collect();
+        let mut executed: Vec<usize> = host
+            .lead
+            .followers
+            .iter()
+            .map(|n| host.lead.acks.get(n).map_or(0, |&(_, e)| e))
+            .collect();
         executed.sort_unstable_by(|a, b| b.cmp(a));
         let from = executed[f - 1].max(host.replica.log_base());
         let window = host.replica.log_since(from);
         if from + window.len() < host.replica.log_len() {
-            return host.promised;
+            return host.lead.promised;
         }
         // A body pruned already counts as multi-shard: the promise waits.
         let multi = |txn: &TxnId| host.bodies.get(txn).is_none_or(|k| k.shards.len() > 1);
@@ -1110,7 +965,7 @@ fn leader_closed(host: &Hosted, now: Time) -> Timestamp {
     }
     // Below the promise only while a restarted leader runs again what it had finished
     // before its crash (new arrivals are held above it: see `leader_arrive`).
-    closed.max(host.promised)
+    closed.max(host.lead.promised)
 }
 
 /// A replica's bounds in a cluster of `shards_total` shards.
@@ -1168,7 +1023,7 @@ impl TigaNode {
             self.timers.set(Purpose::Pace, self.pace_ns(), out);
         }
         let joining: Vec<ShardId> =
-            self.hosted.values().filter(|h| h.joining.is_some()).map(|h| h.shard).collect();
+            self.hosted.values().filter(|h| h.follow.joining.is_some()).map(|h| h.shard).collect();
         for shard in joining {
             self.ask_state(shard, out);
         }
@@ -1232,16 +1087,16 @@ impl TigaNode {
             }
             TigaMsg::Closed { shard, ts, upto, .. } => {
                 let Some(host) = self.hosted.get_mut(&shard) else { return };
-                if host.replica.leads() || host.leader != from || host.joining.is_some() {
+                if host.replica.leads() || host.leader != from || host.follow.joining.is_some() {
                     self.counts.dropped_total += 1;
                     return;
                 }
                 let Ok(upto) = usize::try_from(upto) else { return };
-                let last = host.closed.back().copied().unwrap_or((Timestamp::ZERO, 0));
+                let last = host.follow.closed.back().copied().unwrap_or((Timestamp::ZERO, 0));
                 if ts > last.0 && upto >= last.1 {
-                    host.closed.push_back((ts, upto));
-                    if host.closed.len() > CLOSED_KEPT_MAX {
-                        host.closed.pop_front();
+                    host.follow.closed.push_back((ts, upto));
+                    if host.follow.closed.len() > CLOSED_KEPT_MAX {
+                        host.follow.closed.pop_front();
                     }
                 }
                 self.drop_unlisted(shard, true);
@@ -1278,7 +1133,8 @@ impl TigaNode {
                 self.timers.set(Purpose::Pace, self.pace_ns(), out);
             }
             Purpose::Join(shard) => {
-                if let Some(joining) = self.hosted.get_mut(&shard).and_then(|h| h.joining.as_mut())
+                if let Some(joining) =
+                    self.hosted.get_mut(&shard).and_then(|h| h.follow.joining.as_mut())
                 {
                     joining.timer_set = false;
                     self.ask_state(shard, out);

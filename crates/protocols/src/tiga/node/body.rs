@@ -47,14 +47,15 @@ impl TigaNode {
             let part = parts.remove(&shard).expect("a participant");
             let coordinator = body.txn.origin;
             let host = self.hosted.get_mut(&shard).expect("filtered");
-            let wanted = host.recovering.as_ref().is_some_and(|r| r.wanted.contains(&body.txn));
+            let wanted =
+                host.lead.recovering.as_ref().is_some_and(|r| r.wanted.contains(&body.txn));
             if wanted && (from == body.txn.origin || from_peer_leader) {
                 // A new leader waits for this body to rebuild its log.
                 let known = Known { body: body.clone(), owd_ns, part, shards: shards.clone() };
                 self.take_wanted_body(now, shard, known, out);
                 continue;
             }
-            if host.joining.is_some() || host.recovering.is_some() {
+            if host.follow.joining.is_some() || host.lead.recovering.is_some() {
                 // Nothing is taken before the shard's state, or while its new leader gathers
                 // the reports (the coordinator resends).
                 continue;
@@ -116,7 +117,7 @@ impl TigaNode {
                 if let Some(answer) = host.answers.get(&txn) {
                     out.send(coordinator, refresh_owd(answer.clone(), owd_ns));
                 }
-                if let Some(streams) = &host.streams {
+                if let Some(streams) = &host.lead.streams {
                     // The coordinator may have missed its watermark too.
                     let ts = streams.watermark(coordinator);
                     out.send(coordinator, TigaMsg::Watermark { view: self.view.global, shard, ts });
@@ -127,7 +128,8 @@ impl TigaNode {
                 }
                 continue;
             }
-            let no_stream = host.streams.as_ref().is_some_and(|s| s.floor(coordinator).is_none());
+            let no_stream =
+                host.lead.streams.as_ref().is_some_and(|s| s.floor(coordinator).is_none());
             if host.bodies.len() >= BODIES_MAX || no_stream {
                 // No room, or (luigi) a worker outside the cluster or with a full stream: the
                 // body is not kept (the coordinator resends).

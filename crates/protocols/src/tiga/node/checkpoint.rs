@@ -39,8 +39,8 @@ pub(super) fn restore_checkpointed(
                 }
             }
             (EntryState::Queued { hash }, Some(known)) => {
-                host.waits.enqueue(at, &known.part.reads, &known.part.writes);
-                host.queued.insert(txn, Queued { ts, hash, speculative: false });
+                host.lead.waits.enqueue(at, &known.part.reads, &known.part.writes);
+                host.lead.queued.insert(txn, Queued { ts, hash, speculative: false });
                 host.bodies.insert(txn, known);
             }
             (EntryState::Pending(p), Some(known)) => {
@@ -52,11 +52,11 @@ pub(super) fn restore_checkpointed(
                 {
                     return Err(format!("the tiga checkpoint's {txn} does not hold together"));
                 }
-                host.waits.enqueue(at, &known.part.reads, &p.write_keys);
-                host.waits.ran(at, &known.part.reads);
+                host.lead.waits.enqueue(at, &known.part.reads, &p.write_keys);
+                host.lead.waits.ran(at, &known.part.reads);
                 let votes: BTreeMap<ShardId, bool> = p.votes.into_iter().collect();
                 if p.others.iter().all(|s| votes.contains_key(s)) {
-                    host.complete.insert(txn);
+                    host.lead.complete.insert(txn);
                 }
                 let pending = Pending {
                     ts,
@@ -68,7 +68,7 @@ pub(super) fn restore_checkpointed(
                     feeds: p.feeds.into_iter().collect(),
                     inputs: p.inputs,
                 };
-                host.pending.insert(txn, pending);
+                host.lead.pending.insert(txn, pending);
                 host.bodies.insert(txn, known);
             }
             (_, None) => return Err(format!("the tiga checkpoint lacks {txn}'s body")),
@@ -95,9 +95,9 @@ pub(super) fn answer_order(host: &Hosted) -> Vec<TxnId> {
 /// Leader: the log position a checkpoint is cut at: the finished prefix (for luigi, no
 /// further than what is replicated, since its watermarks walk the log from there).
 pub(super) fn checkpoint_base(host: &Hosted) -> usize {
-    let base = match host.streams {
-        Some(_) => host.finished.min(host.replicated),
-        None => host.finished,
+    let base = match host.lead.streams {
+        Some(_) => host.lead.finished.min(host.lead.replicated),
+        None => host.lead.finished,
     };
     base.max(host.replica.log_base())
 }
@@ -145,9 +145,9 @@ pub(super) fn checkpoint_records(
     // Bounded by the log past the base.
     for &(txn, ts) in &log.entries {
         let body = host.bodies.get(&txn).map(|k| (*k.body).clone());
-        let state = if let Some(queued) = host.queued.get(&txn) {
+        let state = if let Some(queued) = host.lead.queued.get(&txn) {
             EntryState::Queued { hash: queued.hash }
-        } else if let Some(p) = host.pending.get(&txn) {
+        } else if let Some(p) = host.lead.pending.get(&txn) {
             EntryState::Pending(Box::new(PendingRecord {
                 writes: p.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 write_keys: p.write_keys.clone(),
@@ -169,6 +169,7 @@ pub(super) fn checkpoint_records(
         answers.chunks(LIST_MAX).map(|c| part(Part::Answers { shard, answers: c.to_vec() })),
     );
     let decided: Vec<(TxnId, DecidedRecord)> = host
+        .lead
         .decided
         .iter()
         .map(|(&txn, d)| {
@@ -185,13 +186,13 @@ pub(super) fn checkpoint_records(
     records
         .extend(floors.chunks(LIST_MAX).map(|c| part(Part::Floors { shard, floors: c.to_vec() })));
     // The live ordinary records.
-    for (&txn, votes) in &host.early_votes {
+    for (&txn, votes) in &host.lead.early_votes {
         for (&from, vote) in votes {
             let (ok, outputs) = (vote.ok, vote.outputs.clone());
             records.push(Record::Vote { shard, txn, from, ok, outputs });
         }
     }
-    for (&txn, &ts) in &host.journaled {
+    for (&txn, &ts) in &host.lead.journaled {
         match host.bodies.get(&txn) {
             Some(known) => {
                 records.push(Record::Proposed { shard, ts, body: (*known.body).clone() })
@@ -199,10 +200,10 @@ pub(super) fn checkpoint_records(
             None => debug_assert!(false, "{txn} proposed without its body"),
         }
     }
-    if host.promised > Timestamp::ZERO {
-        records.push(Record::Promised { shard, ts: host.promised });
+    if host.lead.promised > Timestamp::ZERO {
+        records.push(Record::Promised { shard, ts: host.lead.promised });
     }
-    if let Some(streams) = &host.streams {
+    if let Some(streams) = &host.lead.streams {
         for (worker, ts) in streams.told() {
             records.push(Record::Told { shard, worker, ts });
         }
@@ -216,17 +217,17 @@ pub(super) fn advance_finished(host: &mut Hosted) {
     }
     // Each round takes a whole window or stops: bounded by the log.
     loop {
-        let window = host.replica.log_since(host.finished);
+        let window = host.replica.log_since(host.lead.finished);
         let done = window
             .iter()
             .take_while(|(txn, _)| {
-                !host.queued.contains_key(txn) && !host.pending.contains_key(txn)
+                !host.lead.queued.contains_key(txn) && !host.lead.pending.contains_key(txn)
             })
             .count();
         if done == 0 {
             break;
         }
-        host.finished += done;
+        host.lead.finished += done;
         if done < window.len() {
             break;
         }
@@ -246,11 +247,11 @@ pub(super) fn follower_checkpoint_records(
     floors: &BTreeMap<(NodeId, u64), u64>,
 ) -> Option<Vec<Record>> {
     let shard = host.shard;
-    if host.joining.is_some() {
+    if host.follow.joining.is_some() {
         return Some(vec![Record::Joining { shard }]);
     }
     let max = crate::tiga::log::SYNC_ENTRIES_MAX;
-    let executed = host.executed;
+    let executed = host.follow.executed;
     let base = host.replica.log_base();
     debug_assert!(base <= executed, "a follower drops only what it executed");
     let bodies = &host.bodies;
@@ -258,11 +259,12 @@ pub(super) fn follower_checkpoint_records(
         host.replica.hashes_below(executed, |txn| bodies.get(&txn).map(|k| k.part.keys()))?;
     let prefix = host.replica.follower_entries(base, executed);
     let floor = host.replica.ts_high();
-    let end = host.rejoin_end.max(executed) as u64;
+    let end = host.follow.rejoin_end.max(executed) as u64;
     let head =
         StatePart::Head { base: base as u64, upto: executed as u64, end, floor, whole: false };
     let lingering = host.replica.follower_lingering();
     let ahead: Vec<AheadEntry> = host
+        .follow
         .ahead
         .iter()
         .map(|(&txn, writes)| {
@@ -301,7 +303,7 @@ pub(super) fn follower_checkpoint_records(
     // entries it lists, which this replica released already. Others linger, of entries
     // executed already.
     for txn in rest.iter().chain(&tail).map(|&(txn, _)| txn) {
-        if let Some((ok, inputs)) = host.outcomes.get(&txn) {
+        if let Some((ok, inputs)) = host.follow.outcomes.get(&txn) {
             let outcome = SyncOutcome { txn, ok: *ok, inputs: inputs.clone() };
             records.push(Record::Outcome { shard, outcome });
         }
@@ -319,18 +321,18 @@ impl TigaNode {
             .max(1);
         let mut due = self.checkpoint_wanted;
         for host in self.hosted.values() {
-            if host.quiet || host.recovering.is_some() {
+            if host.quiet || host.lead.recovering.is_some() {
                 // Not while a new leader gathers reports: its journal holds the follower it
                 // was until it leads (then a checkpoint is due at once).
                 return false;
             }
             due |= match host.replica.leads() {
-                true => checkpoint_base(host) >= host.checkpointed.saturating_add(every),
+                true => checkpoint_base(host) >= host.lead.checkpointed.saturating_add(every),
                 false => {
                     // Past the next multiple of `every`, shifted by this follower's offset.
                     let offset = self.checkpoint_offset(host.shard, every);
                     let cycle = host.follower_checkpointed.saturating_add(offset) / every;
-                    host.executed.saturating_add(offset) / every > cycle
+                    host.follow.executed.saturating_add(offset) / every > cycle
                 }
             };
         }
@@ -392,7 +394,7 @@ impl TigaNode {
                 self.journal.write(record);
             }
             let host = self.hosted.get_mut(&shard).expect("hosted");
-            host.follower_checkpointed = host.executed;
+            host.follower_checkpointed = host.follow.executed;
             if cfg!(debug_assertions) {
                 written.extend(records);
             }
@@ -406,7 +408,7 @@ impl TigaNode {
             for record in &records {
                 self.journal.write(record);
             }
-            host.checkpointed = checkpoint_base(host);
+            host.lead.checkpointed = checkpoint_base(host);
             if cfg!(debug_assertions) {
                 written.extend(records);
             }
@@ -448,27 +450,30 @@ impl TigaNode {
             again.restore_follower(shard);
             let restored = &again.hosted[&shard];
             let summary = |h: &Hosted| {
-                let log = h.replica.follower_entries(h.executed, usize::MAX);
+                let log = h.replica.follower_entries(h.follow.executed, usize::MAX);
                 let hashes: Vec<_> = h.replica.hashes().pairs().collect();
                 let tail = h.replica.tail();
-                let outcomes: Vec<_> =
-                    log.iter().chain(&tail).filter_map(|(txn, _)| h.outcomes.get(txn)).collect();
+                let outcomes: Vec<_> = log
+                    .iter()
+                    .chain(&tail)
+                    .filter_map(|(txn, _)| h.follow.outcomes.get(txn))
+                    .collect();
                 format!(
                     "{:?} {:?} {} {} {log:?} {:?} {hashes:?} {:?} {:?}",
-                    h.joining.is_some(),
-                    h.executed,
+                    h.follow.joining.is_some(),
+                    h.follow.executed,
                     h.replica.sync_point(),
                     h.replica.log_len(),
                     h.replica.tail(),
                     outcomes,
-                    h.ahead,
+                    h.follow.ahead,
                 )
             };
             assert_eq!(summary(host), summary(restored), "{shard:?}: the follower's log");
         }
         for (shard, host) in self.hosted.iter().filter(|(_, h)| h.replica.leads()) {
             let restored = &again.hosted[shard];
-            let base = host.checkpointed;
+            let base = host.lead.checkpointed;
             let log = |h: &Hosted| {
                 let mut log = h.replica.checkpoint_log(base).expect("a leader's log");
                 log.below.sort_unstable();
@@ -477,6 +482,7 @@ impl TigaNode {
             assert_eq!(log(host), log(restored), "{shard:?}: the log");
             let summary = |h: &Hosted| {
                 let queued: Vec<_> = h
+                    .lead
                     .queued
                     .iter()
                     .filter(|(_, q)| !q.speculative)
@@ -484,18 +490,18 @@ impl TigaNode {
                     .collect();
                 format!(
                     "{queued:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
-                    h.pending,
-                    h.complete,
+                    h.lead.pending,
+                    h.lead.complete,
                     h.answers,
                     answer_order(h),
-                    (&h.decided, &h.settling),
-                    h.early_votes,
-                    h.journaled,
-                    h.promised,
+                    (&h.lead.decided, &h.lead.settling),
+                    h.lead.early_votes,
+                    h.lead.journaled,
+                    h.lead.promised,
                 )
             };
             assert_eq!(summary(host), summary(restored), "{shard:?}: the entries and records");
-            assert_eq!(restored.finished, base, "{shard:?}: finished up to the base");
+            assert_eq!(restored.lead.finished, base, "{shard:?}: finished up to the base");
         }
     }
 
@@ -503,9 +509,9 @@ impl TigaNode {
     /// log runs again when the node starts): per shard it leads, the log with its bodies,
     /// hashes and release stamps, the votes heard, the promised closed timestamp, and the
     /// proposals still open, held again where they were proposed. Errors when the journal
-    /// speaks of a shard this node does not lead or of a transaction it cannot read. One
-    /// piece: the journal's records of a shard are taken in the order they were written,
-    /// each building on the state the previous ones left.
+    /// speaks of a shard this node does not lead or of a transaction it cannot read.
+    /// One piece: the journal's records of a shard are taken in the order they were
+    /// written, each building on the state the previous ones left.
     pub(super) fn resume(
         &mut self,
         shards: BTreeMap<ShardId, Recovered>,
@@ -555,8 +561,8 @@ impl TigaNode {
                 // before the restart.
                 let forgettable_max = self.context.limits.forgettable_max;
                 let below = c.in_log.iter().map(|&(txn, ts)| (ts, txn)).take(forgettable_max);
-                host.forgettable = below.collect();
-                host.forgettable_overflowed = c.in_log.len() > forgettable_max;
+                host.lead.forgettable = below.collect();
+                host.lead.forgettable_overflowed = c.in_log.len() > forgettable_max;
                 start = Some(CheckpointedLog {
                     base,
                     base_ts: c.base_ts,
@@ -587,10 +593,10 @@ impl TigaNode {
             if let Some((base, rows, answers, decided)) = rest {
                 self.counts.resumed_from_checkpoint_total += 1;
                 restore_checkpointed(host, checkpointed)?;
-                host.finished = base;
-                host.pruned = base;
-                host.checkpointed = base;
-                host.replicated = base;
+                host.lead.finished = base;
+                host.lead.pruned = base;
+                host.lead.checkpointed = base;
+                host.lead.replicated = base;
                 host.restore_rows = rows;
                 for (txn, msg) in answers {
                     if host.answers.insert(txn, msg).is_none() {
@@ -599,7 +605,7 @@ impl TigaNode {
                 }
                 for (txn, d) in decided {
                     if d.settled {
-                        host.settling.insert((d.ts, txn));
+                        host.lead.settling.insert((d.ts, txn));
                     }
                     let others: BTreeSet<ShardId> = d.others.iter().copied().collect();
                     let shards_total = self.context.topology.shards;
@@ -613,13 +619,13 @@ impl TigaNode {
                     let feeds = d.feeds.into_iter().take(PIECES_MAX).collect();
                     let others = d.others;
                     let decided = Decided { ts, settled, own, all, inputs, feeds, others };
-                    host.decided.insert(txn, decided);
+                    host.lead.decided.insert(txn, decided);
                 }
             }
             self.counts.replayed_total += log.len() as u64;
             for ((txn, ts, known), hash) in log.into_iter().zip(hashes) {
-                host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
-                host.queued.insert(txn, Queued { ts, hash, speculative: false });
+                host.lead.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                host.lead.queued.insert(txn, Queued { ts, hash, speculative: false });
                 host.bodies.insert(txn, known);
             }
             for (txn, votes) in recovered.votes {
@@ -627,9 +633,9 @@ impl TigaNode {
                     deliver_vote(host, txn, from, PeerVote { ok, outputs });
                 }
             }
-            host.promised = recovered.promised;
-            host.closed_sent = recovered.promised;
-            if let Some(streams) = &mut host.streams {
+            host.lead.promised = recovered.promised;
+            host.lead.closed_sent = recovered.promised;
+            if let Some(streams) = &mut host.lead.streams {
                 // Luigi: nothing is told below what was told, and every entry above it
                 // counts as unreplicated until the followers' acknowledgements come.
                 for (&worker, &ts) in &recovered.told {
@@ -643,9 +649,9 @@ impl TigaNode {
                 let (_, _, known) = known(ts, body)?;
                 let arriving = incoming(txn, ts, &known.shards, &known.part);
                 host.bodies.insert(txn, known);
-                host.journaled.insert(txn, ts);
+                host.lead.journaled.insert(txn, ts);
                 let actions = host.replica.restore_proposal(arriving, ts);
-                if let Some(streams) = &mut host.streams {
+                if let Some(streams) = &mut host.lead.streams {
                     streams.restore_held(txn, ts);
                 }
                 self.counts.restored_proposals_total += 1;
@@ -672,10 +678,10 @@ impl TigaNode {
         };
         if followed.joining {
             // It rejoins, as a follower restarted without a journal does.
-            host.joining = Some(Joining::default());
+            host.follow.joining = Some(Joining::default());
             return Ok(());
         }
-        host.joining = None;
+        host.follow.joining = None;
         if !followed.image.is_empty() {
             let (floors, rows) = install_without_rows(context, host, followed.image)
                 .map_err(|e| format!("the tiga journal's image of {shard:?}: {e}"))?;
@@ -762,13 +768,13 @@ impl TigaNode {
                 }
                 Restored::Outcome(SyncOutcome { txn, ok, inputs }) => {
                     if host.replica.logged(txn) {
-                        host.outcomes.insert(txn, (ok, inputs));
+                        host.follow.outcomes.insert(txn, (ok, inputs));
                     }
                 }
                 Restored::Unlisted(through) => {
-                    host.tail_cut = host.tail_cut.max(through);
+                    host.follow.tail_cut = host.follow.tail_cut.max(through);
                     let dropped = host.replica.drop_unlisted(through);
-                    host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+                    host.follow.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
                 }
             }
             for action in slow {
@@ -779,7 +785,7 @@ impl TigaNode {
                         reply(host, txn, msg, &mut scratch);
                     }
                     (Action::Superseded { dropped }, _) => {
-                        host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+                        host.follow.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
                     }
                     _ => {}
                 }

@@ -94,8 +94,13 @@ impl TigaNode {
         let hosted = || self.hosted.values();
         let sum = |f: &dyn Fn(&Hosted) -> u64| hosted().map(f).sum::<u64>();
         let dropped = sum(&|h| h.replica.dropped_total());
-        let unexecuted =
-            sum(&|h| if h.replica.leads() { 0 } else { (h.replica.log_len() - h.executed) as u64 });
+        let unexecuted = sum(&|h| {
+            if h.replica.leads() {
+                0
+            } else {
+                (h.replica.log_len() - h.follow.executed) as u64
+            }
+        });
         let c = &self.counts;
         let mut named = prefixed!(
             self.variant,
@@ -105,7 +110,7 @@ impl TigaNode {
                 ("vote_waits_total", c.votes_waited_total),
                 ("held", sum(&|h| h.replica.held() as u64)),
                 ("unexecuted", unexecuted),
-                ("queued", sum(&|h| (h.queued.len() + h.pending.len()) as u64)),
+                ("queued", sum(&|h| (h.lead.queued.len() + h.lead.pending.len()) as u64)),
                 ("in_flight", self.requests.len() as u64),
                 ("store_versions", sum(&|h| h.store.version_count())),
                 ("store_keys", sum(&|h| h.store.key_count() as u64)),
@@ -119,7 +124,7 @@ impl TigaNode {
                 ("stale_votes_total", c.stale_votes_total),
                 ("refusals_sent_total", c.refused_sent_total),
                 ("refused_total", c.refused_total),
-                ("decided_kept", sum(&|h| h.decided.len() as u64)),
+                ("decided_kept", sum(&|h| h.lead.decided.len() as u64)),
                 ("logged_kept", sum(&|h| h.replica.logged_count() as u64)),
                 ("stale_view_total", c.stale_view_total),
                 ("contradicted_total", c.contradicted_total),
@@ -160,15 +165,15 @@ impl TigaNode {
                 ("tiga_speculated_total", c.speculated_total),
                 ("tiga_speculations_kept_total", c.speculations_kept_total),
                 ("tiga_revoked_total", c.revoked_total),
-                ("tiga_speculations", sum(&|h| h.speculations.len() as u64)),
+                ("tiga_speculations", sum(&|h| h.lead.speculations.len() as u64)),
                 ("tiga_tail_dropped_total", c.tail_dropped_total),
                 ("tiga_tail_superseded_total", c.tail_superseded_total),
                 ("tiga_tail_entries", sum(&|h| h.replica.tail_len() as u64)),
-                ("tiga_unlisted_kept", sum(&|h| h.unlisted.len() as u64)),
+                ("tiga_unlisted_kept", sum(&|h| h.follow.unlisted.len() as u64)),
                 ("tiga_mode_changes_total", c.mode_changes_total),
             ]),
             Prefix::Luigi => {
-                let open = hosted().filter_map(|h| h.streams.as_ref()).map(|s| s.open());
+                let open = hosted().filter_map(|h| h.lead.streams.as_ref()).map(|s| s.open());
                 named.extend([
                     ("luigi_commits_total", c.slow_total),
                     ("luigi_awaiting_watermark", self.awaiting.len() as u64),

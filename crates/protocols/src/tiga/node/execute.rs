@@ -12,7 +12,7 @@ pub(super) fn follower_execute(
     host: &mut Hosted,
     floors: &BTreeMap<(NodeId, u64), u64>,
 ) -> bool {
-    let start = host.executed;
+    let start = host.follow.executed;
     let synced_len = host.replica.sync_point();
     // An entry this follower and its leader synced survives a view change when `f + 1` is
     // two; otherwise only below the leader's commit-point.
@@ -22,35 +22,35 @@ pub(super) fn follower_execute(
         synced_len
     };
     // Bounded by the synced prefix.
-    while host.executed < upto {
-        let Some((txn, ts)) = host.replica.synced_entry(host.executed) else {
+    while host.follow.executed < upto {
+        let Some((txn, ts)) = host.replica.synced_entry(host.follow.executed) else {
             debug_assert!(false, "a follower drops only what it executed");
             break;
         };
-        if let Some(writes) = host.ahead.get(&txn) {
+        if let Some(writes) = host.follow.ahead.get(&txn) {
             // The leader had executed it when it cut this replica's state transfer.
             if let Some(writes) = writes {
-                let Some((ok, _)) = host.outcomes.get(&txn) else { break };
+                let Some((ok, _)) = host.follow.outcomes.get(&txn) else { break };
                 if *ok {
                     let writes = writes.clone();
                     apply(host, txn, ts, &writes);
                 }
             }
-            host.ahead.remove(&txn);
-            host.executed += 1;
+            host.follow.ahead.remove(&txn);
+            host.follow.executed += 1;
             continue;
         }
         let Some(known) = host.bodies.get(&txn) else { break };
         let none = (true, Vec::new());
         let (ok, inputs) = if known.shards.len() > 1 {
-            match host.outcomes.get(&txn) {
+            match host.follow.outcomes.get(&txn) {
                 Some(outcome) => outcome,
                 None => break, // The leader has not told the outcome yet.
             }
         } else {
             &none
         };
-        if *ok && host.executed >= host.rejoin_end {
+        if *ok && host.follow.executed >= host.follow.rejoin_end {
             debug_assert_newest(&host.store, &known.part, ts, txn);
         }
         let multi = known.shards.len() > 1;
@@ -74,19 +74,19 @@ pub(super) fn follower_execute(
             ShardResult::Skipped
         };
         if feeds.values().any(|outputs| !outputs.is_empty()) {
-            host.fed.insert(txn, feeds);
+            host.follow.fed.insert(txn, feeds);
         }
         // Kept for a view change that promotes this follower: its coordinator may still
         // wait for the shard's result.
-        if host.results.len() < RESULTS_KEPT_MAX && !is_decided(floors, txn) {
-            host.results.insert(txn, (ts, result));
+        if host.follow.results.len() < RESULTS_KEPT_MAX && !is_decided(floors, txn) {
+            host.follow.results.insert(txn, (ts, result));
         }
         // Its body and outcome stay until every replica executed it (the leader's base
         // passes it): a view change's new leader that has not may need them (see
         // `leader_closed`).
-        host.executed += 1;
+        host.follow.executed += 1;
     }
-    host.executed > start
+    host.follow.executed > start
 }
 
 /// Debug builds: no key `part` declares has a version above `ts`: a follower runs its log in
@@ -225,13 +225,13 @@ pub(super) fn vote_msg(
 /// Takes another leader's vote: recorded on a pending transaction, kept (with the outputs it
 /// carries) for one not executed here yet, ignored for one decided.
 pub(super) fn deliver_vote(host: &mut Hosted, txn: TxnId, from: ShardId, vote: PeerVote) {
-    if host.pending.contains_key(&txn) {
+    if host.lead.pending.contains_key(&txn) {
         record_vote(host, txn, from, vote.ok);
-    } else if !host.decided.contains_key(&txn) && !finished_here(host, txn) {
-        host.early_votes.entry(txn).or_default().insert(from, vote);
-        if let Some(queued) = host.queued.get(&txn) {
+    } else if !host.lead.decided.contains_key(&txn) && !finished_here(host, txn) {
+        host.lead.early_votes.entry(txn).or_default().insert(from, vote);
+        if let Some(queued) = host.lead.queued.get(&txn) {
             // It may have waited for these outputs, or may skip its pieces now.
-            host.waits.wake((queued.ts, txn));
+            host.lead.waits.wake((queued.ts, txn));
         }
     }
 }
@@ -241,8 +241,8 @@ pub(super) fn deliver_vote(host: &mut Hosted, txn: TxnId, from: ShardId, vote: P
 pub(super) fn finished_here(host: &Hosted, txn: TxnId) -> bool {
     host.replica.leads()
         && host.replica.logged(txn)
-        && !host.queued.contains_key(&txn)
-        && !host.pending.contains_key(&txn)
+        && !host.lead.queued.contains_key(&txn)
+        && !host.lead.pending.contains_key(&txn)
 }
 
 /// About how many bytes `outputs` take on the wire.
@@ -282,18 +282,18 @@ pub(super) fn apply(host: &mut Hosted, txn: TxnId, ts: Timestamp, writes: &Overl
         // writer of the guard, which any later writer of the key also writes and so waits
         // for (`Procedure::guard`'s promise).
         if !host.keep_history {
-            let first_reader = host.waits.first_reader(key).filter(|_| leads);
+            let first_reader = host.lead.waits.first_reader(key).filter(|_| leads);
             store.prune_key(key, first_reader.map_or(Timestamp::MAX, |(ts, _)| ts));
         }
     }
 }
 
 pub(super) fn record_vote(host: &mut Hosted, txn: TxnId, from: ShardId, ok: bool) {
-    if let Some(pending) = host.pending.get_mut(&txn) {
+    if let Some(pending) = host.lead.pending.get_mut(&txn) {
         if pending.others.contains(&from) {
             pending.votes.insert(from, ok);
             if pending.others.iter().all(|s| pending.votes.contains_key(s)) {
-                host.complete.insert(txn);
+                host.lead.complete.insert(txn);
             }
         }
     }
@@ -302,23 +302,23 @@ pub(super) fn record_vote(host: &mut Hosted, txn: TxnId, from: ShardId, ok: bool
 /// Applies or drops the writes of every pending transaction whose votes are all in. True when
 /// one finished.
 pub(super) fn finish_ready(host: &mut Hosted) -> bool {
-    let ready = std::mem::take(&mut host.complete);
+    let ready = std::mem::take(&mut host.lead.complete);
     for &txn in &ready {
-        let Some(pending) = host.pending.remove(&txn) else { continue };
+        let Some(pending) = host.lead.pending.remove(&txn) else { continue };
         let all = pending.own_ok && pending.votes.values().all(|&ok| ok);
         if all {
             apply(host, txn, pending.ts, &pending.writes);
         }
-        host.waits.finished((pending.ts, txn), &pending.write_keys);
+        host.lead.waits.finished((pending.ts, txn), &pending.write_keys);
         let inputs = if all { pending.inputs } else { Vec::new() };
-        if host.followers.is_empty() {
+        if host.lead.followers.is_empty() {
             host.bodies.remove(&txn); // Every peer had it: each proposed before the release.
         } else {
-            host.fresh_outcomes.push(SyncOutcome { txn, ok: all, inputs: inputs.clone() });
+            host.lead.fresh_outcomes.push(SyncOutcome { txn, ok: all, inputs: inputs.clone() });
         }
         let (ts, own, feeds, others) = (pending.ts, pending.own_ok, pending.feeds, pending.others);
         let decided = Decided { ts, settled: false, own, all, inputs, feeds, others };
-        host.decided.insert(txn, decided);
+        host.lead.decided.insert(txn, decided);
     }
     !ready.is_empty()
 }
@@ -330,7 +330,7 @@ pub(super) fn window_outcomes(host: &Hosted, from: usize) -> Vec<SyncOutcome> {
         .iter()
         .take(OUTCOMES_WINDOW_MAX)
         .filter_map(|&(txn, _)| {
-            let decided = host.decided.get(&txn)?;
+            let decided = host.lead.decided.get(&txn)?;
             Some(SyncOutcome { txn, ok: decided.all, inputs: decided.inputs.clone() })
         })
         .collect()
@@ -355,13 +355,13 @@ impl TigaNode {
         for host in self.hosted.values_mut() {
             // Nor what another follower has not executed yet: the leader's base says what
             // every follower did (a view change gathers the rest from the followers).
-            let upto = host.executed.min(host.leader_base);
+            let upto = host.follow.executed.min(host.follow.leader_base);
             let due = upto >= host.replica.log_base() + drop_min;
-            if due && !host.replica.leads() && host.joining.is_none() {
+            if due && !host.replica.leads() && host.follow.joining.is_none() {
                 let base = host.replica.log_base();
                 for (txn, _) in host.replica.follower_entries(base, upto) {
-                    host.outcomes.remove(&txn);
-                    host.fed.remove(&txn);
+                    host.follow.outcomes.remove(&txn);
+                    host.follow.fed.remove(&txn);
                     host.bodies.remove(&txn);
                 }
                 let floors = &self.decided_floors;
@@ -387,26 +387,26 @@ impl TigaNode {
         let mut local = Vec::new();
         // Candidates come in (timestamp, id) order; running or finishing one may make others
         // candidates (see `waits`). Bounded by the released transactions.
-        while let Some(at) = host.waits.next_candidate() {
+        while let Some(at) = host.lead.waits.next_candidate() {
             let (ts, txn) = at;
-            let Some(queued) = host.queued.get(&txn) else { continue }; // Ran already.
+            let Some(queued) = host.lead.queued.get(&txn) else { continue }; // Ran already.
             debug_assert_eq!(queued.ts, ts, "{txn} queued at one timestamp");
             let Some(known) = host.bodies.get(&txn) else {
                 debug_assert!(false, "{txn} queued without its body");
                 continue;
             };
             let part = &known.part;
-            if host.waits.blocked(at, &part.reads, &part.writes) {
+            if host.lead.waits.blocked(at, &part.reads, &part.writes) {
                 continue; // What it waits for wakes it.
             }
             if queued.speculative {
                 // Detective mode: run it where it is held and answer with the result; the
                 // writes wait aside, and it keeps its keys (as a writer) until released.
                 let hash = queued.hash;
-                host.queued.remove(&txn);
+                host.lead.queued.remove(&txn);
                 progressed = true;
                 let (writes, result) = run_part(&self.context, shard, &host.store, known, ts, &[]);
-                host.waits.ran(at, &part.reads);
+                host.lead.waits.ran(at, &part.reads);
                 let owd_ns = known.owd_ns;
                 let msg = TigaMsg::Fast {
                     view: self.view.global,
@@ -418,11 +418,11 @@ impl TigaNode {
                     result: Some(result.clone()),
                 };
                 reply(host, txn, msg, out);
-                host.speculations.insert(txn, Speculation { ts, hash, writes, result });
+                host.lead.speculations.insert(txn, Speculation { ts, hash, writes, result });
                 self.counts.speculated_total += 1;
                 continue;
             }
-            let early = host.early_votes.get(&txn);
+            let early = host.lead.early_votes.get(&txn);
             // A participant voted no: the transaction aborts, and pieces here are not run
             // (they may lack the outputs they take). Votes of other shards count for nothing.
             let refused = early.is_some_and(|votes| {
@@ -434,12 +434,12 @@ impl TigaNode {
             // Followers get the inputs with the outcome, in one sync message: bounded.
             let oversized = outputs_bytes(&inputs) > SYNC_INPUT_BYTES_MAX;
             let hash = queued.hash;
-            host.queued.remove(&txn);
+            host.lead.queued.remove(&txn);
             progressed = true;
             // Released where it ran speculatively: what ran stands (a speculation at another
             // timestamp was revoked before the release), unless a participant voted no
             // meanwhile: then, as in preventive mode, the shard skips.
-            let kept = host.speculations.remove(&txn);
+            let kept = host.lead.speculations.remove(&txn);
             debug_assert!(kept.as_ref().is_none_or(|k| k.ts == ts), "{txn} kept off its place");
             let kept = kept.filter(|k| k.ts == ts && !refused);
             // Its fast reply went out when it ran; again only if the log's hash changed since.
@@ -455,7 +455,7 @@ impl TigaNode {
             } else {
                 run_part(&self.context, shard, &host.store, known, ts, &inputs)
             };
-            host.waits.ran(at, &part.reads);
+            host.lead.waits.ran(at, &part.reads);
             let feeds = feed_outputs(part, &result);
             let others: Vec<ShardId> =
                 known.shards.iter().copied().filter(|&s| s != shard).collect();
@@ -466,7 +466,7 @@ impl TigaNode {
             let write_keys = if own_ok && !others.is_empty() {
                 part.writes.clone()
             } else {
-                host.waits.finished(at, &part.writes);
+                host.lead.waits.finished(at, &part.writes);
                 Vec::new()
             };
             if !answered {
@@ -485,13 +485,14 @@ impl TigaNode {
                 if own_ok {
                     apply(host, txn, ts, &writes);
                 }
-                if host.followers.is_empty() {
+                if host.lead.followers.is_empty() {
                     host.bodies.remove(&txn);
                 }
                 continue;
             }
             // Multi-shard: the writes wait for the other leaders' votes.
             let votes: BTreeMap<ShardId, bool> = host
+                .lead
                 .early_votes
                 .remove(&txn)
                 .unwrap_or_default()
@@ -522,11 +523,11 @@ impl TigaNode {
                 }
             }
             if others.iter().all(|s| votes.contains_key(s)) {
-                host.complete.insert(txn);
+                host.lead.complete.insert(txn);
             }
             let inputs = if own_ok { inputs } else { Vec::new() };
             let pending = Pending { ts, writes, write_keys, own_ok, votes, others, feeds, inputs };
-            host.pending.insert(txn, pending);
+            host.lead.pending.insert(txn, pending);
             self.counts.votes_waited_total += 1;
             progressed |= finish_ready(host);
         }

@@ -4,6 +4,49 @@
 
 use super::*;
 
+/// What a replica keeps as a follower ([`Hosted::follow`]): how far it executed the leader's
+/// log, the outcomes and outputs it heard or made, the leader's closed timestamps, the tail
+/// it dropped, and a rejoin's state transfer. A follower promoted at a view change leads on
+/// from what it executed here.
+#[derive(Debug, Default)]
+pub(super) struct FollowerState {
+    /// Follower: the highest log base its leader sent: it drops no entry at or above it.
+    pub(super) leader_base: usize,
+    /// Synced entries executed here.
+    pub(super) executed: usize,
+    /// Final outcomes of multi-shard transactions heard from the leader, with the inputs
+    /// their pieces take.
+    pub(super) outcomes: BTreeMap<TxnId, (bool, Vec<(u32, PieceOutput)>)>,
+    /// Tiga follower: per multi-shard entry it executed, the outputs of its pieces that
+    /// other shards' pieces take (only where there are some), kept as long as its outcome: as
+    /// a view change's new leader it answers the other leaders' votes with them.
+    pub(super) fed: BTreeMap<TxnId, BTreeMap<ShardId, Vec<(u32, PieceOutput)>>>,
+    /// Follower: the leader's closed timestamps with the log length each covers, oldest
+    /// first (at most [`CLOSED_KEPT_MAX`]): a follower serves at the latest one whose log it
+    /// executed, which may trail the latest heard while outcomes are awaited.
+    pub(super) closed: VecDeque<(Timestamp, usize)>,
+    /// Follower: the promise its tail was last cut at (see `drop_unlisted`).
+    pub(super) tail_cut: Timestamp,
+    /// Follower: transactions dropped from its tail whose bodies it keeps until their
+    /// coordinators decided them (a restarted leader takes such a transaction again above its
+    /// promise, and the log then lists it: the body spares a fetch). At most [`TAIL_MAX`].
+    pub(super) unlisted: BTreeSet<TxnId>,
+    /// Follower: it started without the shard's state and takes no part until the leader's
+    /// transfer is in.
+    pub(super) joining: Option<Joining>,
+    /// Rejoined follower: entries past the transferred prefix that the leader had executed
+    /// when it cut the image: applied (`None`: their writes came with it, skip them), or
+    /// waiting for other shards' votes (their writes, to apply if the outcome is a yes).
+    pub(super) ahead: BTreeMap<TxnId, Option<Overlay>>,
+    /// Rejoined follower: the leader's log length when it cut the image; below it the store
+    /// may hold versions above an entry still to execute (see [`debug_assert_newest`]).
+    pub(super) rejoin_end: usize,
+    /// Tiga follower: the shard's result of each entry it executed, until the entry's
+    /// coordinator decided it (at most [`RESULTS_KEPT_MAX`]): promoted at a view change, it
+    /// answers a coordinator still waiting on one as the leader would have.
+    pub(super) results: BTreeMap<TxnId, (Timestamp, ShardResult)>,
+}
+
 impl TigaNode {
     pub(super) fn on_sync(
         &mut self,
@@ -15,12 +58,13 @@ impl TigaNode {
     ) {
         let (start, entries, outcomes, commit, base) = sync;
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        if host.replica.leads() || host.leader != from || host.joining.is_some() {
+        if host.replica.leads() || host.leader != from || host.follow.joining.is_some() {
             return;
         }
         // Messages may come out of order: the commit-point and the leader's base only rise.
         host.commit = host.commit.max(usize::try_from(commit).unwrap_or(usize::MAX));
-        host.leader_base = host.leader_base.max(usize::try_from(base).unwrap_or(usize::MAX));
+        host.follow.leader_base =
+            host.follow.leader_base.max(usize::try_from(base).unwrap_or(usize::MAX));
         if entries.len() > crate::tiga::log::SYNC_ENTRIES_MAX
             || outcomes.len() > OUTCOMES_WINDOW_MAX
         {
@@ -36,8 +80,11 @@ impl TigaNode {
         let actions = host.replica.on_sync(start, &entries, keys_of);
         let appended = host.replica.follower_entries(before, usize::MAX);
         // Bounded by the message; nearly always empty.
-        let heard: Vec<TxnId> =
-            appended.iter().map(|&(t, _)| t).filter(|t| host.outcomes.contains_key(t)).collect();
+        let heard: Vec<TxnId> = appended
+            .iter()
+            .map(|&(t, _)| t)
+            .filter(|t| host.follow.outcomes.contains_key(t))
+            .collect();
         if !appended.is_empty() {
             // The entries this replica's acknowledgements and slow replies will vouch for,
             // with the bodies no record holds yet.
@@ -56,7 +103,7 @@ impl TigaNode {
             // past the entries it lists) is journaled again behind the listing: a checkpoint
             // since may have left it out, and a restart keeps outcomes of logged entries only.
             for txn in heard {
-                if let Some((ok, inputs)) = host.outcomes.get(&txn) {
+                if let Some((ok, inputs)) = host.follow.outcomes.get(&txn) {
                     let outcome = SyncOutcome { txn, ok: *ok, inputs: inputs.clone() };
                     self.journal.write(&Record::Outcome { shard, outcome });
                 }
@@ -68,13 +115,13 @@ impl TigaNode {
             // map is full (the leader says again what is still needed).
             if host.replica.logged(outcome.txn) && outcome.inputs.len() <= PIECES_MAX {
                 let SyncOutcome { txn, ok, ref inputs } = outcome;
-                let fresh = host.outcomes.get(&txn).is_none_or(|(was, _)| *was != ok);
-                host.outcomes.insert(txn, (ok, inputs.clone()));
+                let fresh = host.follow.outcomes.get(&txn).is_none_or(|(was, _)| *was != ok);
+                host.follow.outcomes.insert(txn, (ok, inputs.clone()));
                 if fresh {
                     self.journal.write(&Record::Outcome { shard, outcome });
                 }
-                if host.outcomes.len() > OUTCOMES_KEPT_MAX {
-                    host.outcomes.pop_first();
+                if host.follow.outcomes.len() > OUTCOMES_KEPT_MAX {
+                    host.follow.outcomes.pop_first();
                 }
             }
         }
@@ -114,10 +161,10 @@ impl TigaNode {
             self.counts.dropped_total += 1;
             return;
         }
-        if host.joining.is_some() {
+        if host.follow.joining.is_some() {
             return; // Rejoining already.
         }
-        if host.executed as u64 >= upto {
+        if host.follow.executed as u64 >= upto {
             // Not behind: the leader had not heard how far this replica got (it sends no
             // log to a follower it thinks behind), so tell it.
             let view = (self.view.global, self.context.incarnation);
@@ -153,10 +200,10 @@ impl TigaNode {
         // `take_up_stash`); with more, a report would need to say which view its log was
         // led in.
         let three = self.context.topology.replicas == 3;
-        if stash && three && host.joining.is_none() && !host.retired {
+        if stash && three && host.follow.joining.is_none() && !host.retired {
             host.stashed = Some(Box::new(dropped));
         }
-        host.joining = Some(Joining::default());
+        host.follow.joining = Some(Joining::default());
         // A restart from here rejoins too: the journaled log is void.
         self.journal.write(&Record::Joining { shard });
         self.ask_state(shard, out);
@@ -176,27 +223,28 @@ impl TigaNode {
     /// heard, not on every log message).
     pub(super) fn drop_unlisted(&mut self, shard: ShardId, sweep: bool) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        if host.replica.leads() || host.joining.is_some() || !self.variant.every_replica() {
+        if host.replica.leads() || host.follow.joining.is_some() || !self.variant.every_replica() {
             return;
         }
         let synced = host.replica.log_len();
         // Promises grow with their log lengths: the latest one the prefix covers.
-        let Some(&(through, _)) = host.closed.iter().rev().find(|&&(_, upto)| upto <= synced)
+        let Some(&(through, _)) =
+            host.follow.closed.iter().rev().find(|&&(_, upto)| upto <= synced)
         else {
             return;
         };
         // The tail is walked once per promise, not on every log message: what this follower
         // releases at or below a promise it cut at already goes at the next one.
-        if through <= host.tail_cut && !sweep {
+        if through <= host.follow.tail_cut && !sweep {
             return;
         }
-        host.tail_cut = host.tail_cut.max(through);
+        host.follow.tail_cut = host.follow.tail_cut.max(through);
         let dropped = host.replica.drop_unlisted(through);
         if !dropped.is_empty() {
             self.journal.write(&Record::Unlisted { shard, through });
         }
         self.counts.tail_dropped_total += dropped.len() as u64;
-        host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+        host.follow.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
         if !sweep {
             return;
         }
@@ -205,16 +253,16 @@ impl TigaNode {
         // fetches it should it list it after all).
         let floors = &self.decided_floors;
         let replica = &host.replica;
-        let overflow = host.unlisted.len().saturating_sub(TAIL_MAX);
+        let overflow = host.follow.unlisted.len().saturating_sub(TAIL_MAX);
         let mut gone = Vec::new();
-        for (index, &txn) in host.unlisted.iter().enumerate() {
+        for (index, &txn) in host.follow.unlisted.iter().enumerate() {
             let listed = replica.logged(txn) || replica.wants_body(txn);
             if listed || index < overflow || is_decided(floors, txn) {
                 gone.push((txn, listed));
             }
         }
         for (txn, listed) in gone {
-            host.unlisted.remove(&txn);
+            host.follow.unlisted.remove(&txn);
             if !listed && replica.held_at(txn).is_none() {
                 host.bodies.remove(&txn);
             }

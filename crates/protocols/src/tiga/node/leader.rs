@@ -4,6 +4,78 @@
 
 use super::*;
 
+/// What a replica keeps as its shard's leader ([`Hosted::lead`]): its queues of released,
+/// pending and decided transactions, its agreements with the other leaders, what it sent to
+/// and heard from each follower, its promises, its state transfers, its journal's checkpoint
+/// position and, as a new leader, the reports it gathers. Empty while the replica follows
+/// (a follower promoted at a view change fills it afresh: `view_change`'s `lead_afresh`).
+#[derive(Debug, Default)]
+pub(super) struct LeaderState {
+    /// Released transactions not executed yet (and, in detective mode, due ones to run
+    /// speculatively).
+    pub(super) queued: BTreeMap<TxnId, Queued>,
+    /// Detective mode: what ran speculatively, by transaction.
+    pub(super) speculations: BTreeMap<TxnId, Speculation>,
+    /// Which of them may execute now.
+    pub(super) waits: Waits,
+    /// Pending transactions whose votes are all in.
+    pub(super) complete: BTreeSet<TxnId>,
+    pub(super) pending: BTreeMap<TxnId, Pending>,
+    pub(super) early_votes: BTreeMap<TxnId, BTreeMap<ShardId, PeerVote>>,
+    /// Multi-shard transactions decided here.
+    pub(super) decided: BTreeMap<TxnId, Decided>,
+    /// The settled ones, by timestamp: each goes once every other shard's leader promised a
+    /// closed timestamp at or above it.
+    pub(super) settling: BTreeSet<(Timestamp, TxnId)>,
+    /// Decided since the last sync went out.
+    pub(super) fresh_outcomes: Vec<SyncOutcome>,
+    /// Per follower node: its sync-point and executed count, as acknowledged.
+    pub(super) acks: BTreeMap<NodeId, (usize, usize)>,
+    /// Per follower node: the next log position to send.
+    pub(super) sent_to: BTreeMap<NodeId, usize>,
+    /// Luigi, per follower node: the log position from which bodies have not gone out yet
+    /// (each body goes once; a lost one is fetched).
+    pub(super) bodies_to: BTreeMap<NodeId, usize>,
+    /// Bodies below this log position were dropped (every follower executed them).
+    pub(super) pruned: usize,
+    /// The followers' nodes (leaders only).
+    pub(super) followers: Vec<NodeId>,
+    /// `luigi` leaders: the per-worker watermarks ([`Variant::watermarks`]).
+    pub(super) streams: Option<Box<dyn Watermarks>>,
+    /// `luigi` leaders: log positions below this are replicated to a majority (and told to
+    /// the streams).
+    pub(super) replicated: usize,
+    /// Leader: the closed timestamp promised (to a read or to the followers): arrivals at or
+    /// below it are held above it.
+    pub(super) promised: Timestamp,
+    /// Leader: the closed timestamp last sent to the followers.
+    pub(super) closed_sent: Timestamp,
+    /// Leader: log positions below this are executed and decided (applied or dropped).
+    pub(super) finished: usize,
+    /// Leader: state transfers under way, per follower node.
+    pub(super) transfers: BTreeMap<NodeId, Transfer>,
+    /// Leader: per follower node, the latest start of it that installed a transfer.
+    pub(super) joined: BTreeMap<NodeId, Start>,
+    /// Transactions whose proposal is journaled and which are not logged yet, with the
+    /// timestamp proposed (a checkpoint writes them again).
+    pub(super) journaled: BTreeMap<TxnId, Timestamp>,
+    /// Leader: the log position of the last checkpoint (see [`checkpoint_records`]).
+    pub(super) checkpointed: usize,
+    /// Leader: transactions below the log's base still known as logged, at their
+    /// timestamps, to forget once their coordinators decided them and every other shard's
+    /// leader promised past them (at most [`crate::Limits::forgettable_max`]; past it, they
+    /// stay known until there is room again: memory, never safety).
+    pub(super) forgettable: BTreeSet<(Timestamp, TxnId)>,
+    /// Leader: some transaction went below the log's base while `forgettable` was full: once
+    /// it has room again it is filled from the logged set.
+    pub(super) forgettable_overflowed: bool,
+    /// New leader: the reports gathered so far.
+    pub(super) recovering: Option<Recovering>,
+    /// New leader: multi-shard entries it runs again without an outcome, whose votes it asks
+    /// the other leaders for until it has run them ([`TigaMsg::AskVote`]).
+    pub(super) asking: BTreeSet<TxnId>,
+}
+
 impl TigaNode {
     /// Leader: moves the promised closed timestamp up to what is closed now and tells the
     /// followers, with the log length that covers it: they serve snapshot reads at it, and
@@ -16,18 +88,18 @@ impl TigaNode {
     ) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         let wanted = self.snapshot_reads || self.variant.every_replica();
-        if !wanted || !host.replica.leads() || host.followers.is_empty() {
+        if !wanted || !host.replica.leads() || host.lead.followers.is_empty() {
             return;
         }
         self.promise_closed(now, shard);
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        if host.promised > host.closed_sent {
-            host.closed_sent = host.promised;
+        if host.lead.promised > host.lead.closed_sent {
+            host.lead.closed_sent = host.lead.promised;
             let upto = host.replica.log_len() as u64;
-            for &follower in &host.followers {
+            for &follower in &host.lead.followers {
                 out.send(
                     follower,
-                    TigaMsg::Closed { view: self.view.global, shard, ts: host.promised, upto },
+                    TigaMsg::Closed { view: self.view.global, shard, ts: host.lead.promised, upto },
                 );
             }
         }
@@ -41,9 +113,9 @@ impl TigaNode {
         let Some(host) = self.hosted.get_mut(&shard).filter(|h| h.replica.leads()) else {
             return;
         };
-        let promised = host.promised.max(leader_closed(host, now).min(cap));
-        if promised > host.promised {
-            host.promised = promised;
+        let promised = host.lead.promised.max(leader_closed(host, now).min(cap));
+        if promised > host.lead.promised {
+            host.lead.promised = promised;
             self.journal.write(&Record::Promised { shard, ts: promised });
         }
     }
@@ -57,7 +129,7 @@ impl TigaNode {
             return;
         }
         self.promise_closed(now, shard);
-        let promised = self.hosted[&shard].promised;
+        let promised = self.hosted[&shard].lead.promised;
         self.peer_closed.insert(shard, promised);
         let me = self.context.id;
         // Bounded by the cluster's shards.
@@ -71,12 +143,12 @@ impl TigaNode {
         let covered = self.peers_promised(shard);
         let host = self.hosted.get_mut(&shard).expect("led here");
         // Bounded by the records settled.
-        while let Some(&(ts, txn)) = host.settling.first() {
+        while let Some(&(ts, txn)) = host.lead.settling.first() {
             if ts > covered {
                 break;
             }
-            host.settling.pop_first();
-            host.decided.remove(&txn);
+            host.lead.settling.pop_first();
+            host.lead.decided.remove(&txn);
         }
     }
 
@@ -111,9 +183,9 @@ impl TigaNode {
                     // A leader's first proposal is its only one (peers keep the first they
                     // hear): journaled once, before it goes out.
                     if let Some(known) = host.bodies.get(&txn) {
-                        let first = !host.journaled.contains_key(&txn);
+                        let first = !host.lead.journaled.contains_key(&txn);
                         if host.replica.held_at(txn).is_some() && first {
-                            host.journaled.insert(txn, ts);
+                            host.lead.journaled.insert(txn, ts);
                             let body = (*known.body).clone();
                             self.journal.write(&Record::Proposed { shard, ts, body });
                         }
@@ -128,13 +200,13 @@ impl TigaNode {
                         debug_assert!(false, "{txn} released without its body");
                         continue;
                     };
-                    host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                    host.lead.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
                     if !host.quiet {
                         let body = (*known.body).clone();
                         self.journal.write(&Record::Logged { shard, ts, body });
                     }
-                    host.journaled.remove(&txn);
-                    host.queued.insert(txn, Queued { ts, hash: 0, speculative: false });
+                    host.lead.journaled.remove(&txn);
+                    host.lead.queued.insert(txn, Queued { ts, hash: 0, speculative: false });
                 }
                 Action::Speculate { txn, ts, hash } => {
                     let Some(known) = host.bodies.get(&txn) else {
@@ -146,18 +218,18 @@ impl TigaNode {
                         // the agreement: it runs once released.
                         continue;
                     }
-                    host.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
-                    host.queued.insert(txn, Queued { ts, hash, speculative: true });
+                    host.lead.waits.enqueue((ts, txn), &known.part.reads, &known.part.writes);
+                    host.lead.queued.insert(txn, Queued { ts, hash, speculative: true });
                 }
                 Action::Revoke { txn, ts } => {
-                    let ran = host.speculations.remove(&txn).is_some();
-                    let waiting = host.queued.get(&txn).is_some_and(|q| q.speculative);
+                    let ran = host.lead.speculations.remove(&txn).is_some();
+                    let waiting = host.lead.queued.get(&txn).is_some_and(|q| q.speculative);
                     if waiting {
-                        host.queued.remove(&txn);
+                        host.lead.queued.remove(&txn);
                     }
                     if let (true, Some(known)) = (ran || waiting, host.bodies.get(&txn)) {
                         let part = &known.part;
-                        host.waits.withdraw((ts, txn), &part.reads, &part.writes);
+                        host.lead.waits.withdraw((ts, txn), &part.reads, &part.writes);
                     }
                     if ran {
                         self.counts.revoked_total += 1;
@@ -166,7 +238,7 @@ impl TigaNode {
                 Action::FastReply { txn, ts, hash } => {
                     if host.replica.leads() {
                         // Sent once the transaction has executed (with its result).
-                        if let Some(queued) = host.queued.get_mut(&txn) {
+                        if let Some(queued) = host.lead.queued.get_mut(&txn) {
                             queued.hash = hash;
                         }
                         continue;
@@ -201,7 +273,7 @@ impl TigaNode {
                     // decided it (see `drop_unlisted`). A restart drops them again, running
                     // the records of the entries that superseded them.
                     self.counts.tail_superseded_total += dropped.len() as u64;
-                    host.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
+                    host.follow.unlisted.extend(dropped.into_iter().map(|(txn, _)| txn));
                 }
                 Action::Fetch { txns } => {
                     let msg = TigaMsg::SyncAck {
@@ -209,7 +281,7 @@ impl TigaNode {
                         shard,
                         start: follower_start(self.context.incarnation, host),
                         synced: host.replica.sync_point() as u64,
-                        executed: host.executed as u64,
+                        executed: host.follow.executed as u64,
                         fetch: txns,
                     };
                     out.send(host.leader, msg);
@@ -294,15 +366,15 @@ impl TigaNode {
             return;
         }
         let log_len = host.replica.log_len();
-        let fresh = std::mem::take(&mut host.fresh_outcomes);
+        let fresh = std::mem::take(&mut host.lead.fresh_outcomes);
         // With `f` above 1 a follower's own sync-point does not make an entry survive a view
         // change: it executes up to the commit-point, which the leader tells it.
         let f = slow_followers(self.context.topology.replicas);
         let commit = commit_point(host, self.context.topology.replicas);
         let news = f > 1 && commit > host.commit;
-        for &follower in &host.followers {
-            let (synced, executed) = host.acks[&follower];
-            if executed < host.pruned {
+        for &follower in &host.lead.followers {
+            let (synced, executed) = host.lead.acks[&follower];
+            if executed < host.lead.pruned {
                 // What it would execute next is gone here (bodies, and the inputs of the
                 // outcomes): nothing from the log, only word to take a state transfer, once a
                 // pace.
@@ -316,7 +388,7 @@ impl TigaNode {
             // Never from below the log's base: the follower holds what lies below (it executed
             // past the base), and a stale acknowledgement must not make the leader send
             // nothing for good (swarm seeds 892 and 480223 of `tpcc`).
-            let next = if again { synced } else { host.sent_to[&follower] };
+            let next = if again { synced } else { host.lead.sent_to[&follower] };
             let next = next.max(host.replica.log_base());
             let mut outcomes = if again { window_outcomes(host, executed) } else { fresh.clone() };
             outcomes.truncate(OUTCOMES_WINDOW_MAX);
@@ -334,20 +406,22 @@ impl TigaNode {
             if entries.is_empty() && outcomes.is_empty() && !news && !behind {
                 continue;
             }
-            if host.streams.is_some() {
+            if host.lead.streams.is_some() {
                 // Luigi: the coordinator sent the leader alone; the bodies go with the log,
                 // once each (a lost one is fetched).
-                let first = host.bodies_to[&follower];
+                let first = host.lead.bodies_to[&follower];
                 let fresh = entries.iter().enumerate().filter(|(i, _)| next + i >= first);
                 for (_, (txn, _)) in fresh {
                     if let Some(known) = host.bodies.get(txn) {
                         out.send(follower, TigaMsg::Txn(Box::new((*known.body).clone())));
                     }
                 }
-                host.bodies_to.insert(follower, first.max(next + entries.len()));
+                host.lead.bodies_to.insert(follower, first.max(next + entries.len()));
             }
             let sent_end = next + entries.len();
-            host.sent_to.insert(follower, sent_end.max(host.sent_to[&follower]).min(log_len));
+            host.lead
+                .sent_to
+                .insert(follower, sent_end.max(host.lead.sent_to[&follower]).min(log_len));
             let msg = TigaMsg::Sync {
                 view: self.view.global,
                 shard,
@@ -384,7 +458,7 @@ impl TigaNode {
                 if !host.replica.leads() {
                     return;
                 }
-                if let Some(decided) = host.decided.get(&txn) {
+                if let Some(decided) = host.lead.decided.get(&txn) {
                     if want_reply {
                         // With the outputs its pieces take from here (a new leader there runs
                         // the transaction again after a view change).
@@ -421,7 +495,7 @@ impl TigaNode {
                     self.counts.stale_votes_total += 1;
                     return;
                 }
-                if let Some(pending) = host.pending.get(&txn) {
+                if let Some(pending) = host.lead.pending.get(&txn) {
                     if want_reply {
                         // The sender lacks this shard's vote (the first copy was lost).
                         let reply = vote_msg(self.view.global, txn, to, peer, pending, false);
@@ -431,13 +505,13 @@ impl TigaNode {
                         journal_vote(&outputs);
                     }
                     record_vote(host, txn, peer, ok);
-                } else if host.early_votes.len() < EARLY_VOTES_MAX
-                    || host.early_votes.contains_key(&txn)
+                } else if host.lead.early_votes.len() < EARLY_VOTES_MAX
+                    || host.lead.early_votes.contains_key(&txn)
                     || host.bodies.contains_key(&txn)
                 {
                     // Beyond the cap only for transactions known here (bodies are bounded):
                     // one that waits for the outputs this vote carries must get them.
-                    if !host.early_votes.get(&txn).is_some_and(|v| v.contains_key(&peer)) {
+                    if !host.lead.early_votes.get(&txn).is_some_and(|v| v.contains_key(&peer)) {
                         journal_vote(&outputs);
                     }
                     deliver_vote(host, txn, peer, PeerVote { ok, outputs });
@@ -451,11 +525,11 @@ impl TigaNode {
                 }
                 let Some(host) = self.hosted.get(&to).filter(|h| h.replica.leads()) else { return };
                 let view = self.view.global;
-                let reply = if let Some(decided) = host.decided.get(&txn) {
+                let reply = if let Some(decided) = host.lead.decided.get(&txn) {
                     let outputs = decided.feeds.get(&peer).cloned().unwrap_or_default();
                     let ok = decided.own;
                     TigaMsg::Vote { view, txn, from: to, to: peer, ok, outputs, want_reply: false }
-                } else if let Some(pending) = host.pending.get(&txn) {
+                } else if let Some(pending) = host.lead.pending.get(&txn) {
                     vote_msg(view, txn, to, peer, pending, false)
                 } else {
                     return; // Not run here yet: its vote goes out when it runs.
@@ -566,11 +640,11 @@ impl TigaNode {
         self.act(now, shard, actions, None, out);
         let host = self.hosted.get_mut(&shard).expect("hosted");
         host.bodies.remove(&txn);
-        host.early_votes.remove(&txn);
-        if let Some(streams) = &mut host.streams {
+        host.lead.early_votes.remove(&txn);
+        if let Some(streams) = &mut host.lead.streams {
             streams.dropped(txn);
         }
-        if host.journaled.remove(&txn).is_some() {
+        if host.lead.journaled.remove(&txn).is_some() {
             self.journal.write(&Record::Withdrawn { shard, txn });
         }
         self.counts.refused_total += 1;
@@ -589,14 +663,14 @@ impl TigaNode {
         let me = self.context.id;
         let replicas = self.context.topology.replicas;
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        let Some(streams) = &mut host.streams else { return };
-        let mut points: Vec<usize> = host.acks.values().map(|&(synced, _)| synced).collect();
+        let Some(streams) = &mut host.lead.streams else { return };
+        let mut points: Vec<usize> = host.lead.acks.values().map(|&(synced, _)| synced).collect();
         points.push(host.replica.log_len());
         let point = crate::tiga::log::commit_point(&points, replicas);
         // Bounded by the log (a window of SYNC_ENTRIES_MAX entries per round).
-        while host.replicated < point {
-            let window = host.replica.log_since(host.replicated);
-            let take = window.len().min(point - host.replicated);
+        while host.lead.replicated < point {
+            let window = host.replica.log_since(host.lead.replicated);
+            let take = window.len().min(point - host.lead.replicated);
             debug_assert!(take > 0, "the log holds the commit-point's entries");
             if take == 0 {
                 break;
@@ -604,7 +678,7 @@ impl TigaNode {
             for &(txn, ts) in &window[..take] {
                 streams.replicated(txn, ts);
             }
-            host.replicated += take;
+            host.lead.replicated += take;
         }
         let raised = streams.take_raised();
         // A restarted leader holds new transactions above what it told (and tells nothing
@@ -633,37 +707,37 @@ impl TigaNode {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         // A late acknowledgement of a follower's earlier start speaks of a log it no longer
         // holds; one of the start being sent a transfer says the image is installed.
-        if let Some(transfer) = host.transfers.get(&from) {
+        if let Some(transfer) = host.lead.transfers.get(&from) {
             if start < transfer.start {
                 return;
             }
             // The start being sent a transfer installed it; a later start restarted from its
             // journal and needs none.
-            host.transfers.remove(&from);
-            host.joined.insert(from, start);
-        } else if host.joined.get(&from).is_some_and(|&joined| start < joined) {
+            host.lead.transfers.remove(&from);
+            host.lead.joined.insert(from, start);
+        } else if host.lead.joined.get(&from).is_some_and(|&joined| start < joined) {
             return;
         }
-        let Some(ack) = host.acks.get_mut(&from) else { return };
+        let Some(ack) = host.lead.acks.get_mut(&from) else { return };
         let log_len = host.replica.log_len();
         let (synced, executed) =
             (synced.min(log_len as u64) as usize, executed.min(log_len as u64) as usize);
         // Acknowledgements may arrive out of order; a resend request moves `sent_to` back.
         ack.0 = synced;
         ack.1 = ack.1.max(executed);
-        if ack.1 < host.pruned {
+        if ack.1 < host.lead.pruned {
             // The follower trailed by more than the leader keeps bodies for: what it would
             // execute next is gone here. It takes a state transfer instead.
             out.send(from, behind_msg(self.view.global, host));
             self.counts.behind_total += 1;
             return;
         }
-        if synced < host.sent_to[&from] && fetch.is_empty() && synced < log_len {
-            host.sent_to.insert(from, synced);
-        } else if synced > host.sent_to[&from] {
+        if synced < host.lead.sent_to[&from] && fetch.is_empty() && synced < log_len {
+            host.lead.sent_to.insert(from, synced);
+        } else if synced > host.lead.sent_to[&from] {
             // A leader that restarted knows nothing sent: the log goes on from what the
             // follower holds, not from the start.
-            host.sent_to.insert(from, synced);
+            host.lead.sent_to.insert(from, synced);
         }
         for txn in fetch.into_iter().take(crate::tiga::log::SYNC_ENTRIES_MAX) {
             if let Some(known) = host.bodies.get(&txn) {

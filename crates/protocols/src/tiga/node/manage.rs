@@ -270,14 +270,14 @@ impl TigaNode {
             let waits = |h: &Hosted| h.deposed.is_some() && leads(h);
             let unable: Vec<ShardId> = hosted
                 .values()
-                .filter(|h| (h.retired || h.joining.is_some()) && !waits(h))
+                .filter(|h| (h.retired || h.follow.joining.is_some()) && !waits(h))
                 .map(|h| h.shard)
                 .collect();
             // Kept state to lead from, as a last resort.
             let kept = |h: &Hosted| h.stashed.is_some() || h.deposed.is_some();
             let stashed: Vec<ShardId> = hosted
                 .values()
-                .filter(|h| h.joining.is_some() && kept(h) && !waits(h))
+                .filter(|h| h.follow.joining.is_some() && kept(h) && !waits(h))
                 .map(|h| h.shard)
                 .collect();
             m.beats_sent += 1;

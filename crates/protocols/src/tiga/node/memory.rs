@@ -13,49 +13,49 @@ use super::*;
 pub(super) fn prune_bodies(host: &mut Hosted, limits: &crate::Limits) {
     let lag_max = limits.follower_lag_max;
     let log_len = host.replica.log_len();
-    let slowest = host.acks.values().map(|&(_, e)| e).min().unwrap_or(log_len);
-    let floor = slowest.max(host.finished.saturating_sub(lag_max)).min(log_len);
-    if floor <= host.pruned {
+    let slowest = host.lead.acks.values().map(|&(_, e)| e).min().unwrap_or(log_len);
+    let floor = slowest.max(host.lead.finished.saturating_sub(lag_max)).min(log_len);
+    if floor <= host.lead.pruned {
         return;
     }
     // Bounded by the log: each entry is passed once over the run.
     let done: Vec<TxnId> = host
         .replica
-        .log_since(host.pruned)
+        .log_since(host.lead.pruned)
         .iter()
-        .take(floor - host.pruned)
+        .take(floor - host.lead.pruned)
         .map(|&(txn, _)| txn)
         .collect();
-    let pruned_upto = host.pruned + done.len();
+    let pruned_upto = host.lead.pruned + done.len();
     for txn in done {
-        if !host.pending.contains_key(&txn) && !host.queued.contains_key(&txn) {
+        if !host.lead.pending.contains_key(&txn) && !host.lead.queued.contains_key(&txn) {
             host.bodies.remove(&txn);
         }
-        if let Some(decided) = host.decided.get_mut(&txn) {
+        if let Some(decided) = host.lead.decided.get_mut(&txn) {
             // Every follower executed it, or will take a transfer.
             decided.inputs = Vec::new();
             if !decided.settled {
                 decided.settled = true;
-                host.settling.insert((decided.ts, txn));
+                host.lead.settling.insert((decided.ts, txn));
             }
         }
     }
-    host.pruned = pruned_upto;
+    host.lead.pruned = pruned_upto;
     // The log below: every follower executed it, or takes a state transfer. Luigi's
     // replication watermarks walk the log from what is replicated: not past that.
     // Never past the finished prefix: the leader walks its log from there (a restarted leader
     // running its journal again may hear followers that executed further).
-    let mut drop_upto = host.pruned.min(host.finished);
-    if host.streams.is_some() {
-        drop_upto = drop_upto.min(host.replicated);
+    let mut drop_upto = host.lead.pruned.min(host.lead.finished);
+    if host.lead.streams.is_some() {
+        drop_upto = drop_upto.min(host.lead.replicated);
     }
     if drop_upto >= host.replica.log_base() + limits.log_drop_min {
         // Bounded by the entries dropped.
         for (txn, ts) in host.replica.truncate_leader_log(drop_upto) {
-            if host.forgettable.len() < limits.forgettable_max {
-                host.forgettable.insert((ts, txn));
+            if host.lead.forgettable.len() < limits.forgettable_max {
+                host.lead.forgettable.insert((ts, txn));
             } else {
-                host.forgettable_overflowed = true;
+                host.lead.forgettable_overflowed = true;
             }
         }
     }
@@ -75,19 +75,24 @@ pub(super) fn forget_decided(
     forgettable_max: usize,
 ) {
     let upto = (covered, TxnId { origin: NodeId(u32::MAX), incarnation: u64::MAX, seq: u64::MAX });
-    let decided: Vec<(Timestamp, TxnId)> =
-        host.forgettable.range(..=upto).copied().filter(|&(_, t)| is_decided(floors, t)).collect();
+    let decided: Vec<(Timestamp, TxnId)> = host
+        .lead
+        .forgettable
+        .range(..=upto)
+        .copied()
+        .filter(|&(_, t)| is_decided(floors, t))
+        .collect();
     for entry in decided {
-        host.forgettable.remove(&entry);
+        host.lead.forgettable.remove(&entry);
         host.replica.forget_logged(entry.1);
     }
-    if host.forgettable_overflowed && host.forgettable.len() <= forgettable_max / 2 {
+    if host.lead.forgettable_overflowed && host.lead.forgettable.len() <= forgettable_max / 2 {
         // Room again (once per half of the set emptied): a pass over the logged set forgets
         // what went below the base meanwhile and qualifies now, and takes up the rest.
         let mut waiting = Vec::new();
         // Bounded by the transactions logged here.
         for (txn, ts) in host.replica.logged_below_base_at(|_| true) {
-            if host.forgettable.contains(&(ts, txn)) {
+            if host.lead.forgettable.contains(&(ts, txn)) {
                 continue;
             }
             if ts <= covered && is_decided(floors, txn) {
@@ -96,9 +101,9 @@ pub(super) fn forget_decided(
                 waiting.push((ts, txn));
             }
         }
-        let room = forgettable_max - host.forgettable.len();
-        host.forgettable_overflowed = waiting.len() > room;
-        host.forgettable.extend(waiting.into_iter().take(room));
+        let room = forgettable_max - host.lead.forgettable.len();
+        host.lead.forgettable_overflowed = waiting.len() > room;
+        host.lead.forgettable.extend(waiting.into_iter().take(room));
     }
 }
 
@@ -182,11 +187,11 @@ pub(super) fn forget_decided_answers(host: &mut Hosted, txn: TxnId, decided_belo
         host.answers.remove(&id);
     }
     compact_answer_order(host);
-    if !host.results.is_empty() {
+    if !host.follow.results.is_empty() {
         let decided: Vec<TxnId> =
-            host.results.range(TxnId { seq: 0, ..txn }..below).map(|(&id, _)| id).collect();
+            host.follow.results.range(TxnId { seq: 0, ..txn }..below).map(|(&id, _)| id).collect();
         for id in decided {
-            host.results.remove(&id);
+            host.follow.results.remove(&id);
         }
     }
 }

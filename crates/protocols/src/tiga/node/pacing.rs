@@ -22,7 +22,7 @@ impl TigaNode {
             }
             // Votes still missing.
             let mut votes = Vec::new();
-            for (&txn, pending) in &host.pending {
+            for (&txn, pending) in &host.lead.pending {
                 for &peer in pending.others.iter().filter(|p| !pending.votes.contains_key(p)) {
                     votes.push((peer, vote_msg(self.view.global, txn, shard, peer, pending, true)));
                 }
@@ -35,7 +35,7 @@ impl TigaNode {
                 }
             }
             // A new leader's entries run again: the votes it needs are asked for again.
-            if !host.asking.is_empty() {
+            if !host.lead.asking.is_empty() {
                 self.ask_votes(shard, out);
             }
             let host = self.hosted.get_mut(&shard).expect("hosted");
@@ -45,7 +45,7 @@ impl TigaNode {
             let lagging = {
                 let host = &self.hosted[&shard];
                 let log_len = host.replica.log_len();
-                host.acks.values().any(|&(s, e)| s < log_len || e < log_len)
+                host.lead.acks.values().any(|&(s, e)| s < log_len || e < log_len)
             };
             if lagging {
                 self.sync_followers(shard, true, out);

@@ -153,11 +153,11 @@ impl TigaNode {
             } else {
                 // The latest closed timestamp whose log this follower has executed; older
                 // ones it supersedes go (the pairs come in order, log lengths growing).
-                let executed = host.executed;
-                while host.closed.get(1).is_some_and(|&(_, upto)| upto <= executed) {
-                    host.closed.pop_front();
+                let executed = host.follow.executed;
+                while host.follow.closed.get(1).is_some_and(|&(_, upto)| upto <= executed) {
+                    host.follow.closed.pop_front();
                 }
-                match host.closed.front() {
+                match host.follow.closed.front() {
                     Some(&(ts, upto)) if upto <= executed => ts,
                     _ => continue,
                 }
@@ -169,8 +169,8 @@ impl TigaNode {
                     break;
                 }
                 let known = entry.remove();
-                if host.replica.leads() && ts > host.promised {
-                    host.promised = ts;
+                if host.replica.leads() && ts > host.lead.promised {
+                    host.lead.promised = ts;
                     self.journal.write(&Record::Promised { shard: host.shard, ts });
                 }
                 let (_, result) = run_part(&self.context, host.shard, &host.store, &known, ts, &[]);

@@ -67,7 +67,7 @@ pub(super) fn state_image(
     floors: &BTreeMap<(NodeId, u64), u64>,
     whole: bool,
 ) -> Option<Vec<StatePart>> {
-    let upto = host.finished;
+    let upto = host.lead.finished;
     let mut hashes = host.replica.hashes().clone();
     let mut ahead: Vec<AheadEntry> = Vec::new();
     let mut position = upto;
@@ -79,10 +79,10 @@ pub(super) fn state_image(
         }
         for &(txn, ts) in window {
             hashes.toggle(txn, ts, &host.bodies.get(&txn)?.part.keys());
-            if let Some(pending) = host.pending.get(&txn) {
+            if let Some(pending) = host.lead.pending.get(&txn) {
                 let writes = pending.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 ahead.push((txn, Some(writes)));
-            } else if !host.queued.contains_key(&txn) {
+            } else if !host.lead.queued.contains_key(&txn) {
                 ahead.push((txn, None));
             }
         }
@@ -210,17 +210,17 @@ pub(super) fn install_without_rows(
     }
     let executed = replica.log_len();
     host.replica = replica;
-    host.executed = executed;
+    host.follow.executed = executed;
     host.commit = executed;
-    host.ahead = ahead;
-    host.rejoin_end = usize::try_from(end).unwrap_or(usize::MAX);
+    host.follow.ahead = ahead;
+    host.follow.rejoin_end = usize::try_from(end).unwrap_or(usize::MAX);
     host.bodies.clear();
-    host.outcomes.clear();
-    host.fed.clear();
-    host.closed.clear();
-    host.unlisted.clear();
-    host.tail_cut = Timestamp::ZERO;
-    host.joining = None;
+    host.follow.outcomes.clear();
+    host.follow.fed.clear();
+    host.follow.closed.clear();
+    host.follow.unlisted.clear();
+    host.follow.tail_cut = Timestamp::ZERO;
+    host.follow.joining = None;
     host.stashed = None;
     host.deposed = None;
     // What it reported at the view change that sent it here is not what it holds now.
@@ -234,7 +234,7 @@ impl TigaNode {
     /// lacks), and asks again later if nothing comes.
     pub(super) fn ask_state(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
         let Some(host) = self.hosted.get(&shard) else { return };
-        let Some(joining) = &host.joining else { return };
+        let Some(joining) = &host.follow.joining else { return };
         let next = joining.parts.len() as u32;
         let msg = TigaMsg::Join {
             view: self.view.global,
@@ -250,7 +250,9 @@ impl TigaNode {
             // A window of parts may take a while on a slow link: ask again only after a
             // request's timeout.
             self.timers.set(Purpose::Join(shard), self.context.timing.rpc_timeout_ns, out);
-            if let Some(joining) = self.hosted.get_mut(&shard).and_then(|h| h.joining.as_mut()) {
+            if let Some(joining) =
+                self.hosted.get_mut(&shard).and_then(|h| h.follow.joining.as_mut())
+            {
                 joining.timer_set = true;
             }
         }
@@ -270,14 +272,14 @@ impl TigaNode {
         out: &mut Outbox<TigaMsg>,
     ) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        if !host.replica.leads() || !host.followers.contains(&from) {
+        if !host.replica.leads() || !host.lead.followers.contains(&from) {
             self.counts.dropped_total += 1;
             return;
         }
         // Starts are ordered: a request of a start that has its state already, or of one
         // older than the latest heard, is a late copy.
-        let joined = host.joined.get(&from).copied();
-        let latest = joined.max(host.transfers.get(&from).map(|t| t.start));
+        let joined = host.lead.joined.get(&from).copied();
+        let latest = joined.max(host.lead.transfers.get(&from).map(|t| t.start));
         if joined == Some(start) || latest.is_some_and(|latest| start < latest) {
             return;
         }
@@ -285,7 +287,7 @@ impl TigaNode {
         // crossed the first parts on the way (transfer 0, or an older id) gets the same image
         // from its start, never a new one (a new cut per request restarted the transfer for
         // ever once requests came faster than the image's parts).
-        let existing = host.transfers.get(&from).filter(|t| t.start == start);
+        let existing = host.lead.transfers.get(&from).filter(|t| t.start == start);
         let next = if let Some(existing) = existing {
             if existing.id == transfer {
                 next
@@ -298,22 +300,22 @@ impl TigaNode {
             let Some(parts) = state_image(host, &self.decided_floors, whole) else { return };
             host.transfer_seq += 1;
             let id = host.transfer_seq;
-            let upto = host.finished;
-            host.transfers.insert(from, Transfer { id, start, parts });
+            let upto = host.lead.finished;
+            host.lead.transfers.insert(from, Transfer { id, start, parts });
             // A joining follower holds no log: it counts for nothing in the commit-point or
             // luigi's replication watermarks until it acknowledges the image. Its executed
             // count stays (a late copy of an old request cuts an image it never takes): that
             // count, at most the finished prefix, keeps the bodies past the prefix here.
             // Luigi: the bodies past the prefix go again with the log.
-            if let Some(ack) = host.acks.get_mut(&from) {
+            if let Some(ack) = host.lead.acks.get_mut(&from) {
                 ack.0 = 0;
             }
-            let bodies_to = host.bodies_to.get(&from).copied().unwrap_or(upto);
-            host.bodies_to.insert(from, bodies_to.min(upto));
+            let bodies_to = host.lead.bodies_to.get(&from).copied().unwrap_or(upto);
+            host.lead.bodies_to.insert(from, bodies_to.min(upto));
             self.counts.transfers_total += 1;
             0
         };
-        let transfer = &host.transfers[&from];
+        let transfer = &host.lead.transfers[&from];
         let total = transfer.parts.len() as u32;
         for index in next..next.saturating_add(STATE_WINDOW).min(total) {
             let msg = TigaMsg::State {
@@ -342,7 +344,7 @@ impl TigaNode {
         out: &mut Outbox<TigaMsg>,
     ) {
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        let Some(joining) = &mut host.joining else { return };
+        let Some(joining) = &mut host.follow.joining else { return };
         if from != host.leader || total == 0 || total > STATE_PARTS_MAX || index >= total {
             self.counts.dropped_total += 1;
             return;
@@ -404,7 +406,7 @@ impl TigaNode {
                 // Dropped whole; the pending timer asks anew (not at once: a leader that keeps
                 // sending a broken image must not set off a storm).
                 self.counts.dropped_total += 1;
-                host.joining = Some(Joining { timer_set: true, ..Joining::default() });
+                host.follow.joining = Some(Joining { timer_set: true, ..Joining::default() });
             }
         }
     }

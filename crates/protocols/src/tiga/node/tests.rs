@@ -117,7 +117,8 @@ fn a_leader_restarts_from_its_journal_and_a_journal_not_its_own_is_refused() {
     assert!(!sent_to_coordinator, "replayed replies are recorded, not sent");
     let host = &node.hosted[&shard];
     assert!(host.replica.logged(body.txn));
-    let answered = host.answers.contains_key(&body.txn) || host.pending.contains_key(&body.txn);
+    let answered =
+        host.answers.contains_key(&body.txn) || host.lead.pending.contains_key(&body.txn);
     assert!(answered, "the replay ran it");
     let mut garbage = durable.clone();
     garbage.insert(b"tiga/\0\0\0\0\0\0\0\x09".to_vec(), vec![0xff]);
@@ -441,7 +442,7 @@ fn joining_follower(shard: ShardId) -> (TigaNode, NodeId, NodeId) {
     let topology = probe.context.topology.clone();
     let id = topology.shard_nodes(shard).into_iter().find(|&n| n != leader).unwrap();
     let (mut follower, _) = node_in(id.0, Variant::TIGA, 3);
-    follower.hosted.get_mut(&shard).unwrap().joining = Some(Joining::default());
+    follower.hosted.get_mut(&shard).unwrap().follow.joining = Some(Joining::default());
     (follower, leader, id)
 }
 
@@ -510,20 +511,20 @@ fn a_state_transfer_that_does_not_hold_together_changes_nothing() {
                                                            // Out of order: what comes early waits for a request that asks for it again.
     deliver(&mut follower, &mut out, (leader, 5, 0), good(), &[0, 2, 1, 4, 3]);
     let host = &follower.hosted[&shard];
-    assert!(host.joining.is_some(), "still joining");
-    assert_eq!((host.replica.log_len(), host.executed), (0, 0));
+    assert!(host.follow.joining.is_some(), "still joining");
+    assert_eq!((host.replica.log_len(), host.follow.executed), (0, 0));
     assert_eq!(state(&follower), loaded, "the store as loaded");
     assert_eq!(follower.counts.rejoined_total, 0);
     let asked =
         out.drain().filter(|e| matches!(e, Effect::Send { msg: TigaMsg::Join { .. }, .. })).count();
     assert_eq!(asked, 0, "a transfer that did not hold together is asked for by the timer");
-    let joining = follower.hosted[&shard].joining.as_ref().unwrap();
+    let joining = follower.hosted[&shard].follow.joining.as_ref().unwrap();
     assert_eq!((joining.transfer, joining.parts.len()), (5, 2), "in order only: parts 0 and 1");
     send(&mut follower, &mut out, (leader, 6, 0), good());
     let host = &follower.hosted[&shard];
-    assert!(host.joining.is_none());
-    assert_eq!((host.replica.log_len(), host.executed), (2, 2));
-    assert!(host.replica.logged(txn(11)) && host.ahead.contains_key(&txn(12)));
+    assert!(host.follow.joining.is_none());
+    assert_eq!((host.replica.log_len(), host.follow.executed), (2, 2));
+    assert!(host.replica.logged(txn(11)) && host.follow.ahead.contains_key(&txn(12)));
     let value = host.store.read_latest(&key).and_then(|v| v.value.clone());
     assert_eq!(value, Some(vec![2]));
     assert_eq!(follower.counts.rejoined_total, 1);
@@ -767,7 +768,9 @@ fn hostile_messages_change_nothing() {
     assert_eq!(state(&leader), before, "nothing written");
     let host = &leader.hosted[&ShardId(0)];
     assert_eq!(host.replica.held(), 0);
-    assert!(host.bodies.is_empty() && host.early_votes.is_empty() && host.pending.is_empty());
+    assert!(
+        host.bodies.is_empty() && host.lead.early_votes.is_empty() && host.lead.pending.is_empty()
+    );
     assert!(leader.peer_closed.is_empty(), "no promise taken from a stranger");
     let sends = out.drain().filter(|e| matches!(e, meridian_core::node::Effect::Send { .. }));
     assert_eq!(sends.count(), 0, "nothing answered to a stranger");
@@ -833,14 +836,17 @@ fn followers_execute_below_the_commit_point() {
         let host = &follower.hosted[&shard];
         assert_eq!(host.replica.sync_point(), 2, "{replicas} replicas: both synced");
         let expected = if replicas == 5 { 0 } else { 2 };
-        assert_eq!(host.executed, expected, "{replicas} replicas, commit-point 0");
+        assert_eq!(host.follow.executed, expected, "{replicas} replicas, commit-point 0");
         follower.on_message(1_002, leader, sync(1), &mut out);
         let expected = if replicas == 5 { 1 } else { 2 };
-        assert_eq!(follower.hosted[&shard].executed, expected, "{replicas}: commit-point 1");
+        assert_eq!(follower.hosted[&shard].follow.executed, expected, "{replicas}: commit-point 1");
         follower.on_message(1_003, leader, sync(0), &mut out);
-        assert_eq!(follower.hosted[&shard].executed, expected, "the commit-point only rises");
+        assert_eq!(
+            follower.hosted[&shard].follow.executed, expected,
+            "the commit-point only rises"
+        );
         follower.on_message(1_004, leader, sync(2), &mut out);
-        assert_eq!(follower.hosted[&shard].executed, 2);
+        assert_eq!(follower.hosted[&shard].follow.executed, 2);
     }
 }
 
@@ -855,7 +861,7 @@ fn a_late_acknowledgement_of_a_previous_start_counts_for_nothing() {
     let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader_id = probe.leader_of(shard).unwrap();
     let (mut leader, _) = node_in(leader_id.0, Variant::TIGA, 3);
-    let follower = leader.hosted[&shard].followers[0];
+    let follower = leader.hosted[&shard].lead.followers[0];
     let mut out = Outbox::new();
     let join = TigaMsg::Join {
         view: VIEW,
@@ -877,13 +883,13 @@ fn a_late_acknowledgement_of_a_previous_start_counts_for_nothing() {
         fetch: Vec::new(),
     };
     leader.on_message(1_001, follower, ack(1), &mut out);
-    assert!(leader.hosted[&shard].transfers.contains_key(&follower), "the transfer goes on");
+    assert!(leader.hosted[&shard].lead.transfers.contains_key(&follower), "the transfer goes on");
     leader.on_message(1_002, follower, join.clone(), &mut out);
     assert_eq!(leader.counts.transfers_total, 1, "one image per start");
     leader.on_message(1_003, follower, ack(2), &mut out);
     let host = &leader.hosted[&shard];
-    assert!(!host.transfers.contains_key(&follower), "installed: done");
-    assert_eq!(host.joined[&follower], start(2));
+    assert!(!host.lead.transfers.contains_key(&follower), "installed: done");
+    assert_eq!(host.lead.joined[&follower], start(2));
     leader.on_message(1_004, follower, join, &mut out);
     assert_eq!(leader.counts.transfers_total, 1, "a late request of a start that joined");
     let older = TigaMsg::Join {
@@ -897,7 +903,7 @@ fn a_late_acknowledgement_of_a_previous_start_counts_for_nothing() {
     };
     leader.on_message(1_005, follower, older, &mut out);
     assert_eq!(leader.counts.transfers_total, 1, "a late request of an earlier start");
-    assert!(!leader.hosted[&shard].transfers.contains_key(&follower));
+    assert!(!leader.hosted[&shard].lead.transfers.contains_key(&follower));
     let newer = TigaMsg::Join {
         view: VIEW,
         shard,
@@ -913,8 +919,8 @@ fn a_late_acknowledgement_of_a_previous_start_counts_for_nothing() {
     // start ends the transfer it no longer waits for, and counts.
     leader.on_message(1_007, follower, ack(4), &mut out);
     let host = &leader.hosted[&shard];
-    assert!(!host.transfers.contains_key(&follower), "a later start needs no image");
-    assert_eq!(host.joined[&follower], start(4));
+    assert!(!host.lead.transfers.contains_key(&follower), "a later start needs no image");
+    assert_eq!(host.lead.joined[&follower], start(4));
 }
 
 /// A deposed leader's store may hold writes no log vouches for: it takes only an image
@@ -928,7 +934,7 @@ fn a_deposed_leaders_store_is_replaced_by_a_whole_image_only() {
     let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader_id = probe.leader_of(shard).unwrap();
     let (mut leader, _) = node_in(leader_id.0, Variant::TIGA, 3);
-    let deposed_id = leader.hosted[&shard].followers[0];
+    let deposed_id = leader.hosted[&shard].lead.followers[0];
     let (mut deposed, _) = node_in(deposed_id.0, Variant::TIGA, 3);
     let key = |k: u64| Key::table(0).u64(k).build();
     let value = |v: u8| vec![v];
@@ -947,7 +953,7 @@ fn a_deposed_leaders_store_is_replaced_by_a_whole_image_only() {
     written(&mut host.store, 2, 7, 2, txn(2));
     written(&mut host.store, 9, 8, 9, txn(3));
     host.retired = true;
-    host.joining = Some(Joining::default());
+    host.follow.joining = Some(Joining::default());
     host.frozen = Some(Box::new(view_change::freeze(host)));
     let floors = BTreeMap::new();
     let since_load = state_image(&leader.hosted[&shard], &floors, false).unwrap();
@@ -961,10 +967,10 @@ fn a_deposed_leaders_store_is_replaced_by_a_whole_image_only() {
     let context = deposed.context.clone();
     let host = deposed.hosted.get_mut(&shard).unwrap();
     assert!(install(&context, host, since_load).is_err());
-    assert!(host.retired && host.joining.is_some());
+    assert!(host.retired && host.follow.joining.is_some());
     assert_eq!(host.store.read_latest(&key(9)).map(|v| v.ts), Some(Timestamp(8)));
     install(&context, host, whole).unwrap();
-    assert!(!host.retired && host.joining.is_none() && host.frozen.is_none());
+    assert!(!host.retired && host.follow.joining.is_none() && host.frozen.is_none());
     let latest = |store: &MvccStore, k: u64| store.read_latest(&key(k)).cloned();
     for k in [1, 2, 3, 9] {
         let (mine, theirs) = (latest(&host.store, k), latest(&leader.hosted[&shard].store, k));
@@ -1110,7 +1116,7 @@ fn a_follower_restarts_from_its_journal_with_the_outcomes_it_heard_early() {
         };
         // The outcome comes before the entry is listed; a checkpoint follows.
         step(&mut follower, &mut disk, &|n, out| n.on_message(now, leader, sync(Vec::new()), out));
-        assert!(follower.hosted[&shard].outcomes.contains_key(&txn));
+        assert!(follower.hosted[&shard].follow.outcomes.contains_key(&txn));
         if unlisted {
             // The leader promises its log lists nothing more at or below the entry's
             // timestamp: the follower drops the entry from its tail (the leader will list it
@@ -1128,7 +1134,7 @@ fn a_follower_restarts_from_its_journal_with_the_outcomes_it_heard_early() {
         step(&mut follower, &mut disk, &|n, out| {
             n.on_message(now, leader, sync(vec![(txn, ts)]), out)
         });
-        let executed = follower.hosted[&shard].executed;
+        let executed = follower.hosted[&shard].follow.executed;
         assert_eq!(executed, 1, "executed with the outcome heard early");
         let rows = |node: &TigaNode| {
             let store = &node.hosted[&shard].store;
@@ -1145,8 +1151,8 @@ fn a_follower_restarts_from_its_journal_with_the_outcomes_it_heard_early() {
         }
         step(&mut again, &mut disk, &|n, out| n.on_start(now, out));
         let host = &again.hosted[&shard];
-        assert!(host.joining.is_none(), "no state transfer");
-        assert_eq!((host.executed, host.replica.sync_point()), (1, 1));
+        assert!(host.follow.joining.is_none(), "no state transfer");
+        assert_eq!((host.follow.executed, host.replica.sync_point()), (1, 1));
         assert_eq!(rows(&again), before, "the store it had");
         assert_eq!(again.counts.followers_resumed_total, 1);
     }
@@ -1190,7 +1196,7 @@ fn a_restarted_leaders_transfer_ids_start_above_its_earlier_starts() {
         for (shard, store) in leader.stores_mut() {
             workload.load(shard, store);
         }
-        let follower = leader.hosted[&shard].followers[0];
+        let follower = leader.hosted[&shard].lead.followers[0];
         let mut out = Outbox::new();
         let join = TigaMsg::Join {
             view: VIEW,
@@ -1202,7 +1208,7 @@ fn a_restarted_leaders_transfer_ids_start_above_its_earlier_starts() {
             member_view: 0,
         };
         leader.on_message(1_000, follower, join, &mut out);
-        ids.push(leader.hosted[&shard].transfers[&follower].id);
+        ids.push(leader.hosted[&shard].lead.transfers[&follower].id);
     }
     assert!(ids[1] > ids[0] + u64::from(u32::MAX), "{ids:?}");
 }
@@ -1229,8 +1235,8 @@ fn a_transfer_from_a_dropped_log_keeps_positions_and_what_was_logged() {
         follower.on_message(1_000, leader, msg, &mut out);
     }
     let host = &follower.hosted[&shard];
-    assert!(host.joining.is_none(), "installed");
-    assert_eq!((host.replica.log_base(), host.replica.log_len(), host.executed), (5, 7, 7));
+    assert!(host.follow.joining.is_none(), "installed");
+    assert_eq!((host.replica.log_base(), host.replica.log_len(), host.follow.executed), (5, 7, 7));
     assert!(host.replica.logged(txn(3)) && host.replica.logged(txn(70)));
     assert!(!host.replica.logged(txn(4)));
     assert!(is_decided(&follower.decided_floors, txn(49)));
@@ -1255,12 +1261,12 @@ fn a_stale_acknowledgement_below_the_base_still_gets_the_log() {
     replica.truncate_leader_log(4);
     let host = leader.hosted.get_mut(&shard).unwrap();
     host.replica = replica;
-    host.finished = 6;
-    host.pruned = 4;
-    let follower = host.followers[0];
+    host.lead.finished = 6;
+    host.lead.pruned = 4;
+    let follower = host.lead.followers[0];
     // It executed 4 (past the base), but the latest acknowledgement says synced 1.
-    host.acks.insert(follower, (1, 4));
-    host.sent_to.insert(follower, 1);
+    host.lead.acks.insert(follower, (1, 4));
+    host.lead.sent_to.insert(follower, 1);
     let mut out = Outbox::new();
     leader.sync_followers(shard, true, &mut out);
     let syncs: Vec<(u64, usize)> = out
@@ -1288,9 +1294,9 @@ fn a_follower_too_far_behind_drops_its_log_and_rejoins_under_its_next_start() {
     let (probe, _) = node_in(0, Variant::TIGA, 3);
     let leader_id = probe.leader_of(shard).unwrap();
     let (mut leader, _) = node_in(leader_id.0, Variant::TIGA, 3);
-    let follower_id = leader.hosted[&shard].followers[0];
+    let follower_id = leader.hosted[&shard].lead.followers[0];
     let (mut follower, _) = node_in(follower_id.0, Variant::TIGA, 3);
-    let other = leader.hosted[&shard].followers[1];
+    let other = leader.hosted[&shard].lead.followers[1];
     let first = follower_start(0, &follower.hosted[&shard]);
     assert_eq!(first, start(0));
     let ack = |start, executed| TigaMsg::SyncAck {
@@ -1314,7 +1320,7 @@ fn a_follower_too_far_behind_drops_its_log_and_rejoins_under_its_next_start() {
     assert_eq!(leader.counts.behind_total, 0, "nothing pruned: caught up");
     // (An acknowledgement counts at most the leader's log: none here, so the pruned
     // position is set by hand.)
-    leader.hosted.get_mut(&shard).unwrap().pruned = 20;
+    leader.hosted.get_mut(&shard).unwrap().lead.pruned = 20;
     leader.on_message(1_001, follower_id, ack(first, 9), &mut out);
     assert_eq!(leader.counts.behind_total, 1);
     let behind: Vec<TigaMsg> = sent(&mut out)
@@ -1337,10 +1343,12 @@ fn a_follower_too_far_behind_drops_its_log_and_rejoins_under_its_next_start() {
     // Only the leader's word counts.
     follower.on_message(1_002, other, behind[0].clone(), &mut out);
     assert_eq!((follower.counts.went_behind_total, follower.counts.dropped_total), (0, 1));
-    assert!(follower.hosted[&shard].joining.is_none());
+    assert!(follower.hosted[&shard].follow.joining.is_none());
     follower.on_message(1_003, leader_id, behind[0].clone(), &mut out);
     let host = &follower.hosted[&shard];
-    assert!(host.joining.is_some() && host.replica.log_len() == 0 && host.executed == 0);
+    assert!(
+        host.follow.joining.is_some() && host.replica.log_len() == 0 && host.follow.executed == 0
+    );
     let next = Start { incarnation: 0, rejoin: 1 };
     assert_eq!(follower_start(0, host), next);
     // It journals that it rejoins before it asks.
@@ -1368,8 +1376,8 @@ fn a_follower_too_far_behind_drops_its_log_and_rejoins_under_its_next_start() {
     let words = leader.counts.behind_total;
     leader.on_message(1_006, follower_id, ack(first, 30), &mut out);
     let host = &leader.hosted[&shard];
-    assert_eq!(host.transfers[&follower_id].start, next, "the transfer goes on");
-    assert_eq!(host.acks[&follower_id].0, 0, "a joining start counts no log");
+    assert_eq!(host.lead.transfers[&follower_id].start, next, "the transfer goes on");
+    assert_eq!(host.lead.acks[&follower_id].0, 0, "a joining start counts no log");
     assert_eq!(leader.counts.behind_total, words);
 }
 
@@ -1689,10 +1697,13 @@ fn a_view_change_goes_forward_only_and_takes_reports_from_the_shards_replicas() 
         .collect();
     assert_eq!(asked.len(), 2, "{asked:?}");
     assert!(asked.contains(&other) && asked.contains(&old_leader));
-    assert!(leader.hosted[&shard].recovering.is_some() && !leader.leads(shard));
+    assert!(leader.hosted[&shard].lead.recovering.is_some() && !leader.leads(shard));
     // The other follower rejoins, and answers the new leader only.
     follower.on_control(10, control(&next), &mut out);
-    assert!(follower.hosted[&shard].joining.is_some() && follower.hosted[&shard].frozen.is_some());
+    assert!(
+        follower.hosted[&shard].follow.joining.is_some()
+            && follower.hosted[&shard].frozen.is_some()
+    );
     let effects = out.drain().collect();
     when_durable(&mut follower, effects);
     let recover = TigaMsg::Recover { view: next.global, shard, from: 0 };
@@ -1731,8 +1742,8 @@ fn a_view_change_goes_forward_only_and_takes_reports_from_the_shards_replicas() 
     }
     assert!(leader.leads(shard), "leads the rebuilt log");
     assert_eq!(leader.counts.views_led_total, 1);
-    assert!(leader.hosted[&shard].recovering.is_none());
-    assert_eq!(leader.hosted[&shard].followers.len(), 2);
+    assert!(leader.hosted[&shard].lead.recovering.is_none());
+    assert_eq!(leader.hosted[&shard].lead.followers.len(), 2);
     // A late copy of the report changes nothing.
     leader.on_message(13, other, reports[0].clone(), &mut out);
     assert_eq!(leader.counts.views_led_total, 1);
@@ -1777,13 +1788,15 @@ fn a_follower_sent_to_rejoin_can_lead_from_what_it_dropped_and_one_that_never_le
     b.install_view(0, v1.clone(), &mut out).unwrap();
     assert!(recovers(&mut b, &mut out).is_empty());
     let host = &b.hosted[&shard];
-    assert!(host.joining.is_some() && host.stashed.is_some() && host.frozen.is_some());
+    assert!(host.follow.joining.is_some() && host.stashed.is_some() && host.frozen.is_some());
     // Chosen to lead before any transfer: it takes the state up and asks for reports.
     b.install_view(0, v2.clone(), &mut out).unwrap();
     let asked = recovers(&mut b, &mut out);
     assert_eq!(asked.len(), 2, "{asked:?}");
     let host = &b.hosted[&shard];
-    assert!(host.joining.is_none() && host.stashed.is_none() && host.recovering.is_some());
+    assert!(
+        host.follow.joining.is_none() && host.stashed.is_none() && host.lead.recovering.is_some()
+    );
     assert!(!host.retired);
     assert!(b.counters().contains(&("tiga_views_led_from_stash_total", 1)));
     // A replica rejoining since its restart holds no such state: chosen, it stays
@@ -1793,7 +1806,7 @@ fn a_follower_sent_to_rejoin_can_lead_from_what_it_dropped_and_one_that_never_le
     out.drain().for_each(drop);
     a.install_view(0, v1.clone(), &mut out).unwrap();
     assert!(recovers(&mut a, &mut out).is_empty(), "no log to lead with");
-    assert!(a.hosted[&shard].joining.is_some() && a.hosted[&shard].frozen.is_none());
+    assert!(a.hosted[&shard].follow.joining.is_some() && a.hosted[&shard].frozen.is_none());
     a.install_view(0, v2.clone(), &mut out).unwrap();
     let effects = out.drain().collect();
     let joins: Vec<NodeId> = when_durable(&mut a, effects)
@@ -1804,7 +1817,7 @@ fn a_follower_sent_to_rejoin_can_lead_from_what_it_dropped_and_one_that_never_le
         })
         .collect();
     let host = &a.hosted[&shard];
-    assert!(!host.retired && host.joining.is_some() && host.frozen.is_none());
+    assert!(!host.retired && host.follow.joining.is_some() && host.frozen.is_none());
     assert_eq!(joins, vec![lead2], "asks the next leader for its state");
     assert!(a.counters().contains(&("tiga_replicas_retired_total", 0)));
     // Nor does a report answer for it.
@@ -1858,7 +1871,7 @@ fn a_deposed_leader_chosen_again_leads_on_once_no_replica_held_the_log_since() {
         let mut out = Outbox::new();
         l.install_view(0, v1.clone(), &mut out).unwrap();
         let host = &l.hosted[&shard];
-        assert!(host.retired && host.joining.is_some() && host.deposed.is_some());
+        assert!(host.retired && host.follow.joining.is_some() && host.deposed.is_some());
         assert_eq!(host.member_view, v0.global);
         l.install_view(0, v2.clone(), &mut out).unwrap();
         out.drain().for_each(drop);
@@ -1877,12 +1890,12 @@ fn a_deposed_leader_chosen_again_leads_on_once_no_replica_held_the_log_since() {
             .collect();
         let host = &l.hosted[&shard];
         if void {
-            assert!(host.retired && host.joining.is_some() && !host.replica.leads());
+            assert!(host.retired && host.follow.joining.is_some() && !host.replica.leads());
             assert!(host.deposed.is_none() && states.is_empty());
             assert!(l.counters().contains(&("tiga_deposed_states_void_total", 1)));
             continue;
         }
-        assert!(host.replica.leads() && !host.retired && host.joining.is_none());
+        assert!(host.replica.leads() && !host.retired && host.follow.joining.is_none());
         assert_eq!((host.leader, host.member_view), (leader, v2.global));
         assert_eq!(host.store.read_latest(&key).map(|v| v.ts), Some(Timestamp(5)));
         assert!(states.contains(&others[1]), "a transfer for the replica that asked");
@@ -1923,7 +1936,7 @@ fn a_new_leader_restarted_before_its_checkpoint_gathers_the_reports_again() {
     let (shards, seqs, view) = disk(true);
     let mut node = TigaNode::restored_in_view(context(), shards, seqs, view).unwrap();
     assert_eq!(node.view, next);
-    assert!(!node.leads(shard) && node.hosted[&shard].recovering.is_some());
+    assert!(!node.leads(shard) && node.hosted[&shard].lead.recovering.is_some());
     let mut out = Outbox::new();
     node.on_start(0, &mut out);
     let asked = out
@@ -1965,8 +1978,8 @@ fn a_replica_chosen_to_lead_while_rejoining_restarts_rejoining() {
     context.incarnation = 1;
     let node = TigaNode::restored_in_view(context, shards, seqs, view).unwrap();
     let host = &node.hosted[&shard];
-    assert!(!node.leads(shard) && host.joining.is_some() && host.recovering.is_none());
-    assert!(host.followers.is_empty() && host.acks.is_empty());
+    assert!(!node.leads(shard) && host.follow.joining.is_some() && host.lead.recovering.is_none());
+    assert!(host.lead.followers.is_empty() && host.lead.acks.is_empty());
 }
 
 /// A node that missed views (partitioned while the shard's leader changed and changed
@@ -2005,7 +2018,7 @@ fn a_node_that_missed_views_tells_a_leader_change_by_the_local_view_number() {
             _ => None,
         })
         .collect();
-    assert!(f.hosted[&shard].joining.is_some());
+    assert!(f.hosted[&shard].follow.joining.is_some());
     assert_eq!(joins, vec![(leader, v0.global)]);
 }
 
@@ -2017,10 +2030,10 @@ fn a_leader_closes_below_what_it_holds_and_what_has_not_finished() {
     let (mut leader, workload) = node_of(0, Variant::TIGA);
     let host = leader.hosted.get_mut(&ShardId(0)).unwrap();
     assert_eq!(leader_closed(host, 1_000), Timestamp(1_000));
-    host.queued.insert(txn(1), Queued { ts: Timestamp(400), hash: 0, speculative: false });
+    host.lead.queued.insert(txn(1), Queued { ts: Timestamp(400), hash: 0, speculative: false });
     assert_eq!(leader_closed(host, 1_000), Timestamp(399), "a released one not run yet");
-    host.queued.clear();
-    host.promised = Timestamp(700);
+    host.lead.queued.clear();
+    host.lead.promised = Timestamp(700);
     assert_eq!(leader_closed(host, 650), Timestamp(700), "never below the promise");
     let mut generator = workload.generator(0, 0);
     let single = (0..1_000)
@@ -2079,14 +2092,14 @@ fn a_leader_promises_past_a_multi_shard_entry_once_f_followers_executed_it() {
     for known in knowns {
         host.bodies.insert(known.body.txn, known);
     }
-    let follower = host.followers[0];
+    let follower = host.lead.followers[0];
     assert_eq!(leader_closed(host, 1_000), Timestamp(399), "no follower executed 2");
-    host.acks.insert(follower, (2, 1));
+    host.lead.acks.insert(follower, (2, 1));
     assert_eq!(leader_closed(host, 1_000), Timestamp(399), "nor past 1");
-    host.acks.insert(follower, (2, 2));
+    host.lead.acks.insert(follower, (2, 2));
     assert_eq!(leader_closed(host, 1_000), Timestamp(1_000), "f = 1 follower did");
     // Bodies dropped (pruned): both count as multi-shard.
-    host.acks.insert(follower, (2, 0));
+    host.lead.acks.insert(follower, (2, 0));
     host.bodies.clear();
     assert_eq!(leader_closed(host, 1_000), Timestamp(299));
 }
@@ -2233,16 +2246,16 @@ fn a_leader_refuses_what_its_coordinator_decided_without_it_and_the_proposer_dro
         a.on_message(50, stranger, refusal.clone(), &mut out);
         let host = &a.hosted[&ShardId(0)];
         assert!(host.replica.held_at(id(1)).is_some(), "{variant:?}: a stranger's word");
-        assert!(host.journaled.contains_key(&id(1)));
+        assert!(host.lead.journaled.contains_key(&id(1)));
         // From B's leader: the transaction goes, body, proposal and all.
         let records = a.journal.records_total;
         a.on_message(60, leader_b, refusal, &mut out);
         let host = &a.hosted[&ShardId(0)];
         assert!(host.replica.held_at(id(1)).is_none(), "{variant:?}: dropped");
-        assert!(!host.bodies.contains_key(&id(1)) && !host.journaled.contains_key(&id(1)));
+        assert!(!host.bodies.contains_key(&id(1)) && !host.lead.journaled.contains_key(&id(1)));
         assert_eq!(a.counts.refused_total, 1);
         assert_eq!(a.journal.records_total, records + 1, "{variant:?}: withdrawn");
-        if let Some(streams) = &host.streams {
+        if let Some(streams) = &host.lead.streams {
             assert_eq!(streams.open(), 0, "no longer holds its worker's watermark back");
         }
     }
@@ -2275,7 +2288,7 @@ fn luigi_watermarks_come_from_leaders_and_streams_cover_the_cluster_only() {
     assert!(leader.hosted[&ShardId(0)].replica.leads());
     let nodes = leader.context.topology.nodes.len();
     // One stream per node of the cluster, none beyond.
-    let streams = leader.hosted[&ShardId(0)].streams.as_ref().unwrap();
+    let streams = leader.hosted[&ShardId(0)].lead.streams.as_ref().unwrap();
     assert!(streams.floor(NodeId(nodes as u32 - 1)).is_some());
     assert!(streams.floor(NodeId(nodes as u32)).is_none());
     // A one-shard transfer on shard 0 (bank's accounts spread over the shards).
@@ -2305,7 +2318,7 @@ fn luigi_watermarks_come_from_leaders_and_streams_cover_the_cluster_only() {
     let host = &leader.hosted[&ShardId(0)];
     let second = TxnId { origin: NodeId(10), incarnation: 1, seq: 2 };
     assert_eq!(host.replica.held_at(second), Some(Timestamp(501)));
-    assert_eq!(host.streams.as_ref().unwrap().watermark(NodeId(10)), Timestamp(499));
+    assert_eq!(host.lead.streams.as_ref().unwrap().watermark(NodeId(10)), Timestamp(499));
     // A body claiming worker 10's transaction from anyone but worker 10 (or a peer
     // leader) is not taken: it could push the worker's frontier to the end of time.
     let bodies = host.bodies.len();

@@ -217,7 +217,8 @@ impl TigaNode {
                 debug_assert_eq!(was, now_leader);
                 // Its log stands, and so does every reply it sent of it: a resend is answered
                 // in the new view.
-                if host.joining.is_none() && !host.retired && host.recovering.is_none() {
+                if host.follow.joining.is_none() && !host.retired && host.lead.recovering.is_none()
+                {
                     host.member_view = global;
                 }
                 for answer in host.answers.values_mut() {
@@ -232,18 +233,18 @@ impl TigaNode {
                 continue;
             }
             let Some(now_leader) = now_leader else { continue };
-            if host.recovering.is_some() {
+            if host.lead.recovering.is_some() {
                 // Still gathering when the view moved on: it asks again as the leader, or
                 // follows the next one (its frozen report answers that one too).
                 if now_leader == me {
                     self.ask_reports(shard, out);
                 } else {
-                    host.recovering = None;
+                    host.lead.recovering = None;
                     self.rejoin(shard, now_leader, out);
                 }
                 continue;
             }
-            if was == Some(me) && host.joining.is_none() {
+            if was == Some(me) && host.follow.joining.is_none() {
                 // Retired, it still answers the new leader's `Recover` with its log: the
                 // other replicas may be too few to report without it. (One chosen while it
                 // rejoined never led, holds no log to report, and rejoins below.)
@@ -265,7 +266,7 @@ impl TigaNode {
                     // replica said it held no log since (`Join`s, [`TigaNode::clear_deposed`]).
                     continue;
                 }
-                if host.joining.is_some() && !self.take_up_stash(shard) {
+                if host.follow.joining.is_some() && !self.take_up_stash(shard) {
                     // It holds no log to lead with, and says so in its heartbeats: the view
                     // manager moves the shard on, and it rejoins from the next leader. (It
                     // does not retire: its store holds nothing a rebuilt log could drop.)
@@ -273,12 +274,12 @@ impl TigaNode {
                 }
                 let host = self.hosted.get_mut(&shard).expect("hosted");
                 host.frozen = Some(Box::new(freeze(host)));
-                host.recovering = Some(Recovering::default());
+                host.lead.recovering = Some(Recovering::default());
                 host.answers.clear();
                 host.answer_order.clear();
                 self.ask_reports(shard, out);
             } else {
-                if host.joining.is_none() && host.frozen.is_none() {
+                if host.follow.joining.is_none() && host.frozen.is_none() {
                     host.frozen = Some(Box::new(freeze(host)));
                 }
                 self.rejoin(shard, now_leader, out);
@@ -292,10 +293,10 @@ impl TigaNode {
     pub(super) fn ask_votes(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
         let view = self.view.global;
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        let (queued, replica) = (&host.queued, &host.replica);
+        let (queued, replica) = (&host.lead.queued, &host.replica);
         // Until it runs: queued, or held for the agreement that releases it (pulled in).
-        host.asking.retain(|txn| queued.contains_key(txn) || replica.held_at(*txn).is_some());
-        for &txn in &host.asking {
+        host.lead.asking.retain(|txn| queued.contains_key(txn) || replica.held_at(*txn).is_some());
+        for &txn in &host.lead.asking {
             let Some(k) = host.bodies.get(&txn) else { continue };
             for &peer in k.shards.iter().filter(|&&s| s != shard) {
                 if let Some(node) = leader_node(&self.context, &self.view, peer) {
@@ -315,18 +316,18 @@ impl TigaNode {
         let limits = replica_limits(self.context.topology.shards);
         let Some(host) = self.hosted.get_mut(&shard) else { return };
         let replica = Replica::new(shard, false, limits).with_detective(detective);
-        let blank = Hosted {
-            joining: Some(Joining { timer_set: true, ..Joining::default() }),
+        let mut blank = Hosted {
             retired: true,
             ..Hosted::new(shard, replica, host.leader, Vec::new(), host.keep_history)
         };
+        blank.follow.joining = Some(Joining { timer_set: true, ..Joining::default() });
         let mut led = std::mem::replace(host, blank);
         // The store and what else belongs to the replica stay with it; everything it held
         // as the leader goes (a proposal record kept without its body once made a later
         // leadership's first checkpoint fail).
         led.swap_kept(host);
         led.frozen = None;
-        led.recovering = None;
+        led.lead.recovering = None;
         led.stashed = None;
         led.deposed = None;
         let cleared = BTreeSet::new();
@@ -395,12 +396,12 @@ impl TigaNode {
         // The store is as the leader left it: no transfer was installed since.
         led.swap_kept(host);
         *host = led;
-        debug_assert!(host.replica.leads() && !host.retired && host.joining.is_none());
+        debug_assert!(host.replica.leads() && !host.retired && host.follow.joining.is_none());
         host.leader = me;
         host.member_view = global;
-        let followers = std::mem::take(&mut host.followers);
+        let followers = std::mem::take(&mut host.lead.followers);
         lead_afresh(host, followers);
-        host.closed_sent = Timestamp::ZERO;
+        host.lead.closed_sent = Timestamp::ZERO;
         for answer in host.answers.values_mut() {
             answer.set_view(global);
         }
@@ -434,7 +435,7 @@ impl TigaNode {
         let me = self.context.id;
         if let Some(host) = self.demoted(shard) {
             host.leader = me;
-            host.recovering = Some(Recovering::default());
+            host.lead.recovering = Some(Recovering::default());
         }
     }
 
@@ -443,7 +444,7 @@ impl TigaNode {
     /// rejoining follower (the manager, told it cannot lead, moves the shard on).
     pub(super) fn demote_to_rejoin(&mut self, shard: ShardId) {
         if let Some(host) = self.demoted(shard) {
-            host.joining = Some(Joining::default());
+            host.follow.joining = Some(Joining::default());
         }
     }
 
@@ -454,11 +455,11 @@ impl TigaNode {
         let limits = replica_limits(self.context.topology.shards);
         let host = self.hosted.get_mut(&shard)?;
         host.replica = Replica::new(shard, false, limits).with_detective(detective);
-        host.followers.clear();
-        host.acks.clear();
-        host.sent_to.clear();
-        host.bodies_to.clear();
-        host.streams = None;
+        host.lead.followers.clear();
+        host.lead.acks.clear();
+        host.lead.sent_to.clear();
+        host.lead.bodies_to.clear();
+        host.lead.streams = None;
         Some(host)
     }
 
@@ -468,7 +469,7 @@ impl TigaNode {
         let gathering: Vec<ShardId> = self
             .hosted
             .values()
-            .filter(|h| h.recovering.is_some() && h.frozen.is_none())
+            .filter(|h| h.lead.recovering.is_some() && h.frozen.is_none())
             .map(|h| h.shard)
             .collect();
         for shard in gathering {
@@ -504,7 +505,7 @@ impl TigaNode {
             stashed.bodies.entry(txn).or_insert(known);
         }
         stashed.swap_with(host);
-        host.joining = None;
+        host.follow.joining = None;
         self.counts.led_from_stash_total += 1;
         true
     }
@@ -513,9 +514,9 @@ impl TigaNode {
     /// request's timeout until it leads.
     fn ask_reports(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
         let Some(host) = self.hosted.get(&shard) else { return };
-        let Some(recovering) = &host.recovering else { return };
+        let Some(recovering) = &host.lead.recovering else { return };
         // From what it executed: the outcomes of the entries it has not run are wanted too.
-        let from = host.executed;
+        let from = host.follow.executed;
         let me = self.context.id;
         let view = self.view.global;
         for node in self.context.topology.shard_nodes(shard) {
@@ -537,7 +538,7 @@ impl TigaNode {
         }
         for other in local {
             let entries = self.pull_answer(other, shard);
-            if let Some(r) = self.hosted.get_mut(&shard).and_then(|h| h.recovering.as_mut()) {
+            if let Some(r) = self.hosted.get_mut(&shard).and_then(|h| h.lead.recovering.as_mut()) {
                 r.pulled.insert(other, entries);
             }
         }
@@ -556,7 +557,7 @@ impl TigaNode {
         // entry), the decision record kept until every leader promised past it does.
         let on_shard = |txn: &TxnId| match host.bodies.get(txn) {
             Some(k) => k.shards.contains(&shard),
-            None => host.decided.get(txn).is_some_and(|d| d.others.contains(&shard)),
+            None => host.lead.decided.get(txn).is_some_and(|d| d.others.contains(&shard)),
         };
         let mut entries: Vec<(TxnId, Timestamp)> = match &host.frozen {
             Some(frozen) => frozen
@@ -614,7 +615,7 @@ impl TigaNode {
             return;
         }
         let Some(host) = self.hosted.get_mut(&shard) else { return };
-        let Some(recovering) = &mut host.recovering else { return };
+        let Some(recovering) = &mut host.lead.recovering else { return };
         recovering.pulled.entry(other).or_insert(entries);
         self.try_lead(now, shard, out);
     }
@@ -626,7 +627,7 @@ impl TigaNode {
         shard: ShardId,
         out: &mut Outbox<TigaMsg>,
     ) {
-        if self.hosted.get(&shard).is_some_and(|h| h.recovering.is_some()) {
+        if self.hosted.get(&shard).is_some_and(|h| h.lead.recovering.is_some()) {
             self.ask_reports(shard, out);
             self.try_lead(now, shard, out);
         }
@@ -642,7 +643,7 @@ impl TigaNode {
         out: &mut Outbox<TigaMsg>,
     ) -> bool {
         let Some(host) = self.hosted.get_mut(&shard) else { return false };
-        let Some(recovering) = &mut host.recovering else { return false };
+        let Some(recovering) = &mut host.lead.recovering else { return false };
         if !recovering.wanted.remove(&known.body.txn) {
             return false;
         }
@@ -721,7 +722,8 @@ impl TigaNode {
     ) {
         let replica_of = self.context.topology.shard_nodes(shard).contains(&from);
         let Some(host) = self.hosted.get(&shard) else { return };
-        let gathering = host.recovering.as_ref().is_some_and(|r| !r.reports.contains_key(&from));
+        let gathering =
+            host.lead.recovering.as_ref().is_some_and(|r| !r.reports.contains_key(&from));
         let entries = synced.len() + unsynced.len();
         if !replica_of
             || !gathering
@@ -755,7 +757,7 @@ impl TigaNode {
         }
         let report = Report { base, synced, unsynced, bodies: known, outcomes };
         let host = self.hosted.get_mut(&shard).expect("checked");
-        if let Some(recovering) = &mut host.recovering {
+        if let Some(recovering) = &mut host.lead.recovering {
             recovering.reports.insert(from, report);
         }
         self.try_lead(now, shard, out);
@@ -768,7 +770,7 @@ impl TigaNode {
         let replicas = self.context.topology.replicas;
         let f = (replicas.max(1) as usize - 1) / 2;
         let Some(host) = self.hosted.get(&shard) else { return };
-        let Some(recovering) = &host.recovering else { return };
+        let Some(recovering) = &host.lead.recovering else { return };
         let others = self.context.topology.shards as usize - 1;
         if recovering.reports.len() < f || recovering.pulled.len() < others {
             return;
@@ -788,7 +790,8 @@ impl TigaNode {
     /// this node holds for another shard it leads is taken from there; the rebuild is tried
     /// again on the next recover timer.
     fn fetch_wanted(&mut self, shard: ShardId, out: &mut Outbox<TigaMsg>) {
-        let Some(recovering) = self.hosted.get(&shard).and_then(|h| h.recovering.as_ref()) else {
+        let Some(recovering) = self.hosted.get(&shard).and_then(|h| h.lead.recovering.as_ref())
+        else {
             return;
         };
         let me = self.context.id;
@@ -812,7 +815,7 @@ impl TigaNode {
                 continue;
             };
             let host = self.hosted.get_mut(&shard).expect("gathering");
-            if let Some(recovering) = &mut host.recovering {
+            if let Some(recovering) = &mut host.lead.recovering {
                 recovering.wanted.remove(&txn);
             }
             host.bodies.insert(txn, known);
@@ -835,7 +838,7 @@ impl TigaNode {
         let replicas = self.context.topology.replicas;
         let host = self.hosted.get_mut(&shard).expect("hosted");
         let frozen = host.frozen.as_ref().ok_or("no report of its own")?;
-        let recovering = host.recovering.as_ref().ok_or("not gathering")?;
+        let recovering = host.lead.recovering.as_ref().ok_or("not gathering")?;
         // Every body known: its own, then the reports'.
         let mut known: BTreeMap<TxnId, &Known> = BTreeMap::new();
         for report in recovering.reports.values() {
@@ -903,7 +906,8 @@ impl TigaNode {
         rebuilt.added.sort_unstable_by_key(|e| (e.ts, e.txn));
         // The bodies of what it will run: its own synced entries it has not executed, the
         // rebuilt prefix, the added entries.
-        let skip = host.executed.saturating_sub(frozen.log.base).min(frozen.log.synced.len());
+        let skip =
+            host.follow.executed.saturating_sub(frozen.log.base).min(frozen.log.synced.len());
         let own_left = frozen.log.synced[skip..].iter().map(|&(txn, _)| txn);
         let needed: BTreeSet<TxnId> =
             rebuilt.prefix.iter().chain(&rebuilt.added).map(|e| e.txn).chain(own_left).collect();
@@ -911,7 +915,7 @@ impl TigaNode {
             needed.iter().filter(|t| !known.contains_key(t)).copied().collect();
         if !missing.is_empty() {
             let count = missing.len();
-            if let Some(recovering) = &mut host.recovering {
+            if let Some(recovering) = &mut host.lead.recovering {
                 recovering.wanted = missing.into_iter().take(REPORT_ENTRIES_MAX).collect();
             }
             return Err(format!("{count} bodies missing"));
@@ -963,24 +967,24 @@ impl TigaNode {
         host.leader = me;
         host.member_view = self.view.global;
         lead_afresh(host, followers);
-        host.finished = host.executed;
-        host.pruned = host.executed;
-        host.commit = host.executed;
-        if host.streams.is_none() {
-            host.replicated = host.executed;
+        host.lead.finished = host.follow.executed;
+        host.lead.pruned = host.follow.executed;
+        host.commit = host.follow.executed;
+        if host.lead.streams.is_none() {
+            host.lead.replicated = host.follow.executed;
         }
-        host.checkpointed = host.executed;
-        host.promised = Timestamp::ZERO;
-        host.closed_sent = Timestamp::ZERO;
-        host.closed.clear();
-        host.unlisted.clear();
-        host.tail_cut = Timestamp::ZERO;
+        host.lead.checkpointed = host.follow.executed;
+        host.lead.promised = Timestamp::ZERO;
+        host.lead.closed_sent = Timestamp::ZERO;
+        host.follow.closed.clear();
+        host.follow.unlisted.clear();
+        host.follow.tail_cut = Timestamp::ZERO;
         host.frozen = None;
-        host.recovering = None;
+        host.lead.recovering = None;
         // Every entry from what it executed as a follower runs again as a leader's.
         let entries: Vec<(TxnId, Timestamp)> = whole_log(&host.replica)
             .into_iter()
-            .skip(host.executed.saturating_sub(host.replica.log_base()))
+            .skip(host.follow.executed.saturating_sub(host.replica.log_base()))
             .collect();
         for (txn, ts) in entries {
             let Some(k) = host.bodies.get(&txn) else {
@@ -988,18 +992,18 @@ impl TigaNode {
             };
             let keys = k.part.keys();
             let hash = host.replica.hashes().reply_hash(&keys);
-            host.waits.enqueue((ts, txn), &k.part.reads, &k.part.writes);
-            host.queued.insert(txn, Queued { ts, hash, speculative: false });
+            host.lead.waits.enqueue((ts, txn), &k.part.reads, &k.part.writes);
+            host.lead.queued.insert(txn, Queued { ts, hash, speculative: false });
             let others: Vec<ShardId> = k.shards.iter().copied().filter(|&s| s != shard).collect();
             if let Some((ok, inputs)) = outcomes.get(&txn) {
                 // The old leader decided it: it runs to that outcome (see the contract).
                 for other in others {
                     let vote = PeerVote { ok: *ok, outputs: inputs.clone() };
-                    host.early_votes.entry(txn).or_default().insert(other, vote);
+                    host.lead.early_votes.entry(txn).or_default().insert(other, vote);
                 }
             } else if !others.is_empty() {
                 // The other leaders may have decided it with the old leader's vote: asked.
-                host.asking.insert(txn);
+                host.lead.asking.insert(txn);
             }
         }
         // The multi-shard entries it executed as a follower: the old leader decided them, and
@@ -1010,33 +1014,34 @@ impl TigaNode {
         // stays takes a state transfer from here.
         let executed: Vec<(TxnId, Timestamp)> = whole_log(&host.replica)
             .into_iter()
-            .take(host.executed.saturating_sub(host.replica.log_base()))
+            .take(host.follow.executed.saturating_sub(host.replica.log_base()))
             .collect();
         for (txn, ts) in executed {
             let Some(k) = host.bodies.get(&txn) else { continue };
-            let Some(&(ok, _)) = outcomes.get(&txn).or_else(|| host.outcomes.get(&txn)) else {
+            let Some(&(ok, _)) = outcomes.get(&txn).or_else(|| host.follow.outcomes.get(&txn))
+            else {
                 continue;
             };
-            if k.shards.len() < 2 || host.decided.contains_key(&txn) {
+            if k.shards.len() < 2 || host.lead.decided.contains_key(&txn) {
                 continue;
             }
             let others: Vec<ShardId> = k.shards.iter().copied().filter(|&s| s != shard).collect();
-            let feeds = host.fed.remove(&txn).unwrap_or_default();
+            let feeds = host.follow.fed.remove(&txn).unwrap_or_default();
             let own = ok;
             let record =
                 Decided { ts, settled: true, own, all: ok, inputs: Vec::new(), feeds, others };
-            host.decided.insert(txn, record);
-            host.settling.insert((ts, txn));
+            host.lead.decided.insert(txn, record);
+            host.lead.settling.insert((ts, txn));
         }
-        host.outcomes.clear();
-        host.fed.clear();
-        host.asking.extend(asked);
+        host.follow.outcomes.clear();
+        host.follow.fed.clear();
+        host.lead.asking.extend(asked);
         // What it executed as a follower and its coordinator may still wait on: answered as
         // the leader (the result is the old leader's: the same pieces over the same state).
         // Its hash matches no follower's fast reply; the followers' slow replies commit it.
         let view = self.view.global;
-        for (txn, (ts, result)) in std::mem::take(&mut host.results) {
-            if host.replica.logged(txn) && !host.queued.contains_key(&txn) {
+        for (txn, (ts, result)) in std::mem::take(&mut host.follow.results) {
+            if host.replica.logged(txn) && !host.lead.queued.contains_key(&txn) {
                 let msg = TigaMsg::Fast {
                     view,
                     txn,
@@ -1064,7 +1069,7 @@ impl TigaNode {
                 // agreement went below), the answer moves it to the agreed one.
                 let (txn, ts) = (arriving.txn, arriving.ts);
                 more.extend(host.replica.restore_proposal(arriving, ts));
-                if let Some(streams) = &mut host.streams {
+                if let Some(streams) = &mut host.lead.streams {
                     streams.restore_held(txn, ts);
                 }
             } else {
@@ -1084,12 +1089,12 @@ impl TigaNode {
 /// A leader that took its shard at a view change: `followers` have acknowledged nothing,
 /// been sent nothing, and have no transfer under way or installed.
 fn lead_afresh(host: &mut Hosted, followers: Vec<NodeId>) {
-    host.acks = followers.iter().map(|&n| (n, (0, 0))).collect();
-    host.sent_to = followers.iter().map(|&n| (n, 0)).collect();
-    host.bodies_to = followers.iter().map(|&n| (n, 0)).collect();
-    host.followers = followers;
-    host.joined.clear();
-    host.transfers.clear();
+    host.lead.acks = followers.iter().map(|&n| (n, (0, 0))).collect();
+    host.lead.sent_to = followers.iter().map(|&n| (n, 0)).collect();
+    host.lead.bodies_to = followers.iter().map(|&n| (n, 0)).collect();
+    host.lead.followers = followers;
+    host.lead.joined.clear();
+    host.lead.transfers.clear();
 }
 
 /// Luigi: a leader that took its shard at a view change counts its watermarks from nothing:
@@ -1103,8 +1108,8 @@ fn count_afresh(
     for (txn, ts) in whole_log(&host.replica).into_iter().chain(added) {
         streams.restore_held(txn, ts);
     }
-    host.streams = Some(streams);
-    host.replicated = host.replica.log_base();
+    host.lead.streams = Some(streams);
+    host.lead.replicated = host.replica.log_base();
 }
 
 /// A leader's whole log from its base, a window at a time (bounded by the log's length).
@@ -1153,9 +1158,9 @@ pub(super) fn freeze(host: &Hosted) -> Frozen {
         .collect();
     // A follower's outcomes as it heard them; a leader's from its decision records.
     let outcomes = listed
-        .filter_map(|(txn, _)| match host.outcomes.get(txn) {
+        .filter_map(|(txn, _)| match host.follow.outcomes.get(txn) {
             Some(o) => Some((*txn, o.clone())),
-            None => host.decided.get(txn).map(|d| (*txn, (d.all, d.inputs.clone()))),
+            None => host.lead.decided.get(txn).map(|d| (*txn, (d.all, d.inputs.clone()))),
         })
         .collect();
     Frozen { log, bodies, outcomes }
