@@ -177,8 +177,9 @@ pub struct Timing {
     /// Commands each shard replica applies between snapshots of its state (replicated or
     /// durable shards only).
     pub snapshot_interval_entries: u64,
-    /// A snapshot also waits for commands holding one in this many of its bytes (0: the
-    /// count alone decides; see `meridian_replication::raft::SNAPSHOT_BYTES_PER_LOG_BYTE_MAX`).
+    /// A snapshot (and a tiga or luigi journal checkpoint) also waits for commands (journal
+    /// records) holding one in this many of its bytes (0: the count alone decides; see
+    /// `meridian_replication::raft::SNAPSHOT_BYTES_PER_LOG_BYTE_MAX`).
     pub snapshot_bytes_per_log_byte_max: u64,
     /// How long an interactive transaction may stay idle (no step in progress) before its
     /// coordinator aborts it and releases what it holds.

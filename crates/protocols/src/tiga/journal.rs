@@ -727,6 +727,8 @@ pub struct Journal<M> {
     pub records_total: u64,
     /// Bytes of the records written (their values).
     pub bytes_total: u64,
+    /// `bytes_total` when the last checkpoint ended.
+    bytes_at_checkpoint: u64,
 }
 
 impl<M> Journal<M> {
@@ -742,6 +744,7 @@ impl<M> Journal<M> {
             dropped_total: 0,
             records_total: 0,
             bytes_total: 0,
+            bytes_at_checkpoint: 0,
         }
     }
 
@@ -782,6 +785,13 @@ impl<M> Journal<M> {
             self.records.push(PersistRecord { key, value: None });
         }
         self.oldest_seq = seq;
+        self.bytes_at_checkpoint = self.bytes_total;
+    }
+
+    /// Bytes of the records written since the last checkpoint ended (since the node started,
+    /// before its first).
+    pub fn bytes_since_checkpoint(&self) -> u64 {
+        self.bytes_total - self.bytes_at_checkpoint
     }
 
     /// Ends a step: its records, if any, as one persist request under a fresh token.

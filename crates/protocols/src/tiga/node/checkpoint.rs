@@ -312,21 +312,25 @@ pub(super) fn follower_checkpoint_records(
 }
 
 impl TigaNode {
-    /// True when a leader here finished [`crate::Timing::snapshot_interval_entries`] log
-    /// entries since its last checkpoint (never while a restarted leader runs its journal
-    /// again).
+    /// True when a checkpoint was asked for, or when a leader here finished
+    /// [`crate::Timing::snapshot_interval_entries`] log entries since its last checkpoint (a
+    /// follower executed as many, at its offset) and the journal grew since by a share of the
+    /// last checkpoint's bytes ([`crate::Timing::snapshot_bytes_per_log_byte_max`], as for
+    /// Raft's snapshots): a checkpoint encodes every row of the store, so with entries alone
+    /// its cost per entry grew with the store. Never while a restarted leader runs its
+    /// journal again.
     pub(super) fn checkpoint_due(&self) -> bool {
         let every = usize::try_from(self.context.timing.snapshot_interval_entries)
             .unwrap_or(usize::MAX)
             .max(1);
-        let mut due = self.checkpoint_wanted;
+        let mut counted = false;
         for host in self.hosted.values() {
             if host.quiet || host.lead.recovering.is_some() {
                 // Not while a new leader gathers reports: its journal holds the follower it
                 // was until it leads (then a checkpoint is due at once).
                 return false;
             }
-            due |= match host.replica.leads() {
+            counted |= match host.replica.leads() {
                 true => checkpoint_base(host) >= host.lead.checkpointed.saturating_add(every),
                 false => {
                     // Past the next multiple of `every`, shifted by this follower's offset.
@@ -336,7 +340,10 @@ impl TigaNode {
                 }
             };
         }
-        due
+        let per_byte = self.context.timing.snapshot_bytes_per_log_byte_max;
+        let grown = self.journal.bytes_since_checkpoint().saturating_mul(per_byte);
+        let paid = per_byte == 0 || grown >= self.counts.checkpoint_bytes_last;
+        self.checkpoint_wanted || (counted && paid)
     }
 
     /// Where a follower of `shard` checkpoints in a cycle of `every` executed entries: its

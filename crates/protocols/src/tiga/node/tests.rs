@@ -1179,6 +1179,52 @@ fn followers_of_a_shard_checkpoint_at_different_entries() {
     assert_eq!(node_in(leader.0, Variant::TIGA, 3).0.checkpoint_offset(shard, 300), 0);
 }
 
+/// A checkpoint due by its entry count also waits until the journal grew by a share of the
+/// last checkpoint's bytes (one in `snapshot_bytes_per_log_byte_max`), unless that share is
+/// 0 or a checkpoint was asked for.
+#[test]
+fn a_checkpoint_waits_for_a_share_of_its_bytes_in_the_journal_unless_told_not_to() {
+    let shard = ShardId(0);
+    let (probe, _) = node_in(0, Variant::TIGA, 3);
+    let leader = probe.leader_of(shard).unwrap();
+    let id = probe.context.topology.shard_nodes(shard).into_iter().find(|&n| n != leader);
+    let (mut follower, _) = node_in(id.unwrap().0, Variant::TIGA, 3);
+    follower.context.timing.snapshot_interval_entries = 10;
+    follower.context.timing.snapshot_bytes_per_log_byte_max = 4;
+    assert!(!follower.checkpoint_due(), "nothing executed yet");
+    // Far past the cycle by count; the last checkpoint was 4,000 bytes, none journaled since.
+    follower.hosted.get_mut(&shard).unwrap().follow.executed = 1_000;
+    follower.counts.checkpoint_bytes_last = 4_000;
+    assert!(!follower.checkpoint_due(), "the journal has not grown by a quarter of it");
+    let record = Record::Promised { shard, ts: Timestamp(7) };
+    while follower.journal.bytes_since_checkpoint() * 4 < 4_000 {
+        assert!(!follower.checkpoint_due());
+        follower.journal.write(&record);
+    }
+    assert!(follower.checkpoint_due(), "a quarter of its bytes journaled");
+    // The share alone decides nothing: with the count not reached, no checkpoint.
+    follower.hosted.get_mut(&shard).unwrap().follow.executed = 0;
+    assert!(!follower.checkpoint_due());
+    // Asked for (a transfer installed), or with the share off, the count decides alone.
+    follower.hosted.get_mut(&shard).unwrap().follow.executed = 1_000;
+    follower.counts.checkpoint_bytes_last = u64::MAX;
+    assert!(!follower.checkpoint_due());
+    follower.checkpoint_wanted = true;
+    assert!(follower.checkpoint_due());
+    follower.checkpoint_wanted = false;
+    follower.context.timing.snapshot_bytes_per_log_byte_max = 0;
+    assert!(follower.checkpoint_due());
+    // A written checkpoint starts the count of journaled bytes again.
+    // (Of the follower as it really is: nothing executed.)
+    follower.context.timing.snapshot_bytes_per_log_byte_max = 4;
+    follower.hosted.get_mut(&shard).unwrap().follow.executed = 0;
+    follower.write_checkpoint();
+    assert_eq!(follower.journal.bytes_since_checkpoint(), 0);
+    assert!(follower.counts.checkpoint_bytes_last > 0);
+    follower.hosted.get_mut(&shard).unwrap().follow.executed = 1_000;
+    assert!(!follower.checkpoint_due());
+}
+
 /// A restarted leader's transfer ids start above every id its earlier starts gave: a
 /// follower that had begun taking an image from the earlier start must not put its
 /// parts together with the new start's (swarm seed 9935 of `bank` found that when ids
