@@ -289,9 +289,9 @@ fn client_pools(
 }
 
 /// One embedded run: build and load the nodes (each with its own log when durable), start
-/// them, drive the clients with the fault schedule beside them, settle, stop and check. One
-/// piece because every step hands the next what it owns (the cluster, the pools, the
-/// checker, the logs) and the order is the run's contract: split, it would pass them all
+/// them, drive the clients with the fault schedule beside them, settle, stop and check.
+/// Kept as one piece because every step hands the next what it owns (the cluster, the pools,
+/// the checker, the logs) and the order is the run's contract: split, it would pass them all
 /// around and hide that order.
 async fn embedded<N: ProtocolNode>(
     experiment: &Experiment,

@@ -401,27 +401,8 @@ impl RunStats {
         let attempts = self.committed + self.user_aborted + self.failed + self.retries;
         let fast = self.paths.get("fast").copied().unwrap_or(0);
         let slow = self.paths.get("slow").copied().unwrap_or(0);
-        let counted: u64 = self.wan_hops.values().sum();
-        // The upper median, as an index into the sorted counts.
-        let mut below = 0;
-        let hops_p50 = self.wan_hops.iter().find_map(|(&hops, &n)| {
-            below += n;
-            (below > counted / 2).then_some(hops)
-        });
-        let hops_sum: f64 = self.wan_hops.iter().map(|(&h, &n)| f64::from(h) * n as f64).sum();
-        let mut bound_ms: BTreeMap<String, f64> = BTreeMap::new();
-        for (region, bound_ns) in self.bounds.values() {
-            bound_ms.insert(region.clone(), *bound_ns as f64 / 1e6);
-        }
-        let over_bound: BTreeMap<String, f64> = self
-            .bounded_us
-            .iter()
-            .filter_map(|(region, h)| {
-                let bound = *bound_ms.get(region)?;
-                (bound > 0.0)
-                    .then(|| (region.clone(), h.value_at_quantile(0.5) as f64 / 1e3 / bound))
-            })
-            .collect();
+        let (wrtt_p50, wrtt_mean) = self.wrtt();
+        let (bound_ms, over_bound) = self.bounds_ms();
         let speculative = |q: f64| {
             (!self.speculative_us.is_empty())
                 .then(|| self.speculative_us.value_at_quantile(q) as f64 / 1e3)
@@ -454,8 +435,8 @@ impl RunStats {
             // Of the commits that went through ordering: snapshot reads take neither path.
             fast_path_ratio: (fast + slow > 0).then(|| fast as f64 / (fast + slow) as f64),
             fast_quorum_ratio: None, // From the protocol counters: `fast_quorum_ratio`.
-            wrtt_p50: hops_p50.map(|h| f64::from(h) / 2.0),
-            wrtt_mean: (counted > 0).then(|| hops_sum / counted as f64 / 2.0),
+            wrtt_p50,
+            wrtt_mean,
             speculative_latency_ms_p50: speculative(0.5),
             speculative_latency_ms_p99: speculative(0.99),
             latency_ms_mean: if self.latency_us.is_empty() {
@@ -473,39 +454,7 @@ impl RunStats {
                 .iter_recorded()
                 .map(|v| (v.value_iterated_to(), v.count_at_value()))
                 .collect(),
-            by_type: self
-                .by_type
-                .iter()
-                .map(|(&proc, t)| {
-                    let name = self
-                        .type_names
-                        .get(proc as usize)
-                        .map_or_else(|| format!("proc {proc}"), |n| n.to_string());
-                    let q = |q: f64| {
-                        if t.latency_us.is_empty() {
-                            0.0
-                        } else {
-                            t.latency_us.value_at_quantile(q) as f64 / 1e3
-                        }
-                    };
-                    let summary = TypeSummary {
-                        committed: t.committed,
-                        retries: t.retries,
-                        user_aborted: t.user_aborted,
-                        failed: t.failed,
-                        latency_ms_p50: q(0.5),
-                        latency_ms_p99: q(0.99),
-                        latency_ms_p999: q(0.999),
-                        latency_ms_max: q(1.0),
-                        latency_ms_mean: if t.latency_us.is_empty() {
-                            0.0
-                        } else {
-                            t.latency_us.mean() / 1e3
-                        },
-                    };
-                    (name, summary)
-                })
-                .collect(),
+            by_type: self.type_summaries(),
             p50_over_bound: over_bound.values().copied().reduce(f64::max),
             timeline: self.timeline.as_ref().map(Timeline::summary),
             p50_over_bound_by_region: over_bound,
@@ -516,17 +465,99 @@ impl RunStats {
                 .map(|ns| ns as f64 / 1e3 / self.committed as f64),
             deliveries_per_commit: None,
             peak_rss_mib: self.peak_rss_mib,
-            series: self
-                .series
-                .iter()
-                .enumerate()
-                .map(|(second, h)| SecondStats {
-                    second: second as u32,
-                    committed: h.len(),
-                    latency_ms_p50: h.value_at_quantile(0.5) as f64 / 1e3,
-                    latency_ms_p99: h.value_at_quantile(0.99) as f64 / 1e3,
-                })
-                .collect(),
+            series: self.series_summary(),
+        }
+    }
+
+    /// The median and mean wide-area round trips (half the one-way legs) on the commits'
+    /// critical paths, when the driver counted them.
+    fn wrtt(&self) -> (Option<f64>, Option<f64>) {
+        let counted: u64 = self.wan_hops.values().sum();
+        // The upper median, as an index into the sorted counts.
+        let mut below = 0;
+        let hops_p50 = self.wan_hops.iter().find_map(|(&hops, &n)| {
+            below += n;
+            (below > counted / 2).then_some(hops)
+        });
+        let hops_sum: f64 = self.wan_hops.iter().map(|(&h, &n)| f64::from(h) * n as f64).sum();
+        (
+            hops_p50.map(|h| f64::from(h) / 2.0),
+            (counted > 0).then(|| hops_sum / counted as f64 / 2.0),
+        )
+    }
+
+    /// Per region: its latency bound (ms), and its bounded commits' median over that bound
+    /// (for the regions with a bound above zero and such commits).
+    fn bounds_ms(&self) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
+        let mut bound_ms: BTreeMap<String, f64> = BTreeMap::new();
+        for (region, bound_ns) in self.bounds.values() {
+            bound_ms.insert(region.clone(), *bound_ns as f64 / 1e6);
+        }
+        let over_bound: BTreeMap<String, f64> = self
+            .bounded_us
+            .iter()
+            .filter_map(|(region, h)| {
+                let bound = *bound_ms.get(region)?;
+                (bound > 0.0)
+                    .then(|| (region.clone(), h.value_at_quantile(0.5) as f64 / 1e3 / bound))
+            })
+            .collect();
+        (bound_ms, over_bound)
+    }
+
+    /// Each transaction type's figures, by its procedure's name (else `proc N`).
+    fn type_summaries(&self) -> BTreeMap<String, TypeSummary> {
+        self.by_type
+            .iter()
+            .map(|(&proc, t)| {
+                let name = self
+                    .type_names
+                    .get(proc as usize)
+                    .map_or_else(|| format!("proc {proc}"), |n| n.to_string());
+                (name, t.summary())
+            })
+            .collect()
+    }
+
+    /// Each second of the window's commits and latencies.
+    fn series_summary(&self) -> Vec<SecondStats> {
+        self.series
+            .iter()
+            .enumerate()
+            .map(|(second, h)| SecondStats {
+                second: second as u32,
+                committed: h.len(),
+                latency_ms_p50: h.value_at_quantile(0.5) as f64 / 1e3,
+                latency_ms_p99: h.value_at_quantile(0.99) as f64 / 1e3,
+            })
+            .collect()
+    }
+}
+
+impl TypeStats {
+    /// The type's figures (latencies 0 when it committed nothing).
+    fn summary(&self) -> TypeSummary {
+        let q = |q: f64| {
+            if self.latency_us.is_empty() {
+                0.0
+            } else {
+                self.latency_us.value_at_quantile(q) as f64 / 1e3
+            }
+        };
+        TypeSummary {
+            committed: self.committed,
+            retries: self.retries,
+            user_aborted: self.user_aborted,
+            failed: self.failed,
+            latency_ms_p50: q(0.5),
+            latency_ms_p99: q(0.99),
+            latency_ms_p999: q(0.999),
+            latency_ms_max: q(1.0),
+            latency_ms_mean: if self.latency_us.is_empty() {
+                0.0
+            } else {
+                self.latency_us.mean() / 1e3
+            },
         }
     }
 }

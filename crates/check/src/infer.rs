@@ -459,99 +459,151 @@ fn internal_list_check(t: u32, txn: &Txn, direct: &mut Vec<DirectAnomaly>) {
     }
 }
 
+/// Readers of each (key, value) and of each key's initial state (`None`).
+type RegisterReaders = BTreeMap<(u32, Option<i64>), Vec<u32>>;
+
 /// Infers an rw-register history.
 pub fn rw_register(txns: &[Txn], realtime_versions: bool) -> Result<Inferred, String> {
     let writer = writers(txns)?;
-    let mut direct = Vec::new();
-    let mut committed: Vec<bool> = txns.iter().map(|t| t.status == Status::Ok).collect();
-    let mut graph = Graph::new(txns.len());
-    // Readers of each (key, value) and of each key's initial state.
-    let mut readers: BTreeMap<(u32, Option<i64>), Vec<u32>> = BTreeMap::new();
+    let mut inferred = Inferred {
+        direct: Vec::new(),
+        committed: txns.iter().map(|t| t.status == Status::Ok).collect(),
+        graph: Graph::new(txns.len()),
+    };
+    let mut readers: RegisterReaders = BTreeMap::new();
     // Known adjacencies of the version order: (key, earlier value or initial) -> later value.
     let mut follows: Vec<(u32, Option<i64>, i64)> = Vec::new();
     for (t, txn) in txns.iter().enumerate().filter(|(_, t)| t.status == Status::Ok) {
-        let t = t as u32;
-        let mut seen: BTreeMap<u32, Option<i64>> = BTreeMap::new();
-        let mut first_read: BTreeMap<u32, Option<i64>> = BTreeMap::new();
-        let mut last_write: BTreeMap<u32, i64> = BTreeMap::new();
-        for mop in &txn.mops {
-            match *mop {
-                Mop::ReadRegister { key, value: Some(value) } => {
-                    if let Some(&expected) = seen.get(&key) {
-                        if expected != value {
-                            direct.push(DirectAnomaly {
-                                class: "internal",
-                                txns: vec![t],
-                                key,
-                                detail: format!("read {value:?} after seeing {expected:?}"),
-                            });
-                        }
-                        continue;
-                    }
-                    seen.insert(key, value);
-                    first_read.insert(key, value);
-                    readers.entry((key, value)).or_default().push(t);
-                    let Some(v) = value else { continue };
-                    match writer.get(&(key, v)) {
-                        None => direct.push(DirectAnomaly {
-                            class: "garbage-read",
-                            txns: vec![t],
-                            key,
-                            detail: format!("read {v}, which no transaction wrote"),
-                        }),
-                        Some(w) if w.txn == t => {
-                            // Not written before (the key was not accessed), so later.
-                            direct.push(DirectAnomaly {
-                                class: "future-read",
-                                txns: vec![t],
-                                key,
-                                detail: format!("read {v}, which it writes later"),
-                            });
-                        }
-                        Some(w) => {
-                            let status = txns[w.txn as usize].status;
-                            if status == Status::Fail {
-                                direct.push(DirectAnomaly {
-                                    class: "G1a",
-                                    txns: vec![t, w.txn],
-                                    key,
-                                    detail: format!("read {v}, written by an aborted transaction"),
-                                });
-                                continue;
-                            }
-                            if !w.last_to_key && w.txn != t {
-                                direct.push(DirectAnomaly {
-                                    class: "G1b",
-                                    txns: vec![t, w.txn],
-                                    key,
-                                    detail: format!(
-                                        "read {v}, an intermediate write of its writer"
-                                    ),
-                                });
-                            }
-                            if status == Status::Info {
-                                committed[w.txn as usize] = true;
-                            }
-                            graph.add(w.txn, t, EdgeKind::Wr, key);
-                        }
-                    }
-                }
-                Mop::Write { key, value } => {
-                    seen.insert(key, Some(value));
-                    last_write.insert(key, value);
-                }
-                _ => {}
-            }
-        }
-        // A transaction that read a key first and then wrote it installed its last write
-        // right after the version it read.
-        for (key, value) in last_write {
-            if let Some(&before) = first_read.get(&key) {
-                follows.push((key, before, value));
-            }
+        register_reads(t as u32, txn, txns, &writer, &mut inferred, &mut readers, &mut follows);
+    }
+    let Inferred { mut graph, mut committed, direct } = inferred;
+    follows_edges(&follows, &writer, &readers, &mut graph);
+    initial_read_edges(txns, &writer, &readers, &mut graph);
+    if realtime_versions {
+        realtime_successors(txns, &writer, &readers, &committed, &mut graph);
+    }
+    for (t, txn) in txns.iter().enumerate() {
+        if txn.status == Status::Fail {
+            committed[t] = false;
         }
     }
-    for &(key, before, after) in &follows {
+    Ok(Inferred { graph, committed, direct })
+}
+
+/// The register reads of committed transaction `t`: its internal consistency, the readers
+/// of each version it saw first, and (into `follows`) the version its last write to a key it
+/// read first came right after.
+fn register_reads(
+    t: u32,
+    txn: &Txn,
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    inferred: &mut Inferred,
+    readers: &mut RegisterReaders,
+    follows: &mut Vec<(u32, Option<i64>, i64)>,
+) {
+    let mut seen: BTreeMap<u32, Option<i64>> = BTreeMap::new();
+    let mut first_read: BTreeMap<u32, Option<i64>> = BTreeMap::new();
+    let mut last_write: BTreeMap<u32, i64> = BTreeMap::new();
+    for mop in &txn.mops {
+        match *mop {
+            Mop::ReadRegister { key, value: Some(value) } => {
+                if let Some(&expected) = seen.get(&key) {
+                    if expected != value {
+                        inferred.direct.push(DirectAnomaly {
+                            class: "internal",
+                            txns: vec![t],
+                            key,
+                            detail: format!("read {value:?} after seeing {expected:?}"),
+                        });
+                    }
+                    continue;
+                }
+                seen.insert(key, value);
+                first_read.insert(key, value);
+                readers.entry((key, value)).or_default().push(t);
+                let Some(v) = value else { continue };
+                read_of_version(t, key, v, txns, writer, inferred);
+            }
+            Mop::Write { key, value } => {
+                seen.insert(key, Some(value));
+                last_write.insert(key, value);
+            }
+            _ => {}
+        }
+    }
+    // A transaction that read a key first and then wrote it installed its last write
+    // right after the version it read.
+    for (key, value) in last_write {
+        if let Some(&before) = first_read.get(&key) {
+            follows.push((key, before, value));
+        }
+    }
+}
+
+/// Transaction `t`'s first read of `key`, which saw `v`: a garbage, future, aborted (G1a) or
+/// intermediate (G1b) read is a direct anomaly; otherwise (G1b included) it depends on the
+/// writer, which counts as committed if its outcome was unknown.
+fn read_of_version(
+    t: u32,
+    key: u32,
+    v: i64,
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    inferred: &mut Inferred,
+) {
+    match writer.get(&(key, v)) {
+        None => inferred.direct.push(DirectAnomaly {
+            class: "garbage-read",
+            txns: vec![t],
+            key,
+            detail: format!("read {v}, which no transaction wrote"),
+        }),
+        Some(w) if w.txn == t => {
+            // Not written before (the key was not accessed), so later.
+            inferred.direct.push(DirectAnomaly {
+                class: "future-read",
+                txns: vec![t],
+                key,
+                detail: format!("read {v}, which it writes later"),
+            });
+        }
+        Some(w) => {
+            let status = txns[w.txn as usize].status;
+            if status == Status::Fail {
+                inferred.direct.push(DirectAnomaly {
+                    class: "G1a",
+                    txns: vec![t, w.txn],
+                    key,
+                    detail: format!("read {v}, written by an aborted transaction"),
+                });
+                return;
+            }
+            if !w.last_to_key && w.txn != t {
+                inferred.direct.push(DirectAnomaly {
+                    class: "G1b",
+                    txns: vec![t, w.txn],
+                    key,
+                    detail: format!("read {v}, an intermediate write of its writer"),
+                });
+            }
+            if status == Status::Info {
+                inferred.committed[w.txn as usize] = true;
+            }
+            inferred.graph.add(w.txn, t, EdgeKind::Wr, key);
+        }
+    }
+}
+
+/// Each known adjacency of a key's version order: the earlier version's writer precedes the
+/// later's (ww), and the earlier version's readers anti-depend on it (rw).
+fn follows_edges(
+    follows: &[(u32, Option<i64>, i64)],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    readers: &RegisterReaders,
+    graph: &mut Graph,
+) {
+    for &(key, before, after) in follows {
         let after_writer = writer[&(key, after)].txn;
         if let Some(v) = before {
             if let Some(w) = writer.get(&(key, v)) {
@@ -562,14 +614,23 @@ pub fn rw_register(txns: &[Txn], realtime_versions: bool) -> Result<Inferred, St
             graph.add(r, after_writer, EdgeKind::Rw, key);
         }
     }
-    // The initial state precedes every write: readers of it anti-depend on every writer.
+}
+
+/// The initial state precedes every write: readers of it anti-depend on every writer (up to
+/// [`INITIAL_READ_EDGES_PER_KEY_MAX`] edges per key).
+fn initial_read_edges(
+    txns: &[Txn],
+    writer: &FixedHashMap<(u32, i64), Writer>,
+    readers: &RegisterReaders,
+    graph: &mut Graph,
+) {
     let mut key_writers: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (&(key, _), w) in writer.iter() {
         if w.last_to_key && txns[w.txn as usize].status != Status::Fail {
             key_writers.entry(key).or_default().push(w.txn);
         }
     }
-    for (&(key, value), rs) in &readers {
+    for (&(key, value), rs) in readers {
         if value.is_some() {
             continue;
         }
@@ -586,15 +647,6 @@ pub fn rw_register(txns: &[Txn], realtime_versions: bool) -> Result<Inferred, St
             }
         }
     }
-    if realtime_versions {
-        realtime_successors(txns, &writer, &readers, &committed, &mut graph);
-    }
-    for (t, txn) in txns.iter().enumerate() {
-        if txn.status == Status::Fail {
-            committed[t] = false;
-        }
-    }
-    Ok(Inferred { graph, committed, direct })
 }
 
 /// Under strict serializability a write whose transaction completed before another writer of

@@ -935,10 +935,9 @@ fn check_reference(
     parsed.check_grid(&grid).map_err(|e| ConfigError::new(format!("{name}: {e}")))
 }
 
-/// `bench --experiment FILE`: every run of the file, each checked before any starts. One
-/// piece (about 140 lines): it reads as the command's sequence (parse, check every run and
-/// the reference, then run and report each), and its steps share the planned runs and the
-/// results folder; the per-run work already lives in `plan_run`, `execute` and `keep_run`.
+/// `bench --experiment FILE`: every run of the file, each checked before any starts
+/// ([`plan_experiment`]), then run and kept one by one (the per-run work lives in `execute`
+/// and `keep_run`), and the series report written over the runs kept.
 fn bench_experiment(
     args: &BenchArgs,
     (source, text, reference): ExperimentSource<'_>,
@@ -950,23 +949,7 @@ fn bench_experiment(
         )
         .into());
     }
-    // This command line's own flags (all but --experiment FILE, --preset NAME and --quick)
-    // override the file's keys.
-    let mut cli: Vec<String> = Vec::new();
-    let mut words = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .skip_while(|a| a != "bench")
-        .skip(1);
-    while let Some(word) = words.next() {
-        match word.as_str() {
-            "--experiment" | "--preset" => {
-                words.next();
-            }
-            "--quick" => {}
-            w if w.starts_with("--experiment=") || w.starts_with("--preset=") => {}
-            _ => cli.push(word),
-        }
-    }
+    let cli = own_flags();
     let given = experiment_file::keys_given(&cli);
     let file =
         experiment_file::parse(text, source, &given, args.quick, args.cluster.protocol.as_deref())
@@ -974,48 +957,7 @@ fn bench_experiment(
     if let Some(reference) = &reference {
         check_reference(source, text, reference)?;
     }
-    let mut planned = Vec::with_capacity(file.points.len());
-    for point in &file.points {
-        let argv = ["meridian", "bench"]
-            .into_iter()
-            .map(String::from)
-            .chain(point.args.clone())
-            .chain(cli.clone());
-        let bad = |why: String| ConfigError::new(format!("{source}: run '{}': {why}", point.label));
-        let parsed = Cli::try_parse_from(argv).map_err(|e| {
-            bad(e
-                .render()
-                .to_string()
-                .lines()
-                .next()
-                .unwrap_or("bad flags")
-                .trim_start_matches("error: ")
-                .to_string())
-        })?;
-        let Command::Bench(run_args) = parsed.command else {
-            return Err(bad("not a bench run".into()).into());
-        };
-        for repetition in 0..file.repetitions {
-            let mut rep_args = run_args.clone();
-            if file.repetitions > 1 && rep_args.cluster_file.is_none() {
-                // Repetitions differ in their seed: seed, seed + 1, ...
-                rep_args.cluster.seed =
-                    Some(run_args.cluster.seed.unwrap_or(1).wrapping_add(repetition));
-            }
-            let mut plan = plan_run(&rep_args, default_clients).map_err(|e| bad(e.to_string()))?;
-            if let Planned::Embedded(experiment) = &mut plan {
-                if let Some(floor_s) = experiment.raise_window_to_floor() {
-                    say!(
-                        "{}: window raised to {floor_s:.1} s, 20 round trips of the slowest link",
-                        point.label
-                    );
-                    rep_args.duration = floor_s;
-                }
-            }
-            let repeated = (file.repetitions > 1).then_some(repetition + 1);
-            planned.push((point, repeated, rep_args.duration + rep_args.warmup, plan));
-        }
-    }
+    let planned = plan_experiment(source, &file, &cli, default_clients)?;
     let folder = new_folder(&args.out, &file.name);
     if let Some((_, reference)) = &reference {
         std::fs::create_dir_all(&folder)
@@ -1082,6 +1024,84 @@ fn bench_experiment(
         )));
     }
     Ok(())
+}
+
+/// This command line's own flags (all but `--experiment FILE`, `--preset NAME` and
+/// `--quick`), which override the experiment file's keys.
+fn own_flags() -> Vec<String> {
+    let mut cli: Vec<String> = Vec::new();
+    let mut words = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .skip_while(|a| a != "bench")
+        .skip(1);
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "--experiment" | "--preset" => {
+                words.next();
+            }
+            "--quick" => {}
+            w if w.starts_with("--experiment=") || w.starts_with("--preset=") => {}
+            _ => cli.push(word),
+        }
+    }
+    cli
+}
+
+/// One planned run of an experiment file: its point, its repetition (from 1, when the file
+/// repeats its runs), its planned seconds (warm-up included) and its plan.
+type PlannedRun<'a> = (&'a experiment_file::Point, Option<u64>, f64, Planned);
+
+/// Plans every run of `file` (each point `file.repetitions` times, with the command line's
+/// own flags `cli` after the point's), so that a bad one fails before any starts.
+fn plan_experiment<'a>(
+    source: &str,
+    file: &'a experiment_file::ExperimentFile,
+    cli: &[String],
+    default_clients: u32,
+) -> Result<Vec<PlannedRun<'a>>, Failure> {
+    let mut planned = Vec::with_capacity(file.points.len());
+    for point in &file.points {
+        let argv = ["meridian", "bench"]
+            .into_iter()
+            .map(String::from)
+            .chain(point.args.clone())
+            .chain(cli.to_vec());
+        let bad = |why: String| ConfigError::new(format!("{source}: run '{}': {why}", point.label));
+        let parsed = Cli::try_parse_from(argv).map_err(|e| {
+            bad(e
+                .render()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or("bad flags")
+                .trim_start_matches("error: ")
+                .to_string())
+        })?;
+        let Command::Bench(run_args) = parsed.command else {
+            return Err(bad("not a bench run".into()).into());
+        };
+        for repetition in 0..file.repetitions {
+            let mut rep_args = run_args.clone();
+            if file.repetitions > 1 && rep_args.cluster_file.is_none() {
+                // Repetitions differ in their seed: seed, seed + 1, ...
+                rep_args.cluster.seed =
+                    Some(run_args.cluster.seed.unwrap_or(1).wrapping_add(repetition));
+            }
+            let mut plan = plan_run(&rep_args, default_clients).map_err(|e| bad(e.to_string()))?;
+            if let Planned::Embedded(experiment) = &mut plan {
+                if let Some(floor_s) = experiment.raise_window_to_floor() {
+                    say!(
+                        "{}: window raised to {floor_s:.1} s, 20 round trips of the slowest link",
+                        point.label
+                    );
+                    rep_args.duration = floor_s;
+                }
+            }
+            let repeated = (file.repetitions > 1).then_some(repetition + 1);
+            planned.push((point, repeated, rep_args.duration + rep_args.warmup, plan));
+        }
+    }
+    Ok(planned)
 }
 
 fn bench(args: &BenchArgs) -> Result<(), Failure> {

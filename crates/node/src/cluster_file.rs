@@ -108,17 +108,11 @@ impl ClusterFile {
     pub fn parse(name: &str, text: &str, base: Option<&Path>) -> Result<Self, ConfigError> {
         let file: File = toml::from_str(text)
             .map_err(|e| ConfigError::new(format!("{name}: {}", e.to_string().trim())))?;
-        let bad = |message: String| ConfigError::new(format!("{name}: {message}"));
-        // Errors about one value name the line it is on.
-        let line_of = |span: std::ops::Range<usize>| {
-            text[..span.start.min(text.len())].matches('\n').count() + 1
-        };
-        let bad_at = |span: std::ops::Range<usize>, message: String| {
-            ConfigError::new(format!("{name} line {}: {message}", line_of(span)))
-        };
+        let errors = FileErrors { name, text };
+        let bad = |message: String| errors.bad(message);
         let replicas = *file.replicas.get_ref();
         if replicas > 0 && replicas.is_multiple_of(2) {
-            return Err(bad_at(
+            return Err(errors.bad_at(
                 file.replicas.span(),
                 format!(
                     "replicas = {replicas} is even: it tolerates no more failed replicas than {} would, and a split can leave no majority; use an odd count",
@@ -127,93 +121,17 @@ impl ClusterFile {
             ));
         }
         let protocol = ProtocolKind::parse(&file.protocol).map_err(|e| bad(e.0))?;
-        let protocol_options = match &file.protocol_options {
-            Some(table) => {
-                let given: Vec<(String, String)> = table
-                    .get_ref()
-                    .iter()
-                    .map(|(name, value)| {
-                        let text = match value {
-                            toml::Value::String(s) => s.clone(),
-                            toml::Value::Boolean(true) => "on".into(),
-                            toml::Value::Boolean(false) => "off".into(),
-                            other => other.to_string(),
-                        };
-                        (name.clone(), text)
-                    })
-                    .collect();
-                protocol
-                    .options(&given)
-                    .map_err(|e| bad_at(table.span(), format!("[protocol_options]: {e}")))?
-            }
-            None => protocol.options(&[]).map_err(|e| bad(e.0))?,
-        };
+        let protocol_options = protocol_options(protocol, file.protocol_options.as_ref(), &errors)?;
         let network =
             load_network(&file.network, file.regions.unwrap_or(1), base).map_err(|e| bad(e.0))?;
         let clock =
             ClockModel::preset(file.clock.as_deref().unwrap_or("perfect")).map_err(|e| bad(e.0))?;
-        let mut nodes = Vec::with_capacity(file.node.len());
-        let mut addrs: Vec<SocketAddr> = Vec::with_capacity(file.node.len());
-        for (index, node) in file.node.iter().enumerate() {
-            if node.id as usize != index {
-                return Err(bad(format!(
-                    "node ids must be 0, 1, 2, ... in order; entry {index} has id {}",
-                    node.id
-                )));
-            }
-            let region_name = node.region.get_ref();
-            let region =
-                network.regions.iter().position(|r| r == region_name).ok_or_else(|| {
-                    bad_at(
-                        node.region.span(),
-                        format!(
-                            "node {} is in unknown region '{region_name}'; regions: {}",
-                            node.id,
-                            network.regions.join(", ")
-                        ),
-                    )
-                })?;
-            let addr_text = node.addr.get_ref();
-            let addr: SocketAddr = addr_text.parse().map_err(|e| {
-                bad_at(node.addr.span(), format!("node {}: address '{addr_text}': {e}", node.id))
-            })?;
-            if let Some(other) = addrs.iter().position(|a| *a == addr) {
-                return Err(bad_at(
-                    node.addr.span(),
-                    format!("nodes {other} and {} share the address {addr}", node.id),
-                ));
-            }
-            addrs.push(addr);
-            nodes.push(NodeInfo {
-                region: RegionId(region as u32),
-                replicas: node
-                    .replicas
-                    .iter()
-                    .map(|&(shard, replica)| ReplicaSlot { shard: ShardId(shard), replica })
-                    .collect(),
-                coordinator: node.coordinator,
-            });
-        }
+        let (nodes, addrs) = nodes(&file.node, &network, &errors)?;
         let topology =
             Topology { regions: network.regions.clone(), nodes, shards: file.shards, replicas };
         topology.validate().map_err(|e| bad(e.0))?;
         protocol.check_topology(&topology).map_err(|e| bad(e.0))?;
-        let workload_options = WorkloadOptions {
-            shards: file.shards,
-            keys_per_shard: file.keys_per_shard.unwrap_or(100_000),
-            zipf_theta: file.zipf,
-            ops_max: file.ops_max,
-            distribution: file.distribution.clone(),
-            region_groups: file.region_groups,
-            tpcc: meridian_workloads::tpcc::TpccOptions::from_flags(
-                file.warehouses_per_shard,
-                file.remote_item_pct,
-                file.remote_payment_pct,
-                file.tpcc_mode.as_deref(),
-                file.tpcc_scale.as_deref(),
-            )
-            .map_err(|e| bad(e.0))?,
-        };
+        let workload_options = workload_options(&file, &errors)?;
         let workload =
             meridian_workloads::build(&file.workload, &workload_options).map_err(|e| bad(e.0))?;
         protocol
@@ -221,15 +139,16 @@ impl ClusterFile {
             .map_err(|e| bad(e.0))?;
         let snapshot_interval_entries = match &file.snapshot_interval {
             Some(spanned) => {
-                check_snapshot_interval(*spanned.get_ref())
-                    .map_err(|e| bad_at(spanned.span(), format!("snapshot_interval: {e}")))?;
+                check_snapshot_interval(*spanned.get_ref()).map_err(|e| {
+                    errors.bad_at(spanned.span(), format!("snapshot_interval: {e}"))
+                })?;
                 *spanned.get_ref()
             }
             None => meridian_protocols::SNAPSHOT_INTERVAL_ENTRIES,
         };
         let log_store = match &file.log_store {
             Some(spanned) => meridian_runtime::logstore::LogStoreKind::parse(spanned.get_ref())
-                .map_err(|e| bad_at(spanned.span(), format!("log_store: {e}")))?,
+                .map_err(|e| errors.bad_at(spanned.span(), format!("log_store: {e}")))?,
             None => meridian_runtime::logstore::LogStoreKind::File,
         };
         Ok(Self {
@@ -247,6 +166,126 @@ impl ClusterFile {
             text_hash: fnv1a(FNV_OFFSET, text.as_bytes()),
         })
     }
+}
+
+/// Errors about a cluster file named `name`, whose text is `text`.
+struct FileErrors<'a> {
+    name: &'a str,
+    text: &'a str,
+}
+
+impl FileErrors<'_> {
+    /// An error about the file.
+    fn bad(&self, message: String) -> ConfigError {
+        ConfigError::new(format!("{}: {message}", self.name))
+    }
+
+    /// An error about one value, naming the line it is on (`span` is its place in the text).
+    fn bad_at(&self, span: std::ops::Range<usize>, message: String) -> ConfigError {
+        let line = self.text[..span.start.min(self.text.len())].matches('\n').count() + 1;
+        ConfigError::new(format!("{} line {line}: {message}", self.name))
+    }
+}
+
+/// The protocol's options from `[protocol_options]` (strings as they are, booleans as on and
+/// off, numbers as written), or its defaults without the table.
+fn protocol_options(
+    protocol: ProtocolKind,
+    table: Option<&toml::Spanned<toml::Table>>,
+    errors: &FileErrors<'_>,
+) -> Result<ProtocolOptions, ConfigError> {
+    match table {
+        Some(table) => {
+            let given: Vec<(String, String)> = table
+                .get_ref()
+                .iter()
+                .map(|(name, value)| {
+                    let text = match value {
+                        toml::Value::String(s) => s.clone(),
+                        toml::Value::Boolean(true) => "on".into(),
+                        toml::Value::Boolean(false) => "off".into(),
+                        other => other.to_string(),
+                    };
+                    (name.clone(), text)
+                })
+                .collect();
+            protocol
+                .options(&given)
+                .map_err(|e| errors.bad_at(table.span(), format!("[protocol_options]: {e}")))
+        }
+        None => protocol.options(&[]).map_err(|e| errors.bad(e.0)),
+    }
+}
+
+/// The `[[node]]` entries as the topology's nodes, with their listening addresses: ids in
+/// order from 0, regions of `network`, addresses distinct.
+fn nodes(
+    file_nodes: &[FileNode],
+    network: &NetworkModel,
+    errors: &FileErrors<'_>,
+) -> Result<(Vec<NodeInfo>, Vec<SocketAddr>), ConfigError> {
+    let mut nodes = Vec::with_capacity(file_nodes.len());
+    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(file_nodes.len());
+    for (index, node) in file_nodes.iter().enumerate() {
+        if node.id as usize != index {
+            return Err(errors.bad(format!(
+                "node ids must be 0, 1, 2, ... in order; entry {index} has id {}",
+                node.id
+            )));
+        }
+        let region_name = node.region.get_ref();
+        let region = network.regions.iter().position(|r| r == region_name).ok_or_else(|| {
+            errors.bad_at(
+                node.region.span(),
+                format!(
+                    "node {} is in unknown region '{region_name}'; regions: {}",
+                    node.id,
+                    network.regions.join(", ")
+                ),
+            )
+        })?;
+        let addr_text = node.addr.get_ref();
+        let addr: SocketAddr = addr_text.parse().map_err(|e| {
+            errors.bad_at(node.addr.span(), format!("node {}: address '{addr_text}': {e}", node.id))
+        })?;
+        if let Some(other) = addrs.iter().position(|a| *a == addr) {
+            return Err(errors.bad_at(
+                node.addr.span(),
+                format!("nodes {other} and {} share the address {addr}", node.id),
+            ));
+        }
+        addrs.push(addr);
+        nodes.push(NodeInfo {
+            region: RegionId(region as u32),
+            replicas: node
+                .replicas
+                .iter()
+                .map(|&(shard, replica)| ReplicaSlot { shard: ShardId(shard), replica })
+                .collect(),
+            coordinator: node.coordinator,
+        });
+    }
+    Ok((nodes, addrs))
+}
+
+/// The workload's options from the file's keys (defaults where it has none).
+fn workload_options(file: &File, errors: &FileErrors<'_>) -> Result<WorkloadOptions, ConfigError> {
+    Ok(WorkloadOptions {
+        shards: file.shards,
+        keys_per_shard: file.keys_per_shard.unwrap_or(100_000),
+        zipf_theta: file.zipf,
+        ops_max: file.ops_max,
+        distribution: file.distribution.clone(),
+        region_groups: file.region_groups,
+        tpcc: meridian_workloads::tpcc::TpccOptions::from_flags(
+            file.warehouses_per_shard,
+            file.remote_item_pct,
+            file.remote_payment_pct,
+            file.tpcc_mode.as_deref(),
+            file.tpcc_scale.as_deref(),
+        )
+        .map_err(|e| errors.bad(e.0))?,
+    })
 }
 
 /// A network preset name, or a matrix file path (relative to `base`).

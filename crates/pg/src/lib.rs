@@ -241,17 +241,85 @@ async fn run_in_schema(
         running: (0..experiment.clients).map(|_| Mutex::new(None)).collect(),
         clock: WallClock::new(),
     });
-    let mut connections = Vec::with_capacity(experiment.clients as usize);
-    for _ in 0..experiment.clients {
+    let connections = open_connections(config, schema, experiment.clients).await?;
+    let (sender, mut completions) = mpsc::channel::<Completion>(COMPLETIONS_QUEUED_MAX);
+    let start = shared.clock.now_ns();
+    let window_start = start + (experiment.warmup_s * 1e9) as u64;
+    let window_end = window_start + (experiment.duration_s * 1e9) as u64;
+    let tasks = spawn_clients(experiment, workload.as_ref(), connections, &shared, sender);
+    let mut checker = workload.checker();
+    let mut stats = RunStats::new(window_start, window_end);
+    stats.name_types(&shared.registry);
+    let bar = meridian_bench::run::progress_bar(
+        experiment.warmup_s + experiment.duration_s,
+        experiment.progress,
+    );
+    let mut ticker = tokio::time::interval(Duration::from_millis(100));
+    while shared.clock.now_ns() < window_end && !meridian_bench::run::interrupted() {
+        tokio::select! {
+            Some(c) = completions.recv() => record_completion(&mut stats, checker.as_mut(), c),
+            _ = ticker.tick() => {
+                let elapsed_s = (shared.clock.now_ns() - start) as f64 / 1e9;
+                bar.set_position((elapsed_s * 10.0) as u64);
+                bar.set_message(format!("{} committed in window", stats.committed));
+            }
+        }
+    }
+    stop_clients(&shared, tasks, &mut completions, &mut stats, checker.as_mut()).await;
+    bar.finish_and_clear();
+    if meridian_bench::run::interrupted() {
+        return Err(ConfigError::new("interrupted; the run's server and data are removed"));
+    }
+    let stores = read_back(admin, &shared).await.map_err(|e| {
+        ConfigError::new(format!("postgres: cannot read the tables back for the checks: {e}"))
+    })?;
+    let views: Vec<(ShardId, &MvccStore)> = stores.iter().map(|(s, store)| (*s, store)).collect();
+    let checks = checker.check(&views);
+    let parameters = parameters(experiment, workload.as_ref(), version, settings);
+    let summary = stats.summary();
+    Ok(RunOutput {
+        parameters,
+        summary,
+        first_failure: stats.first_failure.clone(),
+        checks,
+        checks_note: None,
+        load: Some(meridian_bench::run::LoadReport { seconds: load_s, peak_rss_mib: None }),
+        links: Vec::new(),
+        node_panics: Vec::new(),
+        messages_dropped: 0,
+        protocol_counters: BTreeMap::new(),
+        faults_applied: Vec::new(),
+        messages_cut: 0,
+        history_json: checker.history_json(),
+    })
+}
+
+/// One connection per client, in the run's schema.
+async fn open_connections(
+    config: &Config,
+    schema: &str,
+    clients: u32,
+) -> Result<Vec<Client>, ConfigError> {
+    let mut connections = Vec::with_capacity(clients as usize);
+    for _ in 0..clients {
         let client = connect(config, Some(schema)).await.map_err(|e| {
             ConfigError::new(format!("postgres: cannot open a client connection: {e}"))
         })?;
         connections.push(client);
     }
-    let (sender, mut completions) = mpsc::channel::<Completion>(COMPLETIONS_QUEUED_MAX);
-    let start = shared.clock.now_ns();
-    let window_start = start + (experiment.warmup_s * 1e9) as u64;
-    let window_end = window_start + (experiment.duration_s * 1e9) as u64;
+    Ok(connections)
+}
+
+/// Starts a client per connection, numbered in order, each with its own generator and seed;
+/// they send their completions on `sender` (dropped here, so the queue closes once every
+/// client has stopped).
+fn spawn_clients(
+    experiment: &PgExperiment,
+    workload: &dyn Workload,
+    connections: Vec<Client>,
+    shared: &Arc<Shared>,
+    sender: mpsc::Sender<Completion>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::with_capacity(connections.len());
     for (number, connection) in connections.into_iter().enumerate() {
         let generator = workload.generator(number as u32, experiment.seed);
@@ -265,36 +333,32 @@ async fn run_in_schema(
             seed,
         )));
     }
-    drop(sender);
-    let mut checker = workload.checker();
-    let mut stats = RunStats::new(window_start, window_end);
-    stats.name_types(&shared.registry);
-    let bar = meridian_bench::run::progress_bar(
-        experiment.warmup_s + experiment.duration_s,
-        experiment.progress,
-    );
-    let add = |stats: &mut RunStats, checker: &mut dyn InvariantCheck, c: Completion| {
-        stats.add(&c, None);
-        meridian_workloads::observe_completion(checker, &c);
-    };
-    let mut ticker = tokio::time::interval(Duration::from_millis(100));
-    while shared.clock.now_ns() < window_end && !meridian_bench::run::interrupted() {
-        tokio::select! {
-            Some(c) = completions.recv() => add(&mut stats, checker.as_mut(), c),
-            _ = ticker.tick() => {
-                let elapsed_s = (shared.clock.now_ns() - start) as f64 / 1e9;
-                bar.set_position((elapsed_s * 10.0) as u64);
-                bar.set_message(format!("{} committed in window", stats.committed));
-            }
-        }
-    }
+    tasks
+}
+
+/// Counts one completion and shows it to the checker.
+fn record_completion(stats: &mut RunStats, checker: &mut dyn InvariantCheck, c: Completion) {
+    stats.add(&c, None);
+    meridian_workloads::observe_completion(checker, &c);
+}
+
+/// Tells the clients to stop and waits for their last requests (at most [`FINISH_WAIT`]),
+/// then cancels the rest: everything they completed is counted, and every request still
+/// running is reported to the checker as unanswered.
+async fn stop_clients(
+    shared: &Shared,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    completions: &mut mpsc::Receiver<Completion>,
+    stats: &mut RunStats,
+    checker: &mut dyn InvariantCheck,
+) {
     shared.stop.store(true, Ordering::SeqCst);
     let finish = tokio::time::sleep(FINISH_WAIT);
     tokio::pin!(finish);
     loop {
         tokio::select! {
             next = completions.recv() => match next {
-                Some(c) => add(&mut stats, checker.as_mut(), c),
+                Some(c) => record_completion(stats, checker, c),
                 None => break, // Every client has stopped.
             },
             _ = &mut finish => break,
@@ -307,23 +371,23 @@ async fn run_in_schema(
         let _ = task.await; // Finished or cancelled: its slot and queue are final now.
     }
     while let Ok(c) = completions.try_recv() {
-        add(&mut stats, checker.as_mut(), c);
+        record_completion(stats, checker, c);
     }
     for (number, slot) in shared.running.iter().enumerate() {
         if let Some((request, txn, at)) = slot.lock().expect("running lock").take() {
             checker.unanswered(number as u32, request, &txn, at);
         }
     }
-    bar.finish_and_clear();
-    if meridian_bench::run::interrupted() {
-        return Err(ConfigError::new("interrupted; the run's server and data are removed"));
-    }
-    let stores = read_back(admin, &shared).await.map_err(|e| {
-        ConfigError::new(format!("postgres: cannot read the tables back for the checks: {e}"))
-    })?;
-    let views: Vec<(ShardId, &MvccStore)> = stores.iter().map(|(s, store)| (*s, store)).collect();
-    let checks = checker.check(&views);
-    let parameters = serde_json::json!({
+}
+
+/// The run's parameters as the report shows them.
+fn parameters(
+    experiment: &PgExperiment,
+    workload: &dyn Workload,
+    version: String,
+    settings: BTreeMap<String, String>,
+) -> serde_json::Value {
+    serde_json::json!({
         "mode": "postgres",
         "protocol": "postgres",
         "protocol_options": { "isolation": experiment.isolation.name() },
@@ -344,22 +408,6 @@ async fn run_in_schema(
         "seed": experiment.seed,
         "meridian_version": env!("CARGO_PKG_VERSION"),
         "provenance": meridian_bench::report::provenance(),
-    });
-    let summary = stats.summary();
-    Ok(RunOutput {
-        parameters,
-        summary,
-        first_failure: stats.first_failure.clone(),
-        checks,
-        checks_note: None,
-        load: Some(meridian_bench::run::LoadReport { seconds: load_s, peak_rss_mib: None }),
-        links: Vec::new(),
-        node_panics: Vec::new(),
-        messages_dropped: 0,
-        protocol_counters: BTreeMap::new(),
-        faults_applied: Vec::new(),
-        messages_cut: 0,
-        history_json: checker.history_json(),
     })
 }
 

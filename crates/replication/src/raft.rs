@@ -332,38 +332,34 @@ fn wire_messages(bytes: Vec<u8>, id: u64) -> Vec<ReplicaMsg> {
         .collect()
 }
 
-impl std::fmt::Debug for RaftReplica {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RaftReplica")
-            .field("group", &self.group)
-            .field("id", &self.node.raft.id)
-            .field("term", &self.node.raft.term)
-            .field("role", &self.node.raft.state)
-            .field("commit", &self.node.raft.raft_log.committed)
-            .field("snapshot", &self.node.store().snapshot_index())
-            .finish()
-    }
+/// A restore error of group `group`.
+fn group_error(group: u32, what: String) -> RestoreError {
+    RestoreError(format!("group {group}: {what}"))
 }
 
-impl RaftReplica {
-    /// Member `slot` of group `group` with `members` members, rebuilt from `durable` (the
-    /// node's log store: empty on first start).
-    pub fn restore(
+/// One group's durable records, as [`RaftReplica::restore`] reads them back.
+struct Records {
+    hard_state: Option<HardState>,
+    snapshot: Option<Snapshot>,
+    /// The log after the snapshot, without gaps.
+    entries: Vec<Entry>,
+}
+
+impl Records {
+    /// Reads group `group`'s records from `durable`: every one must decode, a snapshot must
+    /// name the group's `members` (`conf_state`), and the entries must follow it without a
+    /// gap.
+    fn read(
         group: u32,
-        slot: Slot,
         members: u32,
-        timing: RaftTiming,
+        conf_state: &ConfState,
         durable: &BTreeMap<Vec<u8>, Vec<u8>>,
     ) -> Result<Self, RestoreError> {
-        assert!(slot < members, "slot {slot} of a {members}-member group");
-        let voters: Vec<u64> = (1..=u64::from(members)).collect();
-        let conf_state = ConfState::from((voters, Vec::new()));
-        let mem = MemStorage::new_with_conf_state(conf_state.clone());
         let mut entries = Vec::new();
         let prefix = key_prefix(group);
         let mut hard_state = None;
         let mut snapshot = None;
-        let error = |what: String| RestoreError(format!("group {group}: {what}"));
+        let error = |what: String| group_error(group, what);
         for (key, value) in durable.range(prefix.clone()..) {
             if !key.starts_with(&prefix) {
                 break;
@@ -394,8 +390,9 @@ impl RaftReplica {
                 _ => return Err(error(format!("unknown record {key:?}"))),
             }
         }
-        let snapshot_index = snapshot.as_ref().map_or(0, |s| s.get_metadata().index);
-        for (i, entry) in entries.iter().enumerate() {
+        let records = Self { hard_state, snapshot, entries };
+        let snapshot_index = records.snapshot_index();
+        for (i, entry) in records.entries.iter().enumerate() {
             let expected = snapshot_index + 1 + i as u64;
             if entry.index != expected {
                 return Err(error(format!(
@@ -405,13 +402,32 @@ impl RaftReplica {
                 )));
             }
         }
-        let durable_last_index = entries.last().map_or(snapshot_index, |e| e.index);
+        Ok(records)
+    }
+
+    /// The snapshot's index (0: none).
+    fn snapshot_index(&self) -> u64 {
+        self.snapshot.as_ref().map_or(0, |s| s.get_metadata().index)
+    }
+
+    /// The last durable index: the last entry's, else the snapshot's.
+    fn last_index(&self) -> u64 {
+        self.entries.last().map_or(self.snapshot_index(), |e| e.index)
+    }
+
+    /// Raft-rs's storage holding the records, for group `group` of `conf_state`. The hard
+    /// state may not commit past the log's end.
+    fn storage(&self, group: u32, conf_state: &ConfState) -> Result<LogStorage, RestoreError> {
+        let error = |what: String| group_error(group, what);
+        let snapshot_index = self.snapshot_index();
+        let durable_last_index = self.last_index();
+        let mem = MemStorage::new_with_conf_state(conf_state.clone());
         let mut storage = LogStorage { mem, snapshot: Snapshot::default() };
-        if let Some(snap) = &snapshot {
+        if let Some(snap) = &self.snapshot {
             storage.mem.wl().apply_snapshot(snap.clone()).map_err(|e| error(e.to_string()))?;
             storage.snapshot = snap.clone();
         }
-        if let Some(mut hs) = hard_state {
+        if let Some(mut hs) = self.hard_state.clone() {
             if hs.commit > durable_last_index {
                 return Err(error(format!(
                     "hard state commits {} but the log ends at {durable_last_index}",
@@ -420,7 +436,7 @@ impl RaftReplica {
             }
             // A snapshot is of committed state; the hard state written before it may say less.
             hs.commit = hs.commit.max(snapshot_index);
-            let snapshot_term = snapshot.as_ref().map_or(0, |s| s.get_metadata().term);
+            let snapshot_term = self.snapshot.as_ref().map_or(0, |s| s.get_metadata().term);
             if hs.term < snapshot_term {
                 // Never the case when the snapshot was written after the hard state of its
                 // term; kept safe anyway: a newer term, with no vote cast in it.
@@ -429,22 +445,64 @@ impl RaftReplica {
             }
             storage.mem.wl().set_hardstate(hs);
         }
-        storage.mem.wl().append(&entries).map_err(|e| error(e.to_string()))?;
-        let config = Config {
-            id: u64::from(slot) + 1,
-            election_tick: timing.election_ticks,
-            heartbeat_tick: timing.heartbeat_ticks,
-            min_election_tick: timing.election_ticks,
-            max_election_tick: 2 * timing.election_ticks,
-            // The state machine lives in memory: it is rebuilt from the snapshot, then by
-            // replaying the committed entries after it.
-            applied: snapshot_index,
-            max_size_per_msg: MSG_BYTES_MAX,
-            max_inflight_msgs: INFLIGHT_MSGS_MAX,
-            check_quorum: true,
-            pre_vote: true,
-            ..Config::default()
-        };
+        storage.mem.wl().append(&self.entries).map_err(|e| error(e.to_string()))?;
+        Ok(storage)
+    }
+}
+
+/// Raft-rs's configuration for member `slot`, whose state machine has applied up to
+/// `applied` (the restored snapshot's index).
+fn raft_config(slot: Slot, timing: &RaftTiming, applied: u64) -> Config {
+    Config {
+        id: u64::from(slot) + 1,
+        election_tick: timing.election_ticks,
+        heartbeat_tick: timing.heartbeat_ticks,
+        min_election_tick: timing.election_ticks,
+        max_election_tick: 2 * timing.election_ticks,
+        // The state machine lives in memory: it is rebuilt from the snapshot, then by
+        // replaying the committed entries after it.
+        applied,
+        max_size_per_msg: MSG_BYTES_MAX,
+        max_inflight_msgs: INFLIGHT_MSGS_MAX,
+        check_quorum: true,
+        pre_vote: true,
+        ..Config::default()
+    }
+}
+
+impl std::fmt::Debug for RaftReplica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftReplica")
+            .field("group", &self.group)
+            .field("id", &self.node.raft.id)
+            .field("term", &self.node.raft.term)
+            .field("role", &self.node.raft.state)
+            .field("commit", &self.node.raft.raft_log.committed)
+            .field("snapshot", &self.node.store().snapshot_index())
+            .finish()
+    }
+}
+
+impl RaftReplica {
+    /// Member `slot` of group `group` with `members` members, rebuilt from `durable` (the
+    /// node's log store: empty on first start).
+    pub fn restore(
+        group: u32,
+        slot: Slot,
+        members: u32,
+        timing: RaftTiming,
+        durable: &BTreeMap<Vec<u8>, Vec<u8>>,
+    ) -> Result<Self, RestoreError> {
+        assert!(slot < members, "slot {slot} of a {members}-member group");
+        let voters: Vec<u64> = (1..=u64::from(members)).collect();
+        let conf_state = ConfState::from((voters, Vec::new()));
+        let error = |what: String| group_error(group, what);
+        let records = Records::read(group, members, &conf_state, durable)?;
+        let snapshot_index = records.snapshot_index();
+        let durable_last_index = records.last_index();
+        let storage = records.storage(group, &conf_state)?;
+        let snapshot = records.snapshot;
+        let config = raft_config(slot, &timing, snapshot_index);
         config.validate().map_err(|e| error(e.to_string()))?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&config, storage, &logger).map_err(|e| error(e.to_string()))?;

@@ -236,6 +236,10 @@ impl ProtocolVisitor for RunSeed<'_> {
 /// Builds a node from its context and what its disk holds.
 type BuildNode<N> = fn(NodeContext, &BTreeMap<Vec<u8>, Vec<u8>>) -> N;
 
+/// Builds the simulator for one seed, runs it until the clients finish (then drains), and
+/// checks what it left. Kept as one piece: the setup, the step loop, the drain and the checks
+/// share the sim, the checker, the report and the budget, and their order is what a seed's
+/// trace hash means; split, they would pass all of that around and blur that order.
 fn run_with<N: ProtocolNode>(
     options: &SimRunOptions,
     workload: Arc<dyn Workload>,
