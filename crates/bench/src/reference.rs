@@ -22,7 +22,7 @@
 //! in their client count, the throughput ratio from the fewest clients to the most, published
 //! against ours.
 
-use crate::study::SavedRun;
+use crate::saved::SavedRun;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

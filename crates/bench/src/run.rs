@@ -617,7 +617,7 @@ fn output(
         "keys_per_shard": experiment.workload_options.keys_per_shard,
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "meridian_version": env!("CARGO_PKG_VERSION"),
-        "provenance": crate::report::provenance(),
+        "provenance": crate::provenance::provenance(),
     });
     RunOutput {
         parameters,

@@ -415,7 +415,7 @@ fn sim_output(
         "virtual_s": report.virtual_ns as f64 / 1e9,
         "trace_hash": format!("{:016x}", report.trace_hash),
         "meridian_version": env!("CARGO_PKG_VERSION"),
-        "provenance": meridian_bench::report::provenance(),
+        "provenance": meridian_bench::provenance::provenance(),
     });
     let mut summary = stats.summary();
     summary.deliveries_per_commit =

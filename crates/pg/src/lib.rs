@@ -407,7 +407,7 @@ fn parameters(
         "warmup_s": experiment.warmup_s,
         "seed": experiment.seed,
         "meridian_version": env!("CARGO_PKG_VERSION"),
-        "provenance": meridian_bench::report::provenance(),
+        "provenance": meridian_bench::provenance::provenance(),
     })
 }
 

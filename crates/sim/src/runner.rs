@@ -2,7 +2,6 @@
 //! committed, the invariant checks, liveness, and the trace hash that identifies the schedule.
 //! `meridian sim` and the scenario tests use it.
 
-use crate::swarm::FaultPlan;
 use crate::{Chaos, Fault, Sim, SimConfig, SimStats};
 use meridian_core::clock::ClockModel;
 use meridian_core::netmodel::NetworkModel;
@@ -125,19 +124,6 @@ impl SimRunOptions {
             client_regions: Vec::new(),
             restart_clock_step_back_ns: 0,
         }
-    }
-
-    /// Applies a swarm fault plan.
-    pub fn with_plan(mut self, plan: &FaultPlan) -> Self {
-        self.faults = plan.faults.clone();
-        self.chaos = plan.chaos;
-        self.clock = plan.clock;
-        self.disk_sync_ns = Some(plan.disk_sync_ns);
-        self.restart_clock_step_back_ns = plan.restart_clock_step_back_ns;
-        if let Some(limits) = plan.limits {
-            self.limits = limits;
-        }
-        self
     }
 }
 

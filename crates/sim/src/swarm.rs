@@ -51,6 +51,21 @@ fn pick<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
     items[uniform_u64(rng, items.len() as u64) as usize]
 }
 
+impl SimRunOptions {
+    /// Applies a swarm fault plan.
+    pub fn with_plan(mut self, plan: &FaultPlan) -> Self {
+        self.faults = plan.faults.clone();
+        self.chaos = plan.chaos;
+        self.clock = plan.clock;
+        self.disk_sync_ns = Some(plan.disk_sync_ns);
+        self.restart_clock_step_back_ns = plan.restart_clock_step_back_ns;
+        if let Some(limits) = plan.limits {
+            self.limits = limits;
+        }
+        self
+    }
+}
+
 impl FaultPlan {
     /// Draws the plan of `seed` for `topology`, crashing only nodes `may_crash` allows, with
     /// faults inside the first `window_ns` of the run.
