@@ -475,7 +475,8 @@ pub fn recover(
     recover_with_view(durable).map(|(shards, seqs, _)| (shards, seqs))
 }
 
-/// [`recover`], and the latest view the journal holds ([`Record::View`]).
+/// [`recover`], and the latest view the journal holds ([`Record::View`]). One piece: a single
+/// pass over the records in the order written, an arm of a line or two per kind of record.
 pub fn recover_with_view(durable: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<Journaled, String> {
     let mut view: Option<JournaledView> = None;
     let mut shards: BTreeMap<ShardId, Recovered> = BTreeMap::new();
