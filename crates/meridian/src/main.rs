@@ -1292,7 +1292,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).init();
+    // Colour codes only for a terminal: a log file or a pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
     let result = match &cli.command {
         Command::Bench(args) => bench(args),
         Command::Sim(args) => simcmd::sim(args),

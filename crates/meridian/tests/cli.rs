@@ -607,6 +607,50 @@ coordinator = true
     path
 }
 
+/// `server` refuses, with one line and exit 2, a node outside the file (naming the nodes it
+/// has), a coordinator node (which runs inside `bench --cluster`, `kv` or a client), and a
+/// port in use, and in every case creates no data directory; its log carries no colour codes
+/// when stderr is not a terminal.
+#[test]
+fn a_server_that_cannot_serve_is_refused_before_it_touches_its_data_directory() {
+    let dir = scratch("server-refusals");
+    let (server_port, client_port) = (free_port(), free_port());
+    let file = cluster_file(&dir, server_port, client_port);
+    let config = file.to_str().unwrap();
+    let data = dir.join("data");
+    let data_dir = data.to_str().unwrap();
+    for (node, says) in [("2", "the cluster file has nodes 0 to 1"), ("1", "a coordinator node")] {
+        let out = run(&["server", "--config", config, "--node", node, "--data-dir", data_dir]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--node {node}: {stderr}");
+        assert!(stderr.contains(says), "--node {node}: {stderr}");
+        assert!(!data.exists(), "--node {node} created the data directory");
+    }
+    let taken = std::net::TcpListener::bind(("127.0.0.1", server_port)).unwrap();
+    let out = run(&["server", "--config", config, "--node", "0", "--data-dir", data_dir]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot listen on"), "{stderr}");
+    assert!(!data.exists(), "a port in use created the data directory");
+    drop(taken);
+    // Served, its log (stderr, a pipe here) is plain text.
+    let mut child = meridian()
+        .args(["server", "--config", config, "--node", "0", "--data-dir", data_dir])
+        .args(["--log-level", "info"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_port(server_port);
+    // The line after the listener is bound.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(log.contains("serving"), "{log}");
+    assert!(!log.contains('\u{1b}'), "colour codes in a piped log: {log:?}");
+}
+
 /// `tiga` (in either mode, set in the cluster file) and `luigi` run as a durable server
 /// process (their leaders journal their logs) driven over TCP, tiga commits on its fast path
 /// and luigi on its only (slow) path.

@@ -46,13 +46,19 @@ pub fn run_server(
     data_dir: Option<&Path>,
 ) -> Result<(), ServeError> {
     let id = NodeId(node);
-    if node as usize >= file.topology.nodes.len() {
+    check_node(file, node)?;
+    if file.topology.nodes[node as usize].replicas.is_empty() {
         return Err(ConfigError::new(format!(
-            "--node {node}: the cluster file has nodes 0..{}",
-            file.topology.nodes.len()
+            "--node {node}: a coordinator node (it hosts no replica): it runs inside \
+             `bench --cluster`, `kv` or a client, not as a server"
         ))
         .into());
     }
+    // A port in use is refused before the data directory is created or its log opened: the
+    // listener is bound here once and let go, and the runtime binds it again when it starts.
+    let addr = file.addrs[node as usize];
+    std::net::TcpListener::bind(addr)
+        .map_err(|e| ConfigError::new(format!("node {node}: cannot listen on {addr}: {e}")))?;
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
@@ -89,6 +95,18 @@ impl ProtocolVisitor for Serve<'_> {
     }
 }
 
+/// `node` is a node of `file`.
+fn check_node(file: &ClusterFile, node: u32) -> Result<(), ConfigError> {
+    let nodes = file.topology.nodes.len();
+    if node as usize >= nodes {
+        return Err(ConfigError::new(format!(
+            "--node {node}: the cluster file has nodes 0 to {}",
+            nodes.saturating_sub(1)
+        )));
+    }
+    Ok(())
+}
+
 /// The identity of node `node`'s data directory in the cluster of `file`.
 fn data_identity(file: &ClusterFile, node: u32) -> String {
     format!(
@@ -110,12 +128,7 @@ pub fn verify_data_dir(
     node: u32,
     dir: &Path,
 ) -> Result<(Vec<CheckResult>, Replayed), ConfigError> {
-    if node as usize >= file.topology.nodes.len() {
-        return Err(ConfigError::new(format!(
-            "--node {node}: the cluster file has nodes 0..{}",
-            file.topology.nodes.len()
-        )));
-    }
+    check_node(file, node)?;
     let recovered = LogStore::read(file.log_store, dir, &data_identity(file, node))
         .map_err(ConfigError::new)?;
     let workload: Arc<dyn Workload> =
