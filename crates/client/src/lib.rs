@@ -59,6 +59,22 @@ pub use meridian_core::key::{Key, Value};
 pub use meridian_core::time::Timestamp;
 pub use meridian_core::txn::{AbortCause, Args, Datum, TxnOutcome};
 
+/// The table of plain-text keys, shared with `meridian kv`: the text `name` is the key
+/// `240 ‖ name` (its bytes, unescaped, so that text keys scan in text order).
+pub const TEXT_TABLE: u8 = 240;
+
+/// The key `meridian kv` means by the text `name` (`kv put alice 5` writes
+/// `text_key("alice")`).
+///
+/// ```
+/// use meridian_client::{text_key, Key, TEXT_TABLE};
+/// assert_eq!(text_key("alice"), Key::from([&[TEXT_TABLE][..], b"alice"].concat()));
+/// assert!(text_key("alice") < text_key("bob"));
+/// ```
+pub fn text_key(name: &str) -> Key {
+    Key::from([&[TEXT_TABLE], name.as_bytes()].concat())
+}
+
 /// Why an operation did not succeed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {

@@ -281,9 +281,10 @@ fn kv_runs_statements_as_one_transaction_and_refuses_bad_ones_before_starting() 
     // A transaction that never commits promises nothing about what it read (occ validates
     // reads at commit, and a shard may still hold the first commit prepared: its coordinator
     // acknowledged it before every shard applied it). One that commits reads it.
+    // Ending without `commit` fails (exit 1), saying so: nothing was applied.
     let output = kv("get t3:1 t3:5");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("no commit: aborted"), "{stdout}");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no commit"));
     let started = Instant::now();
     let stdout = loop {
         let output = kv("get t3:1 t3:5; commit");
@@ -294,5 +295,52 @@ fn kv_runs_statements_as_one_transaction_and_refuses_bad_ones_before_starting() 
     };
     assert!(stdout.contains("t3:1 = 0x2823000000000000 (i64:9000)"), "{stdout}");
     assert!(stdout.contains("t3:5 = 0xf82a000000000000 (i64:11000)"), "{stdout}");
+
+    // Standard input: `;` separates statements there too, and a quoted value is text.
+    let piped = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = meridian()
+            .arg("kv")
+            .arg("--config")
+            .arg(&file)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let output = piped(&["txn"], "put note \"hello; world\"; get note; commit\n");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("note = \"hello; world\""), "{stdout}");
+    assert!(stdout.contains("committed at"), "{stdout}");
+    // A mistyped number is refused, not stored as text.
+    let output = kv("put frank i46:5; commit");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("i46: is no value type"));
+
+    // A session: statements run as lines come; a bad line or a failed statement is reported
+    // and the session goes on; `commit` ends a transaction and the next begins anew.
+    let session = "put greeting \"hi there\"\nfrobnicate\nput x i46:5\ncommit\n\
+                   get greeting; commit\nget greeting; quit\nhelp\nquit\nget never\n";
+    let output = piped(&["txn", "--interactive"], session);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("kv> put greeting \"hi there\""), "{stdout}");
+    assert!(stdout.contains("kv txn> frobnicate"), "the transaction stays open: {stdout}");
+    assert!(stdout.contains("unknown statement"), "{stdout}");
+    assert!(stdout.contains("i46: is no value type"), "{stdout}");
+    assert_eq!(stdout.matches("committed at").count(), 2, "{stdout}");
+    assert!(stdout.contains("greeting = \"hi there\""), "{stdout}");
+    assert!(stdout.contains("stand alone on their line"), "{stdout}");
+    assert!(stdout.contains("statements: get K"), "help: {stdout}");
+    assert!(!stdout.contains("never"), "nothing after quit: {stdout}");
+    // A session that ends with a transaction open fails, as a script does.
+    let output = piped(&["txn", "--interactive"], "put y 1\n");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no commit"));
     let _ = std::fs::remove_dir_all(&dir);
 }
