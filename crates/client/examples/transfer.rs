@@ -5,10 +5,11 @@
 //! cargo run -p meridian-client --example transfer -- cluster.toml 1 5 250
 //! ```
 //!
-//! Reads both balances in one round, writes both, commits; a conflict aborts the transaction
-//! with nothing applied, and it runs again after a pause that grows with the aborts (two
-//! clients retrying in lockstep could keep refusing each other under 2PL no-wait). An
-//! overdraft is refused by the program itself (it aborts the transaction).
+//! Reads both balances in one round, writes both, commits, through [`Client::transact`]: a
+//! conflict aborts the transaction with nothing applied, and the helper runs it again after a
+//! pause that grows with the aborts (two clients retrying in lockstep could keep refusing
+//! each other under 2PL no-wait). An overdraft is refused by the program itself: its error is
+//! not retryable, so the transaction is aborted and the helper returns it.
 
 use meridian_client::{Client, Error, Key};
 
@@ -17,60 +18,38 @@ fn account(n: u64) -> Key {
     Key::table(3).u64(n).build()
 }
 
-fn cents(value: Option<Vec<u8>>, n: u64) -> Result<i64, String> {
-    let bytes = value.ok_or_else(|| format!("account {n} does not exist"))?;
-    let bytes: [u8; 8] = bytes.try_into().map_err(|_| format!("account {n}: not a balance"))?;
+fn cents(value: Option<Vec<u8>>, n: u64) -> Result<i64, Error> {
+    let bytes = value.ok_or_else(|| Error::Failed(format!("account {n} does not exist")))?;
+    let bytes: [u8; 8] =
+        bytes.try_into().map_err(|_| Error::Failed(format!("account {n}: not a balance")))?;
     Ok(i64::from_le_bytes(bytes))
 }
 
-async fn transfer(client: &Client, from: u64, to: u64, amount: i64) -> Result<(), String> {
-    for attempt in 1.. {
-        let mut txn = client.begin().await.map_err(|e| e.to_string())?;
-        let balances = match txn.get_many(&[account(from), account(to)]).await {
-            Ok(balances) => balances,
-            Err(e) if e.is_retryable() => {
-                backoff(attempt).await;
-                continue;
-            }
-            Err(e) => return Err(e.to_string()),
-        };
-        let mut balances = balances.into_iter();
-        let a = cents(balances.next().flatten(), from)?;
-        let b = cents(balances.next().flatten(), to)?;
-        if a < amount {
-            txn.abort().await.map_err(|e| e.to_string())?;
-            return Err(format!("account {from} holds {a} cents, cannot pay {amount}"));
-        }
-        txn.put(account(from), (a - amount).to_le_bytes().to_vec()).map_err(|e| e.to_string())?;
-        txn.put(account(to), (b + amount).to_le_bytes().to_vec()).map_err(|e| e.to_string())?;
-        match txn.commit().await {
-            Ok(ts) => {
-                println!(
-                    "moved {amount} cents from {from} ({a} -> {}) to {to} ({b} -> {}) at {:?}, attempt {attempt}",
-                    a - amount,
-                    b + amount,
-                    ts.map(|t| t.0)
-                );
-                return Ok(());
-            }
-            Err(Error::Aborted(cause)) => {
-                eprintln!("attempt {attempt} aborted ({}), again", cause.name());
-                backoff(attempt).await;
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    unreachable!("the loop returns")
-}
-
-/// Waits before the next attempt: 1 ms after the first abort, doubling up to 64 ms, plus a
-/// part drawn from the clock so that two clients do not retry in step.
-async fn backoff(attempt: u32) {
-    let base_us = 1_000u64 << attempt.saturating_sub(1).min(6);
-    let jitter_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_micros()) % base_us);
-    tokio::time::sleep(std::time::Duration::from_micros(base_us + jitter_us)).await;
+async fn transfer(client: &Client, from: u64, to: u64, amount: i64) -> Result<(), Error> {
+    let (a, b) = client
+        .transact(|txn| {
+            Box::pin(async move {
+                let balances = txn.get_many(&[account(from), account(to)]).await?;
+                let mut balances = balances.into_iter();
+                let a = cents(balances.next().flatten(), from)?;
+                let b = cents(balances.next().flatten(), to)?;
+                if a < amount {
+                    return Err(Error::Failed(format!(
+                        "account {from} holds {a} cents, cannot pay {amount}"
+                    )));
+                }
+                txn.put(account(from), (a - amount).to_le_bytes().to_vec())?;
+                txn.put(account(to), (b + amount).to_le_bytes().to_vec())?;
+                Ok((a, b))
+            })
+        })
+        .await?;
+    println!(
+        "moved {amount} cents from {from} ({a} -> {}) to {to} ({b} -> {})",
+        a - amount,
+        b + amount
+    );
+    Ok(())
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -6,8 +6,10 @@
 //! protocol here) and talks to the servers over the cluster's TCP protocol, with the same
 //! `Hello` check of the cluster file and workload. Each client process needs a coordinator
 //! node of its own in the file (the node listens on its address for the servers' replies).
+//! A `Client` is a cheap handle: clone it into as many tasks as you like.
 //!
-//! Interactive transactions ([`Client::begin`]) run under `occ`, `2pl` and `2pc-mvto`:
+//! Interactive transactions ([`Client::begin`], [`Transaction`]) run under `occ`, `2pl` and
+//! `2pc-mvto`:
 //!
 //! - **Reads** go to the shards in one round per call: [`Transaction::get_many`] and a
 //!   [`Transaction::scan`] reach every shard they touch together. Each read is validated,
@@ -21,43 +23,55 @@
 //!   coordinator after the lease ([`Options::lease`]), and under `2pl` a shard leader
 //!   releases the locks of a transaction idle for four RPC timeouts (its client may be gone).
 //!   Every operation after the end is refused with [`Error::Finished`].
+//! - **Time limits.** An operation unanswered within [`Options::timeout`] ends its
+//!   transaction with [`Error::Timeout`], naming the shards it waited on and their servers
+//!   (nothing applied; retryable), or, for a commit, [`Error::Unknown`] (it may have applied).
+//! - **Retries.** [`Client::transact`] runs a transaction body again, after a bounded,
+//!   growing pause, for as long as it fails with an error that [`Error::is_retryable`] says
+//!   applied nothing ([`Options::retry`]).
 //!
 //! ```no_run
 //! # async fn transfer(client: &meridian_client::Client) -> Result<(), meridian_client::Error> {
 //! use meridian_client::Key;
 //! let (from, to) = (Key::table(3).u64(1).build(), Key::table(3).u64(2).build());
-//! loop {
-//!     let mut txn = client.begin().await?;
-//!     let balances = txn.get_many(&[from.clone(), to.clone()]).await?;
-//!     let cents = |v: &Option<Vec<u8>>| i64::from_le_bytes(v.clone().unwrap()[..8].try_into().unwrap());
-//!     txn.put(from.clone(), (cents(&balances[0]) - 100).to_le_bytes().to_vec())?;
-//!     txn.put(to.clone(), (cents(&balances[1]) + 100).to_le_bytes().to_vec())?;
-//!     match txn.commit().await {
-//!         Err(e) if e.is_retryable() => continue, // a conflict: nothing applied
-//!         other => return other.map(|_| ()),
-//!     }
-//! }
+//! let cents = |v: &Option<Vec<u8>>| i64::from_le_bytes(v.clone().unwrap()[..8].try_into().unwrap());
+//! client
+//!     .transact(|txn| {
+//!         let (from, to) = (from.clone(), to.clone());
+//!         Box::pin(async move {
+//!             let balances = txn.get_many(&[from.clone(), to.clone()]).await?;
+//!             txn.put(from, (cents(&balances[0]) - 100).to_le_bytes().to_vec())?;
+//!             txn.put(to, (cents(&balances[1]) + 100).to_le_bytes().to_vec())?;
+//!             Ok(())
+//!         })
+//!     })
+//!     .await
 //! # }
 //! ```
 #![deny(unsafe_code)]
 
-use meridian_core::node::{
-    parse_read_outputs, ClientRequest, SessionId, SessionOp, SessionRequest,
-};
-use meridian_core::txn::{ScanRange, TxnFailure, TxnRequest, TxnResult, Write, SCAN_ROWS_MAX};
-use meridian_core::RequestId;
-use meridian_node::cluster_file::ClusterFile;
-use meridian_node::{start_client_node, ClientNode};
-use meridian_runtime::node_task::ClientCall;
-use std::collections::BTreeMap;
-use std::fmt;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+mod error;
+mod retry;
+mod transaction;
 
+pub use error::Error;
 pub use meridian_core::key::{Key, Value};
 pub use meridian_core::time::Timestamp;
 pub use meridian_core::txn::{AbortCause, Args, Datum, TxnOutcome};
+pub use retry::{Retry, TxnBody};
+pub use transaction::Transaction;
+
+use meridian_core::node::{ClientRequest, SessionId};
+use meridian_core::txn::{Partitioner, Registry, TxnRequest};
+use meridian_core::RequestId;
+use meridian_node::cluster_file::ClusterFile;
+use meridian_node::{start_client_node, ClientNode};
+use meridian_runtime::node_task::{ClientCall, ClientHandle};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The table of plain-text keys, shared with `meridian kv`: the text `name` is the key
 /// `240 ‖ name` (its bytes, unescaped, so that text keys scan in text order).
@@ -75,57 +89,22 @@ pub fn text_key(name: &str) -> Key {
     Key::from([&[TEXT_TABLE], name.as_bytes()].concat())
 }
 
-/// Why an operation did not succeed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Error {
-    /// The cluster file, node or options are wrong, or the coordinator could not start.
-    Config(String),
-    /// The protocol aborted the transaction (a conflict, a lease that ran out): nothing it
-    /// wrote was applied, and it is over. Running it again may succeed.
-    Aborted(AbortCause),
-    /// The operation was refused and changed nothing (a reversed scan range, too many keys):
-    /// the transaction is still open.
-    BadRequest(String),
-    /// The transaction is over (committed, aborted or failed) and takes no more operations.
-    Finished(String),
-    /// The coordinator refused the operation (busy, or the transaction is unknown there).
-    Rejected(String),
-    /// The transaction failed and did not commit; the text says why.
-    Failed(String),
-    /// Whether the commit took effect is unknown (a participant forgot the decision).
-    Unknown(String),
-    /// The local coordinator stopped.
-    Closed(String),
-}
+/// The time limit of one operation when [`Options::timeout`] is left as it is.
+pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 
-impl Error {
-    /// True when running the transaction again may succeed (it was aborted by a conflict).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Aborted(_))
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Config(why) => write!(f, "{why}"),
-            Self::Aborted(cause) => {
-                write!(f, "transaction aborted ({}): nothing was applied", cause.name())
-            }
-            Self::BadRequest(why) => write!(f, "refused: {why}"),
-            Self::Finished(why) => write!(f, "the transaction is over: {why}"),
-            Self::Rejected(why) => write!(f, "rejected: {why}"),
-            Self::Failed(why) => write!(f, "failed: {why}"),
-            Self::Unknown(why) => write!(f, "outcome unknown: {why}"),
-            Self::Closed(why) => write!(f, "client closed: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-/// How a client connects.
-#[derive(Clone, Debug, Default)]
+/// How a client connects and waits.
+///
+/// ```
+/// use meridian_client::{Options, Retry};
+/// use std::time::Duration;
+/// let options = Options {
+///     timeout: Some(Duration::from_secs(5)),
+///     retry: Retry { attempts_max: 20, ..Retry::default() },
+///     ..Options::default()
+/// };
+/// assert_eq!(options.node, None);
+/// ```
+#[derive(Clone, Debug)]
 pub struct Options {
     /// The coordinator node of the cluster file to run (by default the first coordinator
     /// that hosts no replica).
@@ -133,263 +112,176 @@ pub struct Options {
     /// How long an interactive transaction may stay idle before its coordinator aborts it
     /// (by default four RPC timeouts of the cluster's network).
     pub lease: Option<Duration>,
+    /// How long one operation may go unanswered ([`TIMEOUT_DEFAULT`]; `None`: as long as
+    /// the coordinator keeps trying).
+    pub timeout: Option<Duration>,
+    /// How [`Client::transact`] runs a transaction again.
+    pub retry: Retry,
 }
 
-/// A connection to a cluster: one coordinator node running in this process.
+impl Default for Options {
+    fn default() -> Self {
+        Self { node: None, lease: None, timeout: Some(TIMEOUT_DEFAULT), retry: Retry::default() }
+    }
+}
+
+/// A connection to a cluster: one coordinator node running in this process. Cloning it gives
+/// another handle on the same node (for other tasks); the node stops at [`Client::close`] or
+/// when the last handle is dropped.
+#[derive(Clone)]
 pub struct Client {
-    node: ClientNode,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    handle: ClientHandle,
+    registry: Arc<Registry>,
+    partitioner: Arc<Partitioner>,
+    shard_servers: Vec<Vec<SocketAddr>>,
+    protocol: &'static str,
+    /// The node, until [`Client::close`] stops it.
+    node: std::sync::Mutex<Option<ClientNode>>,
     next_request: AtomicU64,
     next_session: AtomicU64,
+    timeout: Option<Duration>,
+    retry: Retry,
 }
 
 impl Client {
     /// Connects with the cluster file at `config` and default [`Options`].
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), meridian_client::Error> {
+    /// let client = meridian_client::Client::connect("cluster.toml").await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(config: impl AsRef<Path>) -> Result<Self, Error> {
         Self::connect_with(config, Options::default()).await
     }
 
-    /// Connects with the cluster file at `config`. Must run inside a tokio runtime.
+    /// Connects with the cluster file at `config`. Must run inside a tokio runtime. A bad
+    /// file, node, lease, time limit or retry setting is refused before anything starts.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), meridian_client::Error> {
+    /// use meridian_client::{Client, Options};
+    /// let options = Options { node: Some(9), ..Options::default() };
+    /// let client = Client::connect_with("cluster.toml", options).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect_with(config: impl AsRef<Path>, options: Options) -> Result<Self, Error> {
-        let file = ClusterFile::load(config.as_ref()).map_err(|e| Error::Config(e.to_string()))?;
         let lease_ns = match options.lease {
             Some(lease) if lease.is_zero() => {
-                return Err(Error::Config("the lease must be positive".into()))
+                return Err(Error::config("the lease must be positive"))
             }
             Some(lease) => Some(u64::try_from(lease.as_nanos()).unwrap_or(u64::MAX)),
             None => None,
         };
-        let node = start_client_node(&file, options.node, lease_ns)
-            .await
-            .map_err(|e| Error::Config(e.to_string()))?;
-        Ok(Self { node, next_request: AtomicU64::new(1), next_session: AtomicU64::new(1) })
+        if options.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::config("the operation time limit must be positive"));
+        }
+        options.retry.check().map_err(Error::config)?;
+        let file = ClusterFile::load(config.as_ref())?;
+        let node = start_client_node(&file, options.node, lease_ns).await?;
+        let inner = Inner {
+            handle: node.handle.clone(),
+            registry: node.registry.clone(),
+            partitioner: node.partitioner.clone(),
+            shard_servers: node.shard_servers.clone(),
+            protocol: node.protocol.name(),
+            node: std::sync::Mutex::new(Some(node)),
+            next_request: AtomicU64::new(1),
+            next_session: AtomicU64::new(1),
+            timeout: options.timeout,
+            retry: options.retry,
+        };
+        Ok(Self { inner: Arc::new(inner) })
     }
 
     /// The cluster's protocol.
     pub fn protocol(&self) -> &'static str {
-        self.node.protocol.name()
+        self.inner.protocol
+    }
+
+    fn shards(&self) -> u32 {
+        self.inner.shard_servers.len() as u32
+    }
+
+    /// The servers of `shards`.
+    fn servers_of(&self, shards: &[u32]) -> Vec<SocketAddr> {
+        let of = |s: &u32| self.inner.shard_servers.get(*s as usize).into_iter().flatten();
+        shards.iter().flat_map(of).copied().collect()
     }
 
     fn request_id(&self) -> RequestId {
-        RequestId(self.next_request.fetch_add(1, Ordering::Relaxed))
+        RequestId(self.inner.next_request.fetch_add(1, Ordering::Relaxed))
     }
 
     async fn call(&self, call: ClientCall) -> Result<TxnOutcome, Error> {
-        self.node.handle.call(call).await.map_err(Error::Closed)
+        self.inner.handle.call(call).await.map_err(Error::Closed)
+    }
+
+    fn send(&self, call: ClientCall) {
+        self.inner.handle.send(call);
     }
 
     /// Runs the cluster workload's procedure `procedure` with `args` as one transaction
     /// (retried by the coordinator on conflicts) and returns its outcome.
+    ///
+    /// ```no_run
+    /// # async fn example(client: &meridian_client::Client) -> Result<(), meridian_client::Error> {
+    /// use meridian_client::Datum;
+    /// let outcome = client.run("bank-transfer", vec![Datum::Uint(1), Datum::Uint(2), Datum::Int(5)]).await?;
+    /// println!("{:?}", outcome.result);
+    /// # Ok(()) }
+    /// ```
     pub async fn run(&self, procedure: &str, args: Args) -> Result<TxnOutcome, Error> {
-        let proc = self.node.registry.find(procedure).ok_or_else(|| {
+        let proc = self.inner.registry.find(procedure).ok_or_else(|| {
             Error::BadRequest(format!("the cluster's workload has no procedure {procedure:?}"))
         })?;
         let request = ClientRequest { id: self.request_id(), txn: TxnRequest { proc, args } };
-        self.call(ClientCall::Submit(request)).await
+        let call = self.call(ClientCall::Submit(request));
+        match self.inner.timeout {
+            None => call.await,
+            Some(after) => tokio::time::timeout(after, call).await.unwrap_or_else(|_| {
+                Err(Error::Unknown(format!(
+                    "no answer to the procedure within {} ms: it may have applied",
+                    after.as_millis()
+                )))
+            }),
+        }
     }
 
-    /// Begins an interactive transaction.
-    pub async fn begin(&self) -> Result<Transaction<'_>, Error> {
-        let session = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
-        let mut txn = Transaction { client: self, session, writes: BTreeMap::new(), over: None };
-        txn.step(SessionOp::Begin).await?;
-        Ok(txn)
+    /// Begins an interactive transaction. It owns a handle on this client, so it may move
+    /// into another task.
+    ///
+    /// ```no_run
+    /// # async fn example(client: &meridian_client::Client) -> Result<(), meridian_client::Error> {
+    /// let mut txn = client.begin().await?;
+    /// let task = tokio::spawn(async move {
+    ///     txn.put(meridian_client::text_key("k"), b"v".to_vec())?;
+    ///     txn.commit().await
+    /// });
+    /// task.await.expect("the task ran")?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin(&self) -> Result<Transaction, Error> {
+        let session = SessionId(self.inner.next_session.fetch_add(1, Ordering::Relaxed));
+        Transaction::begin(self, session).await
     }
 
-    /// Stops the local coordinator; open transactions are abandoned (their locks expire).
+    /// Stops the local coordinator for every handle of this client; open transactions are
+    /// abandoned (their locks expire with their lease).
+    ///
+    /// ```no_run
+    /// # async fn example(client: meridian_client::Client) {
+    /// client.close().await;
+    /// # }
+    /// ```
     pub async fn close(self) {
-        self.node.stop().await;
-    }
-}
-
-/// An interactive transaction. Dropping it while open aborts it.
-pub struct Transaction<'c> {
-    client: &'c Client,
-    session: SessionId,
-    /// Buffered writes (`None` deletes), sent with the commit.
-    writes: BTreeMap<Key, Option<Value>>,
-    /// How it ended, once it has.
-    over: Option<String>,
-}
-
-impl Transaction<'_> {
-    fn check_open(&self) -> Result<(), Error> {
-        match &self.over {
-            Some(how) => Err(Error::Finished(how.clone())),
-            None => Ok(()),
-        }
-    }
-
-    /// Sends one step and maps its reply; a failure that ends the transaction ends it here.
-    async fn step(&mut self, op: SessionOp) -> Result<TxnOutcome, Error> {
-        self.check_open()?;
-        let request = SessionRequest { id: self.client.request_id(), session: self.session, op };
-        let outcome = self.client.call(ClientCall::Session(request)).await?;
-        match &outcome.result {
-            TxnResult::Committed => Ok(outcome),
-            TxnResult::UserAborted(why) => {
-                self.over = Some(format!("aborted: {why}"));
-                Err(Error::Failed(why.clone()))
-            }
-            TxnResult::Failed(TxnFailure::Aborted(cause)) => {
-                self.over = Some(format!("aborted ({})", cause.name()));
-                Err(Error::Aborted(*cause))
-            }
-            TxnResult::Failed(TxnFailure::Procedure(error)) => {
-                Err(Error::BadRequest(error.to_string()))
-            }
-            TxnResult::Failed(TxnFailure::Rejected(why)) => Err(Error::Rejected(why.clone())),
-            TxnResult::Failed(TxnFailure::Indeterminate(why)) => {
-                self.over = Some(format!("outcome unknown: {why}"));
-                Err(Error::Unknown(why.clone()))
-            }
-            TxnResult::Failed(failure @ TxnFailure::RetriesExhausted) => {
-                self.over = Some(failure.to_string());
-                Err(Error::Failed(failure.to_string()))
-            }
-        }
-    }
-
-    /// Reads `key` (its own writes first).
-    pub async fn get(&mut self, key: &Key) -> Result<Option<Value>, Error> {
-        let mut values = self.get_many(std::slice::from_ref(key)).await?;
-        Ok(values.pop().flatten())
-    }
-
-    /// Reads `keys` in one round to every shard they live on (keys this transaction wrote are
-    /// answered from its own writes).
-    pub async fn get_many(&mut self, keys: &[Key]) -> Result<Vec<Option<Value>>, Error> {
-        self.check_open()?;
-        let mut values: Vec<Option<Value>> = Vec::with_capacity(keys.len());
-        let mut remote: Vec<Key> = Vec::new();
-        let mut remote_at: Vec<usize> = Vec::new();
-        for (index, key) in keys.iter().enumerate() {
-            match self.writes.get(key) {
-                Some(own) => values.push(own.clone()),
-                None => {
-                    values.push(None);
-                    remote.push(key.clone());
-                    remote_at.push(index);
-                }
-            }
-        }
-        if remote.is_empty() {
-            return Ok(values);
-        }
-        let outcome = self.step(SessionOp::Read { keys: remote, scans: Vec::new() }).await?;
-        let (read, _) = parse_read_outputs(&outcome.outputs)
-            .filter(|(read, _)| read.len() == remote_at.len())
-            .ok_or_else(|| Error::Failed("the coordinator's answer is malformed".into()))?;
-        for (index, value) in remote_at.into_iter().zip(read) {
-            values[index] = value;
-        }
-        Ok(values)
-    }
-
-    /// The rows with keys in `[start, end)`, at most `limit`, in key order (newest first
-    /// when `reverse`), with this transaction's own writes applied. A reversed range
-    /// (`start > end`) or a limit over 10,000 is refused and changes nothing.
-    pub async fn scan(
-        &mut self,
-        start: Key,
-        end: Key,
-        limit: u32,
-        reverse: bool,
-    ) -> Result<Vec<(Key, Value)>, Error> {
-        self.check_open()?;
-        if start > end {
-            return Err(Error::BadRequest(format!(
-                "scan range reversed: start {start:?} is after end {end:?}"
-            )));
-        }
-        if limit > SCAN_ROWS_MAX {
-            return Err(Error::BadRequest(format!("scan limit {limit} is over {SCAN_ROWS_MAX}")));
-        }
-        let own: Vec<(Key, Option<Value>)> = self
-            .writes
-            .range(start.clone()..end.clone())
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        // Ask for enough rows that those this transaction deleted do not leave the answer
-        // short.
-        let deleted = own.iter().filter(|(_, v)| v.is_none()).count() as u32;
-        let ask = limit.saturating_add(deleted).min(SCAN_ROWS_MAX);
-        let range = ScanRange { start, end, limit: ask, reverse };
-        let outcome = self.step(SessionOp::Read { keys: Vec::new(), scans: vec![range] }).await?;
-        let (_, mut scans) = parse_read_outputs(&outcome.outputs)
-            .filter(|(_, scans)| scans.len() == 1)
-            .ok_or_else(|| Error::Failed("the coordinator's answer is malformed".into()))?;
-        let mut rows: BTreeMap<Key, Value> = scans.pop().unwrap_or_default().into_iter().collect();
-        for (key, value) in own {
-            match value {
-                Some(value) => rows.insert(key, value),
-                None => rows.remove(&key),
-            };
-        }
-        let rows: Vec<(Key, Value)> = if reverse {
-            rows.into_iter().rev().take(limit as usize).collect()
-        } else {
-            rows.into_iter().take(limit as usize).collect()
-        };
-        Ok(rows)
-    }
-
-    /// Writes `value` under `key` when the transaction commits.
-    pub fn put(&mut self, key: Key, value: Value) -> Result<(), Error> {
-        self.check_open()?;
-        self.writes.insert(key, Some(value));
-        Ok(())
-    }
-
-    /// Deletes `key` when the transaction commits.
-    pub fn delete(&mut self, key: Key) -> Result<(), Error> {
-        self.check_open()?;
-        self.writes.insert(key, None);
-        Ok(())
-    }
-
-    /// Commits: every write applies atomically, or none does. Returns the commit timestamp
-    /// (none for a transaction that read and wrote nothing).
-    pub async fn commit(&mut self) -> Result<Option<Timestamp>, Error> {
-        let writes = self
-            .writes
-            .iter()
-            .map(|(key, value)| Write { key: key.clone(), value: value.clone() })
-            .collect();
-        let outcome = self.step(SessionOp::Commit { writes }).await;
-        if let Err(Error::BadRequest(why) | Error::Rejected(why)) = &outcome {
-            // The coordinator refused the commit before it started: the transaction is over
-            // for this client (it is aborted, so that nothing is left holding locks).
-            let why = why.clone();
-            self.abort_quietly();
-            self.over = Some(format!("its commit was refused: {why}"));
-        }
-        let outcome = outcome?;
-        self.over = Some("it committed".into());
-        Ok(outcome.commit_ts)
-    }
-
-    /// Aborts: nothing it wrote is applied, and what it holds is released.
-    pub async fn abort(&mut self) -> Result<(), Error> {
-        self.step(SessionOp::Abort).await?;
-        self.over = Some("it was aborted".into());
-        Ok(())
-    }
-
-    /// Asks the coordinator to abort without waiting (for `Drop`).
-    fn abort_quietly(&mut self) {
-        let request = SessionRequest {
-            id: self.client.request_id(),
-            session: self.session,
-            op: SessionOp::Abort,
-        };
-        self.client.node.handle.send(ClientCall::Session(request));
-    }
-}
-
-impl Drop for Transaction<'_> {
-    fn drop(&mut self) {
-        if self.over.is_none() {
-            self.abort_quietly();
+        let node = self.inner.node.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(node) = node {
+            node.stop().await;
         }
     }
 }

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{free_port, meridian, wait_for_port};
-use meridian_client::{Client, Error, Key, Options};
+use meridian_client::{Client, Error, Key, Options, Retry};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -130,6 +130,23 @@ async fn transfer(client: &Client, from: u64, to: u64, amount: i64) -> u32 {
     }
 }
 
+/// The same transfer through the client's retry helper ([`Client::transact`]).
+async fn transfer_with_helper(client: &Client, from: u64, to: u64, amount: i64) {
+    client
+        .transact(|txn| {
+            Box::pin(async move {
+                let balances = txn.get_many(&[account(from), account(to)]).await?;
+                let (a, b) = (cents(&balances[0]), cents(&balances[1]));
+                let amount = amount.min(a);
+                txn.put(account(from), (a - amount).to_le_bytes().to_vec())?;
+                txn.put(account(to), (b + amount).to_le_bytes().to_vec())?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("transfer {from} -> {to}: {e}"));
+}
+
 /// Waits before retry `aborts` of the transfer from `from`: growing with the aborts and
 /// different per account, so that transfers that refuse each other's locks (2PL no-wait: both
 /// read both accounts, then neither can upgrade) do not retry in lockstep forever.
@@ -162,12 +179,20 @@ fn run_protocol(protocol: &str, option: Option<&str>) {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let client = Client::connect(&file).await.expect("connect");
+        // Patient retries: eight workers over eight accounts refuse each other often.
+        let retry = Retry {
+            attempts_max: 1_000,
+            backoff_min: Duration::from_micros(50),
+            backoff_max: Duration::from_millis(5),
+        };
+        let client = Client::connect_with(&file, Options { retry, ..Options::default() })
+            .await
+            .expect("connect");
         assert_eq!(client.protocol(), protocol);
-        // Concurrent transfers over few accounts: conflicts, and some cross-shard.
+        // Concurrent transfers over few accounts: conflicts, and some cross-shard. Half the
+        // workers retry by hand, half through the retry helper.
         let accounts = SHARDS * ACCOUNTS_PER_SHARD;
         let mut tasks = Vec::new();
-        let client = std::sync::Arc::new(client);
         for worker in 0..8u64 {
             let client = client.clone();
             tasks.push(tokio::spawn(async move {
@@ -179,7 +204,12 @@ fn run_protocol(protocol: &str, option: Option<&str>) {
                         .wrapping_add(1_442_695_040_888_963_407);
                     let from = (seed >> 33) % accounts;
                     let to = (from + 1 + (seed >> 40) % (accounts - 1)) % accounts;
-                    aborts += transfer(&client, from, to, 1 + (seed >> 50) as i64 % 500).await;
+                    let amount = 1 + (seed >> 50) as i64 % 500;
+                    if worker % 2 == 0 {
+                        aborts += transfer(&client, from, to, amount).await;
+                    } else {
+                        transfer_with_helper(&client, from, to, amount).await;
+                    }
                 }
                 aborts
             }));
@@ -220,17 +250,24 @@ fn run_protocol(protocol: &str, option: Option<&str>) {
         txn.commit().await.unwrap();
         drop(txn);
 
+        // A transaction moves into another task and commits there.
+        let mut txn = client.begin().await.unwrap();
+        let moved = tokio::spawn(async move {
+            let balance = cents(&txn.get(&account(2)).await?);
+            txn.put(account(2), balance.to_le_bytes().to_vec())?;
+            txn.commit().await
+        });
+        moved.await.expect("the task ran").expect("a rewrite of one balance commits");
+
         // A client that vanishes mid-transaction (no commit, no abort) holds nothing once the
         // lease has passed: a second client writes the same account.
-        let Ok(client) = std::sync::Arc::try_unwrap(client) else {
-            panic!("tasks hold the client")
-        };
         let mut txn = client.begin().await.unwrap();
         txn.get(&account(0)).await.unwrap();
         std::mem::forget(txn);
         client.close().await;
-        let other =
-            Client::connect_with(&file, Options { node: Some(3), lease: None }).await.unwrap();
+        let other = Client::connect_with(&file, Options { node: Some(3), ..Options::default() })
+            .await
+            .unwrap();
         let started = Instant::now();
         let aborts = transfer(&other, 0, 1, 1).await;
         assert!(started.elapsed() < Duration::from_secs(20), "{label}: {aborts} aborts");
@@ -342,5 +379,44 @@ fn kv_runs_statements_as_one_transaction_and_refuses_bad_ones_before_starting() 
     let output = piped(&["txn", "--interactive"], "put y 1\n");
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no commit"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A read from a shard whose server is gone ends, after the client's time limit, with a
+/// retryable timeout naming the shard and its server, instead of hanging; a commit that
+/// needs that shard is never reached.
+#[test]
+fn an_unanswered_read_times_out_naming_its_shard_and_server() {
+    let dir = std::env::temp_dir().join(format!("meridian-interactive-to-{}", std::process::id()));
+    let (file, mut servers) = cluster(&dir, "occ", None);
+    // Shard 1's only server goes away.
+    let _ = servers.0[1].kill();
+    let _ = servers.0[1].wait();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let shard_1_addr =
+        text.split("addr = \"").nth(2).unwrap().split('"').next().unwrap().to_string();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let timeout = Duration::from_millis(700);
+        let options = Options { timeout: Some(timeout), ..Options::default() };
+        let client = Client::connect_with(&file, options).await.expect("connect");
+        let mut txn = client.begin().await.expect("begin");
+        // Account 0 is on shard 0 (served), the last one on shard 1 (gone).
+        let started = Instant::now();
+        let gone = account(SHARDS * ACCOUNTS_PER_SHARD - 1);
+        let error = txn.get_many(&[account(0), gone]).await.expect_err("shard 1 never answers");
+        assert!(started.elapsed() < timeout * 4, "{:?}", started.elapsed());
+        match &error {
+            Error::Timeout { shards, servers, .. } => {
+                assert!(shards.contains(&1), "{error}");
+                assert!(servers.iter().any(|s| s.to_string() == shard_1_addr), "{error}");
+            }
+            other => panic!("not a timeout: {other}"),
+        }
+        assert!(error.is_retryable(), "nothing was applied");
+        assert!(matches!(txn.get(&account(0)).await, Err(Error::Finished(_))));
+        client.close().await;
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -26,6 +26,10 @@ pub struct ClientNode {
     pub registry: Arc<meridian_core::txn::Registry>,
     /// The cluster's protocol.
     pub protocol: meridian_protocols::ProtocolKind,
+    /// Which shard holds a key.
+    pub partitioner: Arc<meridian_core::txn::Partitioner>,
+    /// Per shard, the addresses of its replicas' servers (to name them in errors).
+    pub shard_servers: Vec<Vec<std::net::SocketAddr>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     stopped: tokio::task::JoinHandle<()>,
 }
@@ -123,11 +127,19 @@ async fn start_client<N: ProtocolNode>(
         let _ = stopping.await;
         drop(cluster.stop().await);
     });
+    let shard_servers = (0..topology.shards)
+        .map(|s| {
+            let nodes = topology.shard_nodes(meridian_core::ShardId(s));
+            nodes.into_iter().map(|n| file.addrs[n.0 as usize]).collect()
+        })
+        .collect();
     Ok(ClientNode {
         id,
         handle,
         registry: Arc::new(workload.registry()),
         protocol: file.protocol,
+        partitioner: Arc::new(workload.partitioner()),
+        shard_servers,
         stop: Some(stop),
         stopped,
     })

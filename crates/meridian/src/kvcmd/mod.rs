@@ -140,7 +140,11 @@ pub fn kv(args: &KvArgs) -> Result<(), Failure> {
         (false, false) => Some(parse::parse_all(&rest.join(" ")).map_err(ConfigError::new)?),
     };
     let mut lines = if script.is_none() { Some(session_lines()?) } else { None };
-    let options = Options { node: args.node, lease: args.lease_ms.map(Duration::from_millis) };
+    let options = Options {
+        node: args.node,
+        lease: args.lease_ms.map(Duration::from_millis),
+        ..Options::default()
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -14,7 +14,7 @@ enum After {
 }
 
 /// Runs `statement` in `txn`, printing what it read or did.
-async fn run_one(txn: &mut Transaction<'_>, statement: &Statement) -> Result<After, Error> {
+async fn run_one(txn: &mut Transaction, statement: &Statement) -> Result<After, Error> {
     match statement {
         Statement::Get(keys) => {
             let values = txn.get_many(keys).await?;
@@ -91,7 +91,7 @@ const HELP: &str = "statements: get K [K ...] | put K V | delete K | scan START 
 /// statement. A statement that fails ends its transaction (aborted, nothing applied); the
 /// session goes on. Leaving with a transaction open aborts it and fails, as a script does.
 pub(super) async fn run_interactive(client: &Client, lines: &mut dyn Lines) -> Result<(), Failure> {
-    let mut txn: Option<Transaction<'_>> = None;
+    let mut txn: Option<Transaction> = None;
     'session: while let Some(line) = lines.read(if txn.is_some() { "kv txn> " } else { "kv> " }) {
         let words = match parse::split(&line) {
             Ok(words) => words,
