@@ -356,13 +356,15 @@ pub(crate) struct SimArgs {
 }
 
 /// What `meridian cluster` does.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ClusterOp {
-    /// Start a server per replica node and wait until each listens.
+    /// Start every server of the file that is not running, and wait until each listens.
     Up,
-    /// Stop the recorded servers (SIGTERM, then SIGKILL).
+    /// Stop the servers listening on the nodes' addresses (SIGTERM, then SIGKILL).
     Down,
-    /// Report each server: process and address.
+    /// Stop one node's server (--node) and start it again on its data directory.
+    Restart,
+    /// Report each server: address, process, data directory, metrics.
     Status,
 }
 
@@ -374,9 +376,13 @@ pub(crate) struct ClusterCmdArgs {
     /// The cluster file.
     #[arg(long)]
     config: PathBuf,
-    /// Where process ids and server logs go (default: .meridian-<file stem> beside the file).
+    /// Where process ids, server logs and data go (default: .meridian-<file stem> beside the
+    /// file).
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Only this node's server (required by restart).
+    #[arg(long)]
+    node: Option<u32>,
 }
 
 #[derive(Args)]
@@ -1272,7 +1278,10 @@ fn verify(args: &VerifyArgs) -> Result<(), Failure> {
 fn server(args: &ServerArgs) -> Result<(), Failure> {
     let durability = DurabilityMode::parse(&args.durability).map_err(ConfigError::new)?;
     let file = ClusterFile::load(&args.config)?;
-    match run_server(&file, args.node, args.metrics_addr, durability, args.data_dir.as_deref()) {
+    // The file's metrics address for the node unless the flag gives one.
+    let metrics_addr =
+        args.metrics_addr.or_else(|| file.metrics_addrs.get(args.node as usize).copied().flatten());
+    match run_server(&file, args.node, metrics_addr, durability, args.data_dir.as_deref()) {
         Ok(()) => Ok(()),
         Err(meridian_node::ServeError::Config(error)) => Err(error.into()),
         Err(meridian_node::ServeError::NodeFailed(why)) => Err(Failure::Run(why)),

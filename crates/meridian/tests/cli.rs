@@ -5,7 +5,7 @@ mod common;
 
 use common::{committed_in, free_port, http_get, meridian, wait_for_port};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn run(args: &[&str]) -> Output {
@@ -901,10 +901,14 @@ fn a_failing_run_prints_the_last_events_of_its_replay_and_trace_prints_on_demand
     assert!(stdout.contains("last 5 events:"), "{stdout}");
 }
 
+/// `cluster` manages servers by what listens on their addresses: `up` starts only what is
+/// not running, a server killed and restarted by hand is found, `restart --node` brings one
+/// back on its data, `down` stops whatever serves the nodes (the hand-started one too), and
+/// `status` shows each server's process, data directory and metrics.
 #[test]
-fn cluster_up_status_down_manage_server_processes_by_recorded_pid() {
+fn cluster_up_status_restart_down_manage_the_servers_that_listen() {
     let dir = scratch("cluster");
-    let (a, b, c) = (free_port(), free_port(), free_port());
+    let (a, b, c, m) = (free_port(), free_port(), free_port(), free_port());
     let file = dir.join("c.toml");
     std::fs::write(
         &file,
@@ -912,23 +916,37 @@ fn cluster_up_status_down_manage_server_processes_by_recorded_pid() {
             "protocol = \"occ\"\nworkload = \"bank\"\nshards = 2\nreplicas = 1\nnetwork = \"lan\"\n\
              keys_per_shard = 100\n\
              [[node]]\nid = 0\nregion = \"r0\"\naddr = \"127.0.0.1:{a}\"\nreplicas = [[0, 0]]\n\
+             metrics_addr = \"127.0.0.1:{m}\"\n\
              [[node]]\nid = 1\nregion = \"r0\"\naddr = \"127.0.0.1:{b}\"\nreplicas = [[1, 0]]\n\
              [[node]]\nid = 2\nregion = \"r0\"\naddr = \"127.0.0.1:{c}\"\ncoordinator = true\n"
         ),
     )
     .unwrap();
     let config = file.to_str().unwrap();
-    let up = run(&["cluster", "up", "--config", config]);
-    let stdout = String::from_utf8_lossy(&up.stdout);
-    assert!(up.status.success(), "{stdout}{}", String::from_utf8_lossy(&up.stderr));
-    assert!(stdout.contains("cluster up: 2 servers"), "{stdout}");
-    let status = run(&["cluster", "status", "--config", config]);
-    assert!(status.status.success());
-    assert!(String::from_utf8_lossy(&status.stdout).contains("2/2 servers up"));
-    // A second `up` refuses and changes nothing.
-    let again = run(&["cluster", "up", "--config", config]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already up"));
+    let cluster = |words: &[&str]| {
+        let mut args = vec!["cluster"];
+        args.extend_from_slice(words);
+        args.extend_from_slice(&["--config", config]);
+        let out = run(&args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let (code, text) = cluster(&["up"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("cluster up: 2 servers (2 started, 0 already running)"), "{text}");
+    let (code, text) = cluster(&["status"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("2/2 servers up"), "{text}");
+    assert!(text.contains("data-node-0"), "the data directory: {text}");
+    assert!(text.contains(&format!("metrics 127.0.0.1:{m}, up ")), "{text}");
+    // A second `up` starts nothing and says so.
+    let (code, text) = cluster(&["up"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("0 started, 2 already running"), "{text}");
     // The cluster serves a benchmark.
     let out = dir.join("results");
     let bench = run_words(
@@ -936,12 +954,48 @@ fn cluster_up_status_down_manage_server_processes_by_recorded_pid() {
         &[out.to_str().unwrap(), "--cluster", config],
     );
     assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
-    let down = run(&["cluster", "down", "--config", config]);
-    assert!(down.status.success());
-    assert!(String::from_utf8_lossy(&down.stdout).contains("cluster down"));
-    let status = run(&["cluster", "status", "--config", config]);
-    assert_eq!(status.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&status.stdout).contains("0/2 servers up"));
+    // Node 1 killed: status says so; `up` starts it alone, on its data.
+    let pid_of = |text: &str, node: u32| -> u32 {
+        let line = text.lines().find(|l| l.starts_with(&format!("node {node} "))).unwrap();
+        line.split("pid ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let (_, text) = cluster(&["status"]);
+    let killed = pid_of(&text, 1);
+    assert!(Command::new("kill").args(["-9", &killed.to_string()]).status().unwrap().success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (code, text) = cluster(&["status"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("1/2 servers up"), "{text}");
+    let (code, text) = cluster(&["up"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("(1 started, 1 already running)"), "{text}");
+    // Node 0 restarted by hand (as the docs once said): status and down find it anyway.
+    let (_, text) = cluster(&["restart", "--node", "0"]);
+    assert!(text.contains("cluster up: 1 servers (1 started"), "{text}");
+    let (_, text) = cluster(&["down", "--node", "0"]);
+    assert!(text.contains("1 server(s) stopped"), "{text}");
+    let data0 = dir.join(".meridian-c").join("data-node-0");
+    let mut by_hand = meridian()
+        .args(["server", "--config", config, "--node", "0", "--data-dir"])
+        .arg(&data0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(a);
+    let (code, text) = cluster(&["status"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(pid_of(&text, 0), by_hand.id(), "{text}");
+    let (code, text) = cluster(&["down"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("2 server(s) stopped"), "{text}");
+    let _ = by_hand.wait();
+    let (code, text) = cluster(&["status"]);
+    assert_eq!(code, Some(1));
+    assert!(text.contains("0/2 servers up"), "{text}");
+    // Bad requests change nothing.
+    assert_eq!(cluster(&["restart"]).0, Some(2));
+    assert_eq!(cluster(&["up", "--node", "2"]).0, Some(2), "a coordinator node is no server");
     assert_eq!(run(&["cluster", "up", "--config", "/nonexistent/c.toml"]).status.code(), Some(2));
 }
 

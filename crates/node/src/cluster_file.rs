@@ -24,6 +24,10 @@ struct FileNode {
     replicas: Vec<(u32, u32)>,
     #[serde(default)]
     coordinator: bool,
+    /// Where the node's server serves Prometheus metrics (`meridian server` and `cluster up`
+    /// use it unless `--metrics-addr` says otherwise).
+    #[serde(default)]
+    metrics_addr: Option<toml::Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -92,6 +96,8 @@ pub struct ClusterFile {
     pub log_store: meridian_runtime::logstore::LogStoreKind,
     /// Listening address per node.
     pub addrs: Vec<SocketAddr>,
+    /// Metrics address per node, where the file gives one.
+    pub metrics_addrs: Vec<Option<SocketAddr>>,
     /// Hash of the file's text.
     pub text_hash: u64,
 }
@@ -126,7 +132,7 @@ impl ClusterFile {
             load_network(&file.network, file.regions.unwrap_or(1), base).map_err(|e| bad(e.0))?;
         let clock =
             ClockModel::preset(file.clock.as_deref().unwrap_or("perfect")).map_err(|e| bad(e.0))?;
-        let (nodes, addrs) = nodes(&file.node, &network, &errors)?;
+        let (nodes, (addrs, metrics_addrs)) = nodes(&file.node, &network, &errors)?;
         let topology =
             Topology { regions: network.regions.clone(), nodes, shards: file.shards, replicas };
         topology.validate().map_err(|e| bad(e.0))?;
@@ -163,6 +169,7 @@ impl ClusterFile {
             snapshot_interval_entries,
             log_store,
             addrs,
+            metrics_addrs,
             text_hash: fnv1a(FNV_OFFSET, text.as_bytes()),
         })
     }
@@ -217,15 +224,19 @@ fn protocol_options(
     }
 }
 
-/// The `[[node]]` entries as the topology's nodes, with their listening addresses: ids in
-/// order from 0, regions of `network`, addresses distinct.
+/// Each node's listening address and metrics address, if any.
+type NodeAddrs = (Vec<SocketAddr>, Vec<Option<SocketAddr>>);
+
+/// The `[[node]]` entries as the topology's nodes, with their listening and metrics
+/// addresses: ids in order from 0, regions of `network`, every address distinct.
 fn nodes(
     file_nodes: &[FileNode],
     network: &NetworkModel,
     errors: &FileErrors<'_>,
-) -> Result<(Vec<NodeInfo>, Vec<SocketAddr>), ConfigError> {
+) -> Result<(Vec<NodeInfo>, NodeAddrs), ConfigError> {
     let mut nodes = Vec::with_capacity(file_nodes.len());
     let mut addrs: Vec<SocketAddr> = Vec::with_capacity(file_nodes.len());
+    let mut metrics_addrs: Vec<Option<SocketAddr>> = Vec::with_capacity(file_nodes.len());
     for (index, node) in file_nodes.iter().enumerate() {
         if node.id as usize != index {
             return Err(errors.bad(format!(
@@ -255,6 +266,17 @@ fn nodes(
             ));
         }
         addrs.push(addr);
+        metrics_addrs.push(match &node.metrics_addr {
+            None => None,
+            Some(text) => {
+                let metrics: SocketAddr = text.get_ref().parse().map_err(|e| {
+                    let what =
+                        format!("node {}: metrics address '{}': {e}", node.id, text.get_ref());
+                    errors.bad_at(text.span(), what)
+                })?;
+                Some(metrics)
+            }
+        });
         nodes.push(NodeInfo {
             region: RegionId(region as u32),
             replicas: node
@@ -265,7 +287,20 @@ fn nodes(
             coordinator: node.coordinator,
         });
     }
-    Ok((nodes, addrs))
+    // A metrics address may be no node's address and no other node's metrics address.
+    let (listen, metrics) = (addrs, metrics_addrs);
+    for (node, metrics_addr) in metrics.iter().enumerate() {
+        let Some(metrics_addr) = metrics_addr else { continue };
+        let clash = listen.iter().position(|a| a == metrics_addr).or_else(|| {
+            metrics.iter().position(|m| m.as_ref() == Some(metrics_addr)).filter(|&m| m != node)
+        });
+        if let Some(other) = clash {
+            return Err(errors.bad(format!(
+                "node {node}'s metrics address {metrics_addr} is also node {other}'s address"
+            )));
+        }
+    }
+    Ok((nodes, (listen, metrics)))
 }
 
 /// The workload's options from the file's keys (defaults where it has none).

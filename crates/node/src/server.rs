@@ -59,6 +59,11 @@ pub fn run_server(
     let addr = file.addrs[node as usize];
     std::net::TcpListener::bind(addr)
         .map_err(|e| ConfigError::new(format!("node {node}: cannot listen on {addr}: {e}")))?;
+    if let Some(metrics) = metrics_addr {
+        std::net::TcpListener::bind(metrics).map_err(|e| {
+            ConfigError::new(format!("--metrics-addr {metrics}: cannot listen: {e}"))
+        })?;
+    }
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
