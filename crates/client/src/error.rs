@@ -65,16 +65,18 @@ impl fmt::Display for Error {
             Self::Failed(why) => write!(f, "failed: {why}"),
             Self::Unknown(why) => write!(f, "outcome unknown: {why}"),
             Self::Timeout { operation, after, shards, servers } => {
-                let shards: Vec<String> = shards.iter().map(u32::to_string).collect();
-                let servers: Vec<String> = servers.iter().map(SocketAddr::to_string).collect();
-                write!(
-                    f,
-                    "no answer to {operation} within {} ms from shard {} (servers {}): the \
-                     transaction is over, nothing was applied",
-                    after.as_millis(),
-                    shards.join(", "),
-                    servers.join(", ")
-                )
+                write!(f, "no answer to {operation} within {} ms", after.as_millis())?;
+                if !shards.is_empty() {
+                    let shards: Vec<String> = shards.iter().map(u32::to_string).collect();
+                    let servers: Vec<String> = servers.iter().map(SocketAddr::to_string).collect();
+                    write!(
+                        f,
+                        " from shard {} (servers {})",
+                        shards.join(", "),
+                        servers.join(", ")
+                    )?;
+                }
+                write!(f, ": the transaction is over, nothing was applied")
             }
             Self::Closed(why) => write!(f, "client closed: {why}"),
         }

@@ -277,8 +277,12 @@ impl Cluster<'_> {
             if let Running::Server(server) = self.running(node) {
                 stopping.push((node, server.pid));
             }
+            // A recorded id counts only while it is still the server `up` started (the same
+            // data directory): an id the system gave to another process since is left alone.
+            let ours = self.dir.join(format!("data-node-{node}"));
             for &(_, pid) in recorded.iter().filter(|(n, _)| *n == node) {
-                if procs::server(pid).is_some() && !stopping.contains(&(node, pid)) {
+                let same = procs::server(pid).is_some_and(|s| s.data_dir.as_ref() == Some(&ours));
+                if same && !stopping.contains(&(node, pid)) {
                     stopping.push((node, pid));
                 }
             }
