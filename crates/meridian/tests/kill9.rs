@@ -299,3 +299,128 @@ fn kill_9_of_tiga_and_luigi_followers_they_rejoin_by_a_state_transfer_and_lose_n
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// The client library's retry helper under `kill -9`: four tasks of one client each move
+/// one cent at a time from their own account to their own sink account with
+/// `Client::transact` while servers of a 1 × 3 `occ` cluster (node 0, the usual leader,
+/// among them) are killed and restarted. Every transfer acknowledged is applied exactly once:
+/// at the end each sink holds at least the acknowledged transfers and at most those plus the
+/// ones whose outcome was reported unknown, and each pair of accounts still holds its money.
+#[test]
+fn the_retry_helper_applies_each_acknowledged_transfer_exactly_once_under_kill_9() {
+    use meridian_client::{Client, Error, Key, Options, Retry};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("meridian-kill9-client-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+    let file = cluster_file(&dir, &ports, "occ", "bank", "file");
+    let mut servers = Servers {
+        file: file.clone(),
+        dir: dir.clone(),
+        ports,
+        metrics: (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect(),
+        durability: "fsync",
+        children: vec![None, None, None],
+    };
+    for node in 0..3 {
+        servers.start(node);
+    }
+    let account = |n: u64| Key::table(3).u64(n).build();
+    let cents =
+        |v: &Option<Vec<u8>>| i64::from_le_bytes(v.as_ref().unwrap()[..8].try_into().unwrap());
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let options = Options {
+        timeout: Some(Duration::from_secs(3)),
+        retry: Retry {
+            attempts_max: 1_000,
+            backoff_min: Duration::from_millis(5),
+            backoff_max: Duration::from_millis(200),
+        },
+        ..Options::default()
+    };
+    let client = rt.block_on(Client::connect_with(&file, options)).expect("connect");
+    let stop = Arc::new(AtomicBool::new(false));
+    // Per task: (acknowledged, unknown) transfers.
+    let tasks: Vec<_> = (0..4u64)
+        .map(|worker| {
+            let (client, stop) = (client.clone(), stop.clone());
+            rt.spawn(async move {
+                let (mut acked, mut unknown) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let moved = client
+                        .transact(|txn| {
+                            Box::pin(async move {
+                                let (from, to) = (account(worker), account(4 + worker));
+                                let balances = txn.get_many(&[from.clone(), to.clone()]).await?;
+                                let (a, b) = (cents(&balances[0]), cents(&balances[1]));
+                                txn.put(from, (a - 1).to_le_bytes().to_vec())?;
+                                txn.put(to, (b + 1).to_le_bytes().to_vec())?;
+                                Ok(())
+                            })
+                        })
+                        .await;
+                    match moved {
+                        Ok(()) => acked += 1,
+                        Err(Error::Unknown(_)) => unknown += 1,
+                        Err(e) => panic!("worker {worker}: {e}"),
+                    }
+                }
+                (acked, unknown)
+            })
+        })
+        .collect();
+    // Seed 2 kills nodes 1, 0, 0, 2, 2, 2 (node 0, the preferred leader, twice).
+    std::thread::sleep(Duration::from_millis(800));
+    let mut state = 2u64;
+    for _ in 0..6 {
+        state =
+            state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let victim = ((state >> 33) % 3) as usize;
+        servers.kill(victim);
+        std::thread::sleep(Duration::from_millis(150));
+        servers.start(victim);
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let counts: Vec<(u64, u64)> = rt.block_on(async { futures_join(tasks).await });
+    let balances = rt.block_on(async {
+        client
+            .transact(|txn| {
+                Box::pin(async move {
+                    let keys: Vec<Key> = (0..8).map(account).collect();
+                    txn.get_many(&keys).await
+                })
+            })
+            .await
+            .expect("the audit commits")
+    });
+    rt.block_on(client.close());
+    let initial = 10_000i64;
+    for (worker, &(acked, unknown)) in counts.iter().enumerate() {
+        let (from, to) = (cents(&balances[worker]), cents(&balances[4 + worker]));
+        assert_eq!(from + to, 2 * initial, "worker {worker}: the pair's money: {from} + {to}");
+        let applied = (to - initial) as u64;
+        assert!(
+            acked <= applied && applied <= acked + unknown,
+            "worker {worker}: {applied} applied, {acked} acknowledged, {unknown} unknown"
+        );
+        assert!(acked > 10, "worker {worker} moved almost nothing: {acked}");
+        eprintln!("worker {worker}: {acked} acknowledged, {unknown} unknown, {applied} applied");
+    }
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits for every task, in order (a panicked task fails the test with its message).
+async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())));
+    }
+    out
+}
