@@ -351,6 +351,24 @@ pub trait Node: Send + 'static {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Where each replica hosted here stands in its shard's replication, for status pages
+    /// (by default none: a protocol without replicated shards). Read between calls, never
+    /// during one; must not change the node.
+    fn groups(&self) -> Vec<GroupStatus> {
+        Vec::new()
+    }
+}
+
+/// One hosted replica's place in its shard's replication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// Its shard.
+    pub shard: crate::ids::ShardId,
+    /// It leads the shard.
+    pub leader: bool,
+    /// Entries of the shard's log it has applied (a follower trails its leader by the
+    /// difference).
+    pub applied_index: u64,
 }
 
 /// Supplies client requests to coordinators and consumes their replies. Both drivers use the same

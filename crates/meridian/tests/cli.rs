@@ -954,6 +954,11 @@ fn cluster_up_status_restart_down_manage_the_servers_that_listen() {
         &[out.to_str().unwrap(), "--cluster", config],
     );
     assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+    // Node 0's group, from its metrics (published about once a second).
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    let (_, text) = cluster(&["status", "--node", "0"]);
+    assert!(text.contains("shard 0 leader, applied "), "{text}");
+    assert!(text.contains("1/1 servers up"), "{text}");
     // Node 1 killed: status says so; `up` starts it alone, on its data.
     let pid_of = |text: &str, node: u32| -> u32 {
         let line = text.lines().find(|l| l.starts_with(&format!("node {node} "))).unwrap();

@@ -42,6 +42,8 @@ pub struct NodeSnapshot {
     pub links: BTreeMap<NodeId, LinkSnapshot>,
     /// The protocol's own counters and gauges (`Node::counters`).
     pub counters: Vec<(&'static str, u64)>,
+    /// Each hosted replica's place in its shard's replication (`Node::groups`).
+    pub groups: Vec<meridian_core::node::GroupStatus>,
     /// Seconds since the node started.
     pub uptime_s: f64,
 }
@@ -147,6 +149,28 @@ impl MetricsHub {
             for (id, n) in &nodes {
                 for (_, value) in n.counters.iter().filter(|(c, _)| *c == name) {
                     let _ = writeln!(text, "meridian_{name}{{node=\"{}\"}} {value}", id.0);
+                }
+            }
+        }
+        if nodes.values().any(|n| !n.groups.is_empty()) {
+            let _ =
+                writeln!(text, "# HELP meridian_group_leader 1 where the node leads the shard.");
+            let _ = writeln!(text, "# TYPE meridian_group_leader gauge");
+            let _ = writeln!(
+                text,
+                "# HELP meridian_group_applied_index Entries of the shard's log applied here."
+            );
+            let _ = writeln!(text, "# TYPE meridian_group_applied_index gauge");
+            for (id, n) in &nodes {
+                for g in &n.groups {
+                    let labels = format!("node=\"{}\",shard=\"{}\"", id.0, g.shard.0);
+                    let _ =
+                        writeln!(text, "meridian_group_leader{{{labels}}} {}", u8::from(g.leader));
+                    let _ = writeln!(
+                        text,
+                        "meridian_group_applied_index{{{labels}}} {}",
+                        g.applied_index
+                    );
                 }
             }
         }

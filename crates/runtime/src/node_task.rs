@@ -791,6 +791,7 @@ impl<N: Node, C: ClientDriver + Send + 'static> NodeTask<N, C> {
         let snapshot = NodeSnapshot {
             links,
             counters: self.node.counters(),
+            groups: self.node.groups(),
             uptime_s: (now - self.started_ns) as f64 / 1e9,
         };
         hub.publish(self.id, snapshot);

@@ -315,19 +315,67 @@ impl Cluster<'_> {
     }
 
     fn status(&self, nodes: &[u32]) -> Result<(), Failure> {
+        // Each server's state and metrics page first: a follower's lag is its shard leader's
+        // applied index less its own, and the leader may be any node.
+        let seen: Vec<(u32, Running, Option<String>)> = nodes
+            .iter()
+            .map(|&node| {
+                let running = self.running(node);
+                let page = match (&running, self.file.metrics_addrs[node as usize]) {
+                    (Running::Server(_), Some(metrics)) => scrape(metrics),
+                    _ => None,
+                };
+                (node, running, page)
+            })
+            .collect();
+        let groups: Vec<(u32, Vec<Group>)> = seen
+            .iter()
+            .map(|(node, _, page)| (*node, page.as_deref().map_or_else(Vec::new, groups_of)))
+            .collect();
+        let leader_applied = |shard: u32| {
+            groups
+                .iter()
+                .flat_map(|(_, g)| g)
+                .filter(|g| g.shard == shard && g.leader)
+                .map(|g| g.applied)
+                .max()
+        };
         let mut healthy = 0;
-        for &node in nodes {
-            let addr = self.addr(node);
-            let line = match self.running(node) {
+        for ((node, running, page), (_, own)) in seen.iter().zip(&groups) {
+            let (node, addr) = (*node, self.addr(*node));
+            let line = match running {
                 Running::Server(server) => {
                     healthy += 1;
                     let data = server
                         .data_dir
                         .as_ref()
                         .map_or("memory".to_string(), |d| d.display().to_string());
-                    let metrics = self.file.metrics_addrs[node as usize]
-                        .map_or(String::new(), |m| format!("  {}", metrics_summary(m)));
-                    format!("up    pid {:<8} data {data}{metrics}", server.pid)
+                    let metrics = match (self.file.metrics_addrs[node as usize], page) {
+                        (None, _) => String::new(),
+                        (Some(m), None) => format!("  metrics {m} unreachable"),
+                        (Some(m), Some(page)) => format!("  {}", metrics_summary(m, page)),
+                    };
+                    let roles: Vec<String> = own
+                        .iter()
+                        .map(|g| match (g.leader, leader_applied(g.shard)) {
+                            (true, _) => format!("shard {} leader, applied {}", g.shard, g.applied),
+                            (false, Some(lead)) => format!(
+                                "shard {} follower, applied {}, lag {}",
+                                g.shard,
+                                g.applied,
+                                lead.saturating_sub(g.applied)
+                            ),
+                            (false, None) => {
+                                format!("shard {} follower, applied {}", g.shard, g.applied)
+                            }
+                        })
+                        .collect();
+                    let roles = if roles.is_empty() {
+                        String::new()
+                    } else {
+                        format!("\n          {}", roles.join("; "))
+                    };
+                    format!("up    pid {:<8} data {data}{metrics}{roles}", server.pid)
                 }
                 Running::Other(pid) => format!(
                     "down  (its address is taken by {}, not a meridian server)",
@@ -350,10 +398,51 @@ impl Cluster<'_> {
     }
 }
 
-/// What a server's metrics say of it: how long it has run, and the groups it leads (Raft
-/// hosted protocols) or `metrics unreachable`.
-fn metrics_summary(addr: SocketAddr) -> String {
-    let Some(page) = scrape(addr) else { return format!("metrics {addr} unreachable") };
+/// One replica's place in its shard's log, as its server's metrics say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Group {
+    shard: u32,
+    leader: bool,
+    applied: u64,
+}
+
+/// The `meridian_group_*` lines of a metrics page, per shard.
+fn groups_of(page: &str) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for line in page.lines() {
+        let (name, rest) = match line.split_once('{') {
+            Some(split) => split,
+            None => continue,
+        };
+        let (labels, value) = match rest.rsplit_once("} ") {
+            Some(split) => split,
+            None => continue,
+        };
+        let shard = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("shard=\""))
+            .and_then(|v| v.trim_end_matches('"').parse::<u32>().ok());
+        let (Some(shard), Ok(value)) = (shard, value.trim().parse::<u64>()) else { continue };
+        let at = match groups.iter().position(|g| g.shard == shard) {
+            Some(at) => at,
+            None => {
+                groups.push(Group { shard, leader: false, applied: 0 });
+                groups.len() - 1
+            }
+        };
+        match name {
+            "meridian_group_leader" => groups[at].leader = value == 1,
+            "meridian_group_applied_index" => groups[at].applied = value,
+            _ => {}
+        }
+    }
+    groups.sort_unstable_by_key(|g| g.shard);
+    groups
+}
+
+/// What a server's metrics page says of it: how long it has run, the groups it leads and
+/// its log entries (Raft-hosted protocols).
+fn metrics_summary(addr: SocketAddr, page: &str) -> String {
     let value = |name: &str| {
         page.lines()
             .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
@@ -384,4 +473,30 @@ fn scrape(addr: SocketAddr) -> Option<String> {
     let text = String::from_utf8_lossy(&body).into_owned();
     let (head, page) = text.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.").then(|| page.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_lines_of_a_metrics_page_parse_per_shard() {
+        let page = "# TYPE meridian_group_leader gauge\n\
+                    meridian_group_leader{node=\"0\",shard=\"1\"} 1\n\
+                    meridian_group_applied_index{node=\"0\",shard=\"1\"} 42\n\
+                    meridian_group_leader{node=\"0\",shard=\"0\"} 0\n\
+                    meridian_group_applied_index{node=\"0\",shard=\"0\"} 7\n\
+                    meridian_uptime_seconds{node=\"0\"} 3.5\n\
+                    meridian_group_leader{node=\"0\",shard=\"x\"} 1\n";
+        assert_eq!(
+            groups_of(page),
+            [
+                Group { shard: 0, leader: false, applied: 7 },
+                Group { shard: 1, leader: true, applied: 42 }
+            ]
+        );
+        let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(metrics_summary(addr, page), "metrics 127.0.0.1:9, up 4 s");
+        assert!(groups_of("garbage {\n}").is_empty());
+    }
 }

@@ -1366,6 +1366,10 @@ impl Node for ChainNode {
         self.settle(now, out);
     }
 
+    fn groups(&self) -> Vec<meridian_core::node::GroupStatus> {
+        self.hosts.groups()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut machines = super::machine::MachineCounts::default();
         let mut open = 0;

@@ -919,6 +919,10 @@ impl Node for OccNode {
         }
     }
 
+    fn groups(&self) -> Vec<meridian_core::node::GroupStatus> {
+        self.hosts.groups()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         // Summed over the shards hosted here.
         let mut counters: BTreeMap<&'static str, u64> = BTreeMap::new();

@@ -667,6 +667,19 @@ impl<SM: StateMachine, R: Replica> Hosts<SM, R> {
         replayed
     }
 
+    /// Each hosted replica's place in its shard's log (shards without a log left out).
+    pub fn groups(&self) -> Vec<meridian_core::node::GroupStatus> {
+        let logged =
+            self.hosts.iter().filter_map(|(&shard, host)| Some((shard, host.log.as_ref()?)));
+        logged
+            .map(|(shard, log)| meridian_core::node::GroupStatus {
+                shard,
+                leader: log.is_leader(),
+                applied_index: log.applied_index(),
+            })
+            .collect()
+    }
+
     /// The hosting counters, summed over the shards (names shared by every protocol).
     pub fn counters(&self, into: &mut BTreeMap<&'static str, u64>) {
         for host in self.hosts.values() {

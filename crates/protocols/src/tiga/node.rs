@@ -1195,6 +1195,23 @@ impl Node for TigaNode {
         });
     }
 
+    /// A leader's finished prefix of its log, a follower's executed one (a retired or
+    /// rejoining replica holds no log: left out).
+    fn groups(&self) -> Vec<meridian_core::node::GroupStatus> {
+        let holding = self.hosted.values().filter(|h| !h.retired && h.follow.joining.is_none());
+        holding
+            .map(|h| {
+                let leader = h.replica.leads();
+                let applied = if leader { h.lead.finished } else { h.follow.executed };
+                meridian_core::node::GroupStatus {
+                    shard: h.shard,
+                    leader,
+                    applied_index: applied as u64,
+                }
+            })
+            .collect()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.named_counters()
     }
