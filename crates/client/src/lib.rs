@@ -160,7 +160,10 @@ impl Client {
     }
 
     /// Connects with the cluster file at `config`. Must run inside a tokio runtime. A bad
-    /// file, node, lease, time limit or retry setting is refused before anything starts.
+    /// file, node, lease, time limit or retry setting is refused before anything starts;
+    /// then every server is sent this client's hello, and one that refuses it (another
+    /// cluster file, workload or version), a port that is no Meridian server, or a shard
+    /// with no server reachable is an [`Error::Config`] naming the node and address.
     ///
     /// ```no_run
     /// # async fn example() -> Result<(), meridian_client::Error> {
@@ -183,6 +186,12 @@ impl Client {
         options.retry.check().map_err(Error::config)?;
         let file = ClusterFile::load(config.as_ref())?;
         let node = start_client_node(&file, options.node, lease_ns).await?;
+        // One clear line for servers of another cluster, a port that is no Meridian server,
+        // or a shard with no server up, rather than timeouts later.
+        if let Err(error) = meridian_node::probe_servers(&file, node.id).await {
+            node.stop().await;
+            return Err(error.into());
+        }
         let inner = Inner {
             handle: node.handle.clone(),
             registry: node.registry.clone(),

@@ -389,9 +389,6 @@ fn kv_runs_statements_as_one_transaction_and_refuses_bad_ones_before_starting() 
 fn an_unanswered_read_times_out_naming_its_shard_and_server() {
     let dir = std::env::temp_dir().join(format!("meridian-interactive-to-{}", std::process::id()));
     let (file, mut servers) = cluster(&dir, "occ", None);
-    // Shard 1's only server goes away.
-    let _ = servers.0[1].kill();
-    let _ = servers.0[1].wait();
     let text = std::fs::read_to_string(&file).unwrap();
     let shard_1_addr =
         text.split("addr = \"").nth(2).unwrap().split('"').next().unwrap().to_string();
@@ -401,6 +398,9 @@ fn an_unanswered_read_times_out_naming_its_shard_and_server() {
         let timeout = Duration::from_millis(700);
         let options = Options { timeout: Some(timeout), ..Options::default() };
         let client = Client::connect_with(&file, options).await.expect("connect");
+        // Shard 1's only server goes away.
+        let _ = servers.0[1].kill();
+        let _ = servers.0[1].wait();
         let mut txn = client.begin().await.expect("begin");
         // Account 0 is on shard 0 (served), the last one on shard 1 (gone).
         let started = Instant::now();
@@ -418,5 +418,49 @@ fn an_unanswered_read_times_out_naming_its_shard_and_server() {
         assert!(matches!(txn.get(&account(0)).await, Err(Error::Finished(_))));
         client.close().await;
     });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client pointed at servers of another cluster, at a port that is no Meridian server, or
+/// at a cluster with a shard whose servers are all down gets one clear error at connect,
+/// naming the node and address, instead of timeouts later.
+#[test]
+fn a_client_of_the_wrong_cluster_or_port_is_told_at_connect() {
+    let dir =
+        std::env::temp_dir().join(format!("meridian-interactive-probe-{}", std::process::id()));
+    let (file, mut servers) = cluster(&dir, "occ", None);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let connect =
+        |path: &Path| rt.block_on(Client::connect(path)).map(|_| ()).unwrap_err().to_string();
+    // Another cluster file (a different seed) at the same addresses: its hello is refused.
+    let other = dir.join("other.toml");
+    std::fs::write(&other, text.replacen("keys_per_shard", "seed = 99\nkeys_per_shard", 1))
+        .unwrap();
+    let error = connect(&other);
+    assert!(error.contains("refused this client's hello"), "{error}");
+    // A port that talks first is no Meridian server.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let squatter_addr = squatter.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        for mut stream in squatter.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = stream.write_all(b"SSH-2.0-not-meridian\r\n");
+                std::thread::sleep(Duration::from_millis(2_000));
+            });
+        }
+    });
+    let first_addr = text.split("addr = \"").nth(1).unwrap().split('"').next().unwrap();
+    let wrong = dir.join("wrong.toml");
+    std::fs::write(&wrong, text.replacen(first_addr, &squatter_addr.to_string(), 1)).unwrap();
+    let error = connect(&wrong);
+    assert!(error.contains("not a Meridian server") && error.contains("node 0"), "{error}");
+    // Shard 1's only server down: no reachable server for it.
+    let _ = servers.0[1].kill();
+    let _ = servers.0[1].wait();
+    let error = connect(&file);
+    assert!(error.contains("shard 1 has no reachable server"), "{error}");
     let _ = std::fs::remove_dir_all(&dir);
 }

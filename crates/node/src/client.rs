@@ -144,3 +144,87 @@ async fn start_client<N: ProtocolNode>(
         stopped,
     })
 }
+
+/// How long [`probe_servers`] waits for each server.
+pub const PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(700);
+
+/// Checks, before a client starts work, that the servers of `file` are this cluster's: each
+/// server is sent the hello coordinator `from` would send. One that closes the connection
+/// refused it (another cluster file, workload or wire version); one that answers with bytes
+/// before any request is not a Meridian server. Either is an error naming the node and its
+/// address, as is a shard none of whose servers can be reached. Servers that cannot be
+/// reached are otherwise tolerated (a replica may be down).
+pub async fn probe_servers(file: &ClusterFile, from: NodeId) -> Result<(), ConfigError> {
+    use meridian_core::wire::{Hello, WIRE_VERSION};
+    let workload: Arc<dyn Workload> =
+        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
+    let topology = Arc::new(file.topology.clone());
+    let fingerprint = tcp_cluster_config(file, &topology, &workload)
+        .tcp
+        .map(|tcp| tcp.fingerprint)
+        .ok_or_else(|| ConfigError::new("the cluster file gives no TCP layout"))?;
+    let servers: Vec<NodeId> =
+        topology.node_ids().filter(|n| !topology.nodes[n.0 as usize].replicas.is_empty()).collect();
+    // Every server at once, each in its own task (the probes own what they use).
+    let tasks: Vec<_> = servers
+        .iter()
+        .map(|&to| {
+            let addr = file.addrs[to.0 as usize];
+            let hello = Hello { version: WIRE_VERSION, cluster_fingerprint: fingerprint, from, to };
+            tokio::spawn(probe_one(addr, to, hello))
+        })
+        .collect();
+    let mut reachable = BTreeMap::new();
+    for (&to, task) in servers.iter().zip(tasks) {
+        let answer = task.await.map_err(|e| ConfigError::new(format!("a probe failed: {e}")))?;
+        reachable.insert(to, answer?);
+    }
+    for shard in 0..topology.shards {
+        let nodes = topology.shard_nodes(meridian_core::ShardId(shard));
+        if !nodes.iter().any(|n| reachable.get(n) == Some(&true)) {
+            let addrs: Vec<String> =
+                nodes.iter().map(|n| file.addrs[n.0 as usize].to_string()).collect();
+            return Err(ConfigError::new(format!(
+                "shard {shard} has no reachable server ({})",
+                addrs.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One server's answer to `hello`: `Ok(true)` when it accepted it (it keeps quiet),
+/// `Ok(false)` when it cannot be reached, an error when it refused it or is no Meridian
+/// server.
+async fn probe_one(
+    addr: std::net::SocketAddr,
+    to: NodeId,
+    hello: meridian_core::wire::Hello,
+) -> Result<bool, ConfigError> {
+    use meridian_core::wire::{encode_frame, WireFrame};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let connect = tokio::net::TcpStream::connect(addr);
+    let Ok(Ok(mut stream)) = tokio::time::timeout(PROBE_WAIT, connect).await else {
+        return Ok(false);
+    };
+    let mut frame = Vec::new();
+    encode_frame(&WireFrame::<()>::Hello(hello), &mut frame)
+        .map_err(|e| ConfigError::new(format!("cannot frame a hello: {e}")))?;
+    if stream.write_all(&frame).await.is_err() {
+        return Ok(false);
+    }
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(PROBE_WAIT, stream.read(&mut byte)).await {
+        // Quiet: a Meridian server waits for requests after a hello it accepts.
+        Err(_) => Ok(true),
+        Ok(Ok(0)) | Ok(Err(_)) => Err(ConfigError::new(format!(
+            "node {} at {addr} refused this client's hello: it runs another cluster file, \
+             workload or wire version",
+            to.0
+        ))),
+        Ok(Ok(_)) => Err(ConfigError::new(format!(
+            "node {} at {addr} answered with bytes before any request: not a Meridian server",
+            to.0
+        ))),
+    }
+}

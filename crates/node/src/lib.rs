@@ -9,5 +9,5 @@ pub mod cluster_file;
 pub mod context;
 pub mod server;
 
-pub use client::{start_client_node, ClientNode, SESSION_LEASE_NS_MAX};
+pub use client::{probe_servers, start_client_node, ClientNode, SESSION_LEASE_NS_MAX};
 pub use server::{run_server, verify_data_dir, ServeError};

@@ -258,7 +258,10 @@ pub fn spawn_writer<M: Message>(
                 backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
                 continue;
             };
-            backoff = Duration::from_millis(10);
+            // The backoff starts over only once a connection has lived a while: a peer that
+            // accepts and then drops every connection (another cluster refusing the hello)
+            // is retried ever more slowly, not a hundred times a second.
+            let connected_at = tokio::time::Instant::now();
             loop {
                 let Some(first) = rx.recv().await else { return };
                 let mut batch = Vec::with_capacity(16);
@@ -286,6 +289,12 @@ pub fn spawn_writer<M: Message>(
                     tracing::warn!(%from, %to, %error, "connection lost; reconnecting");
                     break;
                 }
+            }
+            if connected_at.elapsed() >= RECONNECT_BACKOFF_MAX {
+                backoff = Duration::from_millis(10);
+            } else {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
             }
         }
     });
