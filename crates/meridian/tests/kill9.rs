@@ -91,6 +91,35 @@ fn cluster_file(
     path
 }
 
+impl Servers {
+    /// A fresh 1 × 3 cluster of `protocol` running `workload` in `dir` (emptied first), its
+    /// three servers started on `log_store` with `durability`, node 3 a coordinator.
+    fn up(
+        dir: &Path,
+        protocol: &str,
+        workload: &str,
+        log_store: &str,
+        durability: &'static str,
+    ) -> Self {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
+        let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
+        let file = cluster_file(dir, &ports, protocol, workload, log_store);
+        let mut servers = Servers {
+            file,
+            dir: dir.to_path_buf(),
+            ports,
+            metrics: (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect(),
+            durability,
+            children: vec![None, None, None],
+        };
+        for node in 0..3 {
+            servers.start(node);
+        }
+        servers
+    }
+}
+
 /// How a kill run's servers run and which of them may be killed.
 struct KillPlan {
     log_store: &'static str,
@@ -112,21 +141,8 @@ fn run_with_kills(
     (kills, seed): (u64, u64),
     dir: &Path,
 ) -> (String, Vec<usize>, Servers) {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
-    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let file = cluster_file(dir, &ports, protocol, workload, plan.log_store);
-    let mut servers = Servers {
-        file: file.clone(),
-        dir: dir.to_path_buf(),
-        ports,
-        metrics: (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect(),
-        durability: plan.durability,
-        children: vec![None, None, None],
-    };
-    for node in 0..3 {
-        servers.start(node);
-    }
+    let mut servers = Servers::up(dir, protocol, workload, plan.log_store, plan.durability);
+    let file = servers.file.clone();
     // The load runs through every kill and a little after.
     let duration_s = kills as f64 * 0.9 + 3.0;
     let bench = meridian()
@@ -313,21 +329,8 @@ fn the_retry_helper_applies_each_acknowledged_transfer_exactly_once_under_kill_9
     use std::sync::Arc;
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("meridian-kill9-client-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-    let file = cluster_file(&dir, &ports, "occ", "bank", "file");
-    let mut servers = Servers {
-        file: file.clone(),
-        dir: dir.clone(),
-        ports,
-        metrics: (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect(),
-        durability: "fsync",
-        children: vec![None, None, None],
-    };
-    for node in 0..3 {
-        servers.start(node);
-    }
+    let mut servers = Servers::up(&dir, "occ", "bank", "file", "fsync");
+    let file = servers.file.clone();
     let account = |n: u64| Key::table(3).u64(n).build();
     let cents =
         |v: &Option<Vec<u8>>| i64::from_le_bytes(v.as_ref().unwrap()[..8].try_into().unwrap());
@@ -436,21 +439,8 @@ fn a_paused_leader_resumed_after_its_replacement_acknowledges_nothing_stale() {
     for protocol in ["occ", "tiga"] {
         let dir =
             std::env::temp_dir().join(format!("meridian-pause-{protocol}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
-        let file = cluster_file(&dir, &ports, protocol, "list-append", "file");
-        let mut servers = Servers {
-            file: file.clone(),
-            dir: dir.clone(),
-            ports,
-            metrics: (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect(),
-            durability: "fsync",
-            children: vec![None, None, None],
-        };
-        for node in 0..3 {
-            servers.start(node);
-        }
+        let servers = Servers::up(&dir, protocol, "list-append", "file", "fsync");
+        let file = servers.file.clone();
         let bench = meridian()
             .args(["bench", "--clients", "8", "--warmup", "0", "--quiet", "--cluster"])
             .arg(&file)

@@ -288,11 +288,13 @@ fn nodes(
         });
     }
     // A metrics address may be no node's address and no other node's metrics address.
-    let (listen, metrics) = (addrs, metrics_addrs);
-    for (node, metrics_addr) in metrics.iter().enumerate() {
+    for (node, metrics_addr) in metrics_addrs.iter().enumerate() {
         let Some(metrics_addr) = metrics_addr else { continue };
-        let clash = listen.iter().position(|a| a == metrics_addr).or_else(|| {
-            metrics.iter().position(|m| m.as_ref() == Some(metrics_addr)).filter(|&m| m != node)
+        let clash = addrs.iter().position(|a| a == metrics_addr).or_else(|| {
+            metrics_addrs
+                .iter()
+                .position(|m| m.as_ref() == Some(metrics_addr))
+                .filter(|&m| m != node)
         });
         if let Some(other) = clash {
             return Err(errors.bad(format!(
@@ -300,7 +302,7 @@ fn nodes(
             )));
         }
     }
-    Ok((nodes, (listen, metrics)))
+    Ok((nodes, (addrs, metrics_addrs)))
 }
 
 /// The workload's options from the file's keys (defaults where it has none).
