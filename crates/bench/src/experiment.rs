@@ -77,7 +77,69 @@ pub struct Experiment {
 
 pub use meridian_node::cluster_file::check_snapshot_interval;
 
+/// What a run against the servers of a cluster file sets itself: the file sets the rest.
+#[derive(Clone, Debug)]
+pub struct ClusterLoad {
+    /// Clients.
+    pub clients: u32,
+    /// Requests each closed-loop client keeps outstanding.
+    pub outstanding: u32,
+    /// Closed or open loop.
+    pub load: meridian_workloads::clients::Load,
+    /// Regions whose coordinators take clients (all when empty).
+    pub client_regions: Vec<String>,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Seconds before the measurement.
+    pub warmup_s: f64,
+    /// Results folder.
+    pub out_dir: PathBuf,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
 impl Experiment {
+    /// The experiment of a run driving the servers of `file` (its protocol, workload, layout,
+    /// network, clock, seed and log settings) with `load`. The servers' durability is theirs:
+    /// this process logs nothing.
+    pub fn for_cluster(file: &meridian_node::cluster_file::ClusterFile, load: ClusterLoad) -> Self {
+        let ClusterLoad {
+            clients,
+            outstanding,
+            load,
+            client_regions,
+            duration_s,
+            warmup_s,
+            out_dir,
+            progress,
+        } = load;
+        Self {
+            protocol: file.protocol,
+            protocol_options: file.protocol_options.clone(),
+            workload: file.workload.clone(),
+            workload_options: file.workload_options.clone(),
+            shards: file.topology.shards,
+            replicas: file.topology.replicas,
+            network: file.network.clone(),
+            clock: file.clock,
+            clients,
+            outstanding,
+            load,
+            server_regions: Vec::new(),
+            client_regions,
+            replica_placement: meridian_core::topology::Placement::Spread,
+            duration_s,
+            warmup_s,
+            seed: file.seed,
+            faults: Vec::new(),
+            out_dir,
+            progress,
+            durability: DurabilityMode::Memory,
+            snapshot_interval_entries: file.snapshot_interval_entries,
+            log_store: file.log_store,
+        }
+    }
+
     /// One line saying how the load was offered (reports and `stats.json` carry it).
     pub fn load_description(&self) -> String {
         self.load.describe(self.clients, self.outstanding)

@@ -20,7 +20,7 @@ use meridian_runtime::clock::WallClock;
 use meridian_runtime::incarnation;
 use meridian_runtime::logstore::DurabilityMode;
 use meridian_runtime::node_task::ClusterConfig;
-use meridian_runtime::node_task::NodeFailures;
+use meridian_runtime::node_task::{Cuts, NodeFailures};
 use meridian_runtime::{Cluster, LinkDelays};
 use meridian_storage::MvccStore;
 use meridian_workloads::clients::{ClientPool, Load, Offered};
@@ -665,6 +665,21 @@ pub fn counters_total(
 /// Runs the clients of `experiment` in this process against the servers of a cluster file.
 /// The file's coordinator nodes are hosted here; every other node must already be running.
 pub fn run_cluster(file: &ClusterFile, experiment: &Experiment) -> Result<RunOutput, ConfigError> {
+    run_cluster_with(file, experiment, Box::new(|_| {})).map(|(out, _)| out)
+}
+
+/// Told, once the coordinators run, the link cuts of this process (a fault injector cuts the
+/// coordinators' own links with them).
+pub type OnCoordinatorsStarted = Box<dyn FnOnce(Arc<Cuts>) + Send>;
+
+/// [`run_cluster`], telling `started` the coordinators' link cuts once they run, and handing
+/// back the workload's checker with everything it observed (a caller may check the servers'
+/// stores with it afterwards).
+pub fn run_cluster_with(
+    file: &ClusterFile,
+    experiment: &Experiment,
+    started: OnCoordinatorsStarted,
+) -> Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError> {
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
@@ -677,7 +692,7 @@ pub fn run_cluster(file: &ClusterFile, experiment: &Experiment) -> Result<RunOut
         )));
     }
     let rt = runtime()?;
-    file.protocol.visit(Remote { rt: &rt, file, experiment, workload, topology })
+    file.protocol.visit(Remote { rt: &rt, file, experiment, workload, topology, started })
 }
 
 /// A run against server processes with the protocol type chosen at run time.
@@ -687,23 +702,24 @@ struct Remote<'a> {
     experiment: &'a Experiment,
     workload: Arc<dyn Workload>,
     topology: Arc<Topology>,
+    started: OnCoordinatorsStarted,
 }
 
 impl ProtocolVisitor for Remote<'_> {
-    type Output = Result<RunOutput, ConfigError>;
+    type Output = Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError>;
     fn visit<P: Protocol>(self) -> Self::Output {
-        let Self { rt, file, experiment, workload, topology } = self;
-        rt.block_on(remote::<P::Node>(file, experiment, workload, topology, P::restore))
+        let Self { rt, file, experiment, workload, topology, started } = self;
+        let run = (workload, topology, started);
+        rt.block_on(remote::<P::Node>(file, experiment, run, P::restore))
     }
 }
 
 async fn remote<N: ProtocolNode>(
     file: &ClusterFile,
     experiment: &Experiment,
-    workload: Arc<dyn Workload>,
-    topology: Arc<Topology>,
+    (workload, topology, started): (Arc<dyn Workload>, Arc<Topology>, OnCoordinatorsStarted),
     build: BuildNode<N>,
-) -> Result<RunOutput, ConfigError> {
+) -> Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError> {
     // Coordinators host no replicas: nothing of theirs is logged, and their incarnation comes
     // from the clock (see `meridian_runtime::incarnation`).
     let context = file_contexts(file, &topology, &workload, false, incarnation::from_clock());
@@ -722,6 +738,7 @@ async fn remote<N: ProtocolNode>(
     let cluster = Cluster::start(config, local)
         .await
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
+    started(cluster.cuts());
     let mut checker = workload.checker();
     // The servers may run on other machines, whose clocks are never exactly in step.
     checker.expect_strict(file.protocol.guarantee(&file.protocol_options).strict(false));
@@ -750,7 +767,7 @@ async fn remote<N: ProtocolNode>(
     out.messages_dropped = dropped;
     out.node_panics = panics_of(&failures);
     out.history_json = checker.history_json();
-    Ok(out)
+    Ok((out, checker))
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ macro_rules! say_raw {
 mod clustercmd;
 mod experiment_file;
 mod kvcmd;
+mod nemesis;
 mod presets;
 mod simcmd;
 use std::process::ExitCode;
@@ -109,6 +110,10 @@ enum Command {
     /// Run an interactive transaction against a running cluster: `kv --config FILE txn
     /// "get a; put a 1; commit"` (or statements on standard input, one per line).
     Kv(kvcmd::KvArgs),
+    /// Start a cluster of server processes, run a checking workload through it while a seeded
+    /// schedule of faults (crash, pause, partition, clock, disk) hits the processes, then heal
+    /// and check that no acknowledged commit was lost and no anomaly appeared.
+    Nemesis(nemesis::NemesisArgs),
 }
 
 #[derive(Args)]
@@ -416,6 +421,10 @@ struct ServerArgs {
     /// survives a process crash, not a power loss) or memory (nothing survives a restart).
     #[arg(long, default_value = "fsync")]
     durability: String,
+    /// Act out the faults this file states (link cuts, clock offset, disk delay), re-read
+    /// every 50 ms: how `meridian nemesis` injects faults into running servers.
+    #[arg(long)]
+    fault_control: Option<PathBuf>,
 }
 
 /// Resolved cluster settings with the defaults applied.
@@ -852,31 +861,20 @@ fn plan_run(args: &BenchArgs, default_clients: u32) -> Result<Planned, ConfigErr
                 )));
             }
             let file = ClusterFile::load(path)?;
-            let experiment = Experiment {
-                protocol: file.protocol,
-                protocol_options: file.protocol_options.clone(),
-                workload: file.workload.clone(),
-                workload_options: file.workload_options.clone(),
-                shards: file.topology.shards,
-                replicas: file.topology.replicas,
-                network: file.network.clone(),
-                clock: file.clock,
-                clients: args.cluster.clients.unwrap_or(default_clients),
-                outstanding: args.cluster.load()?.1,
-                load: args.cluster.load()?.0,
-                server_regions: Vec::new(),
-                client_regions: args.cluster.client_regions.clone(),
-                replica_placement: Placement::Spread,
-                duration_s: args.duration,
-                warmup_s: args.warmup,
-                seed: file.seed,
-                faults: Vec::new(),
-                out_dir: args.out.clone(),
-                progress: !args.quiet,
-                durability: DurabilityMode::Memory,
-                snapshot_interval_entries: file.snapshot_interval_entries,
-                log_store: file.log_store,
-            };
+            let (load, outstanding) = args.cluster.load()?;
+            let experiment = Experiment::for_cluster(
+                &file,
+                meridian_bench::experiment::ClusterLoad {
+                    clients: args.cluster.clients.unwrap_or(default_clients),
+                    outstanding,
+                    load,
+                    client_regions: args.cluster.client_regions.clone(),
+                    duration_s: args.duration,
+                    warmup_s: args.warmup,
+                    out_dir: args.out.clone(),
+                    progress: !args.quiet,
+                },
+            );
             validate_times(&experiment)?;
             experiment.validate()?;
             Planned::Cluster(Box::new(file), experiment)
@@ -1281,7 +1279,14 @@ fn server(args: &ServerArgs) -> Result<(), Failure> {
     // The file's metrics address for the node unless the flag gives one.
     let metrics_addr =
         args.metrics_addr.or_else(|| file.metrics_addrs.get(args.node as usize).copied().flatten());
-    match run_server(&file, args.node, metrics_addr, durability, args.data_dir.as_deref()) {
+    let settings = meridian_node::ServerSettings {
+        node: args.node,
+        metrics_addr,
+        durability,
+        data_dir: args.data_dir.as_deref(),
+        fault_control: args.fault_control.as_deref(),
+    };
+    match run_server(&file, &settings) {
         Ok(()) => Ok(()),
         Err(meridian_node::ServeError::Config(error)) => Err(error.into()),
         Err(meridian_node::ServeError::NodeFailed(why)) => Err(Failure::Run(why)),
@@ -1317,6 +1322,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify(args),
         Command::Report(args) => report_cmd(args),
         Command::Kv(args) => kvcmd::kv(args),
+        Command::Nemesis(args) => nemesis::nemesis(args, &cli.log_level),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,7 +7,8 @@
 pub mod client;
 pub mod cluster_file;
 pub mod context;
+pub mod control;
 pub mod server;
 
 pub use client::{probe_servers, start_client_node, ClientNode, SESSION_LEASE_NS_MAX};
-pub use server::{run_server, verify_data_dir, ServeError};
+pub use server::{rebuild_data_dir, run_server, verify_data_dir, ServeError, ServerSettings};

@@ -7,14 +7,16 @@ use crate::context::{
     file_contexts, load_in_parallel, open_storage, panics_of, runtime, tcp_cluster_config,
     BuildNode, Durable,
 };
+use crate::control::{Applied, ControlChange, FaultControl, CONTROL_BYTES_MAX, CONTROL_POLL_MS};
 use meridian_core::topology::Topology;
-use meridian_core::{ConfigError, NodeId};
+use meridian_core::{ConfigError, NodeId, ShardId};
 use meridian_protocols::{NodeContext, Protocol, ProtocolNode, ProtocolVisitor, Replayed};
 use meridian_runtime::incarnation;
 use meridian_runtime::logstore::{DurabilityMode, LogStore, Storage};
 use meridian_runtime::metrics::{self, MetricsHub};
-use meridian_runtime::node_task::LocalNode;
+use meridian_runtime::node_task::{LocalNode, NodeFault};
 use meridian_runtime::Cluster;
+use meridian_storage::MvccStore;
 use meridian_workloads::clients::ClientPool;
 use meridian_workloads::{CheckResult, Workload};
 use std::collections::BTreeMap;
@@ -36,15 +38,24 @@ impl From<ConfigError> for ServeError {
     }
 }
 
-/// Runs node `node` of a cluster file until the process is interrupted; with `metrics_addr`,
-/// serves Prometheus metrics at `http://ADDR/metrics`.
-pub fn run_server(
-    file: &ClusterFile,
-    node: u32,
-    metrics_addr: Option<std::net::SocketAddr>,
-    durability: DurabilityMode,
-    data_dir: Option<&Path>,
-) -> Result<(), ServeError> {
+/// How one server process runs.
+#[derive(Clone, Debug)]
+pub struct ServerSettings<'a> {
+    /// Its node in the cluster file.
+    pub node: u32,
+    /// Where it serves Prometheus metrics (`http://ADDR/metrics`), if anywhere.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// What its log promises.
+    pub durability: DurabilityMode,
+    /// Its data directory (required unless the durability is `memory`).
+    pub data_dir: Option<&'a Path>,
+    /// A fault-control file it acts out (see [`crate::control`]); for fault injection only.
+    pub fault_control: Option<&'a Path>,
+}
+
+/// Runs a node of a cluster file as `settings` say until the process is interrupted.
+pub fn run_server(file: &ClusterFile, settings: &ServerSettings<'_>) -> Result<(), ServeError> {
+    let ServerSettings { node, metrics_addr, durability, data_dir, fault_control } = *settings;
     let id = NodeId(node);
     check_node(file, node)?;
     if file.topology.nodes[node as usize].replicas.is_empty() {
@@ -79,7 +90,8 @@ pub fn run_server(
         None => incarnation::from_clock(),
     };
     let rt = runtime()?;
-    let server = Server { id, storage, durable: &durable, metrics_addr, incarnation };
+    let server =
+        Server { id, storage, durable: &durable, metrics_addr, incarnation, fault_control };
     file.protocol.visit(Serve { rt: &rt, file, workload, topology, server })
 }
 
@@ -133,6 +145,26 @@ pub fn verify_data_dir(
     node: u32,
     dir: &Path,
 ) -> Result<(Vec<CheckResult>, Replayed), ConfigError> {
+    let workload: Arc<dyn Workload> =
+        Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
+    let mut checks = Vec::new();
+    let replayed = rebuild_data_dir(file, node, dir, &mut |stores| {
+        checks = workload.checker().check(stores);
+    })?;
+    Ok((checks, replayed))
+}
+
+/// What [`rebuild_data_dir`] shows the rebuilt stores to.
+pub type InspectStores<'a> = dyn FnMut(&[(ShardId, &MvccStore)]) + 'a;
+
+/// Rebuilds node `node` offline from its data directory as [`verify_data_dir`] does and shows
+/// `inspect` its stores (one per shard replica it hosts). Returns what was rebuilt.
+pub fn rebuild_data_dir(
+    file: &ClusterFile,
+    node: u32,
+    dir: &Path,
+    inspect: &mut InspectStores<'_>,
+) -> Result<Replayed, ConfigError> {
     check_node(file, node)?;
     let recovered = LogStore::read(file.log_store, dir, &data_identity(file, node))
         .map_err(ConfigError::new)?;
@@ -140,24 +172,25 @@ pub fn verify_data_dir(
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
     let context = file_contexts(file, &topology, &workload, true, 0)(NodeId(node));
-    file.protocol.visit(Verify { context, records: &recovered.records, workload })
+    file.protocol.visit(Rebuild { context, records: &recovered.records, workload, inspect })
 }
 
 /// An offline rebuild with the protocol type chosen at run time.
-struct Verify<'a> {
+struct Rebuild<'a, 'b> {
     context: NodeContext,
     records: &'a Durable,
     workload: Arc<dyn Workload>,
+    inspect: &'a mut InspectStores<'b>,
 }
 
-impl ProtocolVisitor for Verify<'_> {
-    type Output = Result<(Vec<CheckResult>, Replayed), ConfigError>;
+impl ProtocolVisitor for Rebuild<'_, '_> {
+    type Output = Result<Replayed, ConfigError>;
     fn visit<P: Protocol>(self) -> Self::Output {
         let mut built = P::restore(self.context, self.records).map_err(ConfigError::new)?;
         load_in_parallel(self.workload.as_ref(), std::iter::once(&mut built));
         let replayed = P::replay_committed(&mut built);
-        let checker = self.workload.checker();
-        Ok((checker.check(&built.stores()), replayed))
+        (self.inspect)(&built.stores());
+        Ok(replayed)
     }
 }
 
@@ -168,6 +201,7 @@ struct Server<'a> {
     durable: &'a BTreeMap<Vec<u8>, Vec<u8>>,
     metrics_addr: Option<std::net::SocketAddr>,
     incarnation: u64,
+    fault_control: Option<&'a Path>,
 }
 
 async fn serve<N: ProtocolNode>(
@@ -177,13 +211,13 @@ async fn serve<N: ProtocolNode>(
     build: BuildNode<N>,
     server: Server<'_>,
 ) -> Result<(), ServeError> {
-    let Server { id, storage, durable, metrics_addr, incarnation } = server;
+    let Server { id, storage, durable, metrics_addr, incarnation, fault_control } = server;
     let context = file_contexts(file, &topology, &workload, storage.is_some(), incarnation);
     // The initial data first; the log replays on top of it once the node runs.
     let mut node = build(context(id), durable).map_err(ConfigError::new)?;
     load_in_parallel(workload.as_ref(), std::iter::once(&mut node));
     let mut config = tcp_cluster_config(file, &topology, &workload);
-    config.storage = storage;
+    config.storage = storage.clone();
     let mut metrics_task = None;
     if let Some(addr) = metrics_addr {
         let hub = Arc::new(MetricsHub::default());
@@ -200,24 +234,30 @@ async fn serve<N: ProtocolNode>(
     })?;
     tracing::info!(node = %id, addr = %file.addrs[id.0 as usize], "serving");
     // Stop on Ctrl-C (SIGINT) or SIGTERM (what `meridian cluster down` and most supervisors
-    // send), or fail when the node panics.
+    // send), or fail when the node panics; meanwhile act out the fault-control file, if any.
     let failures = cluster.failures();
-    let failed = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => false,
-                    _ = terminate.recv() => false,
-                    () = failures.wait() => true,
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut control = fault_control.map(|path| ControlReader::new(path, id));
+    let mut poll = tokio::time::interval(std::time::Duration::from_millis(CONTROL_POLL_MS));
+    let failed = loop {
+        let terminated = async {
+            match terminate.as_mut() {
+                Some(signal) => signal.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break false,
+            _ = terminated => break false,
+            () = failures.wait() => break true,
+            _ = poll.tick(), if control.is_some() => {
+                if let Some(reader) = control.as_mut() {
+                    reader.act_out(&cluster, storage.as_ref(), topology.nodes.len()).await;
                 }
             }
-            Err(_) => tokio::select! {
-                _ = tokio::signal::ctrl_c() => false,
-                () = failures.wait() => true,
-            },
         }
-    }
-    .await;
+    };
     if failed {
         return Err(ServeError::NodeFailed(panics_of(&failures).join("; ")));
     }
@@ -227,4 +267,65 @@ async fn serve<N: ProtocolNode>(
     }
     drop(cluster.stop().await);
     Ok(())
+}
+
+/// Reads a server's fault-control file and carries out what changed since the last read.
+struct ControlReader<'a> {
+    path: &'a Path,
+    id: NodeId,
+    applied: Applied,
+    /// The last text read, so that an unchanged file costs one read and no parse.
+    last: Option<String>,
+}
+
+impl<'a> ControlReader<'a> {
+    fn new(path: &'a Path, id: NodeId) -> Self {
+        Self { path, id, applied: Applied::default(), last: None }
+    }
+
+    async fn act_out<N: ProtocolNode>(
+        &mut self,
+        cluster: &Cluster<N>,
+        storage: Option<&Storage>,
+        nodes: usize,
+    ) {
+        // A missing file is no fault; the injector may not have written it yet.
+        let text = read_bounded(self.path).unwrap_or_default();
+        if self.last.as_deref() == Some(text.as_str()) {
+            return;
+        }
+        let parsed = FaultControl::parse(&text, nodes);
+        self.last = Some(text);
+        let next = match parsed {
+            Ok(next) => next,
+            Err(why) => {
+                tracing::warn!(file = %self.path.display(), "fault control refused: {why}");
+                return;
+            }
+        };
+        let cuts = cluster.cuts();
+        for change in self.applied.changes_to(next) {
+            tracing::info!(node = %self.id, ?change, "fault control");
+            match change {
+                ControlChange::Cut(peer, cut) => cuts.set(self.id, peer, cut),
+                ControlChange::ClockStep(step_ns) => {
+                    cluster.inject(self.id, NodeFault::ClockStep(step_ns)).await;
+                }
+                ControlChange::DiskDelay(delay_ns) => {
+                    if let Some(storage) = storage {
+                        storage.set_delay_ns(delay_ns);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The file's text if it is no longer than a control file may be.
+fn read_bounded(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let file = std::fs::File::open(path).ok()?;
+    file.take(CONTROL_BYTES_MAX as u64 + 1).read_to_string(&mut text).ok()?;
+    Some(text)
 }

@@ -298,6 +298,10 @@ struct ElleCheck {
     malformed: u64,
     /// Check for strict serializability (else serializability).
     strict: bool,
+    /// The appends of acknowledged commits (key, element), up to [`HISTORY_OPS_MAX`].
+    acknowledged: Vec<(u64, u64)>,
+    /// Acknowledged appends beyond that.
+    acknowledged_dropped: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -310,7 +314,16 @@ enum RecordedMop {
 
 impl ElleCheck {
     fn new(kind: Kind, keys_per_shard: u64) -> Self {
-        Self { kind, keys_per_shard, events: Vec::new(), dropped: 0, malformed: 0, strict: true }
+        Self {
+            kind,
+            keys_per_shard,
+            events: Vec::new(),
+            dropped: 0,
+            malformed: 0,
+            strict: true,
+            acknowledged: Vec::new(),
+            acknowledged_dropped: 0,
+        }
     }
 
     fn invocation(&self, mops: &[(u64, u64)], request: u64) -> Vec<RecordedMop> {
@@ -430,6 +443,15 @@ impl InvariantCheck for ElleCheck {
         };
         let process = u64::from(completion.client);
         let invoked = self.invocation(&mops, request);
+        if completion.outcome.result == TxnResult::Committed && self.kind == Kind::ListAppend {
+            for &(_, id) in mops.iter().filter(|(kind, _)| *kind != READ) {
+                if self.acknowledged.len() < HISTORY_OPS_MAX {
+                    self.acknowledged.push((id, request));
+                } else {
+                    self.acknowledged_dropped += 1;
+                }
+            }
+        }
         let (kind, completed) = match &completion.outcome.result {
             // Committed, but the reads were lost with the reply: its writes count, its reads
             // are unknown, which is what `info` says.
@@ -510,6 +532,26 @@ impl InvariantCheck for ElleCheck {
     fn history_json(&self) -> Option<String> {
         Some(self.history().to_json())
     }
+
+    fn acknowledged_missing(&self, stores: &[(ShardId, &MvccStore)]) -> Option<Vec<String>> {
+        if self.kind != Kind::ListAppend || self.acknowledged_dropped > 0 {
+            return None;
+        }
+        let mut lists: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        let mut missing = Vec::new();
+        for &(id, element) in &self.acknowledged {
+            let shard = ShardId((id / self.keys_per_shard) as u32);
+            let Some((_, store)) = stores.iter().find(|(s, _)| *s == shard) else { continue };
+            let list = lists.entry(id).or_insert_with(|| {
+                let latest = store.read_latest(&elle_key(id));
+                decode_list(latest.and_then(|v| v.value.as_deref()))
+            });
+            if !list.contains(&element) {
+                missing.push(format!("key {id} element {element}"));
+            }
+        }
+        Some(missing)
+    }
 }
 
 #[cfg(test)]
@@ -534,13 +576,16 @@ mod tests {
         .expect("valid")
     }
 
+    /// What a serial run leaves: the checker that saw it, its requests and the final store.
+    type SerialRun = (Box<dyn InvariantCheck>, Vec<TxnRequest>, BTreeMap<Key, Vec<u8>>);
+
     /// Runs transactions one after another against in-memory maps, as a serial database would.
-    fn serial_run(kind: Kind, txns: u64) -> (Box<dyn InvariantCheck>, Vec<TxnRequest>) {
+    fn serial_run(kind: Kind, txns: u64) -> SerialRun {
         let w = workload(kind);
         let registry = w.registry();
         let partitioner = w.partitioner();
         let mut generator = w.generator(0, 9);
-        let mut store: std::collections::BTreeMap<Key, Vec<u8>> = Default::default();
+        let mut store: BTreeMap<Key, Vec<u8>> = Default::default();
         let mut check = w.checker();
         let mut all = Vec::new();
         for r in 0..txns {
@@ -582,13 +627,13 @@ mod tests {
             });
             all.push(txn);
         }
-        (check, all)
+        (check, all, store)
     }
 
     #[test]
     fn a_serial_execution_passes_and_exports_a_parsable_history() {
         for kind in [Kind::ListAppend, Kind::RwRegister] {
-            let (check, _) = serial_run(kind, 300);
+            let (check, _, _) = serial_run(kind, 300);
             let results = check.check(&[]);
             assert!(results[0].passed, "{kind:?}: {}", results[0].detail);
             let json = check.history_json().expect("recorded");
@@ -602,7 +647,7 @@ mod tests {
         // Replay the serial run, but report one committed append's reads as if another
         // transaction's append had vanished: drop the last element of every read of one key.
         let w = workload(Kind::ListAppend);
-        let (check, txns) = serial_run(Kind::ListAppend, 200);
+        let (check, txns, _) = serial_run(Kind::ListAppend, 200);
         let mut tampered = w.checker();
         let json = check.history_json().unwrap();
         let history = History::parse(&json, Kind::ListAppend.model()).unwrap();
@@ -652,5 +697,33 @@ mod tests {
         }
         let results = tampered.check(&[]);
         assert!(!results[0].passed, "a read that skips an element must fail the check");
+    }
+
+    #[test]
+    fn an_acknowledged_append_missing_from_the_final_store_is_named() {
+        let (check, _, finished) = serial_run(Kind::ListAppend, 200);
+        let stores_of = |map: &BTreeMap<Key, Vec<u8>>| {
+            let mut stores = vec![(ShardId(0), MvccStore::new()), (ShardId(1), MvccStore::new())];
+            for (key, value) in map {
+                let id = u64::from_be_bytes(key.as_bytes()[1..9].try_into().unwrap());
+                stores[(id / 3) as usize].1.load(key.clone(), value.clone());
+            }
+            stores
+        };
+        let whole = stores_of(&finished);
+        let borrowed: Vec<(ShardId, &MvccStore)> = whole.iter().map(|(s, m)| (*s, m)).collect();
+        assert_eq!(check.acknowledged_missing(&borrowed), Some(Vec::new()));
+        // Drop the last element of key 4's list: that append was acknowledged, and is gone.
+        let mut lossy = finished.clone();
+        let list = lossy.get_mut(&elle_key(4)).expect("key 4 was appended to");
+        let last = u64::from_le_bytes(list[list.len() - 8..].try_into().unwrap());
+        list.truncate(list.len() - 8);
+        let lossy = stores_of(&lossy);
+        let borrowed: Vec<(ShardId, &MvccStore)> = lossy.iter().map(|(s, m)| (*s, m)).collect();
+        let missing = check.acknowledged_missing(&borrowed).expect("list-append can tell");
+        assert_eq!(missing, [format!("key 4 element {last}")]);
+        // A register's later write hides an earlier one: it cannot tell.
+        let (register, _, _) = serial_run(Kind::RwRegister, 50);
+        assert_eq!(register.acknowledged_missing(&borrowed), None);
     }
 }

@@ -102,6 +102,14 @@ pub trait InvariantCheck: Send {
     /// clocks are synchronized (`meridian_protocols::Guarantee`). Checks of recorded histories
     /// follow it; invariants of the final state hold either way.
     fn expect_strict(&mut self, _strict: bool) {}
+    /// The writes of acknowledged commits that `stores` (one store per shard given; writes to
+    /// shards not given are not judged) do not hold, described one each, for a workload whose
+    /// writes stay visible once made (an append stays in its list); `None` when the workload
+    /// cannot tell (a later write hides an earlier one) or did not record every acknowledged
+    /// write.
+    fn acknowledged_missing(&self, _stores: &[(ShardId, &MvccStore)]) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// Hands a completion to `checker`: a request whose outcome the protocol reported unknown

@@ -400,14 +400,14 @@ impl Cluster<'_> {
 
 /// One replica's place in its shard's log, as its server's metrics say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Group {
-    shard: u32,
-    leader: bool,
-    applied: u64,
+pub(crate) struct Group {
+    pub(crate) shard: u32,
+    pub(crate) leader: bool,
+    pub(crate) applied: u64,
 }
 
 /// The `meridian_group_*` lines of a metrics page, per shard.
-fn groups_of(page: &str) -> Vec<Group> {
+pub(crate) fn groups_of(page: &str) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     for line in page.lines() {
         let (name, rest) = match line.split_once('{') {
@@ -463,7 +463,7 @@ fn metrics_summary(addr: SocketAddr, page: &str) -> String {
 }
 
 /// `GET /metrics` from `addr`, bounded in time and size.
-fn scrape(addr: SocketAddr) -> Option<String> {
+pub(crate) fn scrape(addr: SocketAddr) -> Option<String> {
     let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).ok()?;
     stream.set_read_timeout(Some(PROBE_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(PROBE_TIMEOUT)).ok()?;

@@ -1,0 +1,389 @@
+//! The nemesis's fault schedule: the fault lines of `meridian_core::fault` (crash, isolate,
+//! partition, clock, disk) plus one only real processes can suffer,
+//!
+//! ```text
+//! pause node=3 | leader=S at=T until=T2
+//! ```
+//!
+//! (`SIGSTOP`, then `SIGCONT`: the process keeps its state and its sockets and wakes up behind
+//! the times), either given line by line (`--fault`) or drawn from the seed for the fault
+//! kinds asked for. [`Plan::steps`] compiles a schedule into timed [`Step`]s on server
+//! processes.
+
+use meridian_core::fault::{parse_duration_ns, FaultAction, FaultSchedule};
+use meridian_core::rng::{child_rng, uniform_u64, Rng};
+use meridian_core::time::{Time, NS_PER_MS, NS_PER_S};
+use meridian_core::topology::Topology;
+use meridian_core::{ConfigError, NodeId, ShardId};
+use std::collections::BTreeSet;
+
+/// The fault kinds `--faults` accepts.
+pub const KINDS: [&str; 5] = ["crash", "pause", "partition", "clock", "disk"];
+/// Seconds before the first drawn fault: the cluster elects its leaders and warms up.
+pub const FIRST_FAULT_S: u64 = 1;
+/// Seconds with no fault at the end of a run, so that every shard has its leader back and
+/// the clients' last requests finish before the checks (longer than every protocol's failure
+/// detection and election).
+pub const QUIET_TAIL_S: u64 = 6;
+/// Shortest run the nemesis accepts.
+pub const DURATION_S_MIN: u64 = FIRST_FAULT_S + QUIET_TAIL_S + 3;
+/// Longest a drawn fault lasts.
+const FAULT_MS_MAX: u64 = 2_500;
+/// Shortest a drawn fault lasts.
+const FAULT_MS_MIN: u64 = 400;
+
+/// A fault a real process needs to suffer it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pause {
+    /// The paused server.
+    pub node: NodeId,
+    /// When it stops.
+    pub at_ns: Time,
+    /// When it continues.
+    pub until_ns: Time,
+    /// The line.
+    pub text: String,
+}
+
+/// One primitive step on the server processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `kill -9`.
+    Kill(NodeId),
+    /// Start the server again on its data directory.
+    Start(NodeId),
+    /// `SIGSTOP`.
+    Stop(NodeId),
+    /// `SIGCONT`.
+    Continue(NodeId),
+    /// Cut (true) or restore one cut of (false) the link from the first node to the second.
+    Cut(NodeId, NodeId, bool),
+    /// Step the node's clock.
+    Clock(NodeId, i64),
+    /// Set the node's disk delay per group commit.
+    Disk(NodeId, u64),
+}
+
+/// A step at its time, with the fault it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timed {
+    /// When, from the start of the load.
+    pub at_ns: Time,
+    /// The fault's index in [`Plan::lines`].
+    pub fault: usize,
+    /// True when the step starts the fault's effect.
+    pub starts: bool,
+    /// What.
+    pub step: Step,
+}
+
+/// A checked schedule.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The lines, in the order given or drawn (the core faults first, then the pauses).
+    pub lines: Vec<String>,
+    core: FaultSchedule,
+    pauses: Vec<Pause>,
+}
+
+impl Plan {
+    /// Checks `lines` against the layout (faults land on servers only) and the run's length.
+    pub fn parse(
+        lines: &[String],
+        topology: &Topology,
+        leaders: &[NodeId],
+        run_ns: Time,
+    ) -> Result<Self, ConfigError> {
+        let (pause_lines, core_lines): (Vec<String>, Vec<String>) =
+            lines.iter().cloned().partition(|l| l.split_whitespace().next() == Some("pause"));
+        let core = FaultSchedule::parse(&core_lines, topology, leaders, run_ns)?;
+        let mut pauses = Vec::new();
+        for line in &pause_lines {
+            let pause = parse_pause(line, topology, leaders, run_ns)
+                .map_err(|why| ConfigError::new(format!("fault '{}': {why}", line.trim())))?;
+            pauses.push(pause);
+        }
+        let plan =
+            Self { lines: core_lines.into_iter().chain(pause_lines).collect(), core, pauses };
+        plan.check_servers(topology)?;
+        plan.check_pauses()?;
+        Ok(plan)
+    }
+
+    /// A fault on a coordinator would hit this process: refused.
+    fn check_servers(&self, topology: &Topology) -> Result<(), ConfigError> {
+        let on_coordinator = |node: NodeId| topology.nodes[node.0 as usize].replicas.is_empty();
+        for fault in self.core.faults() {
+            use meridian_core::fault::FaultKind as K;
+            let node = match &fault.kind {
+                K::Crash { node, .. }
+                | K::Isolate { node, .. }
+                | K::Clock { node, .. }
+                | K::Disk { node, .. } => Some(*node),
+                K::Partition { .. } => None,
+            };
+            if let Some(node) = node.filter(|n| on_coordinator(*n)) {
+                return Err(ConfigError::new(format!(
+                    "fault '{}': node {node} is a coordinator, which runs inside the nemesis \
+                     process; faults go to servers",
+                    fault.text
+                )));
+            }
+        }
+        if let Some(pause) = self.pauses.iter().find(|p| on_coordinator(p.node)) {
+            return Err(ConfigError::new(format!(
+                "fault '{}': node {} is a coordinator, which runs inside the nemesis process; \
+                 faults go to servers",
+                pause.text, pause.node
+            )));
+        }
+        Ok(())
+    }
+
+    /// A pause may not overlap another pause or a crash of the same node.
+    fn check_pauses(&self) -> Result<(), ConfigError> {
+        for (i, pause) in self.pauses.iter().enumerate() {
+            let overlaps = |at: Time, end: Time| at < pause.until_ns && pause.at_ns < end;
+            let other_pause = self.pauses[i + 1..]
+                .iter()
+                .find(|p| p.node == pause.node && overlaps(p.at_ns, p.until_ns))
+                .map(|p| p.text.clone());
+            let crash = self.core.faults().iter().find_map(|f| match f.kind {
+                meridian_core::fault::FaultKind::Crash { node, restart_ns }
+                    if node == pause.node && overlaps(f.at_ns, restart_ns.unwrap_or(Time::MAX)) =>
+                {
+                    Some(f.text.clone())
+                }
+                _ => None,
+            });
+            if let Some(other) = other_pause.or(crash) {
+                return Err(ConfigError::new(format!(
+                    "faults '{}' and '{other}' overlap on node {}",
+                    pause.text, pause.node
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The schedule as timed steps, by time (ends before starts at the same time).
+    pub fn steps(&self, topology: &Topology) -> Vec<Timed> {
+        let mut steps: Vec<Timed> = self
+            .core
+            .indexed_actions(topology)
+            .into_iter()
+            .map(|a| Timed {
+                at_ns: a.at_ns,
+                fault: a.fault,
+                starts: a.starts,
+                step: match a.action {
+                    FaultAction::Crash(node) => Step::Kill(node),
+                    FaultAction::Restart(node) => Step::Start(node),
+                    FaultAction::Block(from, to) => Step::Cut(from, to, true),
+                    FaultAction::Unblock(from, to) => Step::Cut(from, to, false),
+                    FaultAction::ClockStep(node, step_ns) => Step::Clock(node, step_ns),
+                    FaultAction::DiskDelay(node, delay_ns) => Step::Disk(node, delay_ns),
+                },
+            })
+            .collect();
+        let first = self.core.faults().len();
+        for (i, pause) in self.pauses.iter().enumerate() {
+            let fault = first + i;
+            let node = pause.node;
+            steps.push(Timed { at_ns: pause.at_ns, fault, starts: true, step: Step::Stop(node) });
+            let step = Step::Continue(node);
+            steps.push(Timed { at_ns: pause.until_ns, fault, starts: false, step });
+        }
+        steps.sort_by_key(|s| (s.at_ns, s.starts, s.fault));
+        steps
+    }
+
+    /// The kind of fault `index` (its line's first word).
+    pub fn kind_of(&self, index: usize) -> &str {
+        self.lines.get(index).and_then(|l| l.split_whitespace().next()).unwrap_or("?")
+    }
+}
+
+fn parse_pause(
+    line: &str,
+    topology: &Topology,
+    leaders: &[NodeId],
+    run_ns: Time,
+) -> Result<Pause, String> {
+    let mut node = None;
+    let (mut at_ns, mut until_ns) = (None, None);
+    for word in line.split_whitespace().skip(1) {
+        let (key, value) =
+            word.split_once('=').ok_or_else(|| format!("'{word}' is not key=value"))?;
+        let time = || -> Result<Time, String> {
+            let ns = parse_duration_ns(value).map_err(|e| format!("{key}: {e}"))?;
+            (ns < run_ns).then_some(ns).ok_or_else(|| format!("{key}={value} is outside the run"))
+        };
+        let slot = match key {
+            "node" | "leader" if node.is_some() => return Err("give node= or leader= once".into()),
+            "node" => {
+                let id: u32 =
+                    value.parse().map_err(|_| format!("node '{value}' is not a number"))?;
+                if id as usize >= topology.nodes.len() {
+                    return Err(format!(
+                        "node {id} does not exist; the layout has nodes 0 to {}",
+                        topology.nodes.len() - 1
+                    ));
+                }
+                node = Some(NodeId(id));
+                continue;
+            }
+            "leader" => {
+                let shard: u32 =
+                    value.parse().map_err(|_| format!("leader shard '{value}' is not a number"))?;
+                let leader = leaders.get(shard as usize).copied();
+                node = Some(leader.ok_or_else(|| format!("shard {shard} does not exist"))?);
+                continue;
+            }
+            "at" => &mut at_ns,
+            "until" => &mut until_ns,
+            other => {
+                return Err(format!("unknown key '{other}'; accepted: node, leader, at, until"))
+            }
+        };
+        if slot.replace(time()?).is_some() {
+            return Err(format!("'{key}' given twice"));
+        }
+    }
+    let node = node.ok_or("'node=' (or 'leader=' a shard) is missing")?;
+    let at_ns = at_ns.ok_or("'at=' is missing")?;
+    let until_ns = until_ns.ok_or("'until=' is missing")?;
+    if until_ns <= at_ns {
+        return Err("until= is not after at=".into());
+    }
+    Ok(Pause { node, at_ns, until_ns, text: line.trim().to_string() })
+}
+
+/// Parses `--faults crash,pause,...` into the kinds, in [`KINDS`] order.
+pub fn parse_kinds(text: &str) -> Result<Vec<&'static str>, ConfigError> {
+    let mut kinds = BTreeSet::new();
+    for word in text.split(',').map(str::trim) {
+        let kind = KINDS.iter().find(|k| **k == word).ok_or_else(|| {
+            ConfigError::new(format!(
+                "--faults: unknown fault '{word}'; accepted: {}",
+                KINDS.join(", ")
+            ))
+        })?;
+        kinds.insert(KINDS.iter().position(|k| k == kind).unwrap_or(0));
+    }
+    Ok(kinds.into_iter().map(|i| KINDS[i]).collect())
+}
+
+/// Draws a schedule from `seed`: faults one after another from [`FIRST_FAULT_S`] until
+/// [`QUIET_TAIL_S`] before the end, each of a kind in `kinds`, most on a shard's starting
+/// leader. Crashes sometimes take a majority of a shard down for a while (restarted); clock
+/// steps stay within a few milliseconds or go far beyond (hundreds), and step back at the
+/// fault's end; partitions split the replicas' regions majority/minority, or bridge them
+/// (two cut apart, one reaching both), or isolate one server.
+pub fn draw(kinds: &[&str], topology: &Topology, duration_s: u64, seed: u64) -> Vec<String> {
+    let mut rng = child_rng(seed, "nemesis schedule", 0);
+    let servers: Vec<NodeId> =
+        topology.node_ids().filter(|n| !topology.nodes[n.0 as usize].replicas.is_empty()).collect();
+    // The regions that host replicas, in order.
+    let mut regions: Vec<usize> =
+        servers.iter().map(|n| topology.region_of(*n).0 as usize).collect();
+    regions.sort_unstable();
+    regions.dedup();
+    let end_ms = (duration_s - QUIET_TAIL_S) * 1_000;
+    let mut t_ms = FIRST_FAULT_S * 1_000;
+    let mut lines = Vec::new();
+    while t_ms + FAULT_MS_MIN < end_ms && lines.len() + 2 <= meridian_core::fault::FAULTS_MAX {
+        let length_ms =
+            (FAULT_MS_MIN + uniform_u64(&mut rng, FAULT_MS_MAX - FAULT_MS_MIN)).min(end_ms - t_ms);
+        let until_ms = t_ms + length_ms;
+        let kind = kinds[uniform_u64(&mut rng, kinds.len() as u64) as usize];
+        let shard = uniform_u64(&mut rng, u64::from(topology.shards)) as u32;
+        let target = |rng: &mut Rng| -> String {
+            if uniform_u64(rng, 10) < 6 {
+                format!("leader={shard}")
+            } else {
+                format!("node={}", servers[uniform_u64(rng, servers.len() as u64) as usize].0)
+            }
+        };
+        let when = format!("at={t_ms}ms");
+        match kind {
+            "crash" if topology.replicas >= 3 && uniform_u64(&mut rng, 5) == 0 => {
+                // A majority of one shard down for a while: it stops committing, then
+                // recovers once they are back.
+                let majority = topology.replicas as usize / 2 + 1;
+                for replica in replicas_of(topology, ShardId(shard)).into_iter().take(majority) {
+                    lines.push(format!("crash node={} {when} restart={until_ms}ms", replica.0));
+                }
+            }
+            "crash" => {
+                lines.push(format!("crash {} {when} restart={until_ms}ms", target(&mut rng)))
+            }
+            "pause" => lines.push(format!("pause {} {when} until={until_ms}ms", target(&mut rng))),
+            "partition" if regions.len() >= 3 && uniform_u64(&mut rng, 3) > 0 => {
+                let name = |i: usize| topology.regions[regions[i]].clone();
+                let lone = uniform_u64(&mut rng, regions.len() as u64) as usize;
+                let rest: Vec<String> =
+                    (0..regions.len()).filter(|i| *i != lone).map(name).collect();
+                let groups = if uniform_u64(&mut rng, 2) == 0 {
+                    format!("{}|{}", rest.join(","), name(lone))
+                } else {
+                    // A bridge: the lone region reaches both sides, the sides not each other.
+                    format!("{}|{}", rest[0], rest[1..].join(","))
+                };
+                lines.push(format!("partition regions={groups} {when} until={until_ms}ms"));
+            }
+            "partition" => {
+                lines.push(format!("isolate {} {when} until={until_ms}ms", target(&mut rng)))
+            }
+            "clock" => {
+                let node = servers[uniform_u64(&mut rng, servers.len() as u64) as usize].0;
+                let step_ms = if uniform_u64(&mut rng, 2) == 0 {
+                    1 + uniform_u64(&mut rng, 5)
+                } else {
+                    100 + uniform_u64(&mut rng, 400)
+                } as i64;
+                let step_ms = if uniform_u64(&mut rng, 2) == 0 { step_ms } else { -step_ms };
+                lines.push(format!("clock node={node} {when} step={step_ms:+}ms"));
+                lines.push(format!("clock node={node} at={until_ms}ms step={:+}ms", -step_ms));
+            }
+            _ => {
+                let delay_ms = 5 + uniform_u64(&mut rng, 46);
+                lines.push(format!(
+                    "disk {} {when} until={until_ms}ms delay={delay_ms}ms",
+                    target(&mut rng)
+                ));
+            }
+        }
+        t_ms = until_ms + 200 + uniform_u64(&mut rng, 800);
+    }
+    debug_assert!(
+        t_ms + FAULT_MS_MIN >= end_ms || lines.len() + 2 > meridian_core::fault::FAULTS_MAX
+    );
+    lines
+}
+
+/// The servers hosting `shard`, by replica.
+fn replicas_of(topology: &Topology, shard: ShardId) -> Vec<NodeId> {
+    let mut hosts: Vec<(u32, NodeId)> = topology
+        .node_ids()
+        .flat_map(|n| {
+            topology.nodes[n.0 as usize]
+                .replicas
+                .iter()
+                .filter(|slot| slot.shard == shard)
+                .map(move |slot| (slot.replica, n))
+        })
+        .collect();
+    hosts.sort_unstable();
+    hosts.into_iter().map(|(_, n)| n).collect()
+}
+
+/// Nanoseconds in a run of `duration_s` seconds.
+pub fn run_ns(duration_s: u64) -> Time {
+    duration_s * NS_PER_S
+}
+
+/// Milliseconds, for printing a time of the schedule.
+pub fn ms(ns: Time) -> u64 {
+    ns / NS_PER_MS
+}
