@@ -8,7 +8,8 @@ mod common;
 
 use common::meridian;
 
-/// Every fault kind once, in 12 s: the last 4 s are quiet.
+/// Every fault kind once, in 14 s: the last 5 s are quiet. Each protocol's run adds a disk
+/// failure of its own kind (`disk-fail`).
 const SCHEDULE: [&str; 7] = [
     "crash leader=0 at=1s restart=1800ms",
     "clock node=2 at=1s step=+200ms",
@@ -22,19 +23,23 @@ const SCHEDULE: [&str; 7] = [
 #[test]
 fn every_protocol_survives_every_fault_kind_on_server_processes() {
     let out = std::env::temp_dir().join(format!("meridian-nemesis-{}", std::process::id()));
-    for protocol in ["occ", "2pl", "2pc-mvto", "mako", "chain", "tiga", "luigi"] {
+    let protocols = ["occ", "2pl", "2pc-mvto", "mako", "chain", "tiga", "luigi"];
+    for (i, protocol) in protocols.into_iter().enumerate() {
         let mut command = meridian();
         command.args(["--log-level", "error", "nemesis", "--protocol", protocol]);
-        command.args(["--shards", "1", "--replicas", "3", "--duration", "12", "--clients", "6"]);
+        command.args(["--shards", "1", "--replicas", "3", "--duration", "14", "--clients", "6"]);
         for line in SCHEDULE {
             command.args(["--fault", line]);
         }
+        let what = ["torn", "fsync", "full"][i % 3];
+        command.args(["--fault", &format!("disk-fail node=2 at=8s what={what} restart=9s")]);
         let output = command.arg("--out").arg(&out).output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{protocol}:\n{stdout}\n{stderr}");
         for line in [
-            "faults injected: clock 2, crash 1, disk 1, isolate 1, partition 1, pause 1",
+            "faults injected: clock 2, crash 1, disk 1, disk-fail 1, isolate 1, partition 1, pause 1",
+            "had stopped on the failure (exit status: 3); start n2",
             "history elle-list-append: PASS",
             "replicas: every shard's replicas hold the same state",
             "\nlost 0\n",
@@ -44,6 +49,11 @@ fn every_protocol_survives_every_fault_kind_on_server_processes() {
             assert!(stdout.contains(line), "{protocol}: no '{line}' in\n{stdout}");
         }
         assert!(!stdout.contains("FAILED"), "{protocol}: a fault step failed:\n{stdout}");
+        // The run's folder is named on the first line; node 2 stopped on the injected failure.
+        let folder = stdout.lines().next().and_then(|l| l.split("files in ").nth(1)).unwrap();
+        let log = std::fs::read_to_string(std::path::Path::new(folder).join("node-2.log"));
+        let log = log.unwrap();
+        assert!(log.contains("(injected)") && log.contains("stopping"), "{protocol}: {log}");
         eprintln!(
             "{protocol}: {}",
             stdout.lines().find(|l| l.starts_with("operations")).unwrap_or("")

@@ -10,19 +10,24 @@
 //! cut 3 4 5
 //! clock_offset_ns -250000000
 //! disk_delay_ns 20000000
+//! disk_fail fsync
 //! ```
 //!
 //! - `cut`: the nodes this server's messages to are dropped (at the sender, by the runtime's
 //!   link layer), one direction; the injector writes the other direction into the peers'
 //!   files;
 //! - `clock_offset_ns`: how far this server's clock is off from the machine's;
-//! - `disk_delay_ns`: how much longer each group commit of its log takes.
+//! - `disk_delay_ns`: how much longer each group commit of its log takes;
+//! - `disk_fail`: the next group commit of its log fails as a failing disk would (`fsync`:
+//!   the sync reports an I/O error; `full`: no space left; `torn`: half the batch written),
+//!   and the server stops without acknowledging anything of it.
 //!
 //! Missing lines mean no fault. Only the local file system reaches the file, so whoever can
 //! write it could also kill the process: the control grants nothing new. A file that does not
 //! parse changes nothing (the server logs why and keeps its last state).
 
 use meridian_core::NodeId;
+use meridian_runtime::logstore::DiskFailure;
 use std::collections::BTreeSet;
 
 /// How often a server looks at its control file.
@@ -41,6 +46,8 @@ pub struct FaultControl {
     pub clock_offset_ns: i64,
     /// Added to each group commit of the server's log.
     pub disk_delay_ns: u64,
+    /// A failure the next group commit of the server's log meets.
+    pub disk_fail: Option<DiskFailure>,
 }
 
 impl FaultControl {
@@ -56,6 +63,9 @@ impl FaultControl {
         }
         if self.disk_delay_ns != 0 {
             text += &format!("disk_delay_ns {}\n", self.disk_delay_ns);
+        }
+        if let Some(failure) = self.disk_fail {
+            text += &format!("disk_fail {}\n", failure.name());
         }
         text
     }
@@ -110,6 +120,7 @@ impl FaultControl {
                     }
                     control.disk_delay_ns = ns;
                 }
+                "disk_fail" => control.disk_fail = Some(DiskFailure::parse(one()?).map_err(at)?),
                 other => return Err(at(format!("unknown setting '{other}'"))),
             }
         }
@@ -139,6 +150,8 @@ pub enum ControlChange {
     ClockStep(i64),
     /// Set the disk delay.
     DiskDelay(u64),
+    /// Arm (or disarm) a disk failure.
+    DiskFail(Option<DiskFailure>),
 }
 
 impl Applied {
@@ -160,6 +173,9 @@ impl Applied {
         if next.disk_delay_ns != self.state.disk_delay_ns {
             changes.push(ControlChange::DiskDelay(next.disk_delay_ns));
         }
+        if next.disk_fail != self.state.disk_fail {
+            changes.push(ControlChange::DiskFail(next.disk_fail));
+        }
         self.state = next;
         changes
     }
@@ -175,6 +191,7 @@ mod tests {
             cut: [NodeId(3), NodeId(5)].into_iter().collect(),
             clock_offset_ns: -250_000_000,
             disk_delay_ns: 20_000_000,
+            disk_fail: Some(DiskFailure::Torn),
         };
         let parsed = FaultControl::parse(&control.render(), 9).unwrap();
         assert_eq!(parsed, control);
@@ -188,12 +205,14 @@ mod tests {
                 ControlChange::Cut(NodeId(5), true),
                 ControlChange::ClockStep(-250_000_000),
                 ControlChange::DiskDelay(20_000_000),
+                ControlChange::DiskFail(Some(DiskFailure::Torn)),
             ]
         );
         let next = FaultControl {
             cut: [NodeId(5), NodeId(6)].into_iter().collect(),
             clock_offset_ns: 0,
             disk_delay_ns: 20_000_000,
+            disk_fail: None,
         };
         assert_eq!(
             applied.changes_to(next.clone()),
@@ -201,6 +220,7 @@ mod tests {
                 ControlChange::Cut(NodeId(3), false),
                 ControlChange::Cut(NodeId(6), true),
                 ControlChange::ClockStep(250_000_000),
+                ControlChange::DiskFail(None),
             ]
         );
         assert!(applied.changes_to(next).is_empty(), "the same state again changes nothing");
@@ -216,6 +236,7 @@ mod tests {
             ("disk_delay_ns 1\ndisk_delay_ns 2", "line 2: 'disk_delay_ns' given twice"),
             ("clock_offset_ns 9999999999999999", "beyond an hour"),
             ("reboot now", "unknown setting 'reboot'"),
+            ("disk_fail melt", "line 1: unknown disk failure 'melt'"),
         ] {
             let error = FaultControl::parse(text, 9).unwrap_err();
             assert!(error.contains(says), "{text}: {error}");

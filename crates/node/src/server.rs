@@ -316,6 +316,11 @@ impl<'a> ControlReader<'a> {
                         storage.set_delay_ns(delay_ns);
                     }
                 }
+                ControlChange::DiskFail(failure) => {
+                    if let Some(storage) = storage {
+                        storage.inject_failure(failure);
+                    }
+                }
             }
         }
     }

@@ -274,6 +274,14 @@ fn inject(
                 format!("disk {node} +{} ms", delay_ns / 1_000_000),
                 servers.slow_disk(node, delay_ns),
             ),
+            Step::FailDisk(node, failure) => (
+                format!("arm a failing disk ({}) on {node}", failure.name()),
+                servers.fail_disk(node, failure),
+            ),
+            Step::Recover(node) => match servers.recover(node) {
+                Ok(found) => (found, Ok(())),
+                Err(why) => (format!("recover {node}"), Err(why)),
+            },
         };
         applied.push(Applied {
             planned_ms: schedule::ms(at_ns),

@@ -1,20 +1,23 @@
 //! The nemesis's fault schedule: the fault lines of `meridian_core::fault` (crash, isolate,
-//! partition, clock, disk) plus one only real processes can suffer,
+//! partition, clock, disk) plus two only real processes can suffer,
 //!
 //! ```text
-//! pause node=3 | leader=S at=T until=T2
+//! pause     node=3 | leader=S at=T until=T2
+//! disk-fail node=3 | leader=S at=T what=fsync|full|torn restart=T2
 //! ```
 //!
-//! (`SIGSTOP`, then `SIGCONT`: the process keeps its state and its sockets and wakes up behind
-//! the times), either given line by line (`--fault`) or drawn from the seed for the fault
-//! kinds asked for. [`Plan::steps`] compiles a schedule into timed [`Step`]s on server
-//! processes.
+//! (`pause`: `SIGSTOP`, then `SIGCONT`: the process keeps its state and its sockets and wakes
+//! up behind the times; `disk-fail`: the server's next group commit meets a failing `fsync`, a
+//! full disk or a torn write, the server stops on it, and is started again at `restart`),
+//! either given line by line (`--fault`) or drawn from the seed for the fault kinds asked
+//! for. [`Plan::steps`] compiles a schedule into timed [`Step`]s on server processes.
 
 use meridian_core::fault::{parse_duration_ns, FaultAction, FaultSchedule};
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::time::{Time, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId, ShardId};
+use meridian_runtime::logstore::DiskFailure;
 use std::collections::BTreeSet;
 
 /// The fault kinds `--faults` accepts.
@@ -32,17 +35,28 @@ const FAULT_MS_MAX: u64 = 2_500;
 /// Shortest a drawn fault lasts.
 const FAULT_MS_MIN: u64 = 400;
 
-/// A fault a real process needs to suffer it.
+/// A fault only a real process can suffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pause {
-    /// The paused server.
+pub struct ProcessFault {
+    /// Pause, or which disk failure.
+    pub kind: ProcessFaultKind,
+    /// The server.
     pub node: NodeId,
-    /// When it stops.
+    /// When it starts.
     pub at_ns: Time,
-    /// When it continues.
+    /// When it ends: the server continues, or starts again.
     pub until_ns: Time,
     /// The line.
     pub text: String,
+}
+
+/// What a [`ProcessFault`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessFaultKind {
+    /// `SIGSTOP` until `SIGCONT`.
+    Pause,
+    /// The disk fails the next group commit; the server stops, and starts again at the end.
+    DiskFail(DiskFailure),
 }
 
 /// One primitive step on the server processes.
@@ -62,6 +76,11 @@ pub enum Step {
     Clock(NodeId, i64),
     /// Set the node's disk delay per group commit.
     Disk(NodeId, u64),
+    /// Arm a failure of the node's disk.
+    FailDisk(NodeId, DiskFailure),
+    /// Disarm it, and start the server again (it stopped on the failure, or is killed if the
+    /// failure never struck).
+    Recover(NodeId),
 }
 
 /// A step at its time, with the fault it belongs to.
@@ -80,10 +99,11 @@ pub struct Timed {
 /// A checked schedule.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The lines, in the order given or drawn (the core faults first, then the pauses).
+    /// The lines, in the order given or drawn (the core faults first, then the process
+    /// faults).
     pub lines: Vec<String>,
     core: FaultSchedule,
-    pauses: Vec<Pause>,
+    process: Vec<ProcessFault>,
 }
 
 impl Plan {
@@ -94,19 +114,21 @@ impl Plan {
         leaders: &[NodeId],
         run_ns: Time,
     ) -> Result<Self, ConfigError> {
-        let (pause_lines, core_lines): (Vec<String>, Vec<String>) =
-            lines.iter().cloned().partition(|l| l.split_whitespace().next() == Some("pause"));
+        let is_process =
+            |l: &String| matches!(l.split_whitespace().next(), Some("pause") | Some("disk-fail"));
+        let (process_lines, core_lines): (Vec<String>, Vec<String>) =
+            lines.iter().cloned().partition(is_process);
         let core = FaultSchedule::parse(&core_lines, topology, leaders, run_ns)?;
-        let mut pauses = Vec::new();
-        for line in &pause_lines {
-            let pause = parse_pause(line, topology, leaders, run_ns)
+        let mut process = Vec::new();
+        for line in &process_lines {
+            let fault = parse_process_fault(line, topology, leaders, run_ns)
                 .map_err(|why| ConfigError::new(format!("fault '{}': {why}", line.trim())))?;
-            pauses.push(pause);
+            process.push(fault);
         }
-        let plan =
-            Self { lines: core_lines.into_iter().chain(pause_lines).collect(), core, pauses };
+        let lines = core_lines.into_iter().chain(process_lines).collect();
+        let plan = Self { lines, core, process };
         plan.check_servers(topology)?;
-        plan.check_pauses()?;
+        plan.check_process_faults()?;
         Ok(plan)
     }
 
@@ -130,7 +152,7 @@ impl Plan {
                 )));
             }
         }
-        if let Some(pause) = self.pauses.iter().find(|p| on_coordinator(p.node)) {
+        if let Some(pause) = self.process.iter().find(|p| on_coordinator(p.node)) {
             return Err(ConfigError::new(format!(
                 "fault '{}': node {} is a coordinator, which runs inside the nemesis process; \
                  faults go to servers",
@@ -140,26 +162,26 @@ impl Plan {
         Ok(())
     }
 
-    /// A pause may not overlap another pause or a crash of the same node.
-    fn check_pauses(&self) -> Result<(), ConfigError> {
-        for (i, pause) in self.pauses.iter().enumerate() {
-            let overlaps = |at: Time, end: Time| at < pause.until_ns && pause.at_ns < end;
-            let other_pause = self.pauses[i + 1..]
+    /// A process fault may not overlap another or a crash of the same node.
+    fn check_process_faults(&self) -> Result<(), ConfigError> {
+        for (i, fault) in self.process.iter().enumerate() {
+            let overlaps = |at: Time, end: Time| at < fault.until_ns && fault.at_ns < end;
+            let other = self.process[i + 1..]
                 .iter()
-                .find(|p| p.node == pause.node && overlaps(p.at_ns, p.until_ns))
+                .find(|p| p.node == fault.node && overlaps(p.at_ns, p.until_ns))
                 .map(|p| p.text.clone());
             let crash = self.core.faults().iter().find_map(|f| match f.kind {
                 meridian_core::fault::FaultKind::Crash { node, restart_ns }
-                    if node == pause.node && overlaps(f.at_ns, restart_ns.unwrap_or(Time::MAX)) =>
+                    if node == fault.node && overlaps(f.at_ns, restart_ns.unwrap_or(Time::MAX)) =>
                 {
                     Some(f.text.clone())
                 }
                 _ => None,
             });
-            if let Some(other) = other_pause.or(crash) {
+            if let Some(other) = other.or(crash) {
                 return Err(ConfigError::new(format!(
                     "faults '{}' and '{other}' overlap on node {}",
-                    pause.text, pause.node
+                    fault.text, fault.node
                 )));
             }
         }
@@ -187,12 +209,17 @@ impl Plan {
             })
             .collect();
         let first = self.core.faults().len();
-        for (i, pause) in self.pauses.iter().enumerate() {
+        for (i, process) in self.process.iter().enumerate() {
             let fault = first + i;
-            let node = pause.node;
-            steps.push(Timed { at_ns: pause.at_ns, fault, starts: true, step: Step::Stop(node) });
-            let step = Step::Continue(node);
-            steps.push(Timed { at_ns: pause.until_ns, fault, starts: false, step });
+            let node = process.node;
+            let (start, end) = match process.kind {
+                ProcessFaultKind::Pause => (Step::Stop(node), Step::Continue(node)),
+                ProcessFaultKind::DiskFail(failure) => {
+                    (Step::FailDisk(node, failure), Step::Recover(node))
+                }
+            };
+            steps.push(Timed { at_ns: process.at_ns, fault, starts: true, step: start });
+            steps.push(Timed { at_ns: process.until_ns, fault, starts: false, step: end });
         }
         steps.sort_by_key(|s| (s.at_ns, s.starts, s.fault));
         steps
@@ -204,22 +231,35 @@ impl Plan {
     }
 }
 
-fn parse_pause(
+fn parse_process_fault(
     line: &str,
     topology: &Topology,
     leaders: &[NodeId],
     run_ns: Time,
-) -> Result<Pause, String> {
+) -> Result<ProcessFault, String> {
+    let mut words = line.split_whitespace();
+    let name = words.next().unwrap_or_default();
+    let (end_key, accepted) = match name {
+        "pause" => ("until", "node, leader, at, until"),
+        _ => ("restart", "node, leader, at, what, restart"),
+    };
     let mut node = None;
-    let (mut at_ns, mut until_ns) = (None, None);
-    for word in line.split_whitespace().skip(1) {
+    let (mut at_ns, mut end_ns, mut what) = (None, None, None);
+    for word in words {
         let (key, value) =
             word.split_once('=').ok_or_else(|| format!("'{word}' is not key=value"))?;
         let time = || -> Result<Time, String> {
             let ns = parse_duration_ns(value).map_err(|e| format!("{key}: {e}"))?;
             (ns < run_ns).then_some(ns).ok_or_else(|| format!("{key}={value} is outside the run"))
         };
-        let slot = match key {
+        let once = |given: bool| {
+            if given {
+                Err(format!("'{key}' given twice"))
+            } else {
+                Ok(())
+            }
+        };
+        match key {
             "node" | "leader" if node.is_some() => return Err("give node= or leader= once".into()),
             "node" => {
                 let id: u32 =
@@ -231,32 +271,39 @@ fn parse_pause(
                     ));
                 }
                 node = Some(NodeId(id));
-                continue;
             }
             "leader" => {
                 let shard: u32 =
                     value.parse().map_err(|_| format!("leader shard '{value}' is not a number"))?;
                 let leader = leaders.get(shard as usize).copied();
                 node = Some(leader.ok_or_else(|| format!("shard {shard} does not exist"))?);
-                continue;
             }
-            "at" => &mut at_ns,
-            "until" => &mut until_ns,
-            other => {
-                return Err(format!("unknown key '{other}'; accepted: node, leader, at, until"))
+            "at" => {
+                once(at_ns.is_some())?;
+                at_ns = Some(time()?);
             }
-        };
-        if slot.replace(time()?).is_some() {
-            return Err(format!("'{key}' given twice"));
+            "what" if name == "disk-fail" => {
+                once(what.is_some())?;
+                what = Some(DiskFailure::parse(value)?);
+            }
+            key if key == end_key => {
+                once(end_ns.is_some())?;
+                end_ns = Some(time()?);
+            }
+            other => return Err(format!("unknown key '{other}'; accepted: {accepted}")),
         }
     }
     let node = node.ok_or("'node=' (or 'leader=' a shard) is missing")?;
     let at_ns = at_ns.ok_or("'at=' is missing")?;
-    let until_ns = until_ns.ok_or("'until=' is missing")?;
+    let until_ns = end_ns.ok_or_else(|| format!("'{end_key}=' is missing"))?;
     if until_ns <= at_ns {
-        return Err("until= is not after at=".into());
+        return Err(format!("{end_key}= is not after at="));
     }
-    Ok(Pause { node, at_ns, until_ns, text: line.trim().to_string() })
+    let kind = match name {
+        "pause" => ProcessFaultKind::Pause,
+        _ => ProcessFaultKind::DiskFail(what.ok_or("'what=' (fsync, full or torn) is missing")?),
+    };
+    Ok(ProcessFault { kind, node, at_ns, until_ns, text: line.trim().to_string() })
 }
 
 /// Parses `--faults crash,pause,...` into the kinds, in [`KINDS`] order.
@@ -279,7 +326,9 @@ pub fn parse_kinds(text: &str) -> Result<Vec<&'static str>, ConfigError> {
 /// leader. Crashes sometimes take a majority of a shard down for a while (restarted); clock
 /// steps stay within a few milliseconds or go far beyond (hundreds), and step back at the
 /// fault's end; partitions split the replicas' regions majority/minority, or bridge them
-/// (two cut apart, one reaching both), or isolate one server.
+/// (two cut apart, one reaching both), or isolate one server; a disk is either slowed or
+/// fails one group commit (a failing `fsync`, a full disk, a torn write), its server stopping
+/// on it and starting again.
 pub fn draw(kinds: &[&str], topology: &Topology, duration_s: u64, seed: u64) -> Vec<String> {
     let mut rng = child_rng(seed, "nemesis schedule", 0);
     let servers: Vec<NodeId> =
@@ -345,6 +394,13 @@ pub fn draw(kinds: &[&str], topology: &Topology, duration_s: u64, seed: u64) -> 
                 let step_ms = if uniform_u64(&mut rng, 2) == 0 { step_ms } else { -step_ms };
                 lines.push(format!("clock node={node} {when} step={step_ms:+}ms"));
                 lines.push(format!("clock node={node} at={until_ms}ms step={:+}ms", -step_ms));
+            }
+            "disk" if uniform_u64(&mut rng, 2) == 0 => {
+                let what = ["fsync", "full", "torn"][uniform_u64(&mut rng, 3) as usize];
+                lines.push(format!(
+                    "disk-fail {} {when} what={what} restart={until_ms}ms",
+                    target(&mut rng)
+                ));
             }
             _ => {
                 let delay_ms = 5 + uniform_u64(&mut rng, 46);

@@ -5,6 +5,7 @@
 
 use meridian_core::NodeId;
 use meridian_node::control::FaultControl;
+use meridian_runtime::logstore::DiskFailure;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant};
 
 /// Longest a started server may take to listen.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The status a server exits with when its log cannot write or sync (the storage thread's).
+pub const DISK_FAILURE_EXIT: i32 = 3;
 /// Longest a server may take to stop on `SIGTERM` before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -192,6 +195,40 @@ impl Servers {
         let server = self.server(node)?;
         server.control.disk_delay_ns = delay_ns;
         server.control.write(&path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Arms a failure of `node`'s disk: its next group commit fails and the server stops.
+    pub fn fail_disk(&mut self, node: NodeId, failure: DiskFailure) -> Result<(), String> {
+        let path = self.control_path(node);
+        let server = self.server(node)?;
+        server.control.disk_fail = Some(failure);
+        server.control.write(&path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Ends a disk failure: the server must have stopped on it with the storage thread's
+    /// status ([`DISK_FAILURE_EXIT`]; one that never met it, with no group commit since, is
+    /// killed), the failure is disarmed and the server started again. Says what it found.
+    pub fn recover(&mut self, node: NodeId) -> Result<String, String> {
+        let server = self.server(node)?;
+        server.control.disk_fail = None;
+        let mut child = server.child.take().ok_or(format!("node {node} is down already"))?;
+        let found = match child.try_wait().map_err(|e| format!("wait for node {node}: {e}"))? {
+            Some(status) if status.code() == Some(DISK_FAILURE_EXIT) => {
+                format!("{node} had stopped on the failure ({status})")
+            }
+            Some(status) => {
+                return Err(format!(
+                    "node {node} exited with {status}, not the storage thread's status {DISK_FAILURE_EXIT}"
+                ))
+            }
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                format!("{node} never met the failure (no group commit); killed")
+            }
+        };
+        self.start(node)?;
+        Ok(format!("{found}; start {node}"))
     }
 
     /// Ends every fault: paused servers continue, down ones start, every control file is

@@ -52,7 +52,7 @@ fn a_drawn_schedule_is_the_seeds_own_parses_and_leaves_a_quiet_tail() {
             assert!(last <= schedule::run_ns(30 - schedule::QUIET_TAIL_S), "seed {seed}");
             seen.extend(lines.iter().map(|l| l.split_whitespace().next().unwrap().to_string()));
         }
-        for kind in ["crash", "pause", "partition", "isolate", "clock", "disk"] {
+        for kind in ["crash", "pause", "partition", "isolate", "clock", "disk", "disk-fail"] {
             assert!(seen.contains(kind), "{protocol}: no {kind} in 40 seeds: {seen:?}");
         }
     }
@@ -67,6 +67,7 @@ fn pauses_and_partitions_compile_into_steps_on_the_right_processes() {
     let plan = plan(
         &file,
         &[
+            "disk-fail node=6 at=1s what=torn restart=2s",
             "pause leader=1 at=2s until=3s",
             "isolate node=4 at=1s until=1500ms",
             "crash node=5 at=4s restart=5s",
@@ -83,8 +84,13 @@ fn pauses_and_partitions_compile_into_steps_on_the_right_processes() {
     assert!(steps.iter().any(|s| s.step == Step::Cut(NodeId(9), NodeId(4), true)));
     assert!(steps.iter().any(|s| s.step == Step::Kill(NodeId(5))));
     assert!(steps.iter().any(|s| s.step == Step::Start(NodeId(5))));
+    let torn = meridian_runtime::logstore::DiskFailure::Torn;
+    assert!(steps.iter().any(|s| s.step == Step::FailDisk(NodeId(6), torn) && s.starts));
+    assert!(steps.iter().any(|s| s.step == Step::Recover(NodeId(6)) && !s.starts));
+    // The core faults first, then the process faults, each in the order given.
     assert_eq!(plan.kind_of(0), "isolate");
-    assert_eq!(plan.kind_of(2), "pause");
+    assert_eq!(plan.kind_of(2), "disk-fail");
+    assert_eq!(plan.kind_of(3), "pause");
 }
 
 #[test]
@@ -100,6 +106,11 @@ fn a_bad_schedule_is_refused_with_the_line_that_is_wrong() {
         ("pause node=1 at=1s until=40s", "outside the run"),
         ("pause node=1 at=1s until=2s when=now", "unknown key 'when'"),
         ("meteor node=1 at=1s", "unknown fault 'meteor'"),
+        ("disk-fail node=1 at=1s restart=2s", "'what=' (fsync, full or torn) is missing"),
+        ("disk-fail node=1 at=1s what=melt restart=2s", "unknown disk failure 'melt'"),
+        ("disk-fail node=1 at=1s what=torn", "'restart=' is missing"),
+        ("disk-fail node=1 at=1s what=torn until=2s", "unknown key 'until'"),
+        ("pause node=1 at=1s until=2s what=torn", "unknown key 'what'"),
     ] {
         let error = plan(&file, &[line]).unwrap_err().to_string();
         assert!(error.contains(says), "{line}: {error}");
@@ -110,6 +121,9 @@ fn a_bad_schedule_is_refused_with_the_line_that_is_wrong() {
     let error = plan(&file, &["pause node=1 at=1s until=3s", "crash node=1 at=2s restart=4s"])
         .unwrap_err()
         .to_string();
+    assert!(error.contains("overlap on node n1"), "{error}");
+    let lines = ["pause node=1 at=1s until=3s", "disk-fail node=1 at=2s what=fsync restart=4s"];
+    let error = plan(&file, &lines).unwrap_err().to_string();
     assert!(error.contains("overlap on node n1"), "{error}");
     let error = schedule::parse_kinds("crash,flood").unwrap_err().to_string();
     assert!(error.contains("unknown fault 'flood'"), "{error}");

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 
 const HEADER: &[u8] = b"MERIDIAN-LOG v1\n";
@@ -184,6 +184,44 @@ impl LogStore {
         match self {
             Self::File(log) => log.sync(),
             Self::Fjall(log) => log.sync(),
+        }
+    }
+
+    /// A group commit that meets an injected disk failure: what a failing disk would have
+    /// done to `records`, and the error the storage thread then stops on. `Ok` when the
+    /// failure cannot strike this group commit (a failing sync, and nothing asks for one).
+    fn append_failing(
+        &mut self,
+        records: &[PersistRecord],
+        failure: DiskFailure,
+        needs_sync: bool,
+    ) -> Result<(), String> {
+        match (failure, self) {
+            (DiskFailure::Fsync, log) => {
+                log.append(records)?;
+                if needs_sync {
+                    return Err("log sync failed: input/output error (injected)".into());
+                }
+                Ok(())
+            }
+            (DiskFailure::Full, _) => {
+                Err("log write failed: no space left on device (injected)".into())
+            }
+            (DiskFailure::Torn, Self::File(log)) => {
+                let mut out = Vec::new();
+                encode_batch(records, &mut out);
+                let half = out.len() / 2;
+                log.file
+                    .write_all(&out[..half])
+                    .map_err(|e| io_error(&log.dir, "log write failed", e))?;
+                Err(format!(
+                    "log write torn (injected): {half} of {} bytes written, then the process stops",
+                    out.len()
+                ))
+            }
+            (DiskFailure::Torn, Self::Fjall(_)) => {
+                Err("log write torn (injected; fjall writes a batch whole: nothing written)".into())
+            }
         }
     }
 
@@ -563,6 +601,60 @@ enum StorageRequest {
     Close(mpsc::SyncSender<()>),
 }
 
+/// A disk failure injected into a server's log (fault injection: `meridian nemesis`). The
+/// next group commit it can strike fails as a failing disk would, and the storage thread stops
+/// the process without completing any persist of that group commit: nothing whose write or
+/// sync failed is ever acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFailure {
+    /// The write lands, `fsync` reports an I/O error.
+    Fsync,
+    /// The write fails: no space left on the device.
+    Full,
+    /// Half of the batch reaches the file, then the process stops (a crash in mid-write; the
+    /// next open discards the torn tail).
+    Torn,
+}
+
+impl DiskFailure {
+    /// Parses `fsync`, `full` or `torn`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "fsync" => Ok(Self::Fsync),
+            "full" => Ok(Self::Full),
+            "torn" => Ok(Self::Torn),
+            other => Err(format!("unknown disk failure '{other}'; accepted: fsync, full, torn")),
+        }
+    }
+
+    /// The name `parse` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fsync => "fsync",
+            Self::Full => "full",
+            Self::Torn => "torn",
+        }
+    }
+
+    fn code(failure: Option<Self>) -> u8 {
+        match failure {
+            None => 0,
+            Some(Self::Fsync) => 1,
+            Some(Self::Full) => 2,
+            Some(Self::Torn) => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(Self::Fsync),
+            2 => Some(Self::Full),
+            3 => Some(Self::Torn),
+            _ => None,
+        }
+    }
+}
+
 /// The handle nodes send persist requests through.
 #[derive(Clone)]
 pub struct Storage {
@@ -570,6 +662,8 @@ pub struct Storage {
     /// Extra time every group commit takes before its completions run (a slow disk, for fault
     /// injection); 0 normally.
     delay_ns: Arc<AtomicU64>,
+    /// An injected disk failure ([`DiskFailure::code`]); 0 normally.
+    failure: Arc<AtomicU8>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -585,6 +679,8 @@ impl Storage {
         let (jobs, queue) = mpsc::sync_channel::<StorageRequest>(STORAGE_QUEUE_MAX);
         let delay_ns = Arc::new(AtomicU64::new(0));
         let delay = delay_ns.clone();
+        let failure = Arc::new(AtomicU8::new(0));
+        let failing = failure.clone();
         std::thread::Builder::new()
             .name("meridian-storage".into())
             .spawn(move || {
@@ -608,10 +704,13 @@ impl Storage {
                         batch.iter_mut().flat_map(|j| std::mem::take(&mut j.records)).collect();
                     let needs_sync = mode == DurabilityMode::Fsync
                         && batch.iter().any(|j| j.durability == Durability::Synced);
-                    let result = log
-                        .append(&records)
-                        .and_then(|()| if needs_sync { log.sync() } else { Ok(()) })
-                        .and_then(|()| log.compact_if_grown());
+                    let result = match DiskFailure::from_code(failing.load(Ordering::Relaxed)) {
+                        Some(failure) => log.append_failing(&records, failure, needs_sync),
+                        None => log
+                            .append(&records)
+                            .and_then(|()| if needs_sync { log.sync() } else { Ok(()) })
+                            .and_then(|()| log.compact_if_grown()),
+                    };
                     if let Err(e) = result {
                         tracing::error!("{e}; stopping");
                         std::process::exit(3);
@@ -635,7 +734,7 @@ impl Storage {
                 }
             })
             .expect("the storage thread starts");
-        Self { jobs, delay_ns }
+        Self { jobs, delay_ns, failure }
     }
 
     /// Queues a persist (waits while the queue is full).
@@ -647,6 +746,12 @@ impl Storage {
     /// Has every later group commit take `delay_ns` longer (0: as fast as the disk is).
     pub fn set_delay_ns(&self, delay_ns: u64) {
         self.delay_ns.store(delay_ns, Ordering::Relaxed);
+    }
+
+    /// Arms (or, with `None`, disarms) an injected disk failure for the next group commit it
+    /// can strike.
+    pub fn inject_failure(&self, failure: Option<DiskFailure>) {
+        self.failure.store(DiskFailure::code(failure), Ordering::Relaxed);
     }
 
     /// Writes what was queued before this call, closes the log and stops the thread; returns
@@ -792,6 +897,36 @@ mod tests {
         assert_eq!(recovered.records.len(), 1);
         let error = LogFile::open(&dir, "cluster b node 1").err().unwrap();
         assert!(error.contains("refusing to start on another cluster"), "{error}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_injected_disk_failure_fails_the_group_commit_as_the_disk_would() {
+        let dir =
+            std::env::temp_dir().join(format!("meridian-logstore-fail-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (mut log, _) = LogStore::open(LogStoreKind::File, &dir, "t").unwrap();
+        log.append(&[record(1, Some(1))]).unwrap();
+        log.sync().unwrap();
+        // A full disk writes nothing; a failing sync writes, then fails; a buffered batch
+        // gives a failing sync nothing to fail on.
+        let full = log.append_failing(&[record(2, Some(2))], DiskFailure::Full, true);
+        assert!(full.unwrap_err().contains("no space left"));
+        log.append_failing(&[record(3, Some(3))], DiskFailure::Fsync, false).unwrap();
+        let fsync = log.append_failing(&[record(4, Some(4))], DiskFailure::Fsync, true);
+        assert!(fsync.unwrap_err().contains("sync failed"));
+        let torn = log.append_failing(&[record(5, Some(5))], DiskFailure::Torn, true);
+        assert!(torn.unwrap_err().contains("torn"));
+        drop(log);
+        // The torn half is discarded on the next open; the written records are back.
+        let (_, recovered) = LogStore::open(LogStoreKind::File, &dir, "t").unwrap();
+        assert!(recovered.torn_bytes_discarded > 0);
+        let keys: Vec<Vec<u8>> = recovered.records.keys().cloned().collect();
+        assert_eq!(keys, [vec![1], vec![3], vec![4]]);
+        for kind in ["fsync", "full", "torn"] {
+            assert_eq!(DiskFailure::parse(kind).unwrap().name(), kind);
+        }
+        assert!(DiskFailure::parse("melt").unwrap_err().contains("accepted"));
         let _ = fs::remove_dir_all(&dir);
     }
 
