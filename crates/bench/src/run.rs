@@ -9,7 +9,7 @@ use meridian_core::fault::FaultSchedule;
 use meridian_core::node::ClientDriver;
 use meridian_core::time::{NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
-use meridian_core::{ConfigError, NodeId, ShardId};
+use meridian_core::{ConfigError, NodeId, ShardId, Time};
 use meridian_node::cluster_file::ClusterFile;
 use meridian_node::context::{
     contexts, file_contexts, load_in_parallel, open_storage, panics_of, runtime,
@@ -468,11 +468,21 @@ impl RunStart {
     /// Now, with a timeline of `experiment`'s whole run when `schedule` has faults (which
     /// take effect at the times `started` learns).
     fn now(schedule: &FaultSchedule, experiment: &Experiment, started: &Arc<FaultStarts>) -> Self {
+        let faults = schedule.faults().iter().map(|f| (f.text.clone(), f.at_ns)).collect();
+        Self::with_faults(faults, experiment, started)
+    }
+
+    /// Now, with a timeline when `faults` (each its line and planned start) are given.
+    fn with_faults(
+        faults: Vec<(String, Time)>,
+        experiment: &Experiment,
+        started: &Arc<FaultStarts>,
+    ) -> Self {
         let clock = WallClock::new();
         let start_ns = clock.now_ns();
         let run_ns = ((experiment.warmup_s + experiment.duration_s) * 1e9) as u64;
-        let timeline = (!schedule.is_empty())
-            .then(|| Timeline::new(start_ns, run_ns, schedule, started.clone()));
+        let timeline = (!faults.is_empty())
+            .then(|| Timeline::with_faults(start_ns, run_ns, faults, started.clone()));
         Self { clock, start_ns, timeline }
     }
 }
@@ -665,20 +675,32 @@ pub fn counters_total(
 /// Runs the clients of `experiment` in this process against the servers of a cluster file.
 /// The file's coordinator nodes are hosted here; every other node must already be running.
 pub fn run_cluster(file: &ClusterFile, experiment: &Experiment) -> Result<RunOutput, ConfigError> {
-    run_cluster_with(file, experiment, Box::new(|_| {})).map(|(out, _)| out)
+    let hooks = ClusterHooks {
+        on_started: Box::new(|_| {}),
+        faults: Vec::new(),
+        fault_starts: Arc::new(FaultStarts::with_count(0)),
+    };
+    run_cluster_with(file, experiment, hooks).map(|(out, _)| out)
 }
 
-/// Told, once the coordinators run, the link cuts of this process (a fault injector cuts the
-/// coordinators' own links with them).
-pub type OnCoordinatorsStarted = Box<dyn FnOnce(Arc<Cuts>) + Send>;
+/// What a fault injector outside the harness needs of a run against server processes.
+pub struct ClusterHooks {
+    /// Told, once the coordinators run, the link cuts of this process (the injector cuts the
+    /// coordinators' own links with them); the run starts then.
+    pub on_started: Box<dyn FnOnce(Arc<Cuts>) + Send>,
+    /// The injector's faults (line, planned start from the run's start), for the run's
+    /// timeline and each fault's recovery figures; none: no timeline.
+    pub faults: Vec<(String, Time)>,
+    /// When each of them took effect, as the injector marks it (a slot per fault).
+    pub fault_starts: Arc<FaultStarts>,
+}
 
-/// [`run_cluster`], telling `started` the coordinators' link cuts once they run, and handing
-/// back the workload's checker with everything it observed (a caller may check the servers'
-/// stores with it afterwards).
+/// [`run_cluster`] with `hooks`, handing back the workload's checker with everything it
+/// observed (a caller may check the servers' stores with it afterwards).
 pub fn run_cluster_with(
     file: &ClusterFile,
     experiment: &Experiment,
-    started: OnCoordinatorsStarted,
+    hooks: ClusterHooks,
 ) -> Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError> {
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
@@ -692,7 +714,7 @@ pub fn run_cluster_with(
         )));
     }
     let rt = runtime()?;
-    file.protocol.visit(Remote { rt: &rt, file, experiment, workload, topology, started })
+    file.protocol.visit(Remote { rt: &rt, file, experiment, workload, topology, hooks })
 }
 
 /// A run against server processes with the protocol type chosen at run time.
@@ -702,14 +724,14 @@ struct Remote<'a> {
     experiment: &'a Experiment,
     workload: Arc<dyn Workload>,
     topology: Arc<Topology>,
-    started: OnCoordinatorsStarted,
+    hooks: ClusterHooks,
 }
 
 impl ProtocolVisitor for Remote<'_> {
     type Output = Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError>;
     fn visit<P: Protocol>(self) -> Self::Output {
-        let Self { rt, file, experiment, workload, topology, started } = self;
-        let run = (workload, topology, started);
+        let Self { rt, file, experiment, workload, topology, hooks } = self;
+        let run = (workload, topology, hooks);
         rt.block_on(remote::<P::Node>(file, experiment, run, P::restore))
     }
 }
@@ -717,7 +739,7 @@ impl ProtocolVisitor for Remote<'_> {
 async fn remote<N: ProtocolNode>(
     file: &ClusterFile,
     experiment: &Experiment,
-    (workload, topology, started): (Arc<dyn Workload>, Arc<Topology>, OnCoordinatorsStarted),
+    (workload, topology, hooks): (Arc<dyn Workload>, Arc<Topology>, ClusterHooks),
     build: BuildNode<N>,
 ) -> Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError> {
     // Coordinators host no replicas: nothing of theirs is logged, and their incarnation comes
@@ -738,15 +760,15 @@ async fn remote<N: ProtocolNode>(
     let cluster = Cluster::start(config, local)
         .await
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;
-    started(cluster.cuts());
+    let ClusterHooks { on_started, faults, fault_starts } = hooks;
+    on_started(cluster.cuts());
     let mut checker = workload.checker();
     // The servers may run on other machines, whose clocks are never exactly in step.
     checker.expect_strict(file.protocol.guarantee(&file.protocol_options).strict(false));
     let failures = cluster.failures();
     // The links' delays are the machines' own here: no configured bound to compare with.
     let bounds = BTreeMap::new();
-    let schedule = FaultSchedule::default();
-    let start = RunStart::now(&schedule, experiment, &Arc::new(FaultStarts::new(&schedule)));
+    let start = RunStart::with_faults(faults, experiment, &fault_starts);
     let registry = workload.registry();
     let stats =
         drive(experiment, &pools, checker.as_mut(), &failures, &registry, bounds, start).await;

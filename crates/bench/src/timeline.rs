@@ -79,7 +79,12 @@ pub struct FaultStarts(Vec<AtomicU64>);
 impl FaultStarts {
     /// One slot per fault of `schedule`.
     pub fn new(schedule: &FaultSchedule) -> Self {
-        Self(schedule.faults().iter().map(|_| AtomicU64::new(0)).collect())
+        Self::with_count(schedule.faults().len())
+    }
+
+    /// `count` slots.
+    pub fn with_count(count: usize) -> Self {
+        Self((0..count).map(|_| AtomicU64::new(0)).collect())
     }
 
     /// Fault `fault` took effect at `at_ns` (its first action; later ones leave it).
@@ -116,8 +121,20 @@ impl Timeline {
         schedule: &FaultSchedule,
         started: Arc<FaultStarts>,
     ) -> Self {
+        let faults = schedule.faults().iter().map(|f| (f.text.clone(), f.at_ns)).collect();
+        Self::with_faults(start_ns, run_ns, faults, started)
+    }
+
+    /// A timeline with `faults` marked (each its line and planned start relative to
+    /// `start_ns`), which take effect at the times `started` learns (a slot per fault).
+    pub fn with_faults(
+        start_ns: Time,
+        run_ns: Time,
+        faults: Vec<(String, Time)>,
+        started: Arc<FaultStarts>,
+    ) -> Self {
         let bucket_ns = BUCKET_NS_MIN.max(run_ns.div_ceil(TIMELINE_BUCKETS_MAX as u64));
-        let faults = schedule.faults().iter().map(|f| (f.text.clone(), f.at_ns, None)).collect();
+        let faults = faults.into_iter().map(|(text, at)| (text, at, None)).collect();
         Self { start_ns, run_ns, bucket_ns, buckets: Vec::new(), faults, started }
     }
 

@@ -152,9 +152,21 @@ impl FaultSchedule {
         leaders: &[NodeId],
         run_ns: Time,
     ) -> Result<Self, ConfigError> {
-        if lines.len() > FAULTS_MAX {
+        Self::parse_at_most(lines, (topology, leaders), run_ns, FAULTS_MAX)
+    }
+
+    /// [`Self::parse`] with a limit of its own on the number of faults: a long fault campaign
+    /// on server processes (`meridian nemesis`) schedules more than one run of the simulator
+    /// or the benchmark may.
+    pub fn parse_at_most(
+        lines: &[String],
+        (topology, leaders): (&Topology, &[NodeId]),
+        run_ns: Time,
+        faults_max: usize,
+    ) -> Result<Self, ConfigError> {
+        if lines.len() > faults_max {
             return Err(ConfigError::new(format!(
-                "{} faults given; at most {FAULTS_MAX} per run",
+                "{} faults given; at most {faults_max} per run",
                 lines.len()
             )));
         }

@@ -33,7 +33,8 @@ use crate::clustercmd::{groups_of, scrape};
 use crate::Failure;
 use clap::Args;
 use meridian_bench::experiment::ClusterLoad;
-use meridian_bench::run::{run_cluster_with, RunOutput};
+use meridian_bench::run::{run_cluster_with, ClusterHooks, RunOutput};
+use meridian_bench::timeline::FaultStarts;
 use meridian_bench::Experiment;
 use meridian_core::topology::Topology;
 use meridian_core::{ConfigError, NodeId};
@@ -216,13 +217,30 @@ fn run(
     servers: Servers,
 ) -> Result<Outcome, Failure> {
     let steps = plan.steps(&file.topology);
+    // Each fault's line and planned start, for the run's timeline and recovery figures.
+    let faults: Vec<(String, u64)> = plan
+        .lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let at = steps.iter().find(|s| s.fault == i && s.starts).map_or(0, |s| s.at_ns);
+            (line.clone(), at)
+        })
+        .collect();
+    let fault_starts = Arc::new(FaultStarts::with_count(faults.len()));
     let coordinators: Vec<NodeId> = file.topology.coordinators();
     let (cuts_tx, cuts_rx) = std::sync::mpsc::channel::<Arc<Cuts>>();
-    let injector = std::thread::spawn(move || inject(steps, servers, &coordinators, &cuts_rx));
-    let started = Box::new(move |cuts: Arc<Cuts>| {
-        let _ = cuts_tx.send(cuts);
-    });
-    let ran = run_cluster_with(file, experiment, started);
+    let marks = fault_starts.clone();
+    let injector =
+        std::thread::spawn(move || inject(steps, servers, (&coordinators, &marks), &cuts_rx));
+    let hooks = ClusterHooks {
+        on_started: Box::new(move |cuts: Arc<Cuts>| {
+            let _ = cuts_tx.send(cuts);
+        }),
+        faults,
+        fault_starts,
+    };
+    let ran = run_cluster_with(file, experiment, hooks);
     let (mut servers, applied) =
         injector.join().map_err(|_| Failure::Run("the fault injector panicked".into()))?;
     let (run, checker) = ran?;
@@ -236,12 +254,12 @@ fn run(
     Ok(Outcome { run, applied, exited, healed, settled, stopped, verdict })
 }
 
-/// Carries out `steps` from the moment the coordinators run; returns the servers and what was
-/// done.
+/// Carries out `steps` from the moment the coordinators run, marking when each fault took
+/// effect in `marks`; returns the servers and what was done.
 fn inject(
     steps: Vec<Timed>,
     mut servers: Servers,
-    coordinators: &[NodeId],
+    (coordinators, marks): (&[NodeId], &FaultStarts),
     cuts: &std::sync::mpsc::Receiver<Arc<Cuts>>,
 ) -> (Servers, Vec<Applied>) {
     let mut applied = Vec::new();
@@ -283,6 +301,9 @@ fn inject(
                 Err(why) => (format!("recover {node}"), Err(why)),
             },
         };
+        if starts && result.is_ok() {
+            marks.mark(fault, start.elapsed().as_nanos() as u64);
+        }
         applied.push(Applied {
             planned_ms: schedule::ms(at_ns),
             applied_ms: start.elapsed().as_millis() as u64,
@@ -474,6 +495,7 @@ impl Report {
     ) -> Result<(), Failure> {
         let Outcome { run, applied, exited, healed, settled, stopped, verdict } = outcome;
         self.applied(plan, &applied);
+        self.recovery(&run);
         let s = &run.summary;
         self.line(&format!(
             "operations: acknowledged {}, failed {}, indeterminate {} ({:.0} txn/s over {:.1} s)",
@@ -569,6 +591,34 @@ impl Report {
         self.line(&format!(
             "faults injected: {}",
             if kinds.is_empty() { "none".into() } else { kinds.join(", ") }
+        ));
+    }
+
+    /// How long after each fault a transaction submitted after it first committed; the
+    /// longest of these is the run's worst unavailability.
+    fn recovery(&mut self, run: &RunOutput) {
+        let Some(timeline) = &run.summary.timeline else { return };
+        let measured: Vec<(f64, &str)> = timeline
+            .faults
+            .iter()
+            .filter_map(|f| f.first_commit_s.map(|s| (s, f.fault.as_str())))
+            .collect();
+        let never = timeline.faults.iter().filter(|f| f.first_commit_s.is_none()).count();
+        let Some((worst, line)) =
+            measured.iter().copied().reduce(|a, b| if b.0 > a.0 { b } else { a })
+        else {
+            return;
+        };
+        let mut sorted: Vec<f64> = measured.iter().map(|(s, _)| *s).collect();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let unmeasured = if never > 0 {
+            format!("; {never} with none before the run ended")
+        } else {
+            String::new()
+        };
+        self.line(&format!(
+            "recovery: first commit after a fault took effect: median {median:.2} s, longest {worst:.2} s after '{line}'{unmeasured}"
         ));
     }
 

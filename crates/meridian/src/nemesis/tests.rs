@@ -56,6 +56,13 @@ fn a_drawn_schedule_is_the_seeds_own_parses_and_leaves_a_quiet_tail() {
             assert!(seen.contains(kind), "{protocol}: no {kind} in 40 seeds: {seen:?}");
         }
     }
+    // A long campaign schedules far more faults than a benchmark run may.
+    let file = layout("occ");
+    let kinds = schedule::parse_kinds("crash,partition").unwrap();
+    let lines = schedule::draw(&kinds, &file.topology, 600, 3);
+    assert!(lines.len() > 200, "{} faults in 600 s", lines.len());
+    let leaders = file.protocol.initial_leaders(&file.topology, &file.protocol_options);
+    Plan::parse(&lines, &file.topology, &leaders, schedule::run_ns(600)).unwrap();
     let kinds = schedule::parse_kinds("pause").unwrap();
     let lines = schedule::draw(&kinds, &layout("occ").topology, 30, 7);
     assert!(lines.iter().all(|l| l.starts_with("pause ")), "{lines:?}");
