@@ -345,6 +345,11 @@ pub(crate) struct SimArgs {
     /// duplication, reordering, clock skew, slow disks; then a healing phase.
     #[arg(long)]
     faults: bool,
+    /// The durability oracle: persist completions held back at random, and, right after one
+    /// acknowledged commit drawn from the seed, every node that may crash loses power at once
+    /// and restarts from its disk; the acknowledged commit must survive.
+    #[arg(long)]
+    durability_oracle: bool,
     /// Worker processes for a swarm (default: the number of cores).
     #[arg(long)]
     jobs: Option<usize>,

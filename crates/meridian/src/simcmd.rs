@@ -46,14 +46,20 @@ fn seed_options(
     base.protocol_options = r.protocol_options.clone();
     base.time_limit_ns = args.time_limit_s.saturating_mul(NS_PER_S);
     base.attempts_max = args.attempts_max;
-    let (mut options, plan) = swarm::seed_options(&base, seed, args.faults);
-    if schedule.is_empty() {
-        return (options, plan);
+    let (mut options, mut plan) = swarm::seed_options(&base, seed, args.faults);
+    if !schedule.is_empty() {
+        // A schedule given with --fault replaces the drawn plan (the two are refused together).
+        options.faults =
+            schedule.actions(topology).into_iter().map(|(at, a)| (at, a.into())).collect();
+        let lines: Vec<&str> = schedule.faults().iter().map(|f| f.text.as_str()).collect();
+        plan = Some(lines.join("; "));
     }
-    // A schedule given with --fault replaces the drawn plan (the two are refused together).
-    options.faults = schedule.actions(topology).into_iter().map(|(at, a)| (at, a.into())).collect();
-    let lines: Vec<&str> = schedule.faults().iter().map(|f| f.text.as_str()).collect();
-    (options, Some(lines.join("; ")))
+    if args.durability_oracle {
+        let (with_oracle, text) = swarm::with_durability_oracle(options);
+        options = with_oracle;
+        plan = Some(plan.map_or(text.clone(), |plan| format!("{plan}; {text}")));
+    }
+    (options, plan)
 }
 
 /// The command line that replays `seed`.
@@ -134,6 +140,9 @@ fn reproduce(c: &ClusterArgs, args: &SimArgs, r: &Resolved, seed: u64, txns: u64
     }
     if args.faults {
         line += " --faults";
+    }
+    if args.durability_oracle {
+        line += " --durability-oracle";
     }
     for fault in &c.fault {
         line += &format!(" --fault '{fault}'");

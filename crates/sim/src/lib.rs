@@ -98,6 +98,37 @@ pub struct SimConfig {
     /// A restarted node's clock comes back this much behind where it was (a clock stepped
     /// back across a restart): correctness must not depend on clocks moving forward.
     pub restart_clock_step_back_ns: u64,
+    /// The durability oracle's power failure, if any.
+    pub power_failure: Option<PowerFailure>,
+    /// Persist completions held back at random, to widen the windows between a write and its
+    /// durability.
+    pub buggify: Buggify,
+}
+
+/// The durability oracle: right after the `after_commits`-th reply that acknowledges a commit
+/// reaches its client, every node of `nodes` loses power at once (the rest of the replying
+/// call is lost with it; unsynced writes are gone), and each starts again `restart_after_ns`
+/// later from what its disk holds. Whatever the client was told committed must stay
+/// committed: the history and store checks judge the rest of the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PowerFailure {
+    /// Which acknowledgement (1 is the first).
+    pub after_commits: u64,
+    /// The nodes that lose power.
+    pub nodes: Vec<NodeId>,
+    /// How long they stay down.
+    pub restart_after_ns: Time,
+}
+
+/// BUGGIFY-style fault points that widen the windows in which a commit could outrun its
+/// durability: each persist completes, with `persist_delay_probability`, up to
+/// `persist_delay_ns_max` later than the disk would have it (on a stream of its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Buggify {
+    /// Chance that one persist is held back.
+    pub persist_delay_probability: f64,
+    /// Longest hold.
+    pub persist_delay_ns_max: Time,
 }
 
 /// Where a [`CrashTrigger`] looks.
@@ -163,6 +194,8 @@ impl SimConfig {
             trace_tail: 0,
             crash_triggers: Vec::new(),
             restart_clock_step_back_ns: 0,
+            power_failure: None,
+            buggify: Buggify::default(),
         }
     }
 }
@@ -190,6 +223,10 @@ pub struct SimStats {
     pub triggered: u64,
     /// Messages delivered twice on purpose (chaos).
     pub duplicated: u64,
+    /// Power failures of the durability oracle.
+    pub power_failures: u64,
+    /// Persists held back by [`Buggify`].
+    pub persists_held: u64,
 }
 
 /// Wide-area one-way hops on the causal chain that led to an event: a message that crosses
@@ -288,6 +325,10 @@ pub struct Sim<N: Node, C: ClientDriver> {
     tail: VecDeque<String>,
     /// The clients' armed wake-up (open loop), if any.
     client_wake: Option<Time>,
+    /// Replies that acknowledged a commit so far.
+    commits_acked: u64,
+    /// [`Buggify`]'s draws.
+    buggify_rng: Rng,
 }
 
 impl<N: Node, C: ClientDriver> Sim<N, C> {
@@ -328,6 +369,8 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
             reply_hops: Vec::new(),
             scratch: Vec::new(),
             chaos_rng: child_rng(config.seed, "sim-chaos", 0),
+            commits_acked: 0,
+            buggify_rng: child_rng(config.seed, "sim-buggify", 0),
             tail: VecDeque::new(),
             client_wake: None,
             config,
@@ -675,6 +718,39 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
         );
     }
 
+    /// How much longer one persist takes under [`Buggify`] (draws only when it is on, so runs
+    /// without it keep their traces).
+    fn buggify_hold(&mut self) -> Time {
+        let buggify = self.config.buggify;
+        if buggify.persist_delay_probability <= 0.0 || buggify.persist_delay_ns_max == 0 {
+            return 0;
+        }
+        if uniform_f64(&mut self.buggify_rng) >= buggify.persist_delay_probability {
+            return 0;
+        }
+        self.stats.persists_held += 1;
+        uniform_u64(&mut self.buggify_rng, buggify.persist_delay_ns_max)
+    }
+
+    /// Counts a committed reply; true when it is the one the power failure waits for.
+    fn power_failure_due(&mut self) -> bool {
+        self.commits_acked += 1;
+        self.config.power_failure.as_ref().is_some_and(|p| p.after_commits == self.commits_acked)
+    }
+
+    /// Every node of the power failure crashes now and is scheduled to start again.
+    fn power_failure(&mut self) {
+        let Some(failure) = self.config.power_failure.clone() else { return };
+        self.stats.power_failures += 1;
+        for &node in &failure.nodes {
+            self.apply(Fault::Crash(node));
+        }
+        for &node in &failure.nodes {
+            let at = self.now + failure.restart_after_ns;
+            self.schedule(at, EventKind::Fault(Fault::Restart(node)));
+        }
+    }
+
     /// Carries out the effects `node` just emitted, in order.
     fn carry_out(&mut self, node: NodeId) {
         // The outbox is swapped out so effects can be carried out while `self` is borrowed; its
@@ -704,7 +780,8 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     let sync = durability == meridian_core::node::Durability::Synced;
                     let latency =
                         if sync { self.config.disk_sync_ns } else { self.config.disk_buffered_ns };
-                    let latency = latency + self.disk_delays_ns[node.0 as usize];
+                    let latency =
+                        latency + self.disk_delays_ns[node.0 as usize] + self.buggify_hold();
                     let at = self.disks[node.0 as usize].write(records, self.now + latency);
                     let incarnation = self.incarnations[node.0 as usize];
                     let hops = self.hops;
@@ -718,6 +795,13 @@ impl<N: Node, C: ClientDriver> Sim<N, C> {
                     self.reply_hops.push((request, self.hops));
                     let next = self.clients.on_reply(self.now, node, request, &outcome);
                     self.submit_all(next);
+                    if outcome.result == meridian_core::txn::TxnResult::Committed
+                        && self.power_failure_due()
+                    {
+                        effects.by_ref().for_each(drop);
+                        self.power_failure();
+                        break;
+                    }
                 }
             }
         }

@@ -83,6 +83,10 @@ pub struct SimRunOptions {
     pub client_regions: Vec<meridian_core::RegionId>,
     /// A restarted node's clock comes back this far behind.
     pub restart_clock_step_back_ns: u64,
+    /// The durability oracle's power failure, if any ([`crate::PowerFailure`]).
+    pub power_failure: Option<crate::PowerFailure>,
+    /// Persist completions held back at random ([`crate::Buggify`]).
+    pub buggify: crate::Buggify,
 }
 
 /// Event budget of one run, fixed part. A healthy seed takes 50 to 200 events per transaction
@@ -123,6 +127,8 @@ impl SimRunOptions {
             load: Load::Closed,
             client_regions: Vec::new(),
             restart_clock_step_back_ns: 0,
+            power_failure: None,
+            buggify: crate::Buggify::default(),
         }
     }
 }
@@ -287,6 +293,8 @@ fn run_with<N: ProtocolNode>(
     config.trace_tail = options.trace_tail;
     config.crash_triggers = options.crash_triggers.clone();
     config.restart_clock_step_back_ns = options.restart_clock_step_back_ns;
+    config.power_failure = options.power_failure.clone();
+    config.buggify = options.buggify;
     if let Some(ns) = options.disk_sync_ns {
         config.disk_sync_ns = ns;
     }

@@ -286,6 +286,46 @@ pub fn seed_options(
     (options.with_plan(&plan), Some(plan.description))
 }
 
+/// Holds of a persist completion BUGGIFY draws from (ms).
+const BUGGIFY_HOLD_MS: [u64; 3] = [5, 20, 100];
+/// Chances that one persist is held.
+const BUGGIFY_PROBABILITY: [f64; 3] = [0.1, 0.3, 0.6];
+/// How long the durability oracle's power failure lasts (ms).
+const POWER_FAILURE_MS: [u64; 3] = [10, 100, 500];
+
+/// Adds the durability oracle to one seed's options, drawn from a stream of its own (the seed's
+/// fault plan stays what it was): BUGGIFY holds back persist completions at random, and right
+/// after one acknowledged commit (in the first half of the run) every node the protocol may
+/// crash loses power at once and restarts from its disk. Returns the options and a line that
+/// says what was drawn.
+pub fn with_durability_oracle(mut options: SimRunOptions) -> (SimRunOptions, String) {
+    let mut rng = child_rng(options.seed, "swarm-durability-oracle", 0);
+    let rng = &mut rng;
+    let after_commits = 1 + uniform_u64(rng, (options.txns / 2).max(1));
+    let restart_after_ns = pick(rng, &POWER_FAILURE_MS) * NS_PER_MS;
+    let (protocol, topology) = (options.protocol, &options.topology);
+    let nodes: Vec<NodeId> =
+        topology.node_ids().filter(|&n| protocol.may_crash(topology, n)).collect();
+    let buggify = crate::Buggify {
+        persist_delay_probability: pick(rng, &BUGGIFY_PROBABILITY),
+        persist_delay_ns_max: pick(rng, &BUGGIFY_HOLD_MS) * NS_PER_MS,
+    };
+    let text = format!(
+        "oracle: power failure of {} nodes after commit {after_commits} for {} ms; {}% of persists held up to {} ms",
+        nodes.len(),
+        restart_after_ns / NS_PER_MS,
+        buggify.persist_delay_probability * 100.0,
+        buggify.persist_delay_ns_max / NS_PER_MS
+    );
+    options.power_failure = (!nodes.is_empty()).then_some(crate::PowerFailure {
+        after_commits,
+        nodes,
+        restart_after_ns,
+    });
+    options.buggify = buggify;
+    (options, text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +361,30 @@ mod tests {
             assert!(plan.faults[last_heal..].iter().all(|(at, _)| *at == window));
         }
         assert_eq!(kinds.len(), 4, "crash, restart, block and heal all occur");
+    }
+
+    #[test]
+    fn the_durability_oracle_is_the_seeds_own_and_leaves_its_fault_plan_alone() {
+        let topology =
+            Topology::standard(vec!["a".into(), "b".into(), "c".into()], 3, 3).expect("valid");
+        let base = SimRunOptions::new(
+            meridian_protocols::ProtocolKind::parse("occ").unwrap(),
+            topology,
+            meridian_core::netmodel::NetworkModel::preset("metro", 3).unwrap(),
+            meridian_core::clock::ClockModel::preset("perfect").unwrap(),
+            0,
+        );
+        for seed in 0..50 {
+            let (options, plan) = seed_options(&base, seed, true);
+            let (oracle, text) = with_durability_oracle(options.clone());
+            assert_eq!(oracle.faults, options.faults, "the fault plan stays");
+            let again = with_durability_oracle(options.clone());
+            assert_eq!(oracle.power_failure, again.0.power_failure, "seeded");
+            assert_eq!(text, again.1);
+            let failure = oracle.power_failure.expect("every node of 3 x 3 occ may crash");
+            assert!((1..=options.txns / 2).contains(&failure.after_commits), "{text}");
+            assert_eq!(failure.nodes.len(), options.topology.nodes.len());
+            assert!(plan.is_some() && text.starts_with("oracle: power failure"));
+        }
     }
 }

@@ -156,6 +156,40 @@ fn crashing_an_unreplicated_shard_loses_writes_and_the_check_says_so() {
     assert!(!check.passed, "lost writes went unnoticed: {}", check.detail);
 }
 
+/// Every node of `options`' layout loses power right after the `after`-th acknowledged commit.
+fn power_failure_after(options: &mut SimRunOptions, after: u64) {
+    options.power_failure = Some(crate::PowerFailure {
+        after_commits: after,
+        nodes: options.topology.node_ids().collect(),
+        restart_after_ns: 100 * NS_PER_MS,
+    });
+}
+
+#[test]
+fn a_power_failure_loses_what_only_memory_held_and_the_checks_say_so() {
+    // Unreplicated occ keeps shard data in memory in the simulator: the durability oracle's
+    // power failure right after the 100th acknowledged commit loses acknowledged writes, and
+    // the checks must notice (the oracle can fail).
+    let mut opts = options(17, "metro", 2, 300);
+    power_failure_after(&mut opts, 100);
+    let report = run(&opts, micro(2, None)).unwrap();
+    assert_eq!(report.stats.power_failures, 1);
+    let check = report.checks.iter().find(|c| c.name == "micro-last-writer").unwrap();
+    assert!(!check.passed, "lost writes went unnoticed: {}", check.detail);
+}
+
+#[test]
+fn replicated_occ_keeps_every_acknowledged_commit_through_a_power_failure_and_held_persists() {
+    let mut opts = replicated(23, "metro");
+    power_failure_after(&mut opts, 120);
+    opts.buggify =
+        crate::Buggify { persist_delay_probability: 0.3, persist_delay_ns_max: 20 * NS_PER_MS };
+    let report = run(&opts, micro(2, Some(0.9))).unwrap();
+    assert_replicated_run_passed(&report);
+    assert_eq!(report.stats.power_failures, 1, "exactly once");
+    assert!(report.stats.persists_held > 0, "BUGGIFY held some persists");
+}
+
 #[test]
 fn bad_options_are_refused() {
     let mut opts = options(1, "lan", 2, 10);
