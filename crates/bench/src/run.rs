@@ -713,8 +713,11 @@ pub fn run_cluster_with(
             "node {node} both coordinates and hosts replicas; with --cluster, coordinators run in the bench process and must host none"
         )));
     }
+    // The coordinators' certificates are read and checked before anything starts.
+    let tls = meridian_node::tls::load(file, &coordinators)?;
     let rt = runtime()?;
-    file.protocol.visit(Remote { rt: &rt, file, experiment, workload, topology, hooks })
+    let run = (workload, topology, hooks, tls);
+    file.protocol.visit(Remote { rt: &rt, file, experiment, run })
 }
 
 /// A run against server processes with the protocol type chosen at run time.
@@ -722,16 +725,18 @@ struct Remote<'a> {
     rt: &'a tokio::runtime::Runtime,
     file: &'a ClusterFile,
     experiment: &'a Experiment,
-    workload: Arc<dyn Workload>,
-    topology: Arc<Topology>,
-    hooks: ClusterHooks,
+    run: RemoteRun,
 }
+
+/// What a run against server processes takes beside the file and the experiment: the
+/// workload, the layout, the fault injector's hooks and the coordinators' TLS sessions.
+type RemoteRun =
+    (Arc<dyn Workload>, Arc<Topology>, ClusterHooks, Option<Arc<meridian_runtime::tls::Tls>>);
 
 impl ProtocolVisitor for Remote<'_> {
     type Output = Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError>;
     fn visit<P: Protocol>(self) -> Self::Output {
-        let Self { rt, file, experiment, workload, topology, hooks } = self;
-        let run = (workload, topology, hooks);
+        let Self { rt, file, experiment, run } = self;
         rt.block_on(remote::<P::Node>(file, experiment, run, P::restore))
     }
 }
@@ -739,7 +744,7 @@ impl ProtocolVisitor for Remote<'_> {
 async fn remote<N: ProtocolNode>(
     file: &ClusterFile,
     experiment: &Experiment,
-    (workload, topology, hooks): (Arc<dyn Workload>, Arc<Topology>, ClusterHooks),
+    (workload, topology, hooks, tls): RemoteRun,
     build: BuildNode<N>,
 ) -> Result<(RunOutput, Box<dyn InvariantCheck>), ConfigError> {
     // Coordinators host no replicas: nothing of theirs is logged, and their incarnation comes
@@ -756,7 +761,7 @@ async fn remote<N: ProtocolNode>(
             Some(pool.clone()),
         ));
     }
-    let config = tcp_cluster_config(file, &topology, &workload);
+    let config = tcp_cluster_config(file, &topology, &workload, tls);
     let cluster = Cluster::start(config, local)
         .await
         .map_err(|e| ConfigError::new(format!("cannot start the coordinators: {e}")))?;

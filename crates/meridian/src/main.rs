@@ -37,6 +37,7 @@ macro_rules! say_raw {
     }};
 }
 
+mod certcmd;
 mod clustercmd;
 mod experiment_file;
 mod kvcmd;
@@ -114,6 +115,8 @@ enum Command {
     /// schedule of faults (crash, pause, partition, clock, disk) hits the processes, then heal
     /// and check that no acknowledged commit was lost and no anomaly appeared.
     Nemesis(nemesis::NemesisArgs),
+    /// Make a test CA and a certificate per node of a cluster file, for mutual TLS.
+    Cert(certcmd::CertArgs),
 }
 
 #[derive(Args)]
@@ -1328,6 +1331,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report_cmd(args),
         Command::Kv(args) => kvcmd::kv(args),
         Command::Nemesis(args) => nemesis::nemesis(args, &cli.log_level),
+        Command::Cert(args) => certcmd::cert(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

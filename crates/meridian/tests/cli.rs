@@ -587,6 +587,7 @@ workload = "micro-luigi"
 shards = 1
 replicas = 1
 network = "lan"
+insecure = true
 keys_per_shard = 10000
 
 [[node]]
@@ -705,6 +706,7 @@ workload = "micro-luigi"
 shards = 2
 replicas = 1
 network = "lan"
+insecure = true
 keys_per_shard = 10000
 
 [[node]]
@@ -913,7 +915,7 @@ fn cluster_up_status_restart_down_manage_the_servers_that_listen() {
     std::fs::write(
         &file,
         format!(
-            "protocol = \"occ\"\nworkload = \"bank\"\nshards = 2\nreplicas = 1\nnetwork = \"lan\"\n\
+            "protocol = \"occ\"\nworkload = \"bank\"\nshards = 2\nreplicas = 1\nnetwork = \"lan\"\ninsecure = true\n\
              keys_per_shard = 100\n\
              [[node]]\nid = 0\nregion = \"r0\"\naddr = \"127.0.0.1:{a}\"\nreplicas = [[0, 0]]\n\
              metrics_addr = \"127.0.0.1:{m}\"\n\
@@ -1108,4 +1110,74 @@ fn hostile_frames_close_their_connection_and_the_server_serves_on() {
         .and_then(|n| n.parse::<u64>().ok())
         .expect("a rejected-connections counter");
     assert!(rejected >= attacks_count - 20, "{rejected} of {attacks_count} counted\n{metrics}");
+}
+
+/// A TLS cluster file's certificates are checked before a server listens or makes its data
+/// directory: a missing key, an expired certificate and another node's certificate are one
+/// line and exit status 2; `meridian cert` refuses to overwrite a CA.
+#[test]
+fn tls_files_are_checked_before_a_server_starts() {
+    let dir = std::env::temp_dir().join(format!("meridian-cli-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports: Vec<u16> = (0..2).map(|_| common::free_port()).collect();
+    let file = dir.join("cluster.toml");
+    let text = |certs: &str, node0_cert: &str| {
+        format!(
+            "protocol = \"occ\"\nworkload = \"bank\"\nshards = 1\nreplicas = 1\nnetwork = \"lan\"\n\
+             tls_ca = \"{certs}/ca.pem\"\n\
+             [[node]]\nid = 0\nregion = \"r0\"\naddr = \"127.0.0.1:{}\"\nreplicas = [[0, 0]]\n\
+             tls_cert = \"{certs}/{node0_cert}.pem\"\ntls_key = \"{certs}/{node0_cert}.key\"\n\
+             [[node]]\nid = 1\nregion = \"r0\"\naddr = \"127.0.0.1:{}\"\ncoordinator = true\n\
+             tls_cert = \"{certs}/node-1.pem\"\ntls_key = \"{certs}/node-1.key\"\n",
+            ports[0], ports[1]
+        )
+    };
+    let serve = |data: &str| {
+        meridian()
+            .args(["server", "--node", "0", "--config"])
+            .arg(&file)
+            .arg("--data-dir")
+            .arg(dir.join(data))
+            .output()
+            .unwrap()
+    };
+    // Missing files.
+    std::fs::write(&file, text("certs", "node-0")).unwrap();
+    let out = serve("data-missing");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("tls_ca") && stderr.contains("ca.pem"), "{stderr}");
+    assert!(!dir.join("data-missing").exists(), "nothing made");
+    // Certificates made; another node's certificate for node 0 is refused.
+    let made = meridian().args(["cert", "--config"]).arg(&file).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(String::from_utf8_lossy(&made.stdout).contains("tls_ca = \"certs/ca.pem\""));
+    let again = meridian().args(["cert", "--config"]).arg(&file).output().unwrap();
+    assert_eq!(again.status.code(), Some(2), "a CA is never overwritten");
+    std::fs::write(&file, text("certs", "node-1")).unwrap();
+    let out = serve("data-other");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("node n0's certificate"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!dir.join("data-other").exists());
+    // Expired certificates (made valid for 0 days).
+    let expired = dir.join("old");
+    let made = meridian()
+        .args(["cert", "--days", "0", "--config"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&expired)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    std::fs::write(&file, text("old", "node-0")).unwrap();
+    let out = serve("data-expired");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("expired"), "{stderr}");
+    assert!(!dir.join("data-expired").exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }

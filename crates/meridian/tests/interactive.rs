@@ -47,6 +47,7 @@ workload = "bank"
 shards = {SHARDS}
 replicas = 1
 network = "lan"
+insecure = true
 keys_per_shard = {ACCOUNTS_PER_SHARD}
 {options}
 [[node]]

@@ -75,7 +75,7 @@ fn cluster_file(
     log_store: &str,
 ) -> PathBuf {
     let mut text = format!(
-        "protocol = \"{protocol}\"\nworkload = \"{workload}\"\nshards = 1\nreplicas = 3\nnetwork = \"lan\"\nkeys_per_shard = 8\n\
+        "protocol = \"{protocol}\"\nworkload = \"{workload}\"\nshards = 1\nreplicas = 3\nnetwork = \"lan\"\ninsecure = true\nkeys_per_shard = 8\n\
          snapshot_interval = 256\nlog_store = \"{log_store}\"\n",
     );
     for (node, port) in ports.iter().enumerate() {

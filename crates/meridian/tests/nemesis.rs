@@ -32,6 +32,11 @@ fn every_protocol_survives_every_fault_kind_on_server_processes() {
             command.args(["--fault", line]);
         }
         let what = ["torn", "fsync", "full"][i % 3];
+        // Half the protocols over mutual TLS (a certificate per node from a test CA).
+        let tls = i % 2 == 1;
+        if tls {
+            command.arg("--tls");
+        }
         command.args(["--fault", &format!("disk-fail node=2 at=8s what={what} restart=9s")]);
         let output = command.arg("--out").arg(&out).output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -49,6 +54,8 @@ fn every_protocol_survives_every_fault_kind_on_server_processes() {
             assert!(stdout.contains(line), "{protocol}: no '{line}' in\n{stdout}");
         }
         assert!(!stdout.contains("FAILED"), "{protocol}: a fault step failed:\n{stdout}");
+        let transport = if tls { "; mutual TLS;" } else { "; plain TCP (insecure = true);" };
+        assert!(stdout.lines().next().unwrap().contains(transport), "{protocol}: {stdout}");
         // The run's folder is named on the first line; node 2 stopped on the injected failure.
         let folder = stdout.lines().next().and_then(|l| l.split("files in ").nth(1)).unwrap();
         let log = std::fs::read_to_string(std::path::Path::new(folder).join("node-2.log"));

@@ -116,7 +116,8 @@ async fn start_client<N: ProtocolNode>(
         context.timing.session_lease_ns = lease;
     }
     let node = build(context, &BTreeMap::new()).map_err(ConfigError::new)?;
-    let config = tcp_cluster_config(&file, &topology, &workload);
+    let tls = crate::tls::load(&file, &[id])?;
+    let config = tcp_cluster_config(&file, &topology, &workload, tls);
     let local: Vec<LocalNode<N, ClientPool>> = vec![(id, node, None)];
     let cluster = Cluster::start(config, local).await.map_err(|e| {
         ConfigError::new(format!("node {id}: cannot listen on {}: {e}", file.addrs[id.0 as usize]))
@@ -145,6 +146,10 @@ async fn start_client<N: ProtocolNode>(
     })
 }
 
+/// A probe's connection, plain or TLS.
+trait ProbeStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ProbeStream for S {}
+
 /// How long [`probe_servers`] waits for each server.
 pub const PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(700);
 
@@ -159,10 +164,8 @@ pub async fn probe_servers(file: &ClusterFile, from: NodeId) -> Result<(), Confi
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
-    let fingerprint = tcp_cluster_config(file, &topology, &workload)
-        .tcp
-        .map(|tcp| tcp.fingerprint)
-        .ok_or_else(|| ConfigError::new("the cluster file gives no TCP layout"))?;
+    let fingerprint = crate::context::fingerprint(file, &workload);
+    let tls = crate::tls::load(file, &[from])?;
     let servers: Vec<NodeId> =
         topology.node_ids().filter(|n| !topology.nodes[n.0 as usize].replicas.is_empty()).collect();
     // Every server at once, each in its own task (the probes own what they use).
@@ -171,7 +174,7 @@ pub async fn probe_servers(file: &ClusterFile, from: NodeId) -> Result<(), Confi
         .map(|&to| {
             let addr = file.addrs[to.0 as usize];
             let hello = Hello { version: WIRE_VERSION, cluster_fingerprint: fingerprint, from, to };
-            tokio::spawn(probe_one(addr, to, hello))
+            tokio::spawn(probe_one(addr, to, hello, tls.clone()))
         })
         .collect();
     let mut reachable = BTreeMap::new();
@@ -200,17 +203,39 @@ async fn probe_one(
     addr: std::net::SocketAddr,
     to: NodeId,
     hello: meridian_core::wire::Hello,
+    tls: Option<Arc<meridian_runtime::tls::Tls>>,
 ) -> Result<bool, ConfigError> {
     use meridian_core::wire::{encode_frame, WireFrame};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let connect = tokio::net::TcpStream::connect(addr);
-    let Ok(Ok(mut stream)) = tokio::time::timeout(PROBE_WAIT, connect).await else {
+    let Ok(Ok(stream)) = tokio::time::timeout(PROBE_WAIT, connect).await else {
         return Ok(false);
+    };
+    let mut stream: Box<dyn ProbeStream> = match &tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            let connector = tls
+                .connector(hello.from)
+                .ok_or_else(|| ConfigError::new(format!("no TLS keys for node {}", hello.from)))?;
+            let name =
+                rustls::pki_types::ServerName::try_from(meridian_runtime::tls::node_name(to))
+                    .map_err(|e| ConfigError::new(e.to_string()))?;
+            match tokio::time::timeout(PROBE_WAIT, connector.connect(name, stream)).await {
+                Ok(Ok(stream)) => Box::new(stream),
+                Ok(Err(e)) => {
+                    return Err(ConfigError::new(format!(
+                        "node {} at {addr}: the TLS handshake failed: {e}",
+                        to.0
+                    )))
+                }
+                Err(_) => return Ok(false),
+            }
+        }
     };
     let mut frame = Vec::new();
     encode_frame(&WireFrame::<()>::Hello(hello), &mut frame)
         .map_err(|e| ConfigError::new(format!("cannot frame a hello: {e}")))?;
-    if stream.write_all(&frame).await.is_err() {
+    if stream.write_all(&frame).await.is_err() || stream.flush().await.is_err() {
         return Ok(false);
     }
     let mut byte = [0u8; 1];

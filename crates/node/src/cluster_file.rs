@@ -28,6 +28,12 @@ struct FileNode {
     /// use it unless `--metrics-addr` says otherwise).
     #[serde(default)]
     metrics_addr: Option<toml::Spanned<String>>,
+    /// The node's certificate (PEM), signed by `tls_ca`.
+    #[serde(default)]
+    tls_cert: Option<String>,
+    /// Its private key (PEM).
+    #[serde(default)]
+    tls_key: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -67,8 +73,29 @@ struct File {
     /// `[protocol_options]`: name = value (strings, numbers or booleans).
     #[serde(default)]
     protocol_options: Option<toml::Spanned<toml::Table>>,
+    /// The CA certificate (PEM) every node's certificate must chain to.
+    #[serde(default)]
+    tls_ca: Option<String>,
+    /// Plain TCP, said explicitly (benchmarks on loopback).
+    #[serde(default)]
+    insecure: Option<toml::Spanned<bool>>,
     #[serde(default)]
     node: Vec<FileNode>,
+}
+
+/// How the file's nodes talk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Security {
+    /// Plain TCP (`insecure = true`).
+    Insecure,
+    /// Mutual TLS: the CA and, per node, its certificate and key (paths resolved against the
+    /// file's folder).
+    Tls {
+        /// The CA certificate.
+        ca: std::path::PathBuf,
+        /// `(certificate, key)` per node, by node id.
+        nodes: Vec<(std::path::PathBuf, std::path::PathBuf)>,
+    },
 }
 
 /// A parsed, checked cluster file.
@@ -100,6 +127,8 @@ pub struct ClusterFile {
     pub metrics_addrs: Vec<Option<SocketAddr>>,
     /// Hash of the file's text.
     pub text_hash: u64,
+    /// Plain TCP or mutual TLS.
+    pub security: Security,
 }
 
 impl ClusterFile {
@@ -157,7 +186,9 @@ impl ClusterFile {
                 .map_err(|e| errors.bad_at(spanned.span(), format!("log_store: {e}")))?,
             None => meridian_runtime::logstore::LogStoreKind::File,
         };
+        let security = security(&file, base, &errors)?;
         Ok(Self {
+            security,
             protocol,
             protocol_options,
             workload: file.workload,
@@ -173,6 +204,60 @@ impl ClusterFile {
             text_hash: fnv1a(FNV_OFFSET, text.as_bytes()),
         })
     }
+}
+
+/// The file's `insecure` or TLS settings, checked for consistency (files are read when a node
+/// starts: [`crate::tls::load`]).
+fn security(
+    file: &File,
+    base: Option<&Path>,
+    errors: &FileErrors<'_>,
+) -> Result<Security, ConfigError> {
+    let with_cert: Vec<u32> = file
+        .node
+        .iter()
+        .filter(|n| n.tls_cert.is_some() || n.tls_key.is_some())
+        .map(|n| n.id)
+        .collect();
+    let any_tls = file.tls_ca.is_some() || !with_cert.is_empty();
+    match &file.insecure {
+        Some(insecure) if *insecure.get_ref() && any_tls => {
+            return Err(errors.bad_at(
+                insecure.span(),
+                "insecure = true and TLS certificates are both given: choose one".into(),
+            ))
+        }
+        Some(insecure) if *insecure.get_ref() => return Ok(Security::Insecure),
+        _ => {}
+    }
+    let resolve = |path: &str| base.map_or_else(|| Path::new(path).to_path_buf(), |b| b.join(path));
+    let Some(ca) = &file.tls_ca else {
+        return Err(errors.bad(if with_cert.is_empty() {
+            "nodes talk over TLS unless the file says insecure = true: give tls_ca and each \
+             node's tls_cert and tls_key (`meridian cert --config FILE` makes them), or set \
+             insecure = true for plain TCP"
+                .into()
+        } else {
+            "nodes have certificates but tls_ca (the CA certificate) is missing".into()
+        }));
+    };
+    let mut nodes = Vec::with_capacity(file.node.len());
+    for node in &file.node {
+        match (&node.tls_cert, &node.tls_key) {
+            (Some(cert), Some(key)) => nodes.push((resolve(cert), resolve(key))),
+            (None, None) => {
+                return Err(errors.bad(format!(
+                    "node {} has no tls_cert and tls_key while the file gives tls_ca: a \
+                     cluster cannot mix TLS and plain nodes",
+                    node.id
+                )))
+            }
+            _ => {
+                return Err(errors.bad(format!("node {} needs both tls_cert and tls_key", node.id)))
+            }
+        }
+    }
+    Ok(Security::Tls { ca: resolve(ca), nodes })
 }
 
 /// Errors about a cluster file named `name`, whose text is `text`.
@@ -366,6 +451,7 @@ mod tests {
         shards = 1
         replicas = 1
         network = "lan"
+        insecure = true
         [[node]]
         id = 0
         region = "r0"
@@ -388,18 +474,29 @@ mod tests {
         let tuned = GOOD.replace("network = \"lan\"", "network = \"lan\"\nsnapshot_interval = 64");
         let file = ClusterFile::parse("c.toml", &tuned, None).unwrap();
         assert_eq!(file.snapshot_interval_entries, 64);
+        assert_eq!(file.security, Security::Insecure);
+        // TLS: paths resolve against the file's folder.
+        let tls = GOOD.replace("insecure = true", "tls_ca = \"certs/ca.pem\"").replace(
+            "region = \"r0\"\n",
+            "region = \"r0\"\ntls_cert = \"certs/n.pem\"\ntls_key = \"certs/n.key\"\n",
+        );
+        let file = ClusterFile::parse("c.toml", &tls, Some(Path::new("/etc/m"))).unwrap();
+        let Security::Tls { ca, nodes } = &file.security else { panic!("TLS") };
+        assert_eq!(ca, Path::new("/etc/m/certs/ca.pem"));
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(nodes[1].1, Path::new("/etc/m/certs/n.key"));
     }
 
     #[test]
     fn bad_files_are_refused_with_the_reason() {
         let cases = [
-            (GOOD.replace("7101", "7100"), "line 15: nodes 0 and 1 share the address"),
+            (GOOD.replace("7101", "7100"), "line 16: nodes 0 and 1 share the address"),
             (
                 GOOD.replace(
                     "region = \"r0\"\n        addr = \"127.0.0.1:7101\"",
                     "region = \"mars\"\n        addr = \"127.0.0.1:7101\"",
                 ),
-                "line 14: node 1 is in unknown region 'mars'",
+                "line 15: node 1 is in unknown region 'mars'",
             ),
             (GOOD.replace("\"occ\"", "\"paxos\""), "unknown protocol 'paxos'"),
             (GOOD.replace("micro-luigi", "tpcx"), "unknown workload 'tpcx'"),
@@ -417,6 +514,35 @@ mod tests {
             (
                 GOOD.replace("network = \"lan\"", "network = \"lan\"\nlog_store = \"rocks\""),
                 "line 7: log_store: unknown log store 'rocks'; accepted: file, fjall",
+            ),
+            (GOOD.replace("insecure = true\n", ""), "nodes talk over TLS unless the file says insecure = true"),
+            (
+                GOOD.replace("insecure = true", "insecure = true\ntls_ca = \"ca.pem\""),
+                "line 7: insecure = true and TLS certificates are both given",
+            ),
+            (
+                GOOD.replace("insecure = true", "tls_ca = \"ca.pem\"").replacen(
+                    "replicas = [[0, 0]]",
+                    "replicas = [[0, 0]]\ntls_cert = \"n0.pem\"\ntls_key = \"n0.key\"",
+                    1,
+                ),
+                "node 1 has no tls_cert and tls_key while the file gives tls_ca: a cluster cannot mix TLS and plain nodes",
+            ),
+            (
+                GOOD.replace("insecure = true", "tls_ca = \"ca.pem\"").replacen(
+                    "replicas = [[0, 0]]",
+                    "replicas = [[0, 0]]\ntls_cert = \"n0.pem\"",
+                    1,
+                ),
+                "node 0 needs both tls_cert and tls_key",
+            ),
+            (
+                GOOD.replace("insecure = true\n", "").replacen(
+                    "replicas = [[0, 0]]",
+                    "replicas = [[0, 0]]\ntls_cert = \"n0.pem\"\ntls_key = \"n0.key\"",
+                    1,
+                ),
+                "nodes have certificates but tls_ca (the CA certificate) is missing",
             ),
         ];
         for (text, expected) in cases {

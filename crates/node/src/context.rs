@@ -129,13 +129,16 @@ pub fn tcp_cluster_config(
     file: &ClusterFile,
     topology: &Arc<Topology>,
     workload: &Arc<dyn Workload>,
+    tls: Option<Arc<meridian_runtime::tls::Tls>>,
 ) -> ClusterConfig {
+    let mut tcp = TcpConfig::new(file.addrs.clone(), fingerprint(file, workload));
+    tcp.tls = tls;
     ClusterConfig {
         topology: topology.clone(),
         network: file.network.clone(),
         clock: file.clock,
         seed: file.seed,
-        tcp: Some(TcpConfig::new(file.addrs.clone(), fingerprint(file, workload))),
+        tcp: Some(tcp),
         metrics: None,
         storage: None,
         node_storage: BTreeMap::new(),

@@ -9,6 +9,7 @@ pub mod cluster_file;
 pub mod context;
 pub mod control;
 pub mod server;
+pub mod tls;
 
 pub use client::{probe_servers, start_client_node, ClientNode, SESSION_LEASE_NS_MAX};
 pub use server::{rebuild_data_dir, run_server, verify_data_dir, ServeError, ServerSettings};

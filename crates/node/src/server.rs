@@ -75,6 +75,8 @@ pub fn run_server(file: &ClusterFile, settings: &ServerSettings<'_>) -> Result<(
             ConfigError::new(format!("--metrics-addr {metrics}: cannot listen: {e}"))
         })?;
     }
+    // Certificates are read and checked before the data directory is touched.
+    let tls = crate::tls::load(file, &[id])?;
     let workload: Arc<dyn Workload> =
         Arc::from(meridian_workloads::build(&file.workload, &file.workload_options)?);
     let topology = Arc::new(file.topology.clone());
@@ -91,7 +93,7 @@ pub fn run_server(file: &ClusterFile, settings: &ServerSettings<'_>) -> Result<(
     };
     let rt = runtime()?;
     let server =
-        Server { id, storage, durable: &durable, metrics_addr, incarnation, fault_control };
+        Server { id, storage, durable: &durable, metrics_addr, incarnation, fault_control, tls };
     file.protocol.visit(Serve { rt: &rt, file, workload, topology, server })
 }
 
@@ -202,6 +204,7 @@ struct Server<'a> {
     metrics_addr: Option<std::net::SocketAddr>,
     incarnation: u64,
     fault_control: Option<&'a Path>,
+    tls: Option<Arc<meridian_runtime::tls::Tls>>,
 }
 
 async fn serve<N: ProtocolNode>(
@@ -211,12 +214,12 @@ async fn serve<N: ProtocolNode>(
     build: BuildNode<N>,
     server: Server<'_>,
 ) -> Result<(), ServeError> {
-    let Server { id, storage, durable, metrics_addr, incarnation, fault_control } = server;
+    let Server { id, storage, durable, metrics_addr, incarnation, fault_control, tls } = server;
     let context = file_contexts(file, &topology, &workload, storage.is_some(), incarnation);
     // The initial data first; the log replays on top of it once the node runs.
     let mut node = build(context(id), durable).map_err(ConfigError::new)?;
     load_in_parallel(workload.as_ref(), std::iter::once(&mut node));
-    let mut config = tcp_cluster_config(file, &topology, &workload);
+    let mut config = tcp_cluster_config(file, &topology, &workload, tls);
     config.storage = storage.clone();
     let mut metrics_task = None;
     if let Some(addr) = metrics_addr {

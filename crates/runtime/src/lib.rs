@@ -26,5 +26,6 @@ pub mod logstore;
 pub mod metrics;
 pub mod node_task;
 pub mod tcp;
+pub mod tls;
 
 pub use node_task::{Cluster, LinkDelays, NodeResult};

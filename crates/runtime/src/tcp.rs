@@ -8,6 +8,11 @@
 //! authenticated peer. A malformed, oversized or unexpected frame closes only that connection,
 //! with a logged error; every refusal is counted ([`TcpStats`], exported as metrics).
 //!
+//! With TLS ([`crate::tls`]) every connection first completes a mutual TLS handshake (within
+//! the hello's time limit): a connection without a certificate the cluster's CA signed is
+//! closed before anything it sent is decoded, and the hello must name the node the
+//! certificate names.
+//!
 //! The writer task batches whatever is queued (up to [`BATCH_MESSAGES_MAX`]) into one frame
 //! and reconnects with backoff when the peer is unreachable. Senders never wait on a writer:
 //! its queue is bounded and a message that does not fit is dropped and counted (a dead peer
@@ -16,18 +21,20 @@
 //! the protocols' timeouts recover.
 
 use crate::inbox::Inbound;
+use crate::tls::{node_name, Tls};
 use meridian_core::node::Message;
 use meridian_core::wire::{
     encode_frame, ConnectionReader, Envelope, Hello, Identity, ReadEvent, WireFrame,
     FRAME_BYTES_MAX, WIRE_VERSION,
 };
 use meridian_core::NodeId;
+use rustls::pki_types::{CertificateDer, ServerName};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -80,14 +87,20 @@ pub struct TcpConfig {
     pub fingerprint: u64,
     /// The process's transport counters.
     pub stats: Arc<TcpStats>,
+    /// Mutual TLS for every connection; `None`: plain TCP (a cluster file's `insecure`).
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl TcpConfig {
-    /// A configuration with fresh counters.
+    /// A plain-TCP configuration with fresh counters.
     pub fn new(addrs: Vec<SocketAddr>, fingerprint: u64) -> Self {
-        Self { addrs, fingerprint, stats: Arc::new(TcpStats::default()) }
+        Self { addrs, fingerprint, stats: Arc::new(TcpStats::default()), tls: None }
     }
 }
+
+/// A connection's byte stream, plain or TLS.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
 
 /// Listens on `node`'s address and feeds accepted connections into `inbox`.
 pub async fn listen<M: Message>(
@@ -124,7 +137,12 @@ pub async fn listen<M: Message>(
             let (pending, per_peer) = (pending.clone(), per_peer.clone());
             tokio::spawn(async move {
                 let mut slot = ConnectionSlot { pending: Some(pending), per_peer, peer: None };
-                let result = read_connection::<M>(stream, node, &config, inbox, &mut slot).await;
+                let result = match secure(stream, node, &config).await {
+                    Ok((stream, cert)) => {
+                        read_from::<M>(stream, cert, (node, &config), inbox, &mut slot).await
+                    }
+                    Err(error) => Err(error),
+                };
                 if let Err(error) = result {
                     config.stats.rejected.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(%node, %peer, %error, "closing connection");
@@ -182,15 +200,48 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Reads frames from one connection until it closes or misbehaves.
+/// An accepted connection as the listener reads it: plain, or after a TLS handshake (within
+/// [`HELLO_TIMEOUT`]) with the certificate the peer showed.
+async fn secure(
+    stream: TcpStream,
+    node: NodeId,
+    config: &TcpConfig,
+) -> Result<(Box<dyn Stream>, Option<CertificateDer<'static>>), String> {
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = &config.tls else { return Ok((Box::new(stream), None)) };
+    let acceptor = tls.acceptor(node).ok_or(format!("no TLS keys for node {node}"))?;
+    let handshake = tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(stream));
+    let stream = match handshake.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(format!("TLS handshake refused: {e}")),
+        Err(_) => return Err(format!("no TLS handshake within {} s", HELLO_TIMEOUT.as_secs())),
+    };
+    let cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
+    let cert = cert.ok_or("the peer showed no certificate")?;
+    Ok((Box::new(stream), Some(cert)))
+}
+
+/// Reads frames from one plain connection until it closes or misbehaves.
 pub async fn read_connection<M: Message>(
-    mut stream: TcpStream,
+    stream: TcpStream,
     node: NodeId,
     config: &TcpConfig,
     inbox: mpsc::Sender<Inbound<M>>,
     slot: &mut ConnectionSlot,
 ) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
+    read_from(Box::new(stream), None, (node, config), inbox, slot).await
+}
+
+/// Reads frames from one connection until it closes or misbehaves; with `cert` (a TLS
+/// connection's peer certificate), the hello must name the node it names.
+async fn read_from<M: Message>(
+    mut stream: Box<dyn Stream>,
+    cert: Option<CertificateDer<'static>>,
+    (node, config): (NodeId, &TcpConfig),
+    inbox: mpsc::Sender<Inbound<M>>,
+    slot: &mut ConnectionSlot,
+) -> Result<(), String> {
     let identity = Identity { node, nodes: config.addrs.len(), fingerprint: config.fingerprint };
     let mut reader = ConnectionReader::new(identity, FRAME_BYTES_MAX);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
@@ -211,7 +262,12 @@ pub async fn read_connection<M: Message>(
         reader.push(&chunk[..read]);
         while let Some(event) = reader.next_event::<M>()? {
             match event {
-                ReadEvent::Hello(peer) => slot.authenticated(peer)?,
+                ReadEvent::Hello(peer) => {
+                    if let Some(cert) = &cert {
+                        Tls::check_peer(cert, peer)?;
+                    }
+                    slot.authenticated(peer)?
+                }
                 ReadEvent::Batch(envelopes) => {
                     let sender = reader.peer().expect("a batch follows the hello");
                     for envelope in envelopes {
@@ -285,7 +341,12 @@ pub fn spawn_writer<M: Message>(
                         }
                     }
                 }
-                if let Err(error) = stream.write_all(&buffer).await {
+                // A TLS session holds written bytes until flushed; plain TCP flushes nothing.
+                let written = match stream.write_all(&buffer).await {
+                    Ok(()) => stream.flush().await,
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = written {
                     tracing::warn!(%from, %to, %error, "connection lost; reconnecting");
                     break;
                 }
@@ -307,13 +368,30 @@ async fn connect(
     to: NodeId,
     config: &TcpConfig,
     buffer: &mut Vec<u8>,
-) -> Option<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await.ok()?;
+) -> Option<Box<dyn Stream>> {
+    let stream = TcpStream::connect(addr).await.ok()?;
     let _ = stream.set_nodelay(true);
+    let mut stream: Box<dyn Stream> = match &config.tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            let connector = tls.connector(from)?;
+            let name = ServerName::try_from(node_name(to)).ok()?;
+            let handshake = tokio::time::timeout(HELLO_TIMEOUT, connector.connect(name, stream));
+            match handshake.await {
+                Ok(Ok(stream)) => Box::new(stream),
+                Ok(Err(error)) => {
+                    tracing::warn!(%from, %to, %error, "TLS handshake failed");
+                    return None;
+                }
+                Err(_) => return None,
+            }
+        }
+    };
     buffer.clear();
     let hello = Hello { version: WIRE_VERSION, cluster_fingerprint: config.fingerprint, from, to };
     // The hello's encoding does not depend on the message type.
     encode_frame(&WireFrame::<()>::Hello(hello), buffer).ok()?;
     stream.write_all(buffer).await.ok()?;
+    stream.flush().await.ok()?;
     Some(stream)
 }

@@ -59,6 +59,10 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
 const COORDINATORS: u32 = 2;
 /// Keys per shard of a generated layout: few, so that transactions contend.
 const KEYS_PER_SHARD: u64 = 8;
+/// Where a generated layout's certificates go in the run's folder.
+const CERTS_DIR: &str = "certs";
+/// Days they are valid.
+const CERT_DAYS: u32 = 30;
 /// Largest layout generated (servers started on this machine).
 const GENERATED_NODES_MAX: u32 = 64;
 
@@ -97,6 +101,10 @@ pub struct NemesisArgs {
     /// Closed-loop clients, one request in flight each.
     #[arg(long, default_value_t = 16)]
     clients: u32,
+    /// Mutual TLS between the generated layout's nodes (a test CA and a certificate per node
+    /// are made in the run's folder); without it the layout says `insecure = true`.
+    #[arg(long, conflicts_with = "config")]
+    tls: bool,
     /// Where the run's folder (cluster file, data directories, logs, report) is made.
     #[arg(long, default_value = "results")]
     out: PathBuf,
@@ -147,6 +155,12 @@ pub fn nemesis(args: &NemesisArgs, log_level: &str) -> Result<(), Failure> {
         )
         .into());
     }
+    if args.config.is_some() {
+        // Every node's certificate is checked before anything starts (a generated layout's
+        // are made below).
+        let nodes: Vec<NodeId> = topology.node_ids().collect();
+        meridian_node::tls::load(&file, &nodes)?;
+    }
     let leaders = file.protocol.initial_leaders(topology, &file.protocol_options);
     let lines = if args.fault.is_empty() {
         schedule::draw(&kinds, topology, args.duration, args.seed)
@@ -161,6 +175,10 @@ pub fn nemesis(args: &NemesisArgs, log_level: &str) -> Result<(), Failure> {
     let config = folder.join("cluster.toml");
     std::fs::write(&config, &file_text)
         .map_err(|e| ConfigError::new(format!("{}: {e}", config.display())))?;
+    if args.tls && args.config.is_none() {
+        let nodes: Vec<NodeId> = topology.node_ids().collect();
+        crate::certcmd::write_all(&folder.join(CERTS_DIR), &nodes, CERT_DAYS)?;
+    }
     let file = ClusterFile::load(&config)?;
     let taken: Vec<u16> = file.addrs.iter().map(SocketAddr::port).collect();
     let ports = free_ports(topology.nodes.len(), &taken)?;
@@ -403,22 +421,38 @@ fn generated_layout(args: &NemesisArgs, protocol: &str) -> Result<String, Config
     }
     // A listening port per node and a metrics port per server.
     let ports = free_ports((2 * servers + COORDINATORS) as usize, &[])?;
+    let security = if args.tls {
+        format!("tls_ca = \"{CERTS_DIR}/ca.pem\"")
+    } else {
+        "insecure = true".to_string()
+    };
     let mut text = format!(
         "protocol = \"{protocol}\"\nworkload = \"{}\"\nshards = {shards}\nreplicas = {replicas}\n\
-         network = \"lan\"\nregions = {}\nkeys_per_shard = {KEYS_PER_SHARD}\nseed = {}\n\
+         network = \"lan\"\n{security}\nregions = {}\nkeys_per_shard = {KEYS_PER_SHARD}\nseed = {}\n\
          snapshot_interval = 256\n",
         args.workload,
         replicas + 1,
         args.seed
     );
+    // With TLS, each node's certificate and key (made in the run's folder before it starts).
+    let keys = |node: u32| {
+        if args.tls {
+            format!(
+                "tls_cert = \"{CERTS_DIR}/node-{node}.pem\"\ntls_key = \"{CERTS_DIR}/node-{node}.key\"\n"
+            )
+        } else {
+            String::new()
+        }
+    };
     let mut node = 0;
     for shard in 0..shards {
         for replica in 0..replicas {
             let _ = write!(
                 text,
-                "\n[[node]]\nid = {node}\nregion = \"r{replica}\"\naddr = \"127.0.0.1:{}\"\nreplicas = [[{shard}, {replica}]]\nmetrics_addr = \"127.0.0.1:{}\"\n",
+                "\n[[node]]\nid = {node}\nregion = \"r{replica}\"\naddr = \"127.0.0.1:{}\"\nreplicas = [[{shard}, {replica}]]\nmetrics_addr = \"127.0.0.1:{}\"\n{}",
                 ports[node as usize],
-                ports[(servers + COORDINATORS + node) as usize]
+                ports[(servers + COORDINATORS + node) as usize],
+                keys(node)
             );
             node += 1;
         }
@@ -426,8 +460,9 @@ fn generated_layout(args: &NemesisArgs, protocol: &str) -> Result<String, Config
     for _ in 0..COORDINATORS {
         let _ = write!(
             text,
-            "\n[[node]]\nid = {node}\nregion = \"r{replicas}\"\naddr = \"127.0.0.1:{}\"\ncoordinator = true\n",
-            ports[node as usize]
+            "\n[[node]]\nid = {node}\nregion = \"r{replicas}\"\naddr = \"127.0.0.1:{}\"\ncoordinator = true\n{}",
+            ports[node as usize],
+            keys(node)
         );
         node += 1;
     }
@@ -456,7 +491,7 @@ fn free_ports(count: usize, taken: &[u16]) -> Result<Vec<u16>, ConfigError> {
 fn header(file: &ClusterFile, args: &NemesisArgs, folder: &Path) -> String {
     let t: &Topology = &file.topology;
     format!(
-        "nemesis: {} {} {} x {}, {} s, seed {}, {} clients; partitions by the runtime's link layer (each sender drops); files in {}",
+        "nemesis: {} {} {} x {}, {} s, seed {}, {} clients; {}; partitions by the runtime's link layer (each sender drops); files in {}",
         file.protocol.name(),
         file.workload,
         t.shards,
@@ -464,6 +499,10 @@ fn header(file: &ClusterFile, args: &NemesisArgs, folder: &Path) -> String {
         args.duration,
         args.seed,
         args.clients,
+        match file.security {
+            meridian_node::cluster_file::Security::Insecure => "plain TCP (insecure = true)",
+            meridian_node::cluster_file::Security::Tls { .. } => "mutual TLS",
+        },
         folder.display()
     )
 }
@@ -688,6 +727,9 @@ fn reproduce(args: &NemesisArgs) -> String {
         "--duration {} --seed {} --clients {}",
         args.duration, args.seed, args.clients
     ));
+    if args.tls {
+        words.push("--tls".into());
+    }
     if args.fault.is_empty() {
         words.push(format!("--faults {}", args.faults));
     } else {

@@ -19,6 +19,7 @@ fn args(protocol: &str) -> NemesisArgs {
         faults: schedule::KINDS.join(","),
         fault: Vec::new(),
         clients: 4,
+        tls: false,
         out: PathBuf::from("unused"),
     }
 }
