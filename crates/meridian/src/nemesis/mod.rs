@@ -262,13 +262,17 @@ fn run(
     let (mut servers, applied) =
         injector.join().map_err(|_| Failure::Run("the fault injector panicked".into()))?;
     let (run, checker) = ran?;
-    let exited = servers.exited();
-    let healed = servers.heal().map_err(Failure::Run)?;
+    let mut exited = servers.exited();
+    let (healed, unhealed) = servers.heal();
+    exited.extend(unhealed.into_iter().map(|why| format!("heal: {why}")));
     let settled = settle(&servers.metrics());
     let stopped = servers.stop_all();
     let dirs: Vec<(NodeId, PathBuf)> =
         servers.nodes().into_iter().map(|n| (n, servers.data_dir(n))).collect();
-    let verdict = verdict::judge(file, &dirs, checker.as_ref())?;
+    // A data directory that does not rebuild is a finding: reported, not a reason to stop.
+    let verdict = verdict::judge(file, &dirs, checker.as_ref()).unwrap_or_else(|e| {
+        verdict::Verdict { unequal: vec![format!("rebuild: {e}")], ..Default::default() }
+    });
     Ok(Outcome { run, applied, exited, healed, settled, stopped, verdict })
 }
 

@@ -232,29 +232,37 @@ impl Servers {
     }
 
     /// Ends every fault: paused servers continue, down ones start, every control file is
-    /// cleared. Returns what it had to do, one line each.
-    pub fn heal(&mut self) -> Result<Vec<String>, String> {
-        let mut done = Vec::new();
+    /// cleared. Returns what it did and what it could not do, one line each (a server that
+    /// will not start is a finding, not a reason to stop healing the others).
+    pub fn heal(&mut self) -> (Vec<String>, Vec<String>) {
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
         for node in self.nodes() {
-            let path = self.control_path(node);
-            let server = self.server(node)?;
-            if server.paused {
-                self.pause(node, false)?;
-                done.push(format!("continue {node}"));
-            }
-            let server = self.server(node)?;
-            if server.control != FaultControl::default() {
-                server.cuts.clear();
-                server.control = FaultControl::default();
-                server.control.write(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-                done.push(format!("clear the faults of {node}"));
-            }
-            if self.server(node)?.child.is_none() {
-                self.start(node)?;
-                done.push(format!("start {node}"));
+            match self.heal_one(node, &mut done) {
+                Ok(()) => {}
+                Err(why) => failed.push(why),
             }
         }
-        Ok(done)
+        (done, failed)
+    }
+
+    fn heal_one(&mut self, node: NodeId, done: &mut Vec<String>) -> Result<(), String> {
+        let path = self.control_path(node);
+        if self.server(node)?.paused {
+            self.pause(node, false)?;
+            done.push(format!("continue {node}"));
+        }
+        let server = self.server(node)?;
+        if server.control != FaultControl::default() {
+            server.cuts.clear();
+            server.control = FaultControl::default();
+            server.control.write(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            done.push(format!("clear the faults of {node}"));
+        }
+        if self.server(node)?.child.is_none() {
+            self.start(node)?;
+            done.push(format!("start {node}"));
+        }
+        Ok(())
     }
 
     /// Stops every server with `SIGTERM` (killing one that takes longer than

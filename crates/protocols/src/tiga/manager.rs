@@ -245,10 +245,12 @@ impl StateMachine for ManagerMachine {
         postcard::to_allocvec(&ViewRecord::of(&self.view)).expect("a view serializes")
     }
 
-    fn decode_image(&self, context: &NodeContext, bytes: &[u8]) -> Result<ViewRecord, String> {
+    fn decode_image(&self, _context: &NodeContext, bytes: &[u8]) -> Result<ViewRecord, String> {
         let record: ViewRecord =
             postcard::from_bytes(bytes).map_err(|e| format!("view manager image: {e}"))?;
-        record.check(context.topology.shards)?;
+        // Against the cluster's shard count: the group runs in a topology of its own (one
+        // shard), which `_context` describes.
+        record.check(self.shards)?;
         Ok(record)
     }
 
@@ -376,6 +378,24 @@ mod tests {
             7,
             crate::Timing::for_network(NS_PER_MS),
         )
+    }
+
+    #[test]
+    fn a_snapshot_of_the_manager_group_restores_in_the_groups_own_topology() {
+        // The group's members restore its snapshot with the group's context (a topology of
+        // one shard); a view of the cluster's two shards must decode there. Found by the
+        // nemesis: a server restarted after the group's first snapshot (64 installs) refused
+        // to start ("a view of 3 shards in a cluster of 1").
+        let t = topology();
+        let machine = ManagerMachine::new(&t, View::initial(t.shards, Mode::Preventive));
+        let group = Topology::standard(vec!["a".into()], 1, 3).unwrap();
+        let group_context = context(&group);
+        let image = machine.image();
+        let record = machine.decode_image(&group_context, &image).unwrap();
+        assert_eq!(record.local.len(), t.shards as usize);
+        // A view of another shard count is still refused.
+        let other = ManagerMachine::new(&group, View::initial(1, Mode::Preventive));
+        assert!(machine.decode_image(&group_context, &other.image()).is_err());
     }
 
     #[test]
