@@ -172,13 +172,21 @@ pub fn nemesis(args: &NemesisArgs, log_level: &str) -> Result<(), Failure> {
     let folder = crate::new_folder(&args.out, &name);
     std::fs::create_dir_all(&folder)
         .map_err(|e| ConfigError::new(format!("{}: {e}", folder.display())))?;
-    let config = folder.join("cluster.toml");
-    std::fs::write(&config, &file_text)
-        .map_err(|e| ConfigError::new(format!("{}: {e}", config.display())))?;
-    if args.tls && args.config.is_none() {
-        let nodes: Vec<NodeId> = topology.node_ids().collect();
-        crate::certcmd::write_all(&folder.join(CERTS_DIR), &nodes, CERT_DAYS)?;
-    }
+    // A given file is used where it is (its relative paths, a network matrix or
+    // certificates, resolve beside it); a generated one is written into the run's folder.
+    let config = match &args.config {
+        Some(path) => path.clone(),
+        None => {
+            let config = folder.join("cluster.toml");
+            std::fs::write(&config, &file_text)
+                .map_err(|e| ConfigError::new(format!("{}: {e}", config.display())))?;
+            if args.tls {
+                let nodes: Vec<NodeId> = topology.node_ids().collect();
+                crate::certcmd::write_all(&folder.join(CERTS_DIR), &nodes, CERT_DAYS)?;
+            }
+            config
+        }
+    };
     let file = ClusterFile::load(&config)?;
     let taken: Vec<u16> = file.addrs.iter().map(SocketAddr::port).collect();
     let ports = free_ports(topology.nodes.len(), &taken)?;
