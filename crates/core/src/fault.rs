@@ -152,17 +152,18 @@ impl FaultSchedule {
         leaders: &[NodeId],
         run_ns: Time,
     ) -> Result<Self, ConfigError> {
-        Self::parse_at_most(lines, (topology, leaders), run_ns, FAULTS_MAX)
+        Self::parse_at_most(lines, (topology, leaders), run_ns, (FAULTS_MAX, false))
     }
 
-    /// [`Self::parse`] with a limit of its own on the number of faults: a long fault campaign
-    /// on server processes (`meridian nemesis`) schedules more than one run of the simulator
-    /// or the benchmark may.
+    /// [`Self::parse`] with a limit of its own on the number of faults (a long fault campaign
+    /// on server processes, `meridian nemesis`, schedules more than one run of the simulator
+    /// or the benchmark may) and, when `unsurvivable` is true, without refusing crashes the
+    /// layout cannot survive by design (asked for explicitly, to see how it fails).
     pub fn parse_at_most(
         lines: &[String],
         (topology, leaders): (&Topology, &[NodeId]),
         run_ns: Time,
-        faults_max: usize,
+        (faults_max, unsurvivable): (usize, bool),
     ) -> Result<Self, ConfigError> {
         if lines.len() > faults_max {
             return Err(ConfigError::new(format!(
@@ -178,7 +179,9 @@ impl FaultSchedule {
         }
         let schedule = Self { faults };
         schedule.check_conflicts()?;
-        schedule.check_survivable(topology)?;
+        if !unsurvivable {
+            schedule.check_survivable(topology)?;
+        }
         Ok(schedule)
     }
 

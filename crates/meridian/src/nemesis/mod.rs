@@ -98,6 +98,10 @@ pub struct NemesisArgs {
     /// (crash, isolate, partition, clock, disk) and `pause node=N|leader=S at=T until=T2`.
     #[arg(long = "fault", conflicts_with = "faults")]
     fault: Vec<String>,
+    /// Accept `--fault` crashes the layout cannot survive by design (a shard's majority down
+    /// for good), to see how the cluster fails; refused otherwise.
+    #[arg(long)]
+    allow_unsurvivable: bool,
     /// Closed-loop clients, one request in flight each.
     #[arg(long, default_value_t = 16)]
     clients: u32,
@@ -167,7 +171,8 @@ pub fn nemesis(args: &NemesisArgs, log_level: &str) -> Result<(), Failure> {
     } else {
         args.fault.clone()
     };
-    let plan = Plan::parse(&lines, topology, &leaders, schedule::run_ns(args.duration))?;
+    let run_ns = schedule::run_ns(args.duration);
+    let plan = Plan::parse(&lines, (topology, &leaders), run_ns, args.allow_unsurvivable)?;
     let experiment = experiment(&file, args)?;
     let folder = crate::new_folder(&args.out, &name);
     std::fs::create_dir_all(&folder)
@@ -755,6 +760,9 @@ fn reproduce(args: &NemesisArgs) -> String {
     ));
     if args.tls {
         words.push("--tls".into());
+    }
+    if args.allow_unsurvivable {
+        words.push("--allow-unsurvivable".into());
     }
     if args.fault.is_empty() {
         words.push(format!("--faults {}", args.faults));

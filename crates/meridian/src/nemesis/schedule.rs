@@ -110,12 +110,13 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Checks `lines` against the layout (faults land on servers only) and the run's length.
+    /// Checks `lines` against the layout (faults land on servers only) and the run's length;
+    /// a crash the layout cannot survive by design is refused unless `unsurvivable`.
     pub fn parse(
         lines: &[String],
-        topology: &Topology,
-        leaders: &[NodeId],
+        (topology, leaders): (&Topology, &[NodeId]),
         run_ns: Time,
+        unsurvivable: bool,
     ) -> Result<Self, ConfigError> {
         let is_process =
             |l: &String| matches!(l.split_whitespace().next(), Some("pause") | Some("disk-fail"));
@@ -127,8 +128,8 @@ impl Plan {
                 lines.len()
             )));
         }
-        let core =
-            FaultSchedule::parse_at_most(&core_lines, (topology, leaders), run_ns, FAULTS_MAX)?;
+        let limits = (FAULTS_MAX, unsurvivable);
+        let core = FaultSchedule::parse_at_most(&core_lines, (topology, leaders), run_ns, limits)?;
         let mut process = Vec::new();
         for line in &process_lines {
             let fault = parse_process_fault(line, topology, leaders, run_ns)

@@ -20,6 +20,7 @@ fn args(protocol: &str) -> NemesisArgs {
         fault: Vec::new(),
         clients: 4,
         tls: false,
+        allow_unsurvivable: false,
         out: PathBuf::from("unused"),
     }
 }
@@ -32,7 +33,7 @@ fn layout(protocol: &str) -> ClusterFile {
 fn plan(file: &ClusterFile, lines: &[&str]) -> Result<Plan, ConfigError> {
     let leaders = file.protocol.initial_leaders(&file.topology, &file.protocol_options);
     let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    Plan::parse(&lines, &file.topology, &leaders, schedule::run_ns(30))
+    Plan::parse(&lines, (&file.topology, &leaders), schedule::run_ns(30), false)
 }
 
 #[test]
@@ -63,7 +64,7 @@ fn a_drawn_schedule_is_the_seeds_own_parses_and_leaves_a_quiet_tail() {
     let lines = schedule::draw(&kinds, &file.topology, 600, 3);
     assert!(lines.len() > 200, "{} faults in 600 s", lines.len());
     let leaders = file.protocol.initial_leaders(&file.topology, &file.protocol_options);
-    Plan::parse(&lines, &file.topology, &leaders, schedule::run_ns(600)).unwrap();
+    Plan::parse(&lines, (&file.topology, &leaders), schedule::run_ns(600), false).unwrap();
     let kinds = schedule::parse_kinds("pause").unwrap();
     let lines = schedule::draw(&kinds, &layout("occ").topology, 30, 7);
     assert!(lines.iter().all(|l| l.starts_with("pause ")), "{lines:?}");
@@ -126,6 +127,11 @@ fn a_bad_schedule_is_refused_with_the_line_that_is_wrong() {
     // Two of a shard's three replicas down for good leave no quorum: refused.
     let error = plan(&file, &["crash node=0 at=1s", "crash node=1 at=1s"]).unwrap_err().to_string();
     assert!(error.contains("too few left for a quorum"), "{error}");
+    // Asked for explicitly, it is accepted.
+    let leaders = file.protocol.initial_leaders(&file.topology, &file.protocol_options);
+    let lines = ["crash node=0 at=1s".to_string(), "crash node=1 at=1s".to_string()];
+    let topology = (&file.topology, leaders.as_slice());
+    Plan::parse(&lines, topology, schedule::run_ns(30), true).expect("allowed when asked");
     let error = plan(&file, &["pause node=1 at=1s until=3s", "crash node=1 at=2s restart=4s"])
         .unwrap_err()
         .to_string();
