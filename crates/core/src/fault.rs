@@ -341,13 +341,16 @@ fn cut_links(kind: &FaultKind, topology: &Topology) -> Vec<(NodeId, NodeId)> {
     links
 }
 
-/// The `key=value` words of one line after its kind, each key once.
-struct Words<'a> {
+/// The `key=value` words of one fault line after its kind, each key once (also the words of
+/// the fault lines a driver adds to this vocabulary, such as the nemesis's `pause`).
+pub struct Words<'a> {
     pairs: BTreeMap<&'a str, &'a str>,
 }
 
 impl<'a> Words<'a> {
-    fn parse(words: impl Iterator<Item = &'a str>, accepted: &[&str]) -> Result<Self, String> {
+    /// Reads `words`, refusing a key not `accepted`, a word that is no `key=value` and a key
+    /// given twice.
+    pub fn parse(words: impl Iterator<Item = &'a str>, accepted: &[&str]) -> Result<Self, String> {
         let mut pairs = BTreeMap::new();
         for word in words {
             let (key, value) =
@@ -362,16 +365,18 @@ impl<'a> Words<'a> {
         Ok(Self { pairs })
     }
 
-    fn get(&self, key: &str) -> Option<&'a str> {
+    /// The value of `key`, if given.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
         self.pairs.get(key).copied()
     }
 
-    fn need(&self, key: &str) -> Result<&'a str, String> {
+    /// The value of `key`, which must be given.
+    pub fn need(&self, key: &str) -> Result<&'a str, String> {
         self.get(key).ok_or_else(|| format!("'{key}=' is missing"))
     }
 
     /// A time within the run.
-    fn time(&self, key: &str, run_ns: Time) -> Result<Time, String> {
+    pub fn time(&self, key: &str, run_ns: Time) -> Result<Time, String> {
         let ns = parse_duration_ns(self.need(key)?).map_err(|e| format!("{key}: {e}"))?;
         if ns >= run_ns {
             return Err(format!(
@@ -384,7 +389,7 @@ impl<'a> Words<'a> {
     }
 
     /// The node named by `node=N` or `leader=S` (exactly one of them).
-    fn node(&self, (topology, leaders): (&Topology, &[NodeId])) -> Result<NodeId, String> {
+    pub fn node(&self, (topology, leaders): (&Topology, &[NodeId])) -> Result<NodeId, String> {
         match (self.get("node"), self.get("leader")) {
             (Some(_), Some(_)) => Err("give node= or leader=, not both".into()),
             (None, None) => Err("'node=' (or 'leader=' a shard) is missing".into()),

@@ -146,10 +146,6 @@ async fn start_client<N: ProtocolNode>(
     })
 }
 
-/// A probe's connection, plain or TLS.
-trait ProbeStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ProbeStream for S {}
-
 /// How long [`probe_servers`] waits for each server.
 pub const PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(700);
 
@@ -211,7 +207,7 @@ async fn probe_one(
     let Ok(Ok(stream)) = tokio::time::timeout(PROBE_WAIT, connect).await else {
         return Ok(false);
     };
-    let mut stream: Box<dyn ProbeStream> = match &tls {
+    let mut stream: Box<dyn meridian_runtime::tcp::Stream> = match &tls {
         None => Box::new(stream),
         Some(tls) => {
             let connector = tls

@@ -99,7 +99,7 @@ impl TcpConfig {
 }
 
 /// A connection's byte stream, plain or TLS.
-trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
 
 /// Listens on `node`'s address and feeds accepted connections into `inbox`.
@@ -160,11 +160,6 @@ pub struct ConnectionSlot {
 }
 
 impl ConnectionSlot {
-    /// A slot outside any listener (tests).
-    pub fn unlimited() -> Self {
-        Self { pending: None, per_peer: Arc::default(), peer: None }
-    }
-
     /// The hello arrived from `peer`: leave the pending count, join the peer's.
     fn authenticated(&mut self, peer: NodeId) -> Result<(), String> {
         if let Some(pending) = self.pending.take() {
@@ -219,18 +214,6 @@ async fn secure(
     let cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned();
     let cert = cert.ok_or("the peer showed no certificate")?;
     Ok((Box::new(stream), Some(cert)))
-}
-
-/// Reads frames from one plain connection until it closes or misbehaves.
-pub async fn read_connection<M: Message>(
-    stream: TcpStream,
-    node: NodeId,
-    config: &TcpConfig,
-    inbox: mpsc::Sender<Inbound<M>>,
-    slot: &mut ConnectionSlot,
-) -> Result<(), String> {
-    let _ = stream.set_nodelay(true);
-    read_from(Box::new(stream), None, (node, config), inbox, slot).await
 }
 
 /// Reads frames from one connection until it closes or misbehaves; with `cert` (a TLS

@@ -88,7 +88,8 @@ fn reachable(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, PROBE_TIMEOUT).is_ok()
 }
 
-fn signal(pid: u32, name: &str) -> bool {
+/// Sends signal `name` to `pid` with `kill`; true when it was delivered.
+pub(crate) fn signal(pid: u32, name: &str) -> bool {
     Command::new("kill")
         .args([format!("-{name}"), pid.to_string()])
         .stderr(Stdio::null())

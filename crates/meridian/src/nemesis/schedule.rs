@@ -12,7 +12,7 @@
 //! either given line by line (`--fault`) or drawn from the seed for the fault kinds asked
 //! for. [`Plan::steps`] compiles a schedule into timed [`Step`]s on server processes.
 
-use meridian_core::fault::{parse_duration_ns, FaultAction, FaultSchedule};
+use meridian_core::fault::{FaultAction, FaultSchedule, Words};
 use meridian_core::rng::{child_rng, uniform_u64, Rng};
 use meridian_core::time::{Time, NS_PER_MS, NS_PER_S};
 use meridian_core::topology::Topology;
@@ -250,69 +250,23 @@ fn parse_process_fault(
 ) -> Result<ProcessFault, String> {
     let mut words = line.split_whitespace();
     let name = words.next().unwrap_or_default();
-    let (end_key, accepted) = match name {
-        "pause" => ("until", "node, leader, at, until"),
-        _ => ("restart", "node, leader, at, what, restart"),
+    let (end_key, accepted): (&str, &[&str]) = match name {
+        "pause" => ("until", &["node", "leader", "at", "until"]),
+        _ => ("restart", &["node", "leader", "at", "what", "restart"]),
     };
-    let mut node = None;
-    let (mut at_ns, mut end_ns, mut what) = (None, None, None);
-    for word in words {
-        let (key, value) =
-            word.split_once('=').ok_or_else(|| format!("'{word}' is not key=value"))?;
-        let time = || -> Result<Time, String> {
-            let ns = parse_duration_ns(value).map_err(|e| format!("{key}: {e}"))?;
-            (ns < run_ns).then_some(ns).ok_or_else(|| format!("{key}={value} is outside the run"))
-        };
-        let once = |given: bool| {
-            if given {
-                Err(format!("'{key}' given twice"))
-            } else {
-                Ok(())
-            }
-        };
-        match key {
-            "node" | "leader" if node.is_some() => return Err("give node= or leader= once".into()),
-            "node" => {
-                let id: u32 =
-                    value.parse().map_err(|_| format!("node '{value}' is not a number"))?;
-                if id as usize >= topology.nodes.len() {
-                    return Err(format!(
-                        "node {id} does not exist; the layout has nodes 0 to {}",
-                        topology.nodes.len() - 1
-                    ));
-                }
-                node = Some(NodeId(id));
-            }
-            "leader" => {
-                let shard: u32 =
-                    value.parse().map_err(|_| format!("leader shard '{value}' is not a number"))?;
-                let leader = leaders.get(shard as usize).copied();
-                node = Some(leader.ok_or_else(|| format!("shard {shard} does not exist"))?);
-            }
-            "at" => {
-                once(at_ns.is_some())?;
-                at_ns = Some(time()?);
-            }
-            "what" if name == "disk-fail" => {
-                once(what.is_some())?;
-                what = Some(DiskFailure::parse(value)?);
-            }
-            key if key == end_key => {
-                once(end_ns.is_some())?;
-                end_ns = Some(time()?);
-            }
-            other => return Err(format!("unknown key '{other}'; accepted: {accepted}")),
-        }
-    }
-    let node = node.ok_or("'node=' (or 'leader=' a shard) is missing")?;
-    let at_ns = at_ns.ok_or("'at=' is missing")?;
-    let until_ns = end_ns.ok_or_else(|| format!("'{end_key}=' is missing"))?;
+    let w = Words::parse(words, accepted)?;
+    let node = w.node((topology, leaders))?;
+    let at_ns = w.time("at", run_ns)?;
+    let until_ns = w.time(end_key, run_ns)?;
     if until_ns <= at_ns {
         return Err(format!("{end_key}= is not after at="));
     }
     let kind = match name {
         "pause" => ProcessFaultKind::Pause,
-        _ => ProcessFaultKind::DiskFail(what.ok_or("'what=' (fsync, full or torn) is missing")?),
+        _ => {
+            let what = w.get("what").ok_or("'what=' (fsync, full or torn) is missing")?;
+            ProcessFaultKind::DiskFail(DiskFailure::parse(what)?)
+        }
     };
     Ok(ProcessFault { kind, node, at_ns, until_ns, text: line.trim().to_string() })
 }

@@ -327,11 +327,7 @@ impl Drop for Servers {
     }
 }
 
+/// `kill -NAME pid` ([`crate::clustercmd::signal`]), as a result.
 fn signal(pid: u32, name: &str) -> Result<(), String> {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), pid.to_string()])
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| format!("kill -{name} {pid}: {e}"))?;
-    status.success().then_some(()).ok_or(format!("kill -{name} {pid} failed"))
+    crate::clustercmd::signal(pid, name).then_some(()).ok_or(format!("kill -{name} {pid} failed"))
 }
